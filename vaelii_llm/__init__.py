@@ -1,0 +1,71 @@
+"""vaelii_llm: an asyncio-first SDK for talking to a model and letting it read a KB.
+
+The request and response types are here; the rest lives in submodules that load
+on first use, so ``import vaelii_llm`` imports no HTTP library and no backend:
+
+``providers``  choosing a backend (stub, Ollama, the Messages API)
+``pool``       a majority yes/no vote over a pool of model hosts
+``tools``      the model's read-only tool surface over a knowledge base
+``kb``         the embedded knowledge-base engine
+``engine``     the boundary through which the tools reach an engine
+``errors``     the typed refusals
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from vaelii_llm.protocol import (
+    Block,
+    Message,
+    OpaqueBlock,
+    Provider,
+    RedactedThinkingBlock,
+    Request,
+    Response,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSchema,
+    ToolUseBlock,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from vaelii_llm import config, engine, errors, kb, pool, providers, tools
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Block",
+    "Message",
+    "OpaqueBlock",
+    "Provider",
+    "RedactedThinkingBlock",
+    "Request",
+    "Response",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolSchema",
+    "ToolUseBlock",
+    "Usage",
+    "__version__",
+    "config",
+    "engine",
+    "errors",
+    "kb",
+    "pool",
+    "providers",
+    "tools",
+]
+
+_LAZY = frozenset({"config", "engine", "errors", "kb", "pool", "providers", "tools"})
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _LAZY:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

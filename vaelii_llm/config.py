@@ -1,0 +1,187 @@
+"""Every switch the model side reads, with its legal values and default.
+
+Each switch has one reader, called at the moment its value is used and never
+cached at import, so a test or a long-lived process can change the environment
+and the next call sees it. An explicit argument beats the environment: every
+reader takes ``explicit`` and returns it when it is not None.
+
+The engine reads none of these.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = [
+    "BIND_ADDRESSES",
+    "PROVIDER_KINDS",
+    "SWITCHES",
+    "Switch",
+    "anthropic_api_key",
+    "anthropic_auth_token",
+    "anthropic_base_url",
+    "live_llm",
+    "ollama_generation_model",
+    "ollama_host",
+    "ollama_hosts",
+    "ollama_keep_alive",
+    "ollama_model",
+    "ollama_num_ctx",
+    "provider_kind",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    """One row of the configuration table."""
+
+    name: str
+    reader: str
+    legal: str
+    default: str | None
+    decides: str
+
+
+PROVIDER_KINDS = ("stub", "ollama", "anthropic")
+BIND_ADDRESSES = frozenset({"0.0.0.0", "::", "[::]", "*"})
+"""Values of ``OLLAMA_HOST`` that name an address to bind, not one to connect to."""
+
+DEFAULT_OLLAMA_HOST = "http://localhost:11434"
+DEFAULT_OLLAMA_MODEL = "phi4:14b"
+DEFAULT_OLLAMA_GENERATION_MODEL = "qwen3-coder:30b"
+DEFAULT_OLLAMA_NUM_CTX = 8192
+DEFAULT_OLLAMA_KEEP_ALIVE = "30m"
+DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch("VAELII_LLM_PROVIDER", "provider_kind", "stub ollama anthropic", None,
+           "Which backend providers.provider() builds (unset: the stub). "
+           "An explicit kind argument is read first."),
+    Switch("VAELII_OLLAMA_HOST", "ollama_host", "a base URL, or a host read as Ollama reads one",
+           DEFAULT_OLLAMA_HOST, "Where the Ollama backend connects."),
+    Switch("OLLAMA_HOST", "ollama_host", "a base URL; a bind address (0.0.0.0, ::, *) is ignored",
+           None, "Ollama's own variable, read after VAELII_OLLAMA_HOST."),
+    Switch("VAELII_OLLAMA_MODEL", "ollama_model", "a model name", DEFAULT_OLLAMA_MODEL,
+           "The model a turn runs."),
+    Switch("VAELII_OLLAMA_GENERATION_MODEL", "ollama_generation_model", "a model name",
+           DEFAULT_OLLAMA_GENERATION_MODEL, "The model a generation turn runs."),
+    Switch("VAELII_OLLAMA_NUM_CTX", "ollama_num_ctx", "a whole number of tokens",
+           str(DEFAULT_OLLAMA_NUM_CTX),
+           "The context length a request asks for. An unparseable value yields the default."),
+    Switch("VAELII_OLLAMA_KEEP_ALIVE", "ollama_keep_alive", "an Ollama duration (30m, 0)",
+           DEFAULT_OLLAMA_KEEP_ALIVE,
+           "How long the host is asked to hold the model resident after a turn."),
+    Switch("VAELII_OLLAMA_HOSTS", "ollama_hosts", "host[*n],…", None,
+           "The hosts a vote pool spreads its calls over, n calls at once per host "
+           "(unset: the one host above; blank: no hosts)."),
+    Switch("ANTHROPIC_API_KEY", "anthropic_api_key", "an API key", None,
+           "The credential sent as x-api-key, tried first."),
+    Switch("ANTHROPIC_AUTH_TOKEN", "anthropic_auth_token", "a bearer token", None,
+           "The credential sent as Authorization: Bearer, tried when there is no key."),
+    Switch("ANTHROPIC_BASE_URL", "anthropic_base_url", "a base URL", DEFAULT_ANTHROPIC_BASE_URL,
+           "The host the Messages API backend calls."),
+    Switch("VAELII_LLM_LIVE", "live_llm", "1 true yes", None,
+           "The consent to call a real model from a test; the llm mark is the other half."),
+)
+
+
+def _env(name: str) -> str | None:
+    """The variable trimmed, or None when unset or blank."""
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def provider_kind(explicit: str | None = None) -> str:
+    """The backend kind to build: ``explicit``, else ``VAELII_LLM_PROVIDER``, else ``stub``.
+
+    An unknown name is returned as given; selection refuses it with ValueError.
+    """
+    if explicit is not None:
+        return explicit
+    return (_env("VAELII_LLM_PROVIDER") or "stub").lower()
+
+
+def ollama_host(explicit: str | None = None) -> str:
+    """The Ollama host as written (not yet normalized): ``VAELII_OLLAMA_HOST``,
+    then ``OLLAMA_HOST`` unless it names a bind address, then the default."""
+    if explicit is not None:
+        return explicit
+    ours = _env("VAELII_OLLAMA_HOST")
+    if ours is not None:
+        return ours
+    theirs = _env("OLLAMA_HOST")
+    if theirs is not None and not _is_bind_address(theirs):
+        return theirs
+    return DEFAULT_OLLAMA_HOST
+
+
+def _is_bind_address(value: str) -> bool:
+    host = value.split("://", 1)[-1].rstrip("/")
+    if host in BIND_ADDRESSES:
+        return True
+    if host.startswith("["):  # [::]:11434
+        return host.split("]", 1)[0] + "]" in BIND_ADDRESSES
+    if host.count(":") == 1:  # 0.0.0.0:11434, *:11434
+        return host.split(":", 1)[0] in BIND_ADDRESSES
+    return False
+
+
+def ollama_model(explicit: str | None = None) -> str:
+    """The model an Ollama turn runs."""
+    return explicit or _env("VAELII_OLLAMA_MODEL") or DEFAULT_OLLAMA_MODEL
+
+
+def ollama_generation_model(explicit: str | None = None) -> str:
+    """The model an Ollama generation turn runs."""
+    return explicit or _env("VAELII_OLLAMA_GENERATION_MODEL") or DEFAULT_OLLAMA_GENERATION_MODEL
+
+
+def ollama_num_ctx(explicit: int | None = None) -> int:
+    """The context length asked for; an unparseable or non-positive value yields the default."""
+    if explicit is not None:
+        return explicit
+    raw = _env("VAELII_OLLAMA_NUM_CTX")
+    try:
+        value = int(raw) if raw is not None else DEFAULT_OLLAMA_NUM_CTX
+    except ValueError:
+        return DEFAULT_OLLAMA_NUM_CTX
+    return value if value > 0 else DEFAULT_OLLAMA_NUM_CTX
+
+
+def ollama_keep_alive(explicit: str | None = None) -> str:
+    """How long the host holds the model after a turn (always sent)."""
+    return explicit or _env("VAELII_OLLAMA_KEEP_ALIVE") or DEFAULT_OLLAMA_KEEP_ALIVE
+
+
+def ollama_hosts(explicit: str | None = None) -> str | None:
+    """The raw ``host[*n],…`` list. None when unset; ``""`` when set but blank
+    (no hosts, which the pool refuses rather than building one nobody answers)."""
+    if explicit is not None:
+        return explicit
+    value = os.environ.get("VAELII_OLLAMA_HOSTS")
+    return None if value is None else value.strip()
+
+
+def anthropic_api_key(explicit: str | None = None) -> str | None:
+    """``ANTHROPIC_API_KEY``, trimmed of the stray CR/LF a .env file leaves."""
+    return explicit if explicit is not None else _env("ANTHROPIC_API_KEY")
+
+
+def anthropic_auth_token(explicit: str | None = None) -> str | None:
+    """``ANTHROPIC_AUTH_TOKEN``, trimmed likewise."""
+    return explicit if explicit is not None else _env("ANTHROPIC_AUTH_TOKEN")
+
+
+def anthropic_base_url(explicit: str | None = None) -> str:
+    """The Messages API base URL, without a trailing slash."""
+    value = explicit or _env("ANTHROPIC_BASE_URL") or DEFAULT_ANTHROPIC_BASE_URL
+    return value.rstrip("/")
+
+
+def live_llm() -> bool:
+    """Whether a test may call a real model (``VAELII_LLM_LIVE`` is 1, true or yes)."""
+    return (_env("VAELII_LLM_LIVE") or "").lower() in {"1", "true", "yes"}

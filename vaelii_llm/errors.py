@@ -1,0 +1,168 @@
+"""The refusals a provider, the transport or the pool raises.
+
+One class per row of the spec's refusal table, all under :class:`LLMError`::
+
+    LLMError
+    ├── LLMApiError         the far end answered an error status, or an error in a 200
+    ├── LLMBadCredential    a credential holds a character a header cannot carry
+    ├── LLMBadHosts         a pool's host list is empty or malformed
+    ├── LLMBadResponse      a 200 whose body would not parse, or a stream cut short
+    ├── LLMEncode           a content block the request encoder has no shape for
+    ├── LLMNoCredential     no provider credential is set
+    ├── LLMTimeout          the turn's budget ran out
+    └── LLMUnreachable      refused, reset, unresolved, or no connection in time
+
+Each class carries its spec ``type`` string (``err.type == "llm-timeout"``) and its
+data as attributes. The message (``str(err)``) is short on purpose: far-end text is
+cut to :data:`EXCERPT_CHARS` characters, and the whole text stays on the object
+(``body`` or ``text``), since a body can be megabytes of a proxy's HTML and every
+log line the failure reaches would carry it. No message ever holds a credential.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "EXCERPT_CHARS",
+    "LLMApiError",
+    "LLMBadCredential",
+    "LLMBadHosts",
+    "LLMBadResponse",
+    "LLMEncode",
+    "LLMError",
+    "LLMNoCredential",
+    "LLMTimeout",
+    "LLMUnreachable",
+    "excerpt",
+]
+
+EXCERPT_CHARS = 200
+"""How much far-end text a message may quote: enough to recognise an HTML error
+page or a JSON error object, short enough for any log line."""
+
+
+def excerpt(text: str | bytes, limit: int = EXCERPT_CHARS) -> str:
+    """The opening ``limit`` characters of ``text``, marked when cut.
+
+    Bytes are decoded leniently (a hostile body is often not UTF-8); only the
+    slice that is shown is decoded, so a huge body costs nothing here.
+    """
+    if isinstance(text, bytes | bytearray | memoryview):
+        text = bytes(text[: limit * 4]).decode("utf-8", "replace")
+    if len(text) <= limit:
+        return text
+    return text[:limit] + "…"
+
+
+class LLMError(Exception):
+    """Base of every refusal the model side raises. ``type`` names the row."""
+
+    type: ClassVar[str] = "llm-error"
+
+
+class LLMApiError(LLMError):
+    """The far end answered an error: a non-2xx status, or an ``error`` inside a
+    200 body or a stream chunk (``status`` is then the 200 it came with).
+
+    No retry happens anywhere: a 429 or 529 lands here like any other status.
+    """
+
+    type: ClassVar[str] = "llm-api-error"
+
+    def __init__(self, label: str, status: int, body: str) -> None:
+        self.label = label
+        self.status = status
+        self.body = body
+        super().__init__(f"{label} answered HTTP {status}: {excerpt(body)!r}")
+
+
+class LLMBadCredential(LLMError):
+    """A credential holds a character an HTTP header cannot carry.
+
+    Names the header it was meant for and never quotes the value.
+    """
+
+    type: ClassVar[str] = "llm-bad-credential"
+
+    def __init__(self, header: str) -> None:
+        self.header = header
+        super().__init__(
+            f"the credential for the {header} header holds a control character "
+            "a header cannot carry (value withheld)"
+        )
+
+
+class LLMBadHosts(LLMError):
+    """A pool's host list is empty, or an entry of it is not ``host[*n]``."""
+
+    type: ClassVar[str] = "llm-bad-hosts"
+
+    def __init__(self, reason: str, entry: str | None = None) -> None:
+        self.entry = entry
+        shown = f": {excerpt(entry)!r}" if entry is not None else ""
+        super().__init__(f"{reason}{shown}")
+
+
+class LLMBadResponse(LLMError):
+    """The far end answered a body that is not what the wire promises: a 200
+    that will not parse, a frame over the size cap, a stream that ended
+    without its terminal event. ``excerpt`` is in the message; ``text`` holds
+    the whole of what was received (or the part that failed)."""
+
+    type: ClassVar[str] = "llm-bad-response"
+
+    def __init__(self, label: str, reason: str, text: str | bytes = "") -> None:
+        self.label = label
+        self.reason = reason
+        self.text = text if isinstance(text, str) else bytes(text).decode("utf-8", "replace")
+        self.excerpt = excerpt(self.text)
+        shown = f": {self.excerpt!r}" if self.text else ""
+        super().__init__(f"{label} {reason}{shown}")
+
+
+class LLMEncode(LLMError):
+    """A built content block whose ``type`` the request encoder writes no shape for."""
+
+    type: ClassVar[str] = "llm-encode"
+
+    def __init__(self, block_type: str, label: str) -> None:
+        self.block_type = block_type
+        super().__init__(f"{label} has no wire shape for a {excerpt(block_type, 60)!r} block")
+
+
+class LLMNoCredential(LLMError):
+    """No provider credential is set (environment, explicit option, or CLI profile)."""
+
+    type: ClassVar[str] = "llm-no-credential"
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"no credential found ({where})")
+
+
+class LLMTimeout(LLMError):
+    """The far end stopped answering inside the turn's ``timeout_ms`` budget.
+
+    The budget covers the whole turn, headers and body: a server that drips a
+    byte a second, or pings forever, ends here when the budget is spent.
+    """
+
+    type: ClassVar[str] = "llm-timeout"
+
+    def __init__(self, label: str, timeout_ms: int, phase: str = "answer") -> None:
+        self.label = label
+        self.timeout_ms = timeout_ms
+        self.phase = phase
+        super().__init__(f"{label} did not {phase} inside the turn's {timeout_ms} ms")
+
+
+class LLMUnreachable(LLMError):
+    """The host refused or dropped the connection, did not accept one inside
+    the fixed connect deadline, or did not resolve."""
+
+    type: ClassVar[str] = "llm-unreachable"
+
+    def __init__(self, label: str, reason: str) -> None:
+        self.label = label
+        self.reason = reason
+        super().__init__(f"{label} is unreachable: {excerpt(reason)}")

@@ -1,0 +1,170 @@
+"""The deterministic, scripted default provider: no key, no socket, no model.
+
+A test drives a caller's loop through ``script``, the turns to hand back, one per
+call (``complete`` and ``stream`` both take a turn). Each entry is a
+:class:`~vaelii_llm.protocol.Response` or a shorthand:
+
+``"prose"``
+    a text block, ``stop_reason="end_turn"``.
+``{"tool": "kb_types_of", "input": {...}}``
+    one tool_use block (``id`` optional; numbered ``stub_tool_N`` otherwise),
+    ``stop_reason="tool_use"``. ``{"tools": [{...}, {...}]}`` asks for several.
+``{"text": "…", "stop_reason": "max_tokens"}``
+    a text block with the stop reason given.
+``{"refusal": "partial text"}``
+    ``stop_reason="refusal"`` with that partial text, or no block when empty.
+``{"raise": "llm-timeout"}``
+    raises the :mod:`~vaelii_llm.errors` class of that ``type`` (an
+    :class:`~vaelii_llm.errors.LLMError` instance in the script is raised as is).
+
+Past the script, every turn answers ``default`` (an empty end-of-turn response
+unless given). ``expand`` is called on each entry first, so a caller with answer
+shapes of its own maps them to one of the above. ``requests()`` and
+``last_user_text()`` read back what the loop sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
+
+from vaelii_llm import errors
+from vaelii_llm.protocol import (
+    Block,
+    ProviderBase,
+    Request,
+    Response,
+    StreamItem,
+    TextBlock,
+    ToolUseBlock,
+)
+
+__all__ = ["PROBE_OPTS", "StubProvider", "available", "provider"]
+
+PROBE_OPTS: frozenset[str] = frozenset()
+MODEL = "stub"
+
+Entry = Any
+"""A script entry: a Response, a shorthand string or mapping, or an LLMError."""
+
+def _scripted_error(kind: str) -> errors.LLMError:
+    """An instance of the error class named by its spec ``type``."""
+    label = "the stub"
+    builders: dict[str, Callable[[], errors.LLMError]] = {
+        "llm-api-error": lambda: errors.LLMApiError(label, 500, "scripted failure"),
+        "llm-bad-credential": lambda: errors.LLMBadCredential("x-api-key"),
+        "llm-bad-hosts": lambda: errors.LLMBadHosts("scripted failure"),
+        "llm-bad-response": lambda: errors.LLMBadResponse(label, "answered a scripted bad body"),
+        "llm-encode": lambda: errors.LLMEncode("scripted", label),
+        "llm-no-credential": lambda: errors.LLMNoCredential("scripted"),
+        "llm-timeout": lambda: errors.LLMTimeout(label, 0),
+        "llm-unreachable": lambda: errors.LLMUnreachable(label, "scripted failure"),
+    }
+    if kind not in builders:
+        raise ValueError(f"the stub knows no error type {kind!r}; one of {sorted(builders)}")
+    return builders[kind]()
+
+
+class StubProvider(ProviderBase):
+    """A provider that answers from a script. Safe to share within one event loop."""
+
+    def __init__(
+        self,
+        script: Iterable[Entry] = (),
+        default: Entry = None,
+        expand: Callable[[Entry], Entry] | None = None,
+    ) -> None:
+        self._script = list(script)
+        self._default = default
+        self._expand = expand
+        self._requests: list[Request] = []
+        self._tool_ids = 0
+
+    def requests(self) -> list[Request]:
+        """Every request sent so far, oldest first."""
+        return list(self._requests)
+
+    def last_user_text(self) -> str | None:
+        """The text of the newest user message of the newest request, or None."""
+        if not self._requests:
+            return None
+        for message in reversed(self._requests[-1].messages):
+            if message.role != "user":
+                continue
+            if isinstance(message.content, str):
+                return message.content
+            texts = [b.text for b in message.content if isinstance(b, TextBlock)]
+            if texts:
+                return "\n".join(texts)
+        return None
+
+    async def complete(self, request: Request) -> Response:
+        return self._turn(request)
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamItem]:
+        response = self._turn(request)
+        for block in response.content:
+            yield block
+        yield response
+
+    def _turn(self, request: Request) -> Response:
+        self._requests.append(request)
+        index = len(self._requests) - 1
+        entry = self._script[index] if index < len(self._script) else self._default
+        if self._expand is not None:
+            entry = self._expand(entry)
+        return self._build(entry)
+
+    def _build(self, entry: Entry) -> Response:
+        if entry is None:
+            return Response(content=[], stop_reason="end_turn", model=MODEL)
+        if isinstance(entry, Response):
+            return entry
+        if isinstance(entry, errors.LLMError):
+            raise entry
+        if isinstance(entry, str):
+            return Response(content=[TextBlock(text=entry)], stop_reason="end_turn", model=MODEL)
+        if isinstance(entry, Mapping):
+            return self._build_mapping(entry)
+        raise TypeError(f"the stub cannot answer a {type(entry).__name__} script entry")
+
+    def _build_mapping(self, entry: Mapping[str, Any]) -> Response:
+        if "raise" in entry:
+            raise _scripted_error(str(entry["raise"]))
+        if "refusal" in entry:
+            partial = str(entry["refusal"] or "")
+            content: list[Block] = [TextBlock(text=partial)] if partial else []
+            return Response(content=content, stop_reason="refusal", model=MODEL)
+        if "tool" in entry or "tools" in entry:
+            calls = entry["tools"] if "tools" in entry else [entry]
+            blocks: list[Block] = []
+            if entry.get("text"):
+                blocks.append(TextBlock(text=str(entry["text"])))
+            blocks.extend(self._tool_use(call) for call in calls)
+            return Response(content=blocks, stop_reason="tool_use", model=MODEL)
+        if "text" in entry:
+            return Response(
+                content=[TextBlock(text=str(entry["text"]))],
+                stop_reason=str(entry.get("stop_reason", "end_turn")),
+                model=MODEL,
+            )
+        raise ValueError(f"the stub knows no shorthand with keys {sorted(entry)}")
+
+    def _tool_use(self, call: Mapping[str, Any]) -> ToolUseBlock:
+        self._tool_ids += 1
+        tool_id = str(call.get("id") or f"stub_tool_{self._tool_ids}")
+        return ToolUseBlock(id=tool_id, name=str(call["tool"]), input=dict(call.get("input") or {}))
+
+
+def provider(
+    script: Iterable[Entry] = (),
+    default: Entry = None,
+    expand: Callable[[Entry], Entry] | None = None,
+) -> StubProvider:
+    """A stub provider that answers ``script`` one turn per call, then ``default``."""
+    return StubProvider(script=script, default=default, expand=expand)
+
+
+async def available() -> bool:
+    """The stub is always available."""
+    return True
