@@ -175,7 +175,7 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     temperature: float | None = None
     num_ctx: int | None = None
     keep_alive: str | None = None
-    fallbacks: str | list[str] | None | UnsetType = UNSET
+    fallbacks: str | list[str] | UnsetType | None = UNSET
 
 
 class Response(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):

@@ -136,7 +136,7 @@ class StubProvider(ProviderBase):
             content: list[Block] = [TextBlock(text=partial)] if partial else []
             return Response(content=content, stop_reason="refusal", model=MODEL)
         if "tool" in entry or "tools" in entry:
-            calls = entry["tools"] if "tools" in entry else [entry]
+            calls = entry.get("tools", [entry])
             blocks: list[Block] = []
             if entry.get("text"):
                 blocks.append(TextBlock(text=str(entry["text"])))

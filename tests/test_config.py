@@ -1,0 +1,112 @@
+"""Every switch: its default, its reader, read at call time, explicit beats env."""
+
+from __future__ import annotations
+
+import pytest
+
+from vaelii_llm import config
+
+ALL_VARS = [s.name for s in config.SWITCHES]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ALL_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_every_switch_names_a_reader_that_exists() -> None:
+    for switch in config.SWITCHES:
+        assert callable(getattr(config, switch.reader)), switch.name
+
+
+def test_unset_readings_match_the_default_column() -> None:
+    assert config.provider_kind() == "stub"
+    assert config.ollama_host() == "http://localhost:11434"
+    assert config.ollama_model() == "phi4:14b"
+    assert config.ollama_generation_model() == "qwen3-coder:30b"
+    assert config.ollama_num_ctx() == 8192
+    assert config.ollama_keep_alive() == "30m"
+    assert config.ollama_hosts() is None
+    assert config.anthropic_api_key() is None
+    assert config.anthropic_auth_token() is None
+    assert config.anthropic_base_url() == "https://api.anthropic.com"
+    assert config.live_llm() is False
+
+
+def test_values_are_read_at_the_call_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert config.ollama_model() == "phi4:14b"
+    monkeypatch.setenv("VAELII_OLLAMA_MODEL", "llama3:8b")
+    assert config.ollama_model() == "llama3:8b"
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "Ollama")
+    assert config.provider_kind() == "ollama"
+
+
+def test_explicit_argument_beats_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "ollama")
+    monkeypatch.setenv("VAELII_OLLAMA_NUM_CTX", "4096")
+    assert config.provider_kind("stub") == "stub"
+    assert config.ollama_num_ctx(2048) == 2048
+    assert config.ollama_host("gpu1:8080") == "gpu1:8080"
+
+
+@pytest.mark.parametrize("raw", ["lots", "", "8k", "-5", "0", "1e4"])
+def test_unparseable_num_ctx_yields_the_default(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("VAELII_OLLAMA_NUM_CTX", raw)
+    assert config.ollama_num_ctx() == 8192
+
+
+def test_num_ctx_parses_whole_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VAELII_OLLAMA_NUM_CTX", " 16384 ")
+    assert config.ollama_num_ctx() == 16384
+
+
+@pytest.mark.parametrize(
+    ("ollama_host", "expected"),
+    [
+        ("0.0.0.0", "http://localhost:11434"),
+        ("0.0.0.0:11434", "http://localhost:11434"),
+        ("::", "http://localhost:11434"),
+        ("[::]:11434", "http://localhost:11434"),
+        ("*", "http://localhost:11434"),
+        ("http://0.0.0.0:11434", "http://localhost:11434"),
+        ("gpu1:11434", "gpu1:11434"),
+        ("http://10.0.0.2", "http://10.0.0.2"),
+    ],
+)
+def test_ollama_host_skips_bind_addresses(
+    monkeypatch: pytest.MonkeyPatch, ollama_host: str, expected: str
+) -> None:
+    monkeypatch.setenv("OLLAMA_HOST", ollama_host)
+    assert config.ollama_host() == expected
+
+
+def test_our_ollama_host_is_read_before_ollamas(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OLLAMA_HOST", "other:1")
+    monkeypatch.setenv("VAELII_OLLAMA_HOST", "mine:2")
+    assert config.ollama_host() == "mine:2"
+
+
+def test_credentials_are_trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-123\r\n")
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "  tok\n")
+    assert config.anthropic_api_key() == "sk-test-123"
+    assert config.anthropic_auth_token() == "tok"
+
+
+def test_blank_hosts_list_is_distinct_from_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VAELII_OLLAMA_HOSTS", "  ")
+    assert config.ollama_hosts() == ""
+
+
+@pytest.mark.parametrize(
+    ("raw", "live"), [("1", True), ("TRUE", True), ("yes", True), ("0", False), ("no", False)]
+)
+def test_live_consent(monkeypatch: pytest.MonkeyPatch, raw: str, live: bool) -> None:
+    monkeypatch.setenv("VAELII_LLM_LIVE", raw)
+    assert config.live_llm() is live
+
+
+def test_base_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/")
+    assert config.anthropic_base_url() == "http://127.0.0.1:9"

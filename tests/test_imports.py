@@ -1,0 +1,44 @@
+"""Importing the package loads no HTTP library, no EDN reader and no backend."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("aiohttp", "edn_format", "anyio", "anthropic", "ollama")
+BACKENDS = ("vaelii_llm.providers.ollama", "vaelii_llm.providers.anthropic", "vaelii_llm.transport")
+
+
+def loaded_after(code: str) -> list[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def offenders(modules: list[str]) -> list[str]:
+    return [
+        m
+        for m in modules
+        if m.split(".")[0] in HEAVY or any(m == b or m.startswith(b + ".") for b in BACKENDS)
+    ]
+
+
+def test_import_vaelii_llm_loads_nothing_heavy() -> None:
+    modules = loaded_after("import vaelii_llm")
+    assert "vaelii_llm" in modules
+    assert offenders(modules) == []
+
+
+def test_import_providers_and_choosing_the_stub_loads_no_backend() -> None:
+    code = (
+        "import asyncio, vaelii_llm\n"
+        "from vaelii_llm import providers\n"
+        "asyncio.run(providers.provider('stub'))\n"
+    )
+    assert offenders(loaded_after(code)) == []
+
+
+def test_protocol_and_config_modules_name_no_vendor_library() -> None:
+    modules = loaded_after("import vaelii_llm.protocol, vaelii_llm.errors, vaelii_llm.config")
+    assert offenders(modules) == []

@@ -1,0 +1,108 @@
+"""The neutral request/response types: defaults, the UNSET/None distinction, equality."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from vaelii_llm.protocol import (
+    UNSET,
+    Message,
+    OpaqueBlock,
+    Provider,
+    ProviderBase,
+    RedactedThinkingBlock,
+    Request,
+    Response,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSchema,
+    ToolUseBlock,
+    Usage,
+)
+
+
+def test_request_defaults_leave_fallbacks_unset_not_none() -> None:
+    req = Request(messages=[Message(role="user", content="hi")])
+    assert req.fallbacks is UNSET
+    assert Request(messages=[], fallbacks=None).fallbacks is None
+    assert req.tools == []
+    assert req.stop_sequences == []
+    assert req.timeout_ms == 60_000
+    assert req.max_tokens == 1024
+
+
+def test_default_lists_are_not_shared_between_requests() -> None:
+    a = Request(messages=[])
+    b = Request(messages=[])
+    assert a.tools is not b.tools
+
+
+@pytest.mark.parametrize(
+    ("block", "kind"),
+    [
+        (TextBlock(text="x"), "text"),
+        (ThinkingBlock(thinking="t", signature="s"), "thinking"),
+        (RedactedThinkingBlock(data="d"), "redacted_thinking"),
+        (ToolUseBlock(id="1", name="kb_ask", input={}), "tool_use"),
+        (ToolResultBlock(tool_use_id="1", content="ok"), "tool_result"),
+        (OpaqueBlock(type="server_tool_use", raw={"type": "server_tool_use"}), "server_tool_use"),
+    ],
+)
+def test_every_block_names_its_type(block: object, kind: str) -> None:
+    assert block.type == kind  # type: ignore[attr-defined]
+
+
+def test_type_is_not_a_field_of_modelled_blocks() -> None:
+    # `type` is a class constant, so a block cannot be built claiming another type.
+    with pytest.raises(TypeError):
+        TextBlock(text="x", type="thinking")  # type: ignore[call-arg]
+
+
+def test_blocks_compare_by_value_including_raw() -> None:
+    assert TextBlock(text="a", raw={"type": "text", "text": "a"}) == TextBlock(
+        text="a", raw={"type": "text", "text": "a"}
+    )
+    assert TextBlock(text="a") != TextBlock(text="a", raw={"type": "text", "text": "a"})
+
+
+def test_response_usage_defaults_and_equality() -> None:
+    r1 = Response(content=[TextBlock(text="a")], stop_reason="end_turn")
+    r2 = Response(content=[TextBlock(text="a")], stop_reason="end_turn")
+    assert r1 == r2
+    assert r1.usage == Usage()
+    assert r1 != Response(content=[TextBlock(text="a")], stop_reason="refusal")
+
+
+def test_tool_schema_encodes_without_unset_strict() -> None:
+    schema = ToolSchema(name="kb_ask", description="d", input_schema={"type": "object"})
+    assert msgspec.json.decode(msgspec.json.encode(schema)) == {
+        "name": "kb_ask",
+        "description": "d",
+        "input_schema": {"type": "object"},
+    }
+    strict = ToolSchema(name="n", description="d", input_schema={}, strict=True)
+    assert msgspec.json.decode(msgspec.json.encode(strict))["strict"] is True
+
+
+def test_repr_is_short() -> None:
+    assert repr(Usage(eval_count=3)) == "Usage(eval_count=3)"
+
+
+async def test_provider_base_is_an_async_context_manager() -> None:
+    closed: list[bool] = []
+
+    class Closing(ProviderBase):
+        async def aclose(self) -> None:
+            closed.append(True)
+
+    async with Closing() as p:
+        assert isinstance(p, Closing)
+    assert closed == [True]
+
+
+def test_stub_satisfies_the_protocol() -> None:
+    from vaelii_llm.providers import stub
+
+    assert isinstance(stub.provider(), Provider)

@@ -1,0 +1,175 @@
+"""The scripted stub: shorthands, default, expand, read-back, stream equals complete."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from typing import Any
+
+import pytest
+
+from vaelii_llm import errors
+from vaelii_llm.protocol import (
+    Message,
+    Request,
+    Response,
+    StreamItem,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from vaelii_llm.providers import stub
+
+
+def ask(text: str) -> Request:
+    return Request(messages=[Message(role="user", content=text)])
+
+
+async def collect(p: stub.StubProvider, req: Request) -> list[StreamItem]:
+    async with aclosing(p.stream(req)) as items:
+        return [item async for item in items]
+
+
+async def test_script_is_answered_in_order_then_default() -> None:
+    p = stub.provider(script=["one", "two"])
+    assert (await p.complete(ask("a"))).content == [TextBlock(text="one")]
+    assert (await p.complete(ask("b"))).content == [TextBlock(text="two")]
+    past = await p.complete(ask("c"))
+    assert past.content == []
+    assert past.stop_reason == "end_turn"
+
+
+async def test_default_answers_every_turn_past_the_script() -> None:
+    p = stub.provider(default="again")
+    for _ in range(3):
+        assert (await p.complete(ask("x"))).content == [TextBlock(text="again")]
+
+
+async def test_tool_shorthand_builds_a_tool_use_turn() -> None:
+    p = stub.provider(script=[{"tool": "kb_types_of", "input": {"x": "Muffet"}}])
+    resp = await p.complete(ask("what is Muffet?"))
+    assert resp.stop_reason == "tool_use"
+    (block,) = resp.content
+    assert isinstance(block, ToolUseBlock)
+    assert (block.name, block.input) == ("kb_types_of", {"x": "Muffet"})
+
+
+async def test_several_tools_get_distinct_ids() -> None:
+    calls = [{"tool": "a"}, {"tool": "b", "id": "mine"}]
+    p = stub.provider(script=[{"tools": calls, "text": "hm"}])
+    resp = await p.complete(ask("q"))
+    ids = [b.id for b in resp.content if isinstance(b, ToolUseBlock)]
+    assert ids == ["stub_tool_1", "mine"]
+    assert resp.content[0] == TextBlock(text="hm")
+
+
+async def test_refusal_shorthand_fabricates_no_text() -> None:
+    p = stub.provider(script=[{"refusal": ""}, {"refusal": "I can"}])
+    empty = await p.complete(ask("q"))
+    assert empty.stop_reason == "refusal"
+    assert empty.content == []
+    partial = await p.complete(ask("q"))
+    assert partial.content == [TextBlock(text="I can")]
+
+
+async def test_stop_reason_shorthand() -> None:
+    p = stub.provider(script=[{"text": "Ye", "stop_reason": "max_tokens"}])
+    assert (await p.complete(ask("q"))).stop_reason == "max_tokens"
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "llm-api-error",
+        "llm-bad-credential",
+        "llm-bad-hosts",
+        "llm-bad-response",
+        "llm-encode",
+        "llm-no-credential",
+        "llm-timeout",
+        "llm-unreachable",
+    ],
+)
+async def test_raise_shorthand_raises_the_typed_error(kind: str) -> None:
+    p = stub.provider(script=[{"raise": kind}])
+    with pytest.raises(errors.LLMError) as info:
+        await p.complete(ask("q"))
+    assert info.value.type == kind
+
+
+async def test_an_error_instance_is_raised_as_is_on_both_paths() -> None:
+    err = errors.LLMUnreachable("host", "refused")
+    p = stub.provider(script=[err, err])
+    with pytest.raises(errors.LLMUnreachable) as info:
+        await p.complete(ask("q"))
+    assert info.value is err
+    with pytest.raises(errors.LLMUnreachable):
+        await collect(p, ask("q"))
+
+
+async def test_unknown_shorthand_is_refused() -> None:
+    p = stub.provider(script=[{"bogus": 1}, {"raise": "llm-nope"}, 42])
+    with pytest.raises(ValueError, match="bogus"):
+        await p.complete(ask("q"))
+    with pytest.raises(ValueError, match="llm-nope"):
+        await p.complete(ask("q"))
+    with pytest.raises(TypeError):
+        await p.complete(ask("q"))
+
+
+async def test_expand_runs_before_the_shorthands() -> None:
+    def expand(entry: Any) -> Any:
+        if isinstance(entry, tuple) and entry[0] == "verdict":
+            return f"{entry[1]}."
+        return entry
+
+    script = [("verdict", "Yes"), "plain"]
+    p = stub.provider(script=script, default=("verdict", "No"), expand=expand)
+    texts = []
+    for _ in range(3):
+        (block,) = (await p.complete(ask("q"))).content
+        assert isinstance(block, TextBlock)
+        texts.append(block.text)
+    assert texts == ["Yes.", "plain", "No."]
+
+
+async def test_full_response_passes_through() -> None:
+    resp = Response(content=[TextBlock(text="x")], stop_reason="stop_sequence", stop_sequence="##")
+    p = stub.provider(script=[resp])
+    assert await p.complete(ask("q")) is resp
+
+
+async def test_stream_yields_blocks_then_the_response_complete_returns() -> None:
+    script: list[Any] = ["prose", {"tool": "kb_ask", "input": {"sentence": "(a b)"}, "id": "t1"}]
+    via_complete = stub.provider(script=script)
+    via_stream = stub.provider(script=script)
+    for _ in script:
+        req = ask("q")
+        expected = await via_complete.complete(req)
+        items = await collect(via_stream, req)
+        assert items[-1] == expected
+        assert items[:-1] == expected.content
+
+
+async def test_requests_and_last_user_text_read_back_what_was_sent() -> None:
+    p = stub.provider()
+    assert p.last_user_text() is None
+    await p.complete(ask("first"))
+    follow_up = Request(
+        messages=[
+            Message(role="user", content="first"),
+            Message(role="assistant", content=[ToolUseBlock(id="1", name="kb_ask", input={})]),
+            Message(
+                role="user",
+                content=[ToolResultBlock(tool_use_id="1", content="true"), TextBlock(text="so?")],
+            ),
+        ]
+    )
+    await p.complete(follow_up)
+    assert [len(r.messages) for r in p.requests()] == [1, 3]
+    assert p.last_user_text() == "so?"
+
+
+async def test_stub_is_always_available_and_closes() -> None:
+    assert await stub.available() is True
+    async with stub.provider() as p:
+        assert isinstance(p, stub.StubProvider)
