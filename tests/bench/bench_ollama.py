@@ -1,0 +1,142 @@
+"""Benchmark: our Ollama provider against the official ``ollama`` client.
+
+Both talk to the same fake Ollama (tests/fake_ollama.py), run in its own
+process on loopback so its work does not share our event loop, and serving
+pre-encoded bodies so its own JSON work stays out of the figures:
+
+* one multi-MB streamed NDJSON turn (40,000 chunks) reassembled to the final
+  message: median seconds per turn;
+* small non-streamed turns at concurrency 32: median turns per second.
+
+Run: ``.venv/bin/python tests/bench/bench_ollama.py`` (about 30 s). Prints the
+medians of each and the ratio, ours over theirs (> 1 means we are faster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from pathlib import Path
+
+import ollama as official
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fake_ollama import BIG, BIG_TOKENS
+
+from vaelii_llm.protocol import Message, Request, Response, TextBlock
+from vaelii_llm.providers import ollama as ours
+
+MODEL = "phi4:14b"
+OPTIONS = {"num_ctx": 8192, "temperature": 0, "num_predict": 1024}
+BIG_RUNS = 7
+SMALL_RUNS = 5
+SMALL_TURNS = 1_024
+CONCURRENCY = 32
+
+
+def ask(text: str) -> Request:
+    return Request(messages=[Message(role="user", content=text)], timeout_ms=120_000)
+
+
+async def ours_big(p: ours.OllamaProvider) -> str:
+    final: Response | None = None
+    async with aclosing(p.stream(ask("big"))) as items:
+        async for item in items:
+            if isinstance(item, Response):
+                final = item
+    assert final is not None
+    block = final.content[0]
+    assert isinstance(block, TextBlock)
+    return block.text
+
+
+async def theirs_big(client: official.AsyncClient) -> str:
+    parts: list[str] = []
+    stream = await client.chat(model=MODEL, messages=[{"role": "user", "content": "big"}],
+                               stream=True, options=OPTIONS, keep_alive="30m")
+    async for part in stream:
+        parts.append(part.message.content or "")
+    return "".join(parts)
+
+
+async def ours_small(p: ours.OllamaProvider) -> None:
+    await p.complete(ask("hi"))
+
+
+async def theirs_small(client: official.AsyncClient) -> None:
+    await client.chat(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                      stream=False, options=OPTIONS, keep_alive="30m")
+
+
+async def timed(fn: Callable[[], Awaitable[object]]) -> float:
+    started = time.perf_counter()
+    await fn()
+    return time.perf_counter() - started
+
+
+async def throughput(turn: Callable[[], Awaitable[None]]) -> float:
+    per_worker = SMALL_TURNS // CONCURRENCY
+
+    async def worker() -> None:
+        for _ in range(per_worker):
+            await turn()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return per_worker * CONCURRENCY / (time.perf_counter() - started)
+
+
+async def main(url: str) -> None:
+    client = official.AsyncClient(host=url)
+    async with ours.provider(host=url, model=MODEL) as p:
+        try:
+            text_ours, text_theirs = await ours_big(p), await theirs_big(client)
+            assert text_ours == text_theirs, "the two clients disagree on the big turn"
+            size = len(text_ours)
+            big_ours: list[float] = []
+            big_theirs: list[float] = []
+            for _ in range(BIG_RUNS):
+                big_ours.append(await timed(lambda: ours_big(p)))
+                big_theirs.append(await timed(lambda: theirs_big(client)))
+            await ours_small(p)
+            await theirs_small(client)
+            small_ours: list[float] = []
+            small_theirs: list[float] = []
+            for _ in range(SMALL_RUNS):
+                small_ours.append(await throughput(lambda: ours_small(p)))
+                small_theirs.append(await throughput(lambda: theirs_small(client)))
+        finally:
+            await client.close()  # type: ignore[no-untyped-call]
+    mo, mt = statistics.median(big_ours), statistics.median(big_theirs)
+    so, st = statistics.median(small_ours), statistics.median(small_theirs)
+    wire = sum(len(json.dumps(obj)) + 1 for obj in BIG)
+    print(f"big streamed turn ({wire / 1e6:.1f} MB of NDJSON, {BIG_TOKENS:,} chunks, "
+          f"{size:,} characters of text), median of {BIG_RUNS}:")
+    print(f"  vaelii_llm {mo * 1e3:8.1f} ms   ollama {mt * 1e3:8.1f} ms   "
+          f"speed-up x{mt / mo:.2f}")
+    print(f"small turns at concurrency {CONCURRENCY} ({SMALL_TURNS} turns), "
+          f"median of {SMALL_RUNS}:")
+    print(f"  vaelii_llm {so:8.0f} /s   ollama {st:8.0f} /s   speed-up x{so / st:.2f}")
+
+
+def run() -> None:
+    fake = Path(__file__).resolve().parents[1] / "fake_ollama.py"
+    server = subprocess.Popen([sys.executable, str(fake)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        asyncio.run(main(url))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    run()
