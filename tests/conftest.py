@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import os
 import types
 from typing import Any
 
@@ -12,6 +12,11 @@ import pytest
 from vaelii_llm import config as vconfig
 
 pytest_plugins = ["pytester"]
+
+# Every event loop the tests create runs in asyncio debug mode: a never-awaited
+# coroutine or a callback that blocks the loop is reported (asyncio reads this
+# variable when a loop is created).
+os.environ.setdefault("PYTHONASYNCIODEBUG", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -29,14 +34,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(autouse=True)
-def _asyncio_debug() -> None:
-    """Run every test's loop in asyncio debug mode (slow callbacks, unawaited coroutines)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    loop.set_debug(True)
 
 
 # aioresponses 0.7.9 builds aiohttp.ClientResponse without the `stream_writer`

@@ -1,0 +1,723 @@
+"""The vote pool: reading answers, verdicts, hosts, and a pool that never leaks a token."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import types
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+
+from vaelii_llm import pool as vpool
+from vaelii_llm.errors import LLMApiError, LLMBadHosts, LLMError, LLMTimeout, LLMUnreachable
+from vaelii_llm.pool import Host, Pool, PoolStatistics, hosts, read_response, read_yes_no, vote
+from vaelii_llm.protocol import (
+    Message,
+    ProviderBase,
+    Request,
+    Response,
+    StreamItem,
+    TextBlock,
+    ThinkingBlock,
+)
+from vaelii_llm.providers.stub import StubProvider
+
+QUESTION = Request(messages=[Message(role="user", content="Is a spider an insect?")])
+
+
+def answer(text: str, stop_reason: str = "end_turn") -> Response:
+    return Response(content=[TextBlock(text=text)], stop_reason=stop_reason)
+
+
+class Bug(Exception):
+    """What a provider with a bug in it raises: not an LLMError."""
+
+
+class CountingProvider(ProviderBase):
+    """Answers ``text`` after ``delay`` seconds; counts calls, concurrency and closes."""
+
+    def __init__(self, text: str = "Yes.", delay: float = 0.0) -> None:
+        self.text = text
+        self.delay = delay
+        self.calls = 0
+        self.active = 0
+        self.max_active = 0
+        self.closes = 0
+
+    async def complete(self, request: Request) -> Response:
+        self.calls += 1
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            return answer(self.text)
+        finally:
+            self.active -= 1
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamItem]:
+        response = await self.complete(request)
+        for block in response.content:
+            yield block
+        yield response
+
+    async def aclose(self) -> None:
+        self.closes += 1
+
+
+def stats(p: Pool[Any]) -> tuple[int, int, int, int]:
+    s = p.statistics()
+    return (s.size, s.idle, s.outstanding, s.waiters)
+
+
+async def spin(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+# ---------------------------------------------------------------------------
+# read_yes_no / read_response
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Yes.", "yes"),
+        ("no — because spiders have eight legs", "no"),
+        ("YES!", "yes"),
+        ("**Yes**", "yes"),
+        ("Yes, but…", "yes"),
+        ("No", "no"),
+        ("  \n no.", "no"),
+        ('"Yes," the model said', "yes"),
+        ("- No: arachnids", "no"),
+        ("Ｙｅｓ", "yes"),  # fullwidth letters read as their NFKC form
+        ("I think yes", None),
+        ("", None),
+        ("   ", None),
+        ("Nope", None),
+        ("yesterday", None),
+        ("Node", None),
+        ("No1", None),  # not a word boundary we trust
+        ("1. Yes", None),
+        ("Maybe. Yes.", None),
+        ("…", None),
+    ],
+)
+def test_read_yes_no(text: str, expected: str | None) -> None:
+    assert read_yes_no(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        (answer("Yes."), "yes"),
+        (answer("No."), "no"),
+        (answer("Yes", "stop"), "yes"),
+        (answer("Yes", "max_tokens"), None),
+        (answer("Yes", "length"), None),
+        (answer("Yes", "refusal"), None),
+        (Response(content=[], stop_reason="refusal"), None),
+        (Response(content=[], stop_reason="end_turn"), None),
+        (
+            Response(
+                content=[ThinkingBlock(thinking="no, wait"), TextBlock(text="Yes.")],
+                stop_reason="end_turn",
+            ),
+            "yes",
+        ),
+        (
+            Response(content=[TextBlock(text=""), TextBlock(text="No.")], stop_reason="end_turn"),
+            "no",
+        ),
+    ],
+)
+def test_read_response(response: Response, expected: str | None) -> None:
+    assert read_response(response) == expected
+
+
+# ---------------------------------------------------------------------------
+# Verdicts
+
+
+@pytest.mark.parametrize(
+    ("script", "verdict", "yes", "no", "failed"),
+    [
+        (["Yes.", "Yes.", "No."], "yes", 2, 1, 0),
+        (["No.", "no — because", "Yes"], "no", 1, 2, 0),
+        (["Yes.", "I think so", {"refusal": ""}], "yes", 1, 0, 0),  # one yes, two non-answers
+        (["No.", "maybe", {"text": "Yes", "stop_reason": "max_tokens"}], "no", 0, 1, 0),
+        (["Yes", "No", "perhaps"], "abstain", 1, 1, 0),  # a tie
+        (
+            ["maybe", {"refusal": "Yes"}, {"text": "Yes", "stop_reason": "max_tokens"}],
+            "abstain",
+            0,
+            0,
+            0,
+        ),  # zero counted votes
+        ([{"raise": "llm-unreachable"}, {"raise": "llm-api-error"}, "No."], "no", 0, 1, 2),
+        ([{"raise": "llm-timeout"}] * 3, "abstain", 0, 0, 3),
+        (["Yes", {"raise": "llm-bad-response"}, "No"], "abstain", 1, 1, 1),
+    ],
+)
+async def test_verdict_table(
+    script: list[Any], verdict: str, yes: int, no: int, failed: int
+) -> None:
+    async with vpool.stub_pool(script=script) as p:
+        result = await vote(p, "Is a spider an insect?")
+        assert stats(p) == (2, 2, 0, 0)
+    assert result.verdict == verdict
+    assert result.tally == {"yes": yes, "no": no}
+    assert result.failed == failed
+    assert result.calls == 3
+    assert len(result.votes) == 3
+    assert (result.votes.count("yes"), result.votes.count("no")) == (yes, no)
+    assert result.votes.count(None) == 3 - yes - no  # non-answers and failed turns
+
+
+async def test_vote_even_count_tie_abstains_and_sends_the_question() -> None:
+    async with vpool.stub_pool(script=["Yes", "Yes", "No", "No"], size=3) as p:
+        result = await vote(p, "Is it?", votes=4)
+        stub = p.providers[0]
+        assert [r.messages[0].content for r in stub.requests()] == ["Is it?"] * 4
+    assert (result.verdict, result.calls) == ("abstain", 4)
+
+
+async def test_vote_takes_a_whole_request() -> None:
+    request = Request(
+        messages=[Message(role="user", content="q")], system="say yes or no", max_tokens=8
+    )
+    async with vpool.stub_pool(default="Yes") as p:
+        result = await vote(p, request, votes=1)
+        assert p.providers[0].requests() == [request]
+    assert result.verdict == "yes"
+
+
+@pytest.mark.parametrize(
+    ("votes", "error"), [(0, ValueError), (-1, ValueError), (True, TypeError), (2.0, TypeError)]
+)
+async def test_vote_refuses_bad_vote_counts(votes: Any, error: type[Exception]) -> None:
+    async with vpool.stub_pool() as p:
+        with pytest.raises(error):
+            await vote(p, "q", votes=votes)
+
+
+# ---------------------------------------------------------------------------
+# A bug in a provider is not a vote
+
+
+class BuggyProvider(CountingProvider):
+    def __init__(self, fail_on: int, delay: float) -> None:
+        super().__init__(delay=delay)
+        self.fail_on = fail_on
+
+    async def complete(self, request: Request) -> Response:
+        if self.calls + 1 == self.fail_on:
+            self.calls += 1
+            raise Bug("a provider bug")
+        return await super().complete(request)
+
+
+async def test_a_provider_bug_propagates_as_itself_and_returns_every_token() -> None:
+    provider = BuggyProvider(fail_on=2, delay=10.0)  # the other turns would hang
+    p = Pool([provider] * 3)
+    with pytest.raises(Bug, match="a provider bug"):
+        await vote(p, "q", votes=5)
+    assert stats(p) == (3, 3, 0, 0)
+    assert provider.active == 0  # the hanging turns were cancelled, not left running
+
+
+async def test_several_bugs_raise_the_first_with_a_note() -> None:
+    class AlwaysBug(CountingProvider):
+        async def complete(self, request: Request) -> Response:
+            raise Bug("again")
+
+    p = Pool([AlwaysBug()] * 3)
+    with pytest.raises(Bug) as caught:
+        await vote(p, "q", votes=3)
+    assert any("other turn" in note for note in caught.value.__notes__)
+    assert stats(p) == (3, 3, 0, 0)
+
+
+# ---------------------------------------------------------------------------
+# Checking providers out
+
+
+async def test_statistics_follow_checkouts_and_waiters() -> None:
+    a, b = CountingProvider(), CountingProvider()
+    p = Pool([a, a, b])
+    assert p.statistics() == PoolStatistics(size=3, idle=3, outstanding=0, waiters=0)
+    async with AsyncExitStack() as stack:
+        first = await stack.enter_async_context(p.provider())
+        assert stats(p) == (3, 2, 1, 0)
+        await stack.enter_async_context(p.provider())
+        await stack.enter_async_context(p.provider())
+        assert stats(p) == (3, 0, 3, 0)
+        assert p.outstanding == 3
+        waiter = asyncio.create_task(_hold(p, 0))
+        await spin()
+        assert stats(p) == (3, 0, 3, 1)
+        assert first is a
+    await waiter
+    assert stats(p) == (3, 3, 0, 0)
+    assert "size=3" in repr(p)
+
+
+async def _hold(p: Pool[Any], seconds: float) -> None:
+    async with p.provider():
+        await asyncio.sleep(seconds)
+
+
+async def test_token_comes_back_on_exception() -> None:
+    p = Pool([CountingProvider()])
+    with pytest.raises(KeyError):
+        async with p.provider():
+            raise KeyError("boom")
+    assert stats(p) == (1, 1, 0, 0)
+
+
+async def test_token_comes_back_when_cancelled_while_holding() -> None:
+    p = Pool([CountingProvider()])
+    task = asyncio.create_task(_hold(p, 10))
+    await spin()
+    assert p.outstanding == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert stats(p) == (1, 1, 0, 0)
+
+
+async def test_cancelled_while_waiting_takes_no_token() -> None:
+    p = Pool([CountingProvider()])
+    async with p.provider():
+        task = asyncio.create_task(_hold(p, 0))
+        await spin()
+        assert p.statistics().waiters == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert stats(p) == (1, 0, 1, 0)
+    assert stats(p) == (1, 1, 0, 0)
+
+
+async def test_release_and_cancel_in_the_same_instant_keep_the_token() -> None:
+    """The classic race: the waiter is handed the token and cancelled before it runs."""
+    p = Pool([CountingProvider()])
+    holder = p.provider()
+    await holder.__aenter__()
+    waiter = asyncio.create_task(_hold(p, 0))
+    await spin()
+    await holder.__aexit__(None, None, None)  # never suspends: the wake-up is pending
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert stats(p) == (1, 1, 0, 0)
+
+
+async def test_a_woken_waiter_that_is_cancelled_passes_the_token_on() -> None:
+    p = Pool([CountingProvider()])
+    holder = p.provider()
+    await holder.__aenter__()
+    first = asyncio.create_task(_hold(p, 0))
+    await spin()
+    second = asyncio.create_task(_hold(p, 0))
+    await spin()
+    assert p.statistics().waiters == 2
+    await holder.__aexit__(None, None, None)  # wakes `first`
+    first.cancel()
+    await asyncio.wait_for(second, 1)  # `second` must not wait out the token
+    assert first.cancelled()
+    assert stats(p) == (1, 1, 0, 0)
+
+
+async def test_timeout_and_release_in_the_same_instant_keep_the_token() -> None:
+    p = Pool([CountingProvider()], acquire_timeout_ms=0)
+    holder = p.provider()
+    await holder.__aenter__()
+    waiter = asyncio.create_task(_hold(p, 0))
+    await asyncio.sleep(0)  # the waiter starts waiting; its deadline fires next
+    await holder.__aexit__(None, None, None)
+    results = await asyncio.gather(waiter, return_exceptions=True)
+    assert results[0] is None or isinstance(results[0], LLMTimeout)
+    assert stats(p) == (1, 1, 0, 0)
+
+
+async def test_acquire_timeout_with_a_tiny_value() -> None:
+    p = Pool([CountingProvider()], acquire_timeout_ms=20)
+    loop = asyncio.get_running_loop()
+    async with p.provider():
+        started = loop.time()
+        with pytest.raises(LLMTimeout) as caught:
+            async with p.provider():
+                pass
+        assert loop.time() - started >= 0.015
+        assert caught.value.timeout_ms == 20
+        assert "vote pool" in str(caught.value)
+        assert isinstance(caught.value.__cause__, TimeoutError)
+        result = await vote(p, "q")  # every turn waits out the pool and fails
+        assert stats(p) == (1, 0, 1, 0)
+    assert (result.verdict, result.failed, result.calls) == ("abstain", 3, 3)
+    assert stats(p) == (1, 1, 0, 0)
+
+
+async def test_zero_acquire_timeout_takes_an_idle_token_only() -> None:
+    p = Pool([CountingProvider()], acquire_timeout_ms=0)
+    async with p.provider():
+        with pytest.raises(LLMTimeout):
+            async with p.provider():
+                pass
+    async with p.provider() as provider:
+        assert isinstance(provider, CountingProvider)
+
+
+async def test_a_checkout_is_entered_once() -> None:
+    p = Pool([CountingProvider()] * 2)
+    checkout = p.provider()
+    async with checkout:
+        with pytest.raises(RuntimeError, match="entered once"):
+            await checkout.__aenter__()
+    assert stats(p) == (2, 2, 0, 0)
+
+
+async def test_concurrency_is_bounded_by_the_tokens() -> None:
+    provider = CountingProvider(delay=0.05)
+    p = Pool([provider] * 4)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    result = await vote(p, "q", votes=40)
+    elapsed = loop.time() - started
+    assert result.tally == {"yes": 40, "no": 0}
+    assert provider.max_active == 4
+    # ten rounds of 50 ms: about 0.5 s, never 2 s (serial); slack for a loaded 2-core box
+    assert 0.45 <= elapsed < 1.2, elapsed
+    assert stats(p) == (4, 4, 0, 0)
+
+
+async def test_cancelling_a_vote_returns_every_token() -> None:
+    provider = CountingProvider(delay=10)
+    p = Pool([provider] * 2)
+    task = asyncio.create_task(vote(p, "q", votes=5))
+    await spin()
+    assert stats(p) == (2, 0, 2, 3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert stats(p) == (2, 2, 0, 0)
+    assert provider.active == 0
+
+
+# ---------------------------------------------------------------------------
+# Validation and closing
+
+
+async def test_pool_refuses_bad_inputs() -> None:
+    with pytest.raises(LLMBadHosts, match="at least one provider"):
+        Pool([])
+    with pytest.raises(TypeError, match="not str"):
+        Pool(["http://gpu1:11434"])  # type: ignore[type-var]
+    with pytest.raises(ValueError, match="negative"):
+        Pool([CountingProvider()], acquire_timeout_ms=-1)
+    with pytest.raises(TypeError):
+        Pool([CountingProvider()], acquire_timeout_ms=1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Pool([CountingProvider()], acquire_timeout_ms=True)
+    with pytest.raises(ValueError, match="at least one token"):
+        vpool.stub_pool(size=0)
+    assert vpool.DEFAULT_ACQUIRE_TIMEOUT_MS == 300_000
+    assert Pool([CountingProvider()]).acquire_timeout_ms == 300_000
+
+
+async def test_closing_closes_each_distinct_provider_once() -> None:
+    a, b = CountingProvider(), CountingProvider()
+    async with Pool([a, a, b, a]) as p:
+        assert p.providers == (a, b)
+        assert p.size == 4
+    assert (a.closes, b.closes) == (1, 1)
+    await p.aclose()
+    assert (a.closes, b.closes) == (1, 1)
+    assert p.closed
+
+
+async def test_a_closed_pool_refuses_and_wakes_its_waiters() -> None:
+    p = Pool([CountingProvider()])
+    holder = p.provider()
+    await holder.__aenter__()
+    waiters = [asyncio.create_task(_hold(p, 0)) for _ in range(3)]
+    await spin()
+    await p.aclose()
+    for waiter in waiters:
+        with pytest.raises(RuntimeError, match="closed while this call waited"):
+            await waiter
+    with pytest.raises(RuntimeError, match="is closed"):
+        async with p.provider():
+            pass
+    with pytest.raises(RuntimeError, match="is closed"):
+        await vote(p, "q")
+    assert stats(p) == (1, 0, 1, 0)
+    await holder.__aexit__(None, None, None)  # a holder still hands its token back
+    assert stats(p) == (1, 1, 0, 0)
+
+
+async def test_a_failing_close_does_not_stop_the_others() -> None:
+    class BadClose(CountingProvider):
+        async def aclose(self) -> None:
+            await super().aclose()
+            raise OSError("close failed")
+
+    bad, good = BadClose(), CountingProvider()
+    p = Pool([bad, good])
+    with pytest.raises(OSError, match="close failed"):
+        await p.aclose()
+    assert (bad.closes, good.closes) == (1, 1)
+
+
+async def test_stub_pool_is_one_stub_held_as_size_tokens() -> None:
+    async with vpool.stub_pool(script=["Yes."], size=3) as p:
+        assert p.size == 3
+        assert len(p.providers) == 1
+        assert isinstance(p.providers[0], StubProvider)
+
+
+# ---------------------------------------------------------------------------
+# The cancellation stress test
+
+
+class ChaosProvider(ProviderBase):
+    """Holds its token for a random while, then answers, fails, or has a bug."""
+
+    def __init__(self, rng: random.Random, counts: Counter[str]) -> None:
+        self.rng = rng
+        self.counts = counts
+        self.active = 0
+
+    async def complete(self, request: Request) -> Response:
+        self.active += 1
+        try:
+            roll = self.rng.random()
+            if roll < 0.02:
+                await asyncio.sleep(0.002)  # long enough for waiters to time out
+            else:
+                for _ in range(self.rng.randrange(4)):
+                    await asyncio.sleep(0)
+            roll = self.rng.random()
+            if roll < 0.10:
+                raise LLMUnreachable("chaos", "scripted reset")
+            if roll < 0.12:
+                raise LLMApiError("chaos", 529, "overloaded")
+            if roll < 0.125:
+                raise Bug("chaos bug")
+            return answer(self.rng.choice(["Yes.", "No.", "Maybe."]))
+        except asyncio.CancelledError:
+            self.counts["cancelled in a provider"] += 1
+            raise
+        finally:
+            self.active -= 1
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamItem]:
+        yield await self.complete(request)
+
+
+async def test_stress_random_cancellations_leave_the_pool_exactly_as_it_started() -> None:
+    rng = random.Random(20261130)
+    counts: Counter[str] = Counter()
+    a, b, c = (ChaosProvider(rng, counts) for _ in range(3))
+    tokens = [a, a, a, b, b, c]
+    p = Pool(tokens, acquire_timeout_ms=3)
+
+    async def one_vote() -> None:
+        try:
+            result = await vote(p, "q", votes=rng.randint(1, 5))
+        except Bug:
+            counts["vote raised a bug"] += 1
+        else:
+            counts[f"verdict {result.verdict}"] += 1
+            counts["failed turns"] += result.failed
+
+    async def one_checkout() -> None:
+        state = "waiting"
+        try:
+            async with p.provider() as provider:
+                state = "holding"
+                await provider.complete(QUESTION)
+        except asyncio.CancelledError:
+            counts[f"checkout cancelled while {state}"] += 1
+            raise
+        except LLMTimeout:
+            counts["checkout timed out"] += 1
+        except (LLMError, Bug):
+            counts["checkout failed"] += 1
+
+    votes = 0
+    while votes < 6000:
+        batch = [asyncio.create_task(one_vote()) for _ in range(48)]
+        batch += [asyncio.create_task(one_checkout()) for _ in range(16)]
+        votes += 48
+        await spin(rng.randrange(1, 6))
+        for task in rng.sample(batch, k=rng.randrange(len(batch) // 2)):
+            task.cancel()
+        await spin(rng.randrange(3))
+        for task in rng.sample(batch, k=rng.randrange(len(batch) // 4)):
+            task.cancel()
+        for outcome in await asyncio.gather(*batch, return_exceptions=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                counts["task cancelled"] += 1
+            else:
+                assert outcome is None, repr(outcome)
+        assert stats(p) == (6, 6, 0, 0), counts
+
+    # Every kind of event the test means to provoke happened.
+    for kind in (
+        "checkout cancelled while waiting",
+        "checkout cancelled while holding",
+        "cancelled in a provider",
+        "checkout timed out",
+        "vote raised a bug",
+        "verdict yes",
+        "verdict no",
+        "verdict abstain",
+        "failed turns",
+    ):
+        assert counts[kind] > 0, (kind, counts)
+
+    # The pool is exactly as it started: every token, and the same multiset.
+    assert p.outstanding == 0
+    assert a.active == b.active == c.active == 0
+    async with AsyncExitStack() as stack:
+        held = [await stack.enter_async_context(p.provider()) for _ in range(p.size)]
+        assert Counter(map(id, held)) == Counter(map(id, tokens))
+        assert stats(p) == (6, 0, 6, 0)
+    assert stats(p) == (6, 6, 0, 0)
+
+
+# ---------------------------------------------------------------------------
+# Hosts
+
+
+@pytest.fixture
+def no_host_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("VAELII_OLLAMA_HOSTS", "VAELII_OLLAMA_HOST", "OLLAMA_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", []),
+        ("   ", []),
+        ("gpu1", [Host("http://gpu1:11434", 2)]),
+        ("gpu1:8080*4", [Host("http://gpu1:8080", 4)]),
+        (
+            "a, b*3 ,https://c",
+            [Host("http://a:11434", 2), Host("http://b:11434", 3), Host("https://c:443", 2)],
+        ),
+        ("a * 1", [Host("http://a:11434", 1)]),
+        ("[::1]:9000*1", [Host("http://[::1]:9000", 1)]),
+        ("::1*3", [Host("http://[::1]:11434", 3)]),
+        ("http://proxy/ollama/*2", [Host("http://proxy:80/ollama", 2)]),
+        ("a,a", [Host("http://a:11434", 2), Host("http://a:11434", 2)]),
+    ],
+)
+def test_hosts_table(no_host_env: pytest.MonkeyPatch, value: str, expected: list[Host]) -> None:
+    no_host_env.setenv("VAELII_OLLAMA_HOSTS", value)
+    assert hosts() == expected
+    assert hosts(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "a,,b",
+        "a,",
+        ",a",
+        "a*0",
+        "a*-1",
+        "a*x",
+        "a*",
+        "*3",
+        "a*1.5",
+        "a*2*3",
+        "ftp://x",
+        "a*٣",
+        "http://:80",
+    ],
+)
+def test_malformed_hosts_are_refused(no_host_env: pytest.MonkeyPatch, value: str) -> None:
+    no_host_env.setenv("VAELII_OLLAMA_HOSTS", value)
+    with pytest.raises(LLMBadHosts) as caught:
+        hosts()
+    assert caught.value.type == "llm-bad-hosts"
+    assert caught.value.entry is not None
+
+
+def test_unset_hosts_is_the_one_configured_host(no_host_env: pytest.MonkeyPatch) -> None:
+    assert hosts() == [Host("http://localhost:11434", 2)]
+    no_host_env.setenv("OLLAMA_HOST", "0.0.0.0")  # a bind address is ignored
+    assert hosts() == [Host("http://localhost:11434", 2)]
+    no_host_env.setenv("VAELII_OLLAMA_HOST", "gpu9:7000")
+    assert hosts() == [Host("http://gpu9:7000", 2)]
+    assert hosts("gpu2*1") == [Host("http://gpu2:11434", 1)]  # explicit beats the env
+
+
+# ---------------------------------------------------------------------------
+# pool_from_config (the Ollama backend stood in for by a fake module)
+
+
+@pytest.fixture
+def fake_ollama(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, Any], CountingProvider]]:
+    built: list[tuple[dict[str, Any], CountingProvider]] = []
+
+    def provider(**opts: Any) -> CountingProvider:
+        if opts["host"].startswith("http://broken"):
+            raise ValueError("cannot build")
+        made = CountingProvider()
+        built.append((opts, made))
+        return made
+
+    module = types.ModuleType("vaelii_llm.providers.ollama")
+    module.provider = provider  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vaelii_llm.providers.ollama", module)
+    return built
+
+
+async def test_pool_from_config_builds_one_provider_per_host(
+    no_host_env: pytest.MonkeyPatch, fake_ollama: list[tuple[dict[str, Any], CountingProvider]]
+) -> None:
+    no_host_env.setenv("VAELII_OLLAMA_HOSTS", "gpu1:8080*3,gpu2")
+    async with await vpool.pool_from_config(model="m1", acquire_timeout_ms=50) as p:
+        assert p.size == 5
+        assert p.acquire_timeout_ms == 50
+        assert [opts for opts, _ in fake_ollama] == [
+            {"host": "http://gpu1:8080", "model": "m1"},
+            {"host": "http://gpu2:11434", "model": "m1"},
+        ]
+        assert p.providers == tuple(made for _, made in fake_ollama)
+        assert (await vote(p, "q")).verdict == "yes"
+    assert [made.closes for _, made in fake_ollama] == [1, 1]
+
+
+async def test_pool_from_config_refuses_blank_and_cleans_up_a_failed_build(
+    no_host_env: pytest.MonkeyPatch, fake_ollama: list[tuple[dict[str, Any], CountingProvider]]
+) -> None:
+    with pytest.raises(LLMBadHosts, match="blank"):
+        await vpool.pool_from_config("")
+    assert fake_ollama == []
+    with pytest.raises(ValueError, match="cannot build"):
+        await vpool.pool_from_config("gpu1,broken")
+    closed = [(opts, made.closes) for opts, made in fake_ollama]
+    assert closed == [({"host": "http://gpu1:11434"}, 1)]
+
+
+async def test_pool_from_config_with_the_real_backend(no_host_env: pytest.MonkeyPatch) -> None:
+    pytest.importorskip(
+        "vaelii_llm.providers.ollama", reason="the Ollama backend has not landed yet"
+    )
+    # Builds and closes providers only: nothing is sent, so no host is needed.
+    async with await vpool.pool_from_config("127.0.0.1:9*2,[::1]:9") as p:
+        assert p.size == 4
+        assert len(p.providers) == 2
