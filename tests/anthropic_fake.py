@@ -1,0 +1,286 @@
+"""A fake Messages API on loopback, and generated SSE transcripts for it.
+
+Transcripts follow the API's streaming documentation: ``message_start`` with
+empty content, then per block ``content_block_start``, its deltas and
+``content_block_stop``, ``ping`` events anywhere after the start, one
+``message_delta`` with the stop reason and cumulative usage, and
+``message_stop``. Each transcript also carries the message the non-streamed
+API would return for the same turn, so a test can check that a reassembled
+block's ``raw`` equals it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+Event = tuple[str, dict[str, Any]]
+
+
+@dataclass
+class Transcript:
+    events: list[Event]
+    message: dict[str, Any]  # what the non-streamed API returns
+    error: bool = False  # ends with an error event instead of message_stop
+
+    def sse(self) -> bytes:
+        return b"".join(frame(name, data) for name, data in self.events)
+
+
+def frame(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _split(rng: random.Random, text: str, most: int) -> list[str]:
+    """``text`` in 1..most pieces at random cut points (empty pieces allowed)."""
+    if not text:
+        return [""]
+    cuts = sorted(rng.randint(0, len(text)) for _ in range(rng.randint(0, most - 1)))
+    points = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(points)]
+
+
+def _words(rng: random.Random, n: int) -> str:
+    alphabet = string.ascii_letters + '  ,.é—\n"\\/{}ü😀'
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def _json_value(rng: random.Random, depth: int = 0) -> Any:
+    pick = rng.randint(0, 6 if depth < 3 else 3)
+    if pick == 0:
+        return rng.randint(-(10**6), 10**6)
+    if pick == 1:
+        return _words(rng, rng.randint(0, 30))
+    if pick == 2:
+        return rng.choice([True, False, None])
+    if pick == 3:
+        return rng.random() * 100
+    if pick in (4, 5):
+        return {
+            f"k{i}_{_words(rng, 3)}": _json_value(rng, depth + 1) for i in range(rng.randint(0, 4))
+        }
+    return [_json_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+
+
+def _ping(rng: random.Random, events: list[Event]) -> None:
+    if rng.random() < 0.3:
+        events.append(("ping", {"type": "ping"}))
+
+
+def _block(rng: random.Random, index: int, kind: str, events: list[Event]) -> dict[str, Any]:
+    """Append one block's events; return the block as the non-streamed API has it."""
+
+    def start(block: dict[str, Any]) -> None:
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": block},
+            )
+        )
+        _ping(rng, events)
+
+    def delta(d: dict[str, Any]) -> None:
+        events.append(
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+        )
+        _ping(rng, events)
+
+    if kind == "text":
+        text = _words(rng, rng.randint(0, 400))
+        cited = rng.random() < 0.25
+        start({"type": "text", "text": "", **({"citations": []} if cited else {})})
+        final: dict[str, Any] = {"type": "text", "text": text}
+        citations = []
+        for piece in _split(rng, text, 12):
+            delta({"type": "text_delta", "text": piece})
+            if cited and rng.random() < 0.3:
+                citation = {
+                    "type": "char_location",
+                    "cited_text": _words(rng, 20),
+                    "document_index": 0,
+                    "document_title": "Doc",
+                    "start_char_index": 0,
+                    "end_char_index": 20,
+                }
+                citations.append(citation)
+                delta({"type": "citations_delta", "citation": citation})
+        if cited:
+            final["citations"] = citations
+    elif kind == "thinking":
+        thinking = _words(rng, rng.randint(0, 300))
+        signature = "".join(
+            rng.choice(string.ascii_letters + string.digits + "+/=") for _ in range(120)
+        )
+        start({"type": "thinking", "thinking": "", "signature": ""})
+        for piece in _split(rng, thinking, 8):
+            delta({"type": "thinking_delta", "thinking": piece})
+        delta({"type": "signature_delta", "signature": signature})
+        final = {"type": "thinking", "thinking": thinking, "signature": signature}
+    elif kind == "redacted_thinking":
+        final = {"type": "redacted_thinking", "data": _words(rng, 60)}
+        start(dict(final))
+    elif kind == "tool_use":
+        tool_input = {f"arg{i}": _json_value(rng) for i in range(rng.randint(0, 5))}
+        tool_id = "toolu_" + "".join(rng.choice(string.ascii_letters) for _ in range(20))
+        start({"type": "tool_use", "id": tool_id, "name": "kb_query", "input": {}})
+        text = json.dumps(tool_input, ensure_ascii=rng.random() < 0.5) if tool_input else ""
+        delta({"type": "input_json_delta", "partial_json": ""})
+        for piece in _split(rng, text, 25):
+            delta({"type": "input_json_delta", "partial_json": piece})
+        final = {"type": "tool_use", "id": tool_id, "name": "kb_query", "input": tool_input}
+    else:  # a vendor type nobody models, with a delta type nobody knows
+        final = {"type": "mystery_block", "payload": {"n": rng.randint(0, 9)}}
+        start(dict(final))
+        delta({"type": "mystery_delta", "anything": 1})
+    events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    _ping(rng, events)
+    return final
+
+
+def generate(
+    rng: random.Random,
+    *,
+    kinds: list[str] | None = None,
+    stop_reason: str | None = None,
+    error: bool = False,
+    unknown: bool = True,
+) -> Transcript:
+    """One transcript: random blocks (or ``kinds``), pings, stop reason and usage."""
+    choices = ["text", "thinking", "tool_use", "redacted_thinking"]
+    if unknown:
+        choices.append("mystery_block")
+    if kinds is None:
+        kinds = [rng.choice(choices) for _ in range(rng.randint(0, 5))]
+    msg_id = "msg_" + "".join(rng.choice(string.ascii_letters) for _ in range(24))
+    start_usage = {
+        "input_tokens": rng.randint(1, 5000),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": rng.randint(0, 100),
+        "output_tokens": 1,
+    }
+    events: list[Event] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude-opus-5-5",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": start_usage,
+                },
+            },
+        )
+    ]
+    _ping(rng, events)
+    blocks = [_block(rng, i, kind, events) for i, kind in enumerate(kinds)]
+    if stop_reason is None:
+        stop_reason = rng.choice(["end_turn", "tool_use", "max_tokens", "refusal", "stop_sequence"])
+    stop_sequence = "STOP" if stop_reason == "stop_sequence" else None
+    stop_details = (
+        {"type": "refusal", "category": "cyber", "explanation": "declined"}
+        if stop_reason == "refusal"
+        else None
+    )
+    end_usage: dict[str, Any] = {"output_tokens": rng.randint(1, 5000)}
+    if rng.random() < 0.5:
+        end_usage["input_tokens"] = start_usage["input_tokens"]
+        end_usage["cache_read_input_tokens"] = rng.randint(0, 100)
+    usage = {**start_usage, **end_usage}
+    if error:
+        events.append(
+            (
+                "error",
+                {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            )
+        )
+    else:
+        delta_body: dict[str, Any] = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+        if stop_details is not None:
+            delta_body["stop_details"] = stop_details
+        events.append(
+            ("message_delta", {"type": "message_delta", "delta": delta_body, "usage": end_usage})
+        )
+        events.append(("message_stop", {"type": "message_stop"}))
+    message = {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-5-5",
+        "content": blocks,
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": usage,
+    }
+    if stop_details is not None:
+        message["stop_details"] = stop_details
+    return Transcript(events, message, error)
+
+
+@dataclass
+class Seen:
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeMessagesAPI:
+    """``POST /v1/messages`` answering ``transcript`` (SSE when the body asks to
+    stream, the JSON message otherwise), or ``status`` with an error body.
+    SSE bytes are written in pieces cut at random points, so frames and even
+    UTF-8 sequences straddle writes."""
+
+    transcript: Transcript | None = None
+    status: int = 200
+    seed: int = 0
+    chunk_most: int = 200
+    seen: list[Seen] = field(default_factory=list)
+    payload: bytes | None = None  # a whole SSE body to send instead of the transcript's
+    stalled: bool = False  # write the head, then nothing (for cancellation tests)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/messages", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.seen.append(Seen(dict(request.headers), body))
+        if self.status != 200:
+            kind = "overloaded_error" if self.status == 529 else "rate_limit_error"
+            return web.json_response(
+                {"type": "error", "error": {"type": kind, "message": "busy"}}, status=self.status
+            )
+        assert self.transcript is not None or self.payload is not None
+        if not body.get("stream"):
+            assert self.transcript is not None
+            return web.json_response(self.transcript.message)
+        resp = web.StreamResponse(
+            headers={
+                "content-type": "text/event-stream; charset=utf-8",
+                "cache-control": "no-cache",
+            }
+        )
+        await resp.prepare(request)
+        data = self.payload if self.payload is not None else self.transcript.sse()  # type: ignore[union-attr]
+        rng = random.Random(self.seed + len(self.seen))
+        pos = 0
+        while pos < len(data):
+            step = rng.randint(1, self.chunk_most)
+            await resp.write(data[pos : pos + step])
+            pos += step
+        if self.stalled:
+            await asyncio.sleep(3600)
+        await resp.write_eof()
+        return resp

@@ -1,0 +1,610 @@
+"""The Messages API backend: encoder, decoder, SSE reassembly, and turns against a loopback fake."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import shutil
+import stat
+from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp.test_utils import TestServer
+from anthropic_fake import FakeMessagesAPI, Transcript, frame, generate
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vaelii_llm import providers
+from vaelii_llm.errors import (
+    LLMApiError,
+    LLMBadResponse,
+    LLMEncode,
+    LLMError,
+    LLMNoCredential,
+)
+from vaelii_llm.protocol import (
+    Block,
+    Message,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    Request,
+    Response,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSchema,
+    ToolUseBlock,
+)
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers.anthropic import (
+    FALLBACK_BETA,
+    NEVER_SENT,
+    AnthropicProvider,
+    StreamAssembler,
+    build_body,
+    decode_response,
+    encode_block,
+)
+from vaelii_llm.providers.credentials import OAUTH_BETA, Credential
+from vaelii_llm.wire.sse import SSEDecoder
+
+SECRET = "sk-ant-test-SECRET-9876543210"
+SLEEP = shutil.which("sleep") or "/bin/sleep"
+
+
+def req(**kw: Any) -> Request:
+    kw.setdefault("messages", [Message(role="user", content="hi")])
+    return Request(**kw)
+
+
+@pytest.fixture(autouse=True)
+def bin_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No credential in the environment and no real ant CLI on PATH."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    path = tmp_path / "bin"
+    path.mkdir()
+    monkeypatch.setenv("PATH", str(path))
+    return path
+
+
+def fake_ant(bin_dir: Path, script: str) -> None:
+    path = bin_dir / "ant"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@contextlib.asynccontextmanager
+async def serving(api: FakeMessagesAPI) -> AsyncIterator[str]:
+    server = TestServer(api.app(), host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
+async def drain(items: AsyncGenerator[Any, None], into: list[Any] | None = None) -> None:
+    async with contextlib.aclosing(items):
+        async for item in items:
+            if into is not None:
+                into.append(item)
+
+
+# ---------------------------------------------------------------------------
+# the request encoder
+
+
+def test_body_defaults_and_never_sent() -> None:
+    body = build_body(req(temperature=0.7, system="be brief", stop_sequences=["END"]))
+    assert not NEVER_SENT & body.keys()
+    assert {"temperature", "top_p", "top_k", "tool_choice"} == NEVER_SENT
+    assert body["thinking"] == {"type": "adaptive"}
+    assert body["output_config"] == {"effort": "medium"}
+    assert body["fallbacks"] == "default"
+    assert body["model"] == "claude-opus-5-5"
+    assert body["system"] == "be brief"
+    assert body["stop_sequences"] == ["END"]
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+    assert "stream" not in body
+    assert anthropic.betas(req()) == (FALLBACK_BETA,)
+
+
+def test_body_overrides() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    tool = ToolSchema(name="kb_x", description="d", input_schema={"type": "object"}, strict=True)
+    body = build_body(
+        req(
+            effort="max",
+            thinking_display="summarized",
+            format=schema,
+            fallbacks=None,
+            model="claude-x",
+            tools=[tool],
+            max_tokens=77,
+        ),
+        stream=True,
+    )
+    assert body["thinking"] == {"type": "adaptive", "display": "summarized"}
+    assert body["output_config"] == {
+        "effort": "max",
+        "format": {"type": "json_schema", "schema": schema},
+    }
+    assert "fallbacks" not in body
+    assert anthropic.betas(req(fallbacks=None)) == ()
+    assert body["model"] == "claude-x"
+    assert body["max_tokens"] == 77
+    assert body["stream"] is True
+    assert body["tools"] == [
+        {"name": "kb_x", "description": "d", "input_schema": {"type": "object"}, "strict": True}
+    ]
+    assert build_body(req(fallbacks=["claude-y"]))["fallbacks"] == ["claude-y"]
+    assert build_body(req(), effort="high")["output_config"]["effort"] == "high"
+
+
+def test_oauth_credential_adds_its_beta_first() -> None:
+    cred = Credential(SECRET, "bearer")
+    assert anthropic.betas(req(), cred) == (OAUTH_BETA, FALLBACK_BETA)
+    assert anthropic.betas(req(fallbacks=None), cred) == (OAUTH_BETA,)
+
+
+def test_built_blocks_encode() -> None:
+    assert encode_block(TextBlock(text="t")) == {"type": "text", "text": "t"}
+    assert encode_block(ThinkingBlock(thinking="r", signature="s")) == {
+        "type": "thinking",
+        "thinking": "r",
+        "signature": "s",
+    }
+    assert encode_block(RedactedThinkingBlock(data="x")) == {
+        "type": "redacted_thinking",
+        "data": "x",
+    }
+    assert encode_block(ToolUseBlock(id="1", name="n", input={"a": 1})) == {
+        "type": "tool_use",
+        "id": "1",
+        "name": "n",
+        "input": {"a": 1},
+    }
+    assert encode_block(ToolResultBlock(tool_use_id="1", content="ok", is_error=True)) == {
+        "type": "tool_result",
+        "tool_use_id": "1",
+        "content": "ok",
+        "is_error": True,
+    }
+
+
+def test_raw_is_sent_back_unchanged() -> None:
+    raw = {"type": "thinking", "thinking": "edited?", "signature": "sig", "extra": [1]}
+    block = ThinkingBlock(thinking="something else", signature="other", raw=raw)
+    assert encode_block(block) is raw
+    opaque = OpaqueBlock(type="server_tool_use", raw={"type": "server_tool_use", "id": "s"})
+    body = build_body(req(messages=[Message(role="assistant", content=[block, opaque])]))
+    assert body["messages"][0]["content"] == [raw, opaque.raw]
+
+
+def test_block_with_no_wire_shape_is_refused() -> None:
+    with pytest.raises(LLMEncode) as info:
+        build_body(
+            req(messages=[Message(role="user", content=[OpaqueBlock(type="video", raw={})])])
+        )
+    assert info.value.block_type == "video"
+
+    class Foreign:
+        type = "hologram"
+
+    with pytest.raises(LLMEncode):
+        encode_block(Foreign())  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------
+# the response decoder
+
+
+def test_decode_keeps_raw_and_maps_types() -> None:
+    t = generate(
+        random.Random(1),
+        kinds=["thinking", "text", "tool_use", "redacted_thinking", "mystery_block"],
+        stop_reason="tool_use",
+    )
+    resp = decode_response(msgspec.json.encode(t.message))
+    kinds = [type(b) for b in resp.content]
+    assert kinds == [ThinkingBlock, TextBlock, ToolUseBlock, RedactedThinkingBlock, OpaqueBlock]
+    assert [b.raw for b in resp.content] == t.message["content"]
+    opaque = resp.content[4]
+    assert isinstance(opaque, OpaqueBlock)
+    assert opaque.type == "mystery_block"
+    assert resp.stop_reason == "tool_use"
+    assert resp.usage.input_tokens == t.message["usage"]["input_tokens"]
+    # echoing the turn back sends every block exactly as received
+    echoed = build_body(req(messages=[Message(role="assistant", content=resp.content)]))
+    assert echoed["messages"][0]["content"] == t.message["content"]
+
+
+def test_refusal_fabricates_nothing() -> None:
+    body: dict[str, Any] = {
+        "id": "m",
+        "type": "message",
+        "role": "assistant",
+        "model": "x",
+        "content": [],
+        "stop_reason": "refusal",
+        "stop_sequence": None,
+        "stop_details": {"type": "refusal", "category": None, "explanation": None},
+        "usage": {"input_tokens": 3, "output_tokens": 0},
+    }
+    resp = decode_response(msgspec.json.encode(body))
+    assert resp.content == []
+    assert resp.stop_reason == "refusal"
+    assert resp.stop_details == body["stop_details"]
+
+
+def test_error_in_200_and_junk() -> None:
+    with pytest.raises(LLMApiError) as info:
+        decode_response(b'{"type":"error","error":{"type":"overloaded_error","message":"x"}}')
+    assert info.value.status == 200
+    assert "overloaded_error" in info.value.body
+    for junk in (
+        b"<html>",
+        b'{"type":"message"}',
+        b"[" * 5000,
+        b'{"type":"message","content":[{"type":"text"}]}',
+    ):
+        with pytest.raises(LLMBadResponse):
+            decode_response(junk)
+
+
+# ---------------------------------------------------------------------------
+# the SSE reassembler (sans-IO)
+
+
+def assemble(t: Transcript, rng: random.Random | None = None) -> tuple[list[Block], Response]:
+    data = t.sse()
+    frames = SSEDecoder("test")
+    asm = StreamAssembler("test")
+    blocks: list[Block] = []
+    pos = 0
+    while pos < len(data):
+        step = rng.randint(1, 64) if rng else len(data)
+        for ev in frames.feed(data[pos : pos + step]):
+            blocks.extend(asm.feed(ev.event, ev.data))
+        pos += step
+    frames.feed(b"")
+    return blocks, asm.result()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_reassembled_raw_equals_non_streamed(seed: int) -> None:
+    rng = random.Random(seed)
+    t = generate(rng)
+    blocks, resp = assemble(t, rng)
+    assert blocks == resp.content
+    assert [b.raw for b in resp.content] == t.message["content"]
+    assert resp == decode_response(msgspec.json.encode(t.message))
+
+
+def test_thinking_signature_and_tool_input() -> None:
+    t = generate(random.Random(7), kinds=["thinking", "tool_use"], stop_reason="tool_use")
+    pieces = [e for e in t.events if e[1].get("delta", {}).get("type") == "input_json_delta"]
+    assert len(pieces) >= 2
+    _, resp = assemble(t)
+    thinking, tool = resp.content
+    assert isinstance(thinking, ThinkingBlock)
+    assert thinking.signature == t.message["content"][0]["signature"]
+    assert isinstance(tool, ToolUseBlock)
+    assert tool.input == t.message["content"][1]["input"]
+
+
+def test_error_event_is_api_error() -> None:
+    t = generate(random.Random(3), kinds=["text"], error=True)
+    with pytest.raises(LLMApiError) as info:
+        assemble(t)
+    assert "overloaded_error" in info.value.body
+
+
+def test_stream_without_message_stop_is_bad_response() -> None:
+    t = generate(random.Random(4), kinds=["text"])
+    t.events.pop()  # message_stop
+    with pytest.raises(LLMBadResponse, match="message_stop"):
+        assemble(t)
+
+
+def test_protocol_violations() -> None:
+    asm = StreamAssembler("test")
+    with pytest.raises(LLMBadResponse):
+        asm.feed("content_block_start", '{"index":0,"content_block":{"type":"text","text":""}}')
+    asm = StreamAssembler("test")
+    asm.feed("message_start", '{"type":"message_start","message":{"id":"m"}}')
+    assert asm.feed("ping", '{"type":"ping"}') == []
+    assert asm.feed("brand_new_event", "{}") == []
+    with pytest.raises(LLMBadResponse):
+        asm.feed("content_block_delta", '{"index":5,"delta":{"type":"text_delta","text":"x"}}')
+    asm.feed(
+        "content_block_start",
+        '{"index":0,"content_block":{"type":"tool_use","id":"t","name":"n","input":{}}}',
+    )
+    asm.feed(
+        "content_block_delta",
+        '{"index":0,"delta":{"type":"input_json_delta","partial_json":"{\\"a\\": tru"}}',
+    )
+    with pytest.raises(LLMBadResponse, match="not JSON"):
+        asm.feed("content_block_stop", '{"index":0}')
+    with pytest.raises(LLMBadResponse):
+        StreamAssembler("t").feed("message_start", "{not json")
+
+
+def test_open_block_closed_at_message_stop() -> None:
+    asm = StreamAssembler("test")
+    asm.feed("message_start", '{"message":{"id":"m"}}')
+    asm.feed("content_block_start", '{"index":0,"content_block":{"type":"text","text":""}}')
+    asm.feed("content_block_delta", '{"index":0,"delta":{"type":"text_delta","text":"part"}}')
+    asm.feed("message_delta", '{"delta":{"stop_reason":"refusal"},"usage":{"output_tokens":2}}')
+    closed = asm.feed("message_stop", "{}")
+    assert closed == [TextBlock(text="part", raw={"type": "text", "text": "part"})]
+    result = asm.result()
+    assert result.stop_reason == "refusal"
+    assert result.content == closed
+    assert result.usage.output_tokens == 2
+
+
+# ---------------------------------------------------------------------------
+# turns against a loopback fake
+
+
+async def test_complete_and_stream_agree_and_headers() -> None:
+    t = generate(
+        random.Random(11),
+        kinds=["thinking", "text", "tool_use", "mystery_block"],
+        stop_reason="tool_use",
+    )
+    api = FakeMessagesAPI(transcript=t)
+    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+        done = await p.complete(req(temperature=0.2))
+        items = [item async for item in p.stream(req())]
+    assert isinstance(items[-1], Response)
+    assert items[-1] == done
+    assert items[:-1] == done.content
+    assert [b.raw for b in done.content] == t.message["content"]
+    for seen in api.seen:
+        assert seen.headers["x-api-key"] == SECRET
+        assert seen.headers["anthropic-version"] == anthropic.API_VERSION
+        assert seen.headers["anthropic-beta"] == FALLBACK_BETA
+        assert "Authorization" not in seen.headers
+        assert not NEVER_SENT & seen.body.keys()
+        assert seen.body["thinking"] == {"type": "adaptive"}
+        assert seen.body["output_config"]["effort"] == "medium"
+        assert seen.body["fallbacks"] == "default"
+    assert api.seen[1].body["stream"] is True
+
+
+async def test_dropped_fallbacks_and_bearer() -> None:
+    api = FakeMessagesAPI(transcript=generate(random.Random(12), kinds=["text"]))
+    cred = Credential(SECRET, "bearer")
+    async with serving(api) as url, AnthropicProvider(credential=cred, base_url=url) as p:
+        await p.complete(req(fallbacks=None))
+        await p.complete(req())
+    first, second = api.seen
+    assert first.headers["Authorization"] == f"Bearer {SECRET}"
+    assert "x-api-key" not in first.headers
+    assert first.headers["anthropic-beta"] == OAUTH_BETA
+    assert "fallbacks" not in first.body
+    assert second.headers["anthropic-beta"] == f"{OAUTH_BETA},{FALLBACK_BETA}"
+
+
+@pytest.mark.parametrize("status", [429, 529])
+async def test_busy_status_is_api_error(status: int) -> None:
+    api = FakeMessagesAPI(status=status)
+    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+        with pytest.raises(LLMApiError) as info:
+            await p.complete(req())
+        assert info.value.status == status
+        with pytest.raises(LLMApiError) as info:
+            await drain(p.stream(req()))
+        assert info.value.status == status
+    assert len(api.seen) == 2  # no retry
+
+
+async def test_error_event_and_truncation_over_the_wire() -> None:
+    rng = random.Random(13)
+    api = FakeMessagesAPI(transcript=generate(rng, kinds=["text", "text"], error=True))
+    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+        got: list[Any] = []
+        with pytest.raises(LLMApiError) as info:
+            await drain(p.stream(req()), got)
+        assert info.value.status == 200
+        assert len(got) == 2  # the blocks before the error arrived whole
+        cut = generate(rng, kinds=["text"])
+        api.transcript = None
+        api.payload = cut.sse()[: -len(frame("message_stop", {"type": "message_stop"})) - 3]
+        with pytest.raises(LLMBadResponse, match="message_stop"):
+            async for _ in p.stream(req()):
+                pass
+
+
+async def test_refusal_over_the_wire() -> None:
+    t = generate(random.Random(14), kinds=[], stop_reason="refusal")
+    api = FakeMessagesAPI(transcript=t)
+    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+        items = [i async for i in p.stream(req())]
+        done = await p.complete(req())
+    assert items == [done]
+    assert done.content == []
+    assert done.stop_reason == "refusal"
+    assert done.stop_details == t.message["stop_details"]
+
+
+async def test_breaking_out_releases_the_response() -> None:
+    t = generate(random.Random(15), kinds=["text", "text", "text"])
+    head = b"".join(frame(n, d) for n, d in t.events[:6])  # start, first block, and a little
+    api = FakeMessagesAPI(payload=head, stalled=True)
+    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        async with contextlib.aclosing(p.stream(req(timeout_ms=30_000))) as items:
+            async for item in items:
+                assert isinstance(item, TextBlock)
+                break
+        assert loop.time() - started < 2
+        session = p._session
+        assert session is not None
+        assert not session.connector._acquired  # type: ignore[union-attr]
+        # the next turn gets a connection as usual
+        api.payload, api.stalled, api.transcript = None, False, t
+        assert (await p.complete(req())).content
+
+
+async def test_server_holding_the_stream_open_after_message_stop() -> None:
+    t = generate(random.Random(19), kinds=["text"])
+    api = FakeMessagesAPI(transcript=t, stalled=True)
+    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        items = [i async for i in p.stream(req(timeout_ms=30_000))]
+        assert loop.time() - started < 2
+        assert isinstance(items[-1], Response)
+        assert [b.raw for b in items[-1].content] == t.message["content"]
+
+
+async def test_connection_reused_after_a_whole_stream() -> None:
+    api = FakeMessagesAPI(transcript=generate(random.Random(16), kinds=["text"]))
+    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+        for _ in range(3):
+            async for _ in p.stream(req()):
+                pass
+        session = p._session
+        assert session is not None
+        assert not session.connector._acquired  # type: ignore[union-attr]
+        pooled = session.connector._conns.values()  # type: ignore[union-attr]
+        assert sum(len(v) for v in pooled) == 1
+
+
+async def test_credential_never_logged_or_shown(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    api = FakeMessagesAPI(transcript=generate(random.Random(17), kinds=["text"]))
+    async with serving(api) as url:
+        p = AnthropicProvider(credential=SECRET, base_url=url)
+        async with p:
+            await p.complete(req())
+            assert SECRET not in repr(p)
+            assert SECRET not in str(p)
+        api.status = 529
+        async with AnthropicProvider(credential=SECRET, base_url=url) as p2:
+            with pytest.raises(LLMApiError) as info:
+                await p2.complete(req())
+            assert SECRET not in str(info.value)
+    for record in caplog.records:
+        assert SECRET not in record.getMessage() + (record.exc_text or "")
+
+
+async def test_first_turn_resolves_through_ant_once(bin_dir: Path, tmp_path: Path) -> None:
+    count = tmp_path / "count"
+    fake_ant(bin_dir, f'echo run >> {count}\nprintf "{SECRET}\\n"\n')
+    api = FakeMessagesAPI(transcript=generate(random.Random(18), kinds=["text"]))
+    async with serving(api) as url, AnthropicProvider(base_url=url) as p:
+        await asyncio.gather(*(p.complete(req()) for _ in range(5)))
+        await p.complete(req())
+    assert count.read_text().count("run") == 1
+    for seen in api.seen:
+        assert seen.headers["Authorization"] == f"Bearer {SECRET}"
+        assert seen.headers["anthropic-beta"] == f"{OAUTH_BETA},{FALLBACK_BETA}"
+
+
+async def test_no_credential_anywhere_fails_the_turn() -> None:
+    async with AnthropicProvider(base_url="http://127.0.0.1:9") as p:
+        with pytest.raises(LLMNoCredential):
+            await p.complete(req())
+
+
+async def test_cancelled_turn_kills_hung_ant(bin_dir: Path, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    fake_ant(bin_dir, f"echo $$ > {pid_file}\nexec {SLEEP} 30\n")
+    async with AnthropicProvider(base_url="http://127.0.0.1:9") as p:
+        task = asyncio.create_task(p.complete(req()))
+        for _ in range(300):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            await asyncio.sleep(0.01)
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)  # running
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+async def test_selection_wiring() -> None:
+    assert await providers.available("anthropic") is False
+    assert await providers.available("anthropic", credential=SECRET) is True
+    built = await providers.provider("anthropic", credential=SECRET, base_url="http://127.0.0.1:9")
+    async with built:
+        assert isinstance(built, AnthropicProvider)
+        assert SECRET not in repr(built)
+    fallback = await providers.provider("anthropic")
+    assert not isinstance(fallback, AnthropicProvider)
+    assert frozenset({"credential"}) == anthropic.PROBE_OPTS
+
+
+def test_constructor_does_no_io_and_reads_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://example.invalid:1/")
+    p = anthropic.provider(credential=SECRET)
+    assert p.endpoint.label == "the Messages API at http://example.invalid:1"
+    assert p.model == "claude-opus-5-5"
+    assert p._session is None
+
+
+async def test_bad_explicit_credential_refused_at_construction() -> None:
+    from vaelii_llm.errors import LLMBadCredential
+
+    with pytest.raises(LLMBadCredential) as info:
+        anthropic.provider(credential="abc\ndef")
+    assert "abc" not in str(info.value)
+    assert await anthropic.available(credential="abc\ndef") is False
+
+
+EVENT_NAMES = [
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "ping",
+    "error",
+    "other",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_only_typed_errors_escape_the_assembler(data: st.DataObject) -> None:
+    """Mutated transcripts and junk: the assembler answers or raises an LLMError, nothing else."""
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    events = [(n, msgspec.json.encode(d).decode()) for n, d in generate(rng).events]
+    for _ in range(data.draw(st.integers(0, 4))):
+        i = data.draw(st.integers(0, len(events) - 1))
+        name, text = events[i]
+        choice = data.draw(st.integers(0, 3))
+        if choice == 0:
+            events[i] = (data.draw(st.sampled_from(EVENT_NAMES)), text)
+        elif choice == 1:
+            events[i] = (name, text[: data.draw(st.integers(0, len(text)))])
+        elif choice == 2:
+            events[i] = (name, data.draw(st.text(max_size=40)))
+        else:
+            del events[i]
+            if not events:
+                break
+    asm = StreamAssembler("fuzz")
+    try:
+        for name, text in events:
+            asm.feed(name, text)
+        asm.result()
+    except LLMError:
+        pass

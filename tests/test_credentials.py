@@ -1,0 +1,198 @@
+"""Credential resolution: environment order, trimming, the ant CLI and its child process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
+from vaelii_llm.providers import credentials
+from vaelii_llm.providers.credentials import Credential
+
+SECRET = "sk-ant-test-SECRET-0123456789"
+SLEEP = shutil.which("sleep") or "/bin/sleep"  # PATH holds only the fake ant in these tests
+
+
+@pytest.fixture(autouse=True)
+def bin_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No real credential and no real ant CLI: PATH holds only an empty bin dir."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir
+
+
+def fake_ant(bin_dir: Path, script: str) -> Path:
+    path = bin_dir / "ant"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def gone(pid: int) -> bool:
+    """True when no process, not even an unreaped zombie, has ``pid``."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
+async def test_api_key_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "other")
+    cred = await credentials.resolve()
+    assert cred.kind == "api-key"
+    assert cred.headers() == {"x-api-key": SECRET}
+    assert cred.betas == ()
+    assert cred.source == "ANTHROPIC_API_KEY"
+
+
+async def test_auth_token_is_bearer_with_oauth_beta(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", SECRET)
+    cred = await credentials.resolve()
+    assert cred.headers() == {"Authorization": f"Bearer {SECRET}"}
+    assert cred.betas == (credentials.OAUTH_BETA,)
+    assert credentials.OAUTH_BETA == "oauth-2025-04-20"
+
+
+async def test_explicit_beats_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-env")
+    cred = await credentials.resolve(SECRET)
+    assert cred.value == SECRET
+    assert cred.source == "explicit"
+    bearer = await credentials.resolve(Credential(SECRET, "bearer"))
+    assert bearer.kind == "bearer"
+
+
+async def test_crlf_env_value_is_trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET + "\r\n")
+    cred = await credentials.resolve()
+    assert cred.value == SECRET
+    assert (await credentials.resolve(" " + SECRET + "\n")).value == SECRET
+
+
+@pytest.mark.parametrize(
+    ("var", "header"),
+    [("ANTHROPIC_API_KEY", "x-api-key"), ("ANTHROPIC_AUTH_TOKEN", "Authorization")],
+)
+async def test_control_char_refused_without_the_value(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, var: str, header: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    value = "sk-ant-abc\x07def" if var == "ANTHROPIC_API_KEY" else "tok\r\nX-Injected: 1"
+    monkeypatch.setenv(var, value)
+    with pytest.raises(LLMBadCredential) as info:
+        await credentials.resolve()
+    err = info.value
+    assert err.header == header
+    assert header in str(err)
+    for part in ("sk-ant-abc", "def", "tok", "X-Injected"):
+        assert part not in str(err)
+        assert part not in repr(err)
+        assert part not in repr(err.args)
+    from vaelii_llm.providers import anthropic
+
+    assert await anthropic.available() is False
+    for record in caplog.records:
+        text = record.getMessage() + (record.exc_text or "")
+        for part in ("sk-ant-abc", "X-Injected"):
+            assert part not in text
+
+
+def test_repr_withholds_value() -> None:
+    cred = Credential(SECRET)
+    assert SECRET not in repr(cred)
+    assert SECRET not in str(cred)
+    assert SECRET not in f"{cred}"
+
+
+async def test_nothing_at_all_is_no_credential() -> None:
+    with pytest.raises(LLMNoCredential):
+        await credentials.resolve()
+
+
+async def test_blank_explicit_is_no_credential() -> None:
+    with pytest.raises(LLMNoCredential):
+        await credentials.resolve("  \r\n")
+
+
+async def test_ant_profile(bin_dir: Path) -> None:
+    fake_ant(
+        bin_dir,
+        f'[ "$*" = "auth print-credentials --access-token" ] || exit 3\nprintf "{SECRET}\\r\\n"\n',
+    )
+    cred = await credentials.resolve()
+    assert cred.kind == "bearer"
+    assert cred.value == SECRET
+    assert cred.source == "ant CLI"
+    assert cred.betas == (credentials.OAUTH_BETA,)
+
+
+async def test_ant_nonzero_exit_is_no_credential(bin_dir: Path) -> None:
+    fake_ant(bin_dir, 'echo "not logged in" >&2\necho partial\nexit 1\n')
+    assert await credentials.from_ant() is None
+    with pytest.raises(LLMNoCredential):
+        await credentials.resolve()
+
+
+async def test_ant_blank_output_is_no_credential(bin_dir: Path) -> None:
+    fake_ant(bin_dir, "echo\n")
+    assert await credentials.from_ant() is None
+
+
+async def test_ant_control_char_is_bad_credential(bin_dir: Path) -> None:
+    fake_ant(bin_dir, 'printf "abc\\001def"\n')
+    with pytest.raises(LLMBadCredential) as info:
+        await credentials.resolve()
+    assert info.value.header == "Authorization"
+    assert "abc" not in str(info.value)
+
+
+async def test_hung_ant_times_out_and_is_killed(bin_dir: Path, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    fake_ant(bin_dir, f"echo $$ > {pid_file}\n{SLEEP} 30 &\necho $! >> {pid_file}\nwait\n")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await credentials.from_ant(timeout_s=0.5) is None
+    assert loop.time() - started < 3
+    pids = [int(x) for x in pid_file.read_text().split()]
+    assert gone(pids[0])  # the CLI itself, reaped
+    await asyncio.sleep(0.05)
+    # the whole group got SIGKILL: the sleep is gone, or a zombie awaiting its reaper
+    assert gone(pids[1]) or _zombie(pids[1])
+
+
+async def test_cancelled_lookup_leaves_no_child(bin_dir: Path, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    fake_ant(bin_dir, f"echo $$ > {pid_file}\nexec {SLEEP} 30\n")
+    task = asyncio.create_task(credentials.resolve())
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        await asyncio.sleep(0.01)
+    pid = int(pid_file.read_text())
+    assert not gone(pid)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gone(pid)
+
+
+async def test_absent_cli_is_no_credential() -> None:
+    assert await credentials.from_ant() is None
