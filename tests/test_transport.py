@@ -1,0 +1,702 @@
+"""The transport against real loopback servers, honest and hostile.
+
+Every hostile case asserts the error's type, how long it took, that its
+message stays short, and that the body it received is on the error object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import warnings
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+from aiohttp import web
+from loopback import cut_connection, refused_url, reset_connection, serve, serve_raw
+
+from vaelii_llm import transport
+from vaelii_llm.errors import (
+    LLMApiError,
+    LLMBadCredential,
+    LLMBadResponse,
+    LLMError,
+    LLMTimeout,
+    LLMUnreachable,
+)
+from vaelii_llm.transport import (
+    Deadline,
+    Endpoint,
+    create_session,
+    decode_json,
+    open_stream,
+    probe_session,
+    request_json,
+    send_request,
+)
+from vaelii_llm.wire import NDJSONDecoder, SSEDecoder, SSEEvent
+
+END = Endpoint("Test server at loopback", "test")
+ANY = msgspec.json.Decoder()
+MESSAGE_BOUND = 450  # label + reason + a 200-character excerpt, with room to spare
+SLACK = 0.25  # the issue's bound: an expiry lands within budget + 250 ms
+
+
+class Ping(msgspec.Struct):
+    ok: bool
+    n: int
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with create_session() as s:
+        yield s
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+async def forever() -> None:
+    await asyncio.Event().wait()
+
+
+async def timed(coro: Awaitable[Any]) -> tuple[BaseException, float]:
+    """Await ``coro``, which must raise an LLMError; return it and the seconds it took."""
+    start = now()
+    with pytest.raises(LLMError) as info:
+        await coro
+    return info.value, now() - start
+
+
+async def drain_stream(
+    session: aiohttp.ClientSession, url: str, deadline: Deadline, sink: list[bytes]
+) -> None:
+    async with open_stream(session, END, "POST", url, deadline=deadline, body=b"{}") as chunks:
+        async for chunk in chunks:
+            sink.append(chunk)
+
+
+# --- the honest path ---------------------------------------------------------
+
+
+async def test_request_json_decodes_typed_and_sends_headers_and_body(
+    session: aiohttp.ClientSession,
+) -> None:
+    seen: dict[str, Any] = {}
+
+    async def handler(request: web.Request) -> web.Response:
+        seen["headers"] = dict(request.headers)
+        seen["body"] = await request.read()
+        return web.json_response({"ok": True, "n": 7})
+
+    async with create_session({"X-Gateway": "g1"}) as own, serve(handler) as url:
+        got = await request_json(
+            own,
+            END,
+            "POST",
+            url + "/api",
+            deadline=Deadline.after_ms(2_000),
+            decoder=msgspec.json.Decoder(Ping),
+            body=b'{"q": 1}',
+            headers={"X-Extra": "e1"},
+        )
+    assert got == Ping(ok=True, n=7)
+    assert seen["body"] == b'{"q": 1}'
+    assert seen["headers"]["X-Gateway"] == "g1"
+    assert seen["headers"]["X-Extra"] == "e1"
+    assert seen["headers"]["Content-Type"] == "application/json"
+
+
+async def test_stream_hands_over_every_byte_and_releases(session: aiohttp.ClientSession) -> None:
+    frames = b"".join(b'event: delta\ndata: {"i": %d}\n\n' % i for i in range(500))
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for start in range(0, len(frames), 777):
+            await resp.write(frames[start : start + 777])
+        await resp.write_eof()
+        return resp
+
+    decoder = SSEDecoder(END.label)
+    events: list[SSEEvent] = []
+    async with serve(handler) as url:
+        deadline = Deadline.after_ms(2_000)
+        async with open_stream(session, END, "POST", url, deadline=deadline, body=b"{}") as chunks:
+            async for chunk in chunks:
+                events.extend(decoder.feed(chunk))
+        events.extend(decoder.feed(b""))
+    assert [e.data for e in events] == [f'{{"i": {i}}}' for i in range(500)]
+
+
+async def test_leaving_a_stream_early_closes_the_connection_at_once(
+    session: aiohttp.ClientSession,
+) -> None:
+    gone = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        try:
+            while True:
+                await resp.write(b"data: x\n\n")
+                await asyncio.sleep(0.01)
+        finally:
+            gone.set()
+
+    async with serve(handler) as url:
+        deadline = Deadline.after_ms(5_000)
+        async with open_stream(session, END, "GET", url, deadline=deadline) as chunks:
+            async for _ in chunks:
+                break
+        async with asyncio.timeout(1):
+            await gone.wait()
+
+
+async def test_a_429_is_an_api_error_and_is_not_retried(session: aiohttp.ClientSession) -> None:
+    calls = 0
+
+    async def handler(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        return web.Response(status=429, text='{"error": "slow down"}', headers={"Retry-After": "1"})
+
+    async with serve(handler) as url:
+        err, took = await timed(
+            request_json(session, END, "GET", url, deadline=Deadline.after_ms(2_000), decoder=ANY)
+        )
+    assert isinstance(err, LLMApiError)
+    assert (err.status, err.body, calls) == (429, '{"error": "slow down"}', 1)
+    assert took < 0.5
+
+
+async def test_a_redirect_is_not_followed(session: aiohttp.ClientSession) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        raise web.HTTPFound("http://127.0.0.1:9/elsewhere")
+
+    async with serve(handler) as url:
+        err, _ = await timed(
+            request_json(session, END, "GET", url, deadline=Deadline.after_ms(2_000), decoder=ANY)
+        )
+    assert isinstance(err, LLMApiError)
+    assert err.status == 302
+
+
+async def test_a_header_with_a_control_character_is_refused_without_its_value(
+    session: aiohttp.ClientSession,
+) -> None:
+    with pytest.raises(LLMBadCredential) as info:
+        await send_request(
+            session,
+            END,
+            "GET",
+            "http://127.0.0.1:9",
+            deadline=Deadline.after_ms(1_000),
+            headers={"x-api-key": "sk-secret\r\nX-Evil: 1"},
+        )
+    assert "x-api-key" in str(info.value)
+    assert "secret" not in str(info.value)
+    with pytest.raises(LLMBadCredential):
+        create_session({"Authorization": "Bearer tok\n"})
+
+
+async def test_cancellation_stays_a_cancellation(session: aiohttp.ClientSession) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        await forever()
+        raise AssertionError
+
+    async with serve(handler) as url:
+        task = asyncio.create_task(
+            request_json(session, END, "GET", url, deadline=Deadline.after_ms(5_000), decoder=ANY)
+        )
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+# --- stalls, drips and pings: the whole-turn deadline ------------------------
+
+
+async def test_stall_before_headers(session: aiohttp.ClientSession) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        await forever()
+        raise AssertionError
+
+    async with serve(handler) as url:
+        err, took = await timed(
+            request_json(session, END, "GET", url, deadline=Deadline.after_ms(500), decoder=ANY)
+        )
+    assert isinstance(err, LLMTimeout)
+    assert err.timeout_ms == 500
+    assert isinstance(err.__cause__, TimeoutError)
+    assert 0.5 <= took < 0.5 + SLACK
+    assert len(str(err)) < MESSAGE_BOUND
+
+
+@pytest.mark.parametrize("path", ["whole", "stream"])
+async def test_stall_after_headers(session: aiohttp.ClientSession, path: str) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(b'{"partial": ')
+        await forever()
+        raise AssertionError
+
+    sink: list[bytes] = []
+    async with serve(handler) as url:
+        deadline = Deadline.after_ms(500)
+        if path == "whole":
+            call = request_json(session, END, "GET", url, deadline=deadline, decoder=ANY)
+        else:
+            call = drain_stream(session, url, deadline, sink)
+        err, took = await timed(call)
+    assert isinstance(err, LLMTimeout)
+    assert err.timeout_ms == 500
+    assert isinstance(err.__cause__, TimeoutError)
+    assert 0.5 <= took < 0.5 + SLACK
+    assert len(str(err)) < MESSAGE_BOUND
+    if path == "stream":
+        assert b"".join(sink) == b'{"partial": '
+
+
+@pytest.mark.parametrize("path", ["whole", "stream"])
+async def test_drip_feed_one_byte_every_200ms_ends_at_the_turn_budget(
+    session: aiohttp.ClientSession, path: str
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        while True:
+            await resp.write(b"[")
+            await asyncio.sleep(0.2)
+
+    sink: list[bytes] = []
+    async with serve(handler) as url:
+        deadline = Deadline.after_ms(1_000)
+        if path == "whole":
+            call = request_json(session, END, "GET", url, deadline=deadline, decoder=ANY)
+        else:
+            call = drain_stream(session, url, deadline, sink)
+        err, took = await timed(call)
+    assert isinstance(err, LLMTimeout)
+    assert err.timeout_ms == 1_000
+    assert 1.0 <= took < 1.25
+    assert len(str(err)) < MESSAGE_BOUND
+    if path == "stream":
+        assert b"".join(sink) == b"[" * len(b"".join(sink))
+        assert len(b"".join(sink)) >= 4  # the drip did arrive; it did not extend the deadline
+
+
+async def test_sse_pings_every_100ms_never_extend_the_deadline(
+    session: aiohttp.ClientSession,
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'event: message_start\ndata: {"type": "message_start"}\n\n')
+        while True:
+            await resp.write(b": ping\n\n")
+            await asyncio.sleep(0.1)
+
+    decoder = SSEDecoder(END.label)
+    events: list[SSEEvent] = []
+    received = 0
+
+    async def consume(url: str) -> None:
+        nonlocal received
+        deadline = Deadline.after_ms(800)
+        async with open_stream(session, END, "POST", url, deadline=deadline, body=b"{}") as chunks:
+            async for chunk in chunks:
+                received += len(chunk)
+                events.extend(decoder.feed(chunk))
+
+    async with serve(handler) as url:
+        err, took = await timed(consume(url))
+    assert isinstance(err, LLMTimeout)
+    assert 0.8 <= took < 0.8 + SLACK
+    assert len(str(err)) < MESSAGE_BOUND
+    assert [e.event for e in events] == ["message_start"]
+    assert received > len(b": ping\n\n") * 5
+
+
+async def test_a_body_flowing_fast_past_the_deadline_is_cut(
+    session: aiohttp.ClientSession,
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        while True:
+            await resp.write(b"data: x\n\n" * 4096)
+
+    sink: list[bytes] = []
+    async with serve(handler) as url:
+        err, took = await timed(drain_stream(session, url, Deadline.after_ms(300), sink))
+    assert isinstance(err, LLMTimeout)
+    assert isinstance(err.__cause__, TimeoutError)
+    assert 0.3 <= took < 0.3 + SLACK
+    assert sink
+
+
+# --- streams that end early ---------------------------------------------------
+
+
+async def test_sse_stream_ending_cleanly_before_its_terminal_event(
+    session: aiohttp.ClientSession,
+) -> None:
+    """The transport ends cleanly; the decoder drops the unfinished frame and says so."""
+    body = (
+        b'event: message_start\ndata: {"type": "message_start"}\n\n'
+        b'event: content_block_delta\ndata: {"type": "content_block_delta"}\n\n'
+        b"event: message_st"
+    )
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="text/event-stream")
+
+    decoder = SSEDecoder(END.label)
+    events: list[SSEEvent] = []
+    async with serve(handler) as url:
+        deadline = Deadline.after_ms(2_000)
+        async with open_stream(session, END, "POST", url, deadline=deadline) as chunks:
+            async for chunk in chunks:
+                events.extend(decoder.feed(chunk))
+    assert decoder.buffered == len(b"event: message_st")
+    events.extend(decoder.feed(b""))
+    assert [e.event for e in events] == ["message_start", "content_block_delta"]
+    assert "message_stop" not in {e.event for e in events}
+
+
+async def test_ndjson_stream_cut_mid_line_at_its_end(session: aiohttp.ClientSession) -> None:
+    body = b'{"done": false, "n": 1}\n{"done": false, "n": 2}\n{"done": fa'
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/x-ndjson")
+
+    decoder: NDJSONDecoder[Any] = NDJSONDecoder(ANY, END.label)
+    values: list[Any] = []
+    async with serve(handler) as url:
+        deadline = Deadline.after_ms(2_000)
+        async with open_stream(session, END, "POST", url, deadline=deadline) as chunks:
+            async for chunk in chunks:
+                values.extend(decoder.feed(chunk))
+    assert [v["n"] for v in values] == [1, 2]
+    with pytest.raises(LLMBadResponse) as info:
+        decoder.feed(b"")
+    assert info.value.text == '{"done": fa'
+
+
+@pytest.mark.parametrize("path", ["whole", "stream"])
+@pytest.mark.parametrize("how", ["reset", "truncated-chunked", "short-content-length"])
+async def test_a_body_cut_short_is_a_bad_response(
+    session: aiohttp.ClientSession, path: str, how: str
+) -> None:
+    sent = b'{"message": "' + b"a" * 5000
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        if how == "short-content-length":
+            resp.content_length = 100_000
+        else:
+            resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(sent)
+        await asyncio.sleep(0.1)  # let the client take the bytes before the cut
+        if how == "reset":
+            reset_connection(request)
+        else:
+            cut_connection(request)
+        await forever()
+        raise AssertionError
+
+    sink: list[bytes] = []
+    async with serve(handler) as url:
+        deadline = Deadline.after_ms(3_000)
+        if path == "whole":
+            call = request_json(session, END, "GET", url, deadline=deadline, decoder=ANY)
+        else:
+            call = drain_stream(session, url, deadline, sink)
+        err, took = await timed(call)
+    assert isinstance(err, LLMBadResponse), repr(err)
+    assert isinstance(err.__cause__, aiohttp.ClientError | OSError)
+    assert took < 1.0
+    assert len(str(err)) < MESSAGE_BOUND
+    assert "cut the" in str(err)
+    if path == "whole":
+        assert err.text == sent.decode()
+    else:
+        assert b"".join(sink) == sent
+
+
+# --- bodies that are not what the wire promises -------------------------------
+
+
+async def test_502_from_a_proxy_with_300kb_of_html(session: aiohttp.ClientSession) -> None:
+    html = "<html><body>" + "<p>Bad gateway, try again later.</p>\n" * 8_200 + "</body></html>"
+    assert len(html) > 300_000
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=502, text=html, content_type="text/html")
+
+    async with serve(handler) as url:
+        err, took = await timed(
+            request_json(session, END, "GET", url, deadline=Deadline.after_ms(2_000), decoder=ANY)
+        )
+    assert isinstance(err, LLMApiError)
+    assert err.status == 502
+    assert err.body == html
+    assert took < 1.0
+    assert len(str(err)) < MESSAGE_BOUND
+    assert "502" in str(err)
+
+
+async def test_502_on_the_stream_path(session: aiohttp.ClientSession) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=502, text="<html>bad gateway</html>")
+
+    async with serve(handler) as url:
+        err, _ = await timed(drain_stream(session, url, Deadline.after_ms(2_000), []))
+    assert isinstance(err, LLMApiError)
+    assert (err.status, err.body) == (502, "<html>bad gateway</html>")
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "typed", "cause"),
+    [
+        ("not-json", b"<html>" + b"Service unavailable. " * 500 + b"</html>", True, "DecodeError"),
+        ("nested", b"[" * 100_000, False, "RecursionError"),
+        ("invalid-utf8", b'{"text": "caf\xc3\x28 \xff\xfe"}', False, "DecodeError"),
+        ("wrong-shape", b'{"ok": "yes", "n": 1}', True, "ValidationError"),
+        ("empty", b"", True, "DecodeError"),
+    ],
+)
+async def test_a_200_that_will_not_decode(
+    session: aiohttp.ClientSession, name: str, body: bytes, typed: bool, cause: str
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    decoder = msgspec.json.Decoder(Ping) if typed else ANY
+    async with serve(handler) as url:
+        err, took = await timed(
+            request_json(
+                session, END, "GET", url, deadline=Deadline.after_ms(2_000), decoder=decoder
+            )
+        )
+    assert isinstance(err, LLMBadResponse), name
+    assert type(err.__cause__).__name__ == cause
+    assert err.text == body.decode("utf-8", "replace")
+    assert took < 1.0
+    assert len(str(err)) < MESSAGE_BOUND
+
+
+@pytest.mark.parametrize("announced", [True, False])
+async def test_a_body_over_the_cap_is_refused(
+    session: aiohttp.ClientSession, announced: bool
+) -> None:
+    body = b"[" + b"1," * (1024 * 1024) + b"1]"  # 2 MiB against a 1 MiB cap
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if announced:
+            return web.Response(body=body, content_type="application/json")
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for start in range(0, len(body), 65_536):
+            await resp.write(body[start : start + 65_536])
+        await resp.write_eof()
+        return resp
+
+    async with serve(handler) as url:
+        err, took = await timed(
+            request_json(
+                session,
+                END,
+                "GET",
+                url,
+                deadline=Deadline.after_ms(3_000),
+                decoder=ANY,
+                max_body_bytes=1024 * 1024,
+            )
+        )
+    assert isinstance(err, LLMBadResponse)
+    assert "cap" in str(err)
+    assert took < 1.0
+    assert len(str(err)) < MESSAGE_BOUND
+    # The rest was never read: the error keeps what it has, the body's opening.
+    assert body.decode().startswith(err.text)
+    assert len(err.text) <= 64 * 1024
+
+
+def test_public_surfaces_are_frozen() -> None:
+    import vaelii_llm.wire as wire
+
+    assert sorted(transport.__all__) == [
+        "CONNECT_TIMEOUT_MS",
+        "DEFAULT_MAX_BODY_BYTES",
+        "Deadline",
+        "Endpoint",
+        "create_session",
+        "decode_json",
+        "open_stream",
+        "probe_session",
+        "read_body",
+        "request_json",
+        "send_request",
+    ]
+    assert sorted(wire.__all__) == ["MAX_EVENT_BYTES", "NDJSONDecoder", "SSEDecoder", "SSEEvent"]
+    for module in (transport, wire):
+        assert all(hasattr(module, name) for name in module.__all__)
+
+
+async def test_deadline_is_absolute_on_the_loop_clock() -> None:
+    deadline = Deadline.after_ms(1_500)
+    assert deadline.timeout_ms == 1_500
+    assert 1.4 < deadline.remaining() <= 1.5
+    assert abs(deadline.when - (now() + deadline.remaining())) < 0.01
+
+
+async def test_the_default_cap_is_32_mib() -> None:
+    assert transport.DEFAULT_MAX_BODY_BYTES == 32 * 1024 * 1024
+    assert transport.CONNECT_TIMEOUT_MS == 5_000
+
+
+def test_decode_json_guards_any_exception() -> None:
+    class Boom:
+        def decode(self, data: bytes) -> Any:
+            raise MemoryError("hostile")
+
+    with pytest.raises(LLMBadResponse) as info:
+        decode_json(b"[]", END, Boom())  # type: ignore[arg-type]
+    assert isinstance(info.value.__cause__, MemoryError)
+
+
+# --- nothing to talk to -------------------------------------------------------
+
+
+async def test_refused_port(session: aiohttp.ClientSession) -> None:
+    err, took = await timed(
+        request_json(
+            session, END, "GET", refused_url(), deadline=Deadline.after_ms(2_000), decoder=ANY
+        )
+    )
+    assert isinstance(err, LLMUnreachable)
+    assert isinstance(err.__cause__, aiohttp.ClientConnectorError)
+    assert took < 1.0
+    assert len(str(err)) < MESSAGE_BOUND
+    assert END.label in str(err)
+
+
+async def test_closed_before_answering_is_unreachable(session: aiohttp.ClientSession) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        reset_connection(request)
+        await forever()
+        raise AssertionError
+
+    async with serve(handler) as url:
+        err, took = await timed(
+            send_request(session, END, "GET", url, deadline=Deadline.after_ms(2_000))
+        )
+    assert isinstance(err, LLMUnreachable)
+    assert isinstance(err.__cause__, aiohttp.ClientError | OSError)
+    assert took < 1.0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"garbage\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
+    ],
+)
+async def test_a_malformed_http_head_is_a_bad_response(
+    session: aiohttp.ClientSession, reply: bytes
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+
+    async with serve_raw(handler) as url:
+        err, took = await timed(
+            request_json(session, END, "GET", url, deadline=Deadline.after_ms(2_000), decoder=ANY)
+        )
+    assert isinstance(err, LLMBadResponse)
+    assert isinstance(err.__cause__, aiohttp.ClientResponseError)
+    assert "malformed HTTP head" in str(err)
+    assert took < 1.0
+    assert len(str(err)) < MESSAGE_BOUND
+
+
+@pytest.mark.parametrize(
+    ("exc", "phrase"),
+    [
+        (aiohttp.ConnectionTimeoutError(), "no connection inside 5000 ms"),
+        (aiohttp.InvalidURL("http://user:pw@host:x"), "not a valid"),
+        (aiohttp.ServerDisconnectedError(), "closed the connection"),
+        (ConnectionResetError(104, "Connection reset by peer"), "ConnectionResetError"),
+    ],
+)
+def test_failures_before_the_headers_map_to_unreachable(exc: Exception, phrase: str) -> None:
+    err = transport._unreachable(exc, END)
+    assert isinstance(err, LLMUnreachable)
+    assert phrase in str(err)
+    assert "pw" not in str(err)
+
+
+async def test_create_session_has_only_the_connect_bound() -> None:
+    async with create_session() as s:
+        assert s.timeout.total is None
+        assert s.timeout.sock_read is None
+        assert s.timeout.connect == transport.CONNECT_TIMEOUT_MS / 1000
+
+
+# --- the probe session: one per running loop ----------------------------------
+
+
+async def _probe_twice(sessions: list[aiohttp.ClientSession]) -> list[Any]:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.9"})
+
+    got = []
+    async with serve(handler) as url:
+        for _ in range(2):
+            s = probe_session()
+            sessions.append(s)
+            got.append(
+                await request_json(
+                    s,
+                    END,
+                    "GET",
+                    url + "/api/version",
+                    deadline=Deadline.after_ms(2_000),
+                    decoder=ANY,
+                )
+            )
+    return got
+
+
+def test_two_asyncio_runs_that_probe_each_get_a_live_session_closed_with_their_loop() -> None:
+    sessions: list[aiohttp.ClientSession] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = asyncio.run(_probe_twice(sessions))
+        second = asyncio.run(_probe_twice(sessions))
+        gc.collect()
+    assert first == second == [{"version": "0.9"}] * 2
+    assert sessions[0] is sessions[1]  # one per loop, not one per probe
+    assert sessions[2] is sessions[3]
+    assert sessions[0] is not sessions[2]  # a new loop, a new session
+    assert all(s.closed for s in sessions)  # closed when their loop closed
+    assert not [w for w in caught if "nclosed" in str(w.message)]
+
+
+async def test_probe_session_under_the_test_runner_is_closed_at_teardown() -> None:
+    """filterwarnings=error: an unclosed session here would fail the run."""
+    assert probe_session() is probe_session()

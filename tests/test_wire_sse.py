@@ -1,0 +1,236 @@
+"""The SSE decoder: WHATWG rules, any split, hostile bytes, caps and linear cost."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vaelii_llm.errors import LLMBadResponse
+from vaelii_llm.wire import MAX_EVENT_BYTES, SSEDecoder, SSEEvent
+
+
+def decode(*chunks: bytes, max_event_bytes: int = MAX_EVENT_BYTES) -> list[SSEEvent]:
+    decoder = SSEDecoder("Test stream", max_event_bytes)
+    events: list[SSEEvent] = []
+    for chunk in (*(c for c in chunks if c), b""):
+        events.extend(decoder.feed(chunk))
+    return events
+
+
+def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({min(c, len(data)) for c in cuts})
+    pieces, last = [], 0
+    for point in points:
+        pieces.append(data[last:point])
+        last = point
+    pieces.append(data[last:])
+    return [p for p in pieces if p]
+
+
+ANTHROPIC = (
+    b"event: message_start\n"
+    b'data: {"type":"message_start","message":{"id":"msg_1","content":[]}}\n\n'
+    b"event: ping\n"
+    b'data: {"type": "ping"}\n\n'
+    b": a comment\n\n"
+    b"event: content_block_delta\n"
+    b'data: {"type":"content_block_delta","delta":{"text":"caf\xc3\xa9 \xe2\x9c\x93"}}\n\n'
+    b"event: message_stop\n"
+    b'data: {"type":"message_stop"}\n\n'
+)
+
+
+def test_a_messages_api_transcript() -> None:
+    events = decode(ANTHROPIC)
+    assert [e.event for e in events] == [
+        "message_start",
+        "ping",
+        "content_block_delta",
+        "message_stop",
+    ]
+    assert "café ✓" in events[2].data
+
+
+def test_one_byte_at_a_time_gives_the_same_events() -> None:
+    whole = decode(ANTHROPIC)
+    assert decode(*(ANTHROPIC[i : i + 1] for i in range(len(ANTHROPIC)))) == whole
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r", b"\r\n"])
+def test_every_line_ending(eol: bytes) -> None:
+    stream = eol.join([b"event: e", b"data: one", b"data: two", b"", b"data: three", b"", b""])
+    assert decode(stream) == [SSEEvent("e", "one\ntwo"), SSEEvent("message", "three")]
+
+
+def test_a_crlf_split_across_chunks_is_one_line_end() -> None:
+    assert decode(b"data: a\r", b"\ndata: b\r\n\r\n") == [SSEEvent("message", "a\nb")]
+    assert decode(b"data: a\r", b"\r") == [SSEEvent("message", "a")]
+
+
+def test_field_rules() -> None:
+    stream = (
+        b"data:no space\n\n"  # the space after the colon is optional
+        b"data:  two spaces\n\n"  # only one is dropped
+        b"data\n\n"  # a field with no colon has an empty value
+        b"event:\ndata: x\n\n"  # an empty event name is "message"
+        b"retry: 10\nfoo: bar\ndata: y\n\n"  # unknown fields and retry are ignored
+        b"event: only-event\n\n"  # no data: nothing is dispatched, and the type resets
+        b"data: z\n\n"
+    )
+    assert decode(stream) == [
+        SSEEvent("message", "no space"),
+        SSEEvent("message", " two spaces"),
+        SSEEvent("message", ""),
+        SSEEvent("message", "x"),
+        SSEEvent("message", "y"),
+        SSEEvent("message", "z"),
+    ]
+
+
+def test_the_last_event_id_persists_and_an_id_with_nul_is_ignored() -> None:
+    stream = b"id: 1\ndata: a\n\ndata: b\n\nid: 2\x00x\ndata: c\n\nid\ndata: d\n\n"
+    assert [e.id for e in decode(stream)] == ["1", "1", "1", ""]
+
+
+def test_a_leading_bom_is_dropped_even_split() -> None:
+    assert decode(b"\xef", b"\xbb", b"\xbfdata: x\n\n") == [SSEEvent("message", "x")]
+    # Only the stream's first bytes: later, a BOM is part of a field name ("\ufeffdata").
+    assert decode(b"\xef\xbb\xbfdata: x\n\n\xef\xbb\xbfdata: y\n\n") == [SSEEvent("message", "x")]
+
+
+def test_an_unfinished_final_frame_is_discarded() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: done\n\ndata: cut") == [SSEEvent("message", "done")]
+    assert decoder.buffered == len(b"data: cut")
+    assert decoder.feed(b"") == []
+    with pytest.raises(RuntimeError):
+        decoder.feed(b"more")
+
+
+def test_lines_split_on_bytes_not_unicode_line_breaks() -> None:
+    text = "a\x1cb\u2028c\x85d"
+    assert decode(f"data: {text}\n\n".encode()) == [SSEEvent("message", text)]
+
+
+def test_invalid_utf8_is_a_bad_response() -> None:
+    with pytest.raises(LLMBadResponse) as info:
+        decode(b'data: {"t": "\xff\xfe"}\n\n')
+    assert "Test stream" in str(info.value)
+    assert info.value.text.startswith('{"t": ')
+    assert len(str(info.value)) < 300
+
+
+def test_an_event_over_the_cap_is_refused() -> None:
+    with pytest.raises(LLMBadResponse) as info:
+        decode(b"data: " + b"x" * 2000 + b"\n\n", max_event_bytes=1024)
+    assert "1024-byte cap" in str(info.value)
+    assert len(str(info.value)) < 350
+
+
+@pytest.mark.parametrize("chunk", [1, 100, 10_000])
+def test_a_line_that_never_ends_is_refused_once_over_the_cap(chunk: int) -> None:
+    decoder = SSEDecoder("Test stream", max_event_bytes=4096)
+
+    def pump() -> None:
+        for _ in range(10_000):
+            decoder.feed(b"d" * chunk)
+
+    with pytest.raises(LLMBadResponse):
+        pump()
+    assert decoder.buffered <= 4096 + chunk
+
+
+def test_many_data_lines_count_towards_the_cap() -> None:
+    with pytest.raises(LLMBadResponse) as info:
+        decode(b"data: 0123456789\n" * 200, max_event_bytes=1024)
+    assert info.value.text.startswith("data: 0123456789\ndata: 0123456789")
+
+
+def test_pings_between_events_do_not_count_towards_an_event() -> None:
+    pings = b": ping\n\n" * 1000
+    assert decode(pings + b"data: x\n\n", max_event_bytes=64) == [SSEEvent("message", "x")]
+
+
+def _time_one_event(size: int, chunk: int) -> float:
+    body = b"data: " + b"x" * size + b"\n\n"
+    decoder = SSEDecoder()
+    start = time.perf_counter()
+    for i in range(0, len(body), chunk):
+        events = decoder.feed(body[i : i + chunk])
+    elapsed = time.perf_counter() - start
+    assert len(events) == 1
+    assert len(events[0].data) == size
+    return elapsed
+
+
+def test_one_huge_event_decodes_in_linear_time() -> None:
+    """16 MiB in 4 KiB chunks: 4x the bytes of 4 MiB must not cost 16x (quadratic)."""
+    small = min(_time_one_event(4 * 2**20 - 16, 4096) for _ in range(3))
+    big = min(_time_one_event(16 * 2**20 - 16, 4096) for _ in range(2))
+    assert big < 8 * small + 0.05, (small, big)
+    assert big < 1.0
+
+
+# --- properties ---------------------------------------------------------------
+
+_field_text = st.text(
+    alphabet=st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]), max_size=20
+)
+_event = st.tuples(
+    _field_text.filter(lambda s: not s.startswith(" ")),  # the event name
+    st.lists(_field_text, min_size=1, max_size=4),  # the data lines
+    st.booleans(),  # a comment before it
+)
+
+
+def _encode(
+    events: list[tuple[str, list[str], bool]], eols: list[bytes]
+) -> tuple[bytes, list[SSEEvent]]:
+    out: list[bytes] = []
+    expected: list[SSEEvent] = []
+    for n, (name, lines, comment) in enumerate(events):
+        eol = eols[n % len(eols)]
+        if comment:
+            out.append(b": keep-alive" + eol)
+        if name:
+            out.append(b"event: " + name.encode() + eol)
+        out.extend(b"data: " + line.encode() + eol for line in lines)
+        out.append(eol)
+        expected.append(SSEEvent(name or "message", "\n".join(lines)))
+    return b"".join(out), expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(_event, max_size=8),
+    eols=st.lists(st.sampled_from([b"\n", b"\r", b"\r\n"]), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+)
+def test_any_split_of_a_valid_stream_gives_the_same_events(
+    events: list[tuple[str, list[str], bool]], eols: list[bytes], cuts: list[int]
+) -> None:
+    stream, expected = _encode(events, eols)
+    assert decode(stream) == expected
+    assert decode(*split_at(stream, cuts)) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.binary(max_size=600)
+    | st.lists(
+        st.sampled_from(
+            [b"data: ", b"event: ", b"id: ", b":", b"\r", b"\n", b"\r\n", b"\xff", b"\xc3", b"x"]
+        ),
+        max_size=60,
+    ).map(b"".join),
+    cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=8),
+)
+def test_random_bytes_raise_only_the_typed_error(data: bytes, cuts: list[int]) -> None:
+    try:
+        events = decode(*split_at(data, cuts), max_event_bytes=256)
+    except LLMBadResponse:
+        return
+    assert all(isinstance(e, SSEEvent) for e in events)

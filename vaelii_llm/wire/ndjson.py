@@ -1,0 +1,125 @@
+"""An incremental, sans-IO decoder for newline-delimited JSON (Ollama's stream).
+
+One JSON value per line, each decoded by the caller's typed
+``msgspec.json.Decoder`` (built once, by the backend). Lines end in LF; a CR
+before it is JSON whitespace and ignored, as are blank lines. At the end of the
+stream a last line without its LF is decoded too. A value spanning two lines is
+refused rather than reassembled: NDJSON is line-delimited, and decoding line
+by line is what keeps the result independent of how the bytes were split.
+
+Cost is linear in the bytes fed, also for one huge line arriving in many
+chunks: only the newly fed bytes are searched for LF (never the unfinished
+line again), and an unfinished line grows in one ``bytearray``, in place.
+A line over :data:`~vaelii_llm.wire.sse.MAX_EVENT_BYTES` (16 MiB, reasoned
+there) is refused rather than buffered further.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Generic, TypeVar
+
+import msgspec
+
+from vaelii_llm.errors import LLMBadResponse, excerpt
+from vaelii_llm.wire.sse import MAX_EVENT_BYTES
+
+__all__ = ["NDJSONDecoder"]
+
+T = TypeVar("T")
+
+_OPENING: Final = 4096
+"""How much of a line over the cap the error carries: enough to recognise it."""
+
+
+class NDJSONDecoder(Generic[T]):
+    """Turns chunks of an NDJSON stream into values of the decoder's type.
+
+    ``feed(chunk)`` returns the values of the lines that chunk completed;
+    ``feed(b"")`` marks the end of the stream and returns the value of a last
+    line that had no LF (or ``[]``). Feeding after the end is a programming
+    error (``RuntimeError``). A line that will not decode (malformed JSON, the
+    wrong shape, invalid UTF-8, nesting too deep) or one over ``max_line_bytes``
+    raises :class:`~vaelii_llm.errors.LLMBadResponse` naming ``label``, with the
+    line on ``err.text``; after that the decoder must not be fed again.
+    """
+
+    __slots__ = ("_buf", "_decoder", "_ended", "_label", "_max")
+
+    def __init__(
+        self,
+        decoder: msgspec.json.Decoder[T],
+        label: str = "the far end",
+        max_line_bytes: int = MAX_EVENT_BYTES,
+    ) -> None:
+        if max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes must be positive, not {max_line_bytes}")
+        self._decoder = decoder
+        self._label = label
+        self._max = max_line_bytes
+        self._buf = bytearray()  # the unfinished line: bytes after the last LF
+        self._ended = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a line that has not finished (0 at a line boundary)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[T]:
+        """Take the next chunk of the stream; return the values of the lines it completed."""
+        if self._ended:
+            raise RuntimeError("NDJSONDecoder.feed() called after the end of the stream")
+        buf = self._buf
+        if not data:
+            self._ended = True
+            last = bytes(buf)
+            buf.clear()
+            return self._decode([last], len(last) > self._max)
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        # Only the new bytes are searched and split: the unfinished line in
+        # ``buf`` is never scanned again, so one huge line costs its size.
+        lines = data.split(b"\n")
+        partial = lines.pop()
+        if not lines:
+            buf += partial
+            if len(buf) > self._max:
+                self._refuse(buf)
+            return []
+        held = len(buf)
+        if held:
+            lines[0] = bytes(buf) + lines[0]
+            buf.clear()
+        buf += partial
+        values = self._decode(lines, held + len(data) > self._max)
+        if len(buf) > self._max:
+            self._refuse(buf)
+        return values
+
+    def _decode(self, lines: list[bytes], check_cap: bool) -> list[T]:
+        """Decode whole lines, skipping blank ones. The hot loop: one test and one call per line."""
+        if check_cap:  # rare: only a chunk that could hold an over-cap line
+            for line in lines:
+                if len(line) > self._max:
+                    self._refuse(line)
+        values: list[T] = []
+        append = values.append
+        decode = self._decoder.decode
+        line = b""
+        try:
+            for line in lines:
+                if line and not line.isspace():
+                    append(decode(line))
+        except Exception as exc:  # a hostile line may raise anything: RecursionError, MemoryError…
+            raise LLMBadResponse(
+                self._label,
+                f"sent a line that is not the expected JSON ({excerpt(str(exc), 120)})",
+                line,
+            ) from exc
+        return values
+
+    def _refuse(self, line: bytes | bytearray) -> None:
+        raise LLMBadResponse(
+            self._label,
+            f"sent a line over the {self._max}-byte cap (its opening is kept)",
+            bytes(line[:_OPENING]),
+        )

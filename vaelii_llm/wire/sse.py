@@ -1,0 +1,244 @@
+"""An incremental, sans-IO decoder for ``text/event-stream`` (server-sent events).
+
+Feed it the body's bytes as they arrive; it hands back each event once its
+blank line has arrived. It follows the WHATWG event-stream rules a JSON API
+relies on:
+
+- lines end in CR, LF or CRLF, and a CRLF split across two chunks is one line end;
+- ``event:`` names the event (``"message"`` when a frame names none or an empty one);
+- ``data:`` lines are joined with ``"\\n"``; a frame with no ``data:`` line is
+  no event (a comment-only or ``event:``-only frame dispatches nothing);
+- ``id:`` sets the last event id, which every later event carries until the
+  next ``id:`` (an id holding NUL is ignored); ``retry:`` and unknown fields
+  are ignored;
+- a line starting with ``:`` is a comment (keep-alive pings);
+- one space after the field's colon is dropped; a leading UTF-8 BOM is dropped;
+- at the end of the stream an unfinished frame (no blank line after it) is
+  discarded, not dispatched. Whether a stream ended with its terminal event is
+  the backend's question: this decoder cannot know which event that is.
+
+Lines are split on bytes, before decoding (``str.splitlines`` would also break
+on ``\\x1c`` or ``\\u2028`` inside a JSON string). A frame's data is decoded as
+strict UTF-8: the wires this package speaks carry JSON, and a replacement
+character silently written into a model's answer is worse than a refusal.
+
+Cost is linear in the bytes fed, also for one huge event delivered in many
+small chunks: only the newly fed bytes are searched for line ends (the search
+never goes back over the unfinished line), and an unfinished line grows in one
+``bytearray``, in place, never by ``bytes +=``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from vaelii_llm.errors import LLMBadResponse
+
+__all__ = ["MAX_EVENT_BYTES", "SSEDecoder", "SSEEvent"]
+
+MAX_EVENT_BYTES: Final = 16 * 2**20
+"""The most bytes one event (or one NDJSON line) may take before it is refused.
+
+A decoder must hold an event whole before it can hand it over, so without a
+cap a far end (or anything in front of it) could make us buffer without bound
+by never sending the blank line. 16 MiB is far above any legitimate frame on
+these wires: a streamed delta is a few hundred bytes, and the largest single
+frames (a whole tool input or a final message with its content) are bounded by
+the model's output limit, at most a few hundred thousand tokens ≈ a few MiB of
+JSON. It is also well under the 32 MiB whole-body cap of the transport, so a
+refused event never needs more memory than a refused body would.
+"""
+
+_BOM: Final = b"\xef\xbb\xbf"
+_LF: Final = 0x0A
+_CR: Final = 0x0D
+_COLON: Final = 0x3A
+_OPENING: Final = 4096
+"""How much of a refused frame the error carries: enough to recognise it."""
+
+
+class SSEEvent(msgspec.Struct, frozen=True, gc=False):
+    """One dispatched event: its type, its joined data, and the last event id."""
+
+    event: str
+    data: str
+    id: str | None = None
+
+
+class SSEDecoder:
+    """Turns chunks of an event stream into :class:`SSEEvent` values.
+
+    ``feed(chunk)`` returns the events that chunk completed (often none, often
+    several); ``feed(b"")`` marks the end of the stream and returns ``[]``,
+    discarding an unfinished frame. Feeding after the end is a programming
+    error (``RuntimeError``). A frame over ``max_event_bytes`` or an event that
+    is not UTF-8 raises :class:`~vaelii_llm.errors.LLMBadResponse` naming
+    ``label``; after that the decoder must not be fed again.
+    """
+
+    __slots__ = (
+        "_bom_checked",
+        "_buf",
+        "_data",
+        "_ended",
+        "_event",
+        "_frame_bytes",
+        "_label",
+        "_last_id",
+        "_max",
+        "_skip_lf",
+    )
+
+    def __init__(self, label: str = "the far end", max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        if max_event_bytes < 1:
+            raise ValueError(f"max_event_bytes must be positive, not {max_event_bytes}")
+        self._label = label
+        self._max = max_event_bytes
+        self._buf = bytearray()  # the unfinished line: bytes after the last line end
+        self._skip_lf = False  # the last chunk ended in a CR that may be half a CRLF
+        self._bom_checked = False
+        self._ended = False
+        self._event: bytes | None = None  # the frame's event type
+        self._data: list[bytes] = []  # the frame's data lines
+        self._frame_bytes = 0  # bytes of the frame's finished lines
+        self._last_id: str | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame that has not finished (0 at a frame boundary)."""
+        return self._frame_bytes + len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[SSEEvent]:
+        """Take the next chunk of the stream; return the events it completed."""
+        if self._ended:
+            raise RuntimeError("SSEDecoder.feed() called after the end of the stream")
+        if not data:
+            self._ended = True
+            self._buf.clear()
+            self._data = []
+            self._event = None
+            return []
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        if self._skip_lf:
+            self._skip_lf = False
+            if data[0] == _LF:
+                data = data[1:]
+        buf = self._buf
+        if not self._bom_checked:
+            buf += data
+            if len(buf) < len(_BOM) and _BOM.startswith(buf):
+                return []
+            data = bytes(buf[len(_BOM) :] if buf.startswith(_BOM) else buf)
+            buf.clear()
+            self._bom_checked = True
+        if not data:
+            return []
+        # Only the new bytes are searched and split: the unfinished line in
+        # ``buf`` is never scanned again, so one huge event costs its size.
+        lines = data.splitlines()
+        last = data[-1]
+        if last in (_LF, _CR):
+            self._skip_lf = last == _CR
+            partial = b""
+        else:
+            partial = lines.pop()
+        if not lines:
+            buf += partial
+            if self._frame_bytes + len(buf) > self._max:
+                self._refuse(buf)
+            return []
+        held = len(buf)
+        if held:
+            lines[0] = bytes(buf) + lines[0]
+            buf.clear()
+        buf += partial
+        if self._frame_bytes + held + len(data) > self._max:
+            self._check_cap(lines)  # rare: only a chunk that could hold an over-cap frame
+        events = self._lines(lines)
+        if self._frame_bytes + len(buf) > self._max:
+            self._refuse(buf)
+        return events
+
+    def _lines(self, lines: list[bytes]) -> list[SSEEvent]:
+        """Apply whole lines to the frame being built; return the events dispatched.
+
+        The hot loop: one test per line for the two common fields, no size
+        accounting (``_check_cap`` has done it when it could matter).
+        """
+        events: list[SSEEvent] = []
+        data = self._data
+        event = self._event
+        joined = b""
+        try:
+            for line in lines:
+                if not line:
+                    if data:
+                        joined = data[0] if len(data) == 1 else b"\n".join(data)
+                        events.append(
+                            SSEEvent(
+                                event.decode() if event else "message",
+                                joined.decode(),
+                                self._last_id,
+                            )
+                        )
+                        data = []
+                    event = None
+                elif line.startswith(b"data: "):
+                    data.append(line[6:])
+                elif line.startswith(b"event: "):
+                    event = line[7:]
+                elif line[0] != _COLON:  # not a comment: the general field rule
+                    colon = line.find(b":")
+                    if colon < 0:
+                        name, value = line, b""
+                    else:
+                        name, value = line[:colon], line[colon + 1 :]
+                        if value[:1] == b" ":
+                            value = value[1:]
+                    if name == b"data":
+                        data.append(value)
+                    elif name == b"event":
+                        event = value
+                    elif name == b"id" and b"\0" not in value:
+                        joined = value
+                        self._last_id = value.decode()
+        except UnicodeDecodeError as exc:
+            raise LLMBadResponse(
+                self._label, "sent an event that is not UTF-8", bytes(joined or line)
+            ) from exc
+        self._data = data
+        self._event = event
+        # The unfinished frame's size so far: its lines at the end of this block.
+        tail = 0
+        for line in reversed(lines):
+            if not line:
+                break
+            tail += len(line) + 1
+        else:
+            tail += self._frame_bytes
+        self._frame_bytes = tail
+        return events
+
+    def _check_cap(self, lines: list[bytes]) -> None:
+        """Refuse the block if a frame in it, with what came before, is over the cap."""
+        size = self._frame_bytes
+        first = 0
+        for n, line in enumerate(lines):
+            if not line:
+                size = 0
+                first = n + 1
+                continue
+            size += len(line) + 1
+            if size > self._max:
+                self._refuse(b"\n".join(lines[first : n + 1]))
+
+    def _refuse(self, pending: bytes | bytearray) -> None:
+        opening = bytes(pending[:_OPENING])
+        raise LLMBadResponse(
+            self._label,
+            f"sent an event over the {self._max}-byte cap (its opening is kept)",
+            opening,
+        )
