@@ -1,0 +1,115 @@
+"""Benchmarks of the embedded KB engine. Run: ``.venv/bin/python tests/bench/bench_kb.py``.
+
+Prints: EDN load rate and snapshot reopen rate (sentexes/s), bytes per sentex
+(tracemalloc, 10^6 three-term sentences; target < 500), find-sentexes with one bound
+constant on 10^3 and 10^6 KBs and their ratio (target < 2), and query over a 5-rule
+chain. ``--n`` changes the big KB's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import edn_format
+
+from vaelii_llm import kb
+from vaelii_llm.kb import ops
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 7, number: int = 200) -> float:
+    """Median seconds per call over `repeat` runs of `number` calls."""
+    runs = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for _ in range(number):
+            fn()
+        runs.append((time.perf_counter() - t) / number)
+    return statistics.median(runs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=10**6)
+    ap.add_argument("--edn-n", type=int, default=20_000)
+    args = ap.parse_args()
+
+    # EDN load rate: one file, one edn_format.loads call
+    text = "(in-context CxBench)\n" + "\n".join(
+        f"(rel{i % 9} E{i % 5000} E{(i * 7919) % 5000})" for i in range(args.edn_n)
+    )
+    t = time.perf_counter()
+    k_edn = kb.load_edn(text)
+    dt = time.perf_counter() - t
+    n_edn = ops.sentex_count(k_edn)
+    print(f"EDN load:        {n_edn:>9,} sentexes in {dt:6.2f} s = {n_edn / dt:>10,.0f} /s")
+    t = time.perf_counter()
+    kb.sample()
+    print(f"sample KB load:  {(time.perf_counter() - t) * 1000:6.1f} ms (edn_format imported)")
+
+    # memory: tracemalloc around building n three-term sentences
+    gc.collect()
+    tracemalloc.start()
+    t = time.perf_counter()
+    big = kb.synthetic(args.n)
+    build = time.perf_counter() - t
+    gc.collect()
+    used, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(f"synthetic({args.n:,}): built in {build:.1f} s under tracemalloc")
+    print(f"bytes/sentex:    {used / args.n:8.1f} (target < 500)")
+    t = time.perf_counter()
+    kb.synthetic(args.n)
+    print(f"synthetic({args.n:,}): {time.perf_counter() - t:.1f} s without tracemalloc")
+
+    # snapshot reopen rate
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "big.kb"
+        t = time.perf_counter()
+        kb.save(big, p)
+        save_s = time.perf_counter() - t
+        t = time.perf_counter()
+        again = kb.open(p)
+        open_s = time.perf_counter() - t
+        size = p.stat().st_size
+    n = ops.sentex_count(again)
+    print(f"snapshot save:   {save_s:6.2f} s, {size / 2**20:.1f} MiB")
+    print(f"snapshot reopen: {n:>9,} sentexes in {open_s:6.2f} s = {n / open_s:>10,.0f} /s")
+
+    # find-sentexes with one bound constant: 10^3 vs 10^6
+    small = kb.synthetic(1000)
+    pat = edn_format.loads("(?p E7 ?x)")
+    for k_ in (small, big):
+        assert len(list(ops.find_sentexes(k_, pat))) == 10
+    t_small = best_of(lambda: list(ops.find_sentexes(small, pat)))
+    t_big = best_of(lambda: list(ops.find_sentexes(big, pat)))
+    print(
+        f"find-sentexes (?p E7 ?x): 10^3 {t_small * 1e6:7.1f} us, "
+        f"{args.n:,} {t_big * 1e6:7.1f} us, ratio {t_big / t_small:.2f} (target < 2)"
+    )
+
+    # query over a 5-rule chain
+    chain = ["(in-context CxChain)"]
+    chain += [f"(p0 X{i})" for i in range(100)]
+    chain += [f"(implies (p{i} ?x) (p{i + 1} ?x))" for i in range(5)]
+    kc = kb.load_edn("\n".join(chain))
+    goal1 = edn_format.loads("(p5 X42)")
+    goal_all = edn_format.loads("(p5 ?x)")
+    assert ops.query_p(kc, goal1, edn_format.Symbol("CxChain"))
+    t1 = best_of(lambda: list(ops.query(kc, goal1, edn_format.Symbol("CxChain"))), number=50)
+    tall = best_of(lambda: list(ops.query(kc, goal_all, edn_format.Symbol("CxChain"))), number=5)
+    print(
+        f"query 5-rule chain: one ground goal {t1 * 1e6:7.1f} us; "
+        f"all 100 answers {tall * 1e3:6.2f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

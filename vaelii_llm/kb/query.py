@@ -1,0 +1,298 @@
+"""Matching, unification and backward chaining over a `KB`, under a cooperative clock.
+
+A pattern is an internal sentence whose members are term ids (constants), `Var`
+objects (variables), `Foreign` objects (a constant the KB has never seen: it matches
+nothing stored, but a rule may still bind it) or nested pattern tuples.
+
+The clock is cooperative: threads cannot be killed, so every loop here calls
+`Clock.check`, which raises `ClockOut` once the deadline has passed. The read that
+owns the generator catches it and ends with a `Cut` record, so a cut is never silent.
+Because the deadline is absolute, a lazy consumer that realizes answers slowly is
+held to the same deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from vaelii_llm.kb.store import KB, KEY_POSITIONS, Rule, symbol
+
+__all__ = ["Clock", "ClockOut", "Foreign", "Search", "Var", "candidates", "unify"]
+
+
+class ClockOut(Exception):
+    """The read's deadline passed (internal: the read turns it into a `Cut`)."""
+
+
+class Clock:
+    """A deadline ``budget_ms`` after the read was called (``None``: no deadline)."""
+
+    __slots__ = ("budget_ms", "deadline")
+
+    def __init__(self, budget_ms: int | None) -> None:
+        self.budget_ms = budget_ms
+        self.deadline = None if budget_ms is None else time.monotonic() + budget_ms / 1000
+
+    def check(self) -> None:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise ClockOut
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+class Var:
+    """A variable of a pattern; one object per variable per rule application."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Foreign:
+    """A constant the KB has not interned (it matches no stored sentence)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Foreign)
+            and type(other.value) is type(self.value)
+            and other.value == self.value
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self.value), self.value))
+
+
+Bindings = dict[Var, Any]
+
+
+def walk(x: Any, b: Bindings) -> Any:
+    while type(x) is Var and x in b:
+        x = b[x]
+    return x
+
+
+def subst(p: Any, b: Bindings) -> Any:
+    """`p` with every bound variable replaced, deeply."""
+    if type(p) is Var:
+        x = walk(p, b)
+        return x if type(x) is Var else subst(x, b)
+    if type(p) is tuple:
+        return tuple(subst(x, b) for x in p)
+    return p
+
+
+def unify(a: Any, c: Any, b: Bindings) -> Bindings | None:
+    """Extend bindings `b` so `a` and `c` are equal; None when they cannot be."""
+    a = walk(a, b)
+    c = walk(c, b)
+    if a is c:
+        return b
+    if type(a) is Var:
+        out = dict(b)
+        out[a] = c
+        return out
+    if type(c) is Var:
+        out = dict(b)
+        out[c] = a
+        return out
+    if type(a) is tuple:
+        if type(c) is not tuple or len(a) != len(c):
+            return None
+        for x, y in zip(a, c, strict=True):
+            got = unify(x, y, b)
+            if got is None:
+                return None
+            b = got
+        return b
+    if type(a) is not type(c):
+        return None
+    return b if a == c else None
+
+
+def candidates(kb: KB, pattern: tuple[Any, ...], cids: Iterable[int] | None) -> Iterator[int]:
+    """Handles whose rows may match `pattern` (visible ones, index-driven, lazy).
+
+    In each context the shortest index list among the pattern's bound top-level
+    constants is read; a pattern with no bound constant reads the context's list.
+    """
+    for cid in kb.context_ids() if cids is None else cids:
+        c = kb.context_index(cid)
+        if c is None:
+            continue
+        best: Any = None
+        best_len = -1
+        dead = False
+        for pos, x in enumerate(pattern[:KEY_POSITIONS]):
+            if type(x) is int:
+                v = c.keys.get(x * 8 + pos)
+                if v is None:
+                    dead = True
+                    break
+                n = 1 if isinstance(v, int) else len(v)
+                if best is None or n < best_len:
+                    best, best_len = v, n
+            elif type(x) is Foreign:
+                dead = True
+                break
+        if dead:
+            continue
+        if best is None:
+            best = c.all
+            best_len = len(best)
+        if type(best) is int:
+            if kb.visible(best):
+                yield best
+            continue
+        for i in range(best_len):  # a snapshot of the list's length: a writer only appends
+            h = best[i]
+            if kb.visible(h):
+                yield h
+
+
+def to_pattern(kb: KB, x: Any, names: dict[int, Var]) -> Any:
+    """A stored internal sentence as a pattern, its variables renamed apart."""
+    if type(x) is int:
+        if kb.is_var(x):
+            v = names.get(x)
+            if v is None:
+                v = names[x] = Var(str(kb.terms[x]))
+            return v
+        return x
+    return tuple(to_pattern(kb, y, names) for y in x)
+
+
+def to_edn(kb: KB, x: Any) -> Any:
+    """A pattern member as an edn_format value (unbound variables as ``?name`` symbols)."""
+    t = type(x)
+    if t is int:
+        return kb.terms[x]
+    if t is Var:
+        return symbol(x.name)
+    if t is Foreign:
+        return x.value
+    return tuple(to_edn(kb, y) for y in x)
+
+
+class Search:
+    """One backward-chaining search: contexts, depth bound, clock, an excluded handle."""
+
+    def __init__(
+        self,
+        kb: KB,
+        cids: tuple[int, ...] | None,
+        max_depth: int,
+        clock: Clock,
+        exclude: int | None = None,
+    ) -> None:
+        self.kb = kb
+        self.cids = cids
+        self.max_depth = max_depth
+        self.clock = clock
+        self.exclude = exclude
+        self.depth_hit = False
+        self.different = kb.term_id(symbol("different"))
+
+    def facts(self, goal: tuple[Any, ...], b: Bindings) -> Iterator[tuple[Bindings, int]]:
+        kb = self.kb
+        g = subst(goal, b)
+        for h in candidates(kb, g, self.cids):
+            self.clock.check()
+            if h == self.exclude:
+                continue
+            got = unify(g, kb.row(h), b)
+            if got is not None:
+                yield got, h
+
+    def solve(
+        self, goals: tuple[Any, ...], b: Bindings, depth: int, support: tuple[int, ...], used: int
+    ) -> Iterator[tuple[Bindings, tuple[int, ...], int]]:
+        """Every way to prove all `goals` under `b`: (bindings, support handles, depth used)."""
+        if not goals:
+            yield b, support, used
+            return
+        self.clock.check()
+        if len(goals) > 1:
+            goals = self._order(goals, b)
+        goal, rest = goals[0], goals[1:]
+        g = subst(goal, b)
+        if self.different is not None and g and g[0] == self.different:
+            args = g[1:]
+            if any(type(a) is Var for a in args):
+                return  # only decided on ground arguments
+            if len(set(args)) == len(args):
+                yield from self.solve(rest, b, depth, support, used)
+            return
+        kb = self.kb
+        for bf, h in self.facts(g, b):
+            yield from self.solve(rest, bf, depth, (*support, h), used)
+        head = g[0] if g and type(g[0]) is int else -1
+        rules = kb.rules_for(head, self.cids)
+        if not rules:
+            return
+        if depth >= self.max_depth:
+            self.depth_hit = True
+            return
+        for rule in rules:
+            if rule.handle == self.exclude:
+                continue
+            self.clock.check()
+            kb.stats["inferences"] += 1
+            ants, cons = rename(kb, rule)
+            b2 = unify(cons, g, b)
+            if b2 is None:
+                continue
+            for b3, sup, u in self.solve(
+                ants, b2, depth + 1, (*support, rule.handle), max(used, depth + 1)
+            ):
+                yield from self.solve(rest, b3, depth, sup, u)
+
+    def _order(self, goals: tuple[Any, ...], b: Bindings) -> tuple[Any, ...]:
+        # the goal with the most bound arguments first (fewest candidates); a
+        # (different ...) test waits until its arguments are bound
+        best_i, best_score = 0, -2
+        for i, goal in enumerate(goals):
+            g = subst(goal, b)
+            bound = sum(1 for x in g[1:] if type(x) is not Var)
+            if self.different is not None and g[0] == self.different:
+                score = 100 if bound == len(g) - 1 else -1
+            else:
+                score = bound
+            if score > best_score:
+                best_i, best_score = i, score
+        if best_i == 0:
+            return goals
+        return (goals[best_i], *goals[:best_i], *goals[best_i + 1 :])
+
+    def prove(self, goal: tuple[Any, ...], depth: int = 0) -> bool:
+        for _ in self.solve((goal,), {}, depth, (), 0):
+            return True
+        return False
+
+
+def rename(kb: KB, rule: Rule) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    names: dict[int, Var] = {}
+    ants = tuple(to_pattern(kb, a, names) for a in rule.antecedents)
+    return ants, to_pattern(kb, rule.consequent, names)
+
+
+def goal_vars(p: Any, out: dict[str, Var] | None = None) -> dict[str, Var]:
+    """The variables of a pattern, by name, in order of first appearance."""
+    out = {} if out is None else out
+    if type(p) is Var:
+        out.setdefault(p.name, p)
+    elif type(p) is tuple:
+        for x in p:
+            goal_vars(x, out)
+    return out

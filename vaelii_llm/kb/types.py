@@ -1,0 +1,153 @@
+"""The embedded engine's vocabulary: argument markers, answer records, refusals.
+
+The markers (`Sentence`, `Context`, `Term`, `Handle`, `Opts`) are `typing.NewType`s.
+They cost nothing at run time (``Handle(5) is 5``) and they survive
+`typing.get_type_hints`, so a reader of an engine function's signature (the tools)
+can tell a handle from any other integer and a sentence from any other tuple.
+
+What the values are at run time, as `edn_format.loads` reads them:
+
+* `Sentence`: an EDN list, i.e. a tuple whose first member is the predicate symbol,
+  e.g. ``(isa Muffet Spider)``. Members are symbols, strings, integers, floats,
+  booleans or nested lists. A symbol whose name starts with ``?`` is a variable.
+* `Context`: a symbol naming a context, e.g. ``CxWell``.
+* `Term`: a constant: a symbol (``Muffet``) or a literal (``"Little Miss"``, ``3``).
+* `Handle`: the integer that names one stored sentex.
+* `Opts`: a mapping with kebab-case string keys, e.g. ``{"max-depth": 4, "max-ms": 500}``
+  (an EDN keyword key ``:max-depth`` is read as ``"max-depth"``).
+
+Nothing here imports edn_format (its import builds parser tables): the records hold
+whatever symbol objects the store hands them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, NewType
+
+import msgspec
+
+__all__ = [
+    "IRREVERSIBLE_ATTR",
+    "Answer",
+    "Change",
+    "Context",
+    "ContextInfo",
+    "Cut",
+    "EngineRefusal",
+    "Handle",
+    "Opts",
+    "Problem",
+    "Sentence",
+    "Sentex",
+    "Term",
+    "WhyNot",
+]
+
+Sentence = NewType("Sentence", tuple[Any, ...])
+Context = NewType("Context", object)
+Term = NewType("Term", object)
+Handle = NewType("Handle", int)
+Opts = NewType("Opts", Mapping[str, Any])
+
+#: The function attribute that marks an engine function irreversible (the Python
+#: spelling of a Clojure ``!`` var). `vaelii_llm.engine.irreversible` sets it and
+#: `vaelii_llm.engine.is_irreversible` reads it; it lives here so the engine package
+#: can mark its own functions without importing the model-side boundary module.
+IRREVERSIBLE_ATTR: Final = "__vaelii_irreversible__"
+
+
+class EngineRefusal(Exception):
+    """The engine refused a call: a typed, expected failure, never a bug.
+
+    ``type`` says which refusal it is (``"unknown-option"``, ``"over-ceiling"``,
+    ``"bad-option"``, ``"malformed-sentence"``, ``"malformed-context"``,
+    ``"malformed-term"``, ``"unknown-handle"``, ``"arity-mismatch"``,
+    ``"unknown-context"``, ``"clock-cut"``, ``"not-scratch"``, ``"bad-argument"``,
+    ``"bad-path"``); ``data`` holds the particulars (the option key and the accepted
+    keys, the handle, the arity expected and given ...). The message already names
+    the type, so a model reading only the message learns it.
+    """
+
+    def __init__(self, type: str, message: str, **data: Any) -> None:
+        super().__init__(f"{type}: {message}")
+        self.type = type
+        self.data: dict[str, Any] = data
+
+
+class Sentex(msgspec.Struct, frozen=True):
+    """One stored sentence: its handle, its context and the sentence itself."""
+
+    handle: int
+    context: Any
+    sentence: tuple[Any, ...]
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """One answer: variable bindings and the handles (facts and rules) that support it.
+
+    ``depth`` is the number of nested rule applications the proof used (0: a stored fact).
+    """
+
+    bindings: dict[Any, Any]
+    support: tuple[int, ...]
+    depth: int = 0
+
+
+class Cut(msgspec.Struct, frozen=True):
+    """The last record of a read that was stopped before it finished.
+
+    ``reason`` is ``"max-ms"`` (the clock ran out: more answers may exist) or
+    ``"max-depth"`` (the search reached its depth bound somewhere: a deeper proof may
+    exist). ``bound`` is the bound that stopped it, ``yielded`` the records before it.
+    """
+
+    reason: str
+    bound: int
+    yielded: int
+
+
+class Problem(msgspec.Struct, frozen=True):
+    """One finding of an audit (``kb-integrity``, ``kb-quality``, ``exposed-clashes``)."""
+
+    kind: str
+    detail: str
+    handles: tuple[int, ...] = ()
+
+
+class ContextInfo(msgspec.Struct, frozen=True):
+    """A context, its direct parents, and how many live sentexes it holds itself."""
+
+    name: Any
+    parents: tuple[Any, ...]
+    sentexes: int
+
+
+class WhyNot(msgspec.Struct, frozen=True):
+    """Why a sentence does not hold, or does: one record per rule that could conclude it.
+
+    ``holds`` says whether the sentence is proved (without the excluded handle, for the
+    handle shape). ``rule`` is the rule's handle (0 for the stored-fact check),
+    ``missing`` the antecedents (instantiated as far as the goal binds them) that have
+    no support within the depth bound, and ``supported`` those that do.
+    """
+
+    sentence: tuple[Any, ...]
+    holds: bool
+    rule: int
+    missing: tuple[tuple[Any, ...], ...] = ()
+    supported: tuple[tuple[Any, ...], ...] = ()
+
+
+class Change(msgspec.Struct, frozen=True):
+    """One entry of the change feed: ``kind`` is ``"assert"`` or ``"retract"``.
+
+    ``tick`` is the handle counter's value that the change took; for an assert it is
+    the new sentex's handle.
+    """
+
+    tick: int
+    kind: str
+    handle: int
+    context: Any
+    sentence: tuple[Any, ...]
