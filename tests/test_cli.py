@@ -1,0 +1,102 @@
+"""The ``vaelii-llm`` command, run in-process through ``main``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vaelii_llm import __version__, cli
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_version_runs_as_an_installed_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "--version"],
+        capture_output=True, text=True, check=True,
+    )
+    assert out.stdout.strip() == f"vaelii-llm {__version__}"
+
+
+def test_config_never_prints_a_credential(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-very-secret")
+    monkeypatch.setenv("VAELII_OLLAMA_MODEL", "llama3:8b")
+    code, out, _ = run(capsys, "config")
+    assert code == 0
+    assert "sk-ant-very-secret" not in out
+    assert "ANTHROPIC_API_KEY" in out
+    assert "llama3:8b" in out
+
+
+def test_tools_lists_the_derived_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "tools")
+    names = [line.split()[0] for line in out.splitlines()]
+    assert code == 0
+    assert {"kb_query", "kb_ask_p", "kb_find_sentexes", "kb_why_not"} <= set(names)
+    assert "kb_assert" not in names
+    assert "kb_retract" not in names
+
+
+def test_tools_json_is_the_schema_list(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "tools", "--json")
+    schemas = json.loads(out)
+    assert code == 0
+    assert all({"name", "description", "input_schema"} <= set(s) for s in schemas)
+
+
+def test_call_answers_from_the_sample_kb(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "call", "kb_types_of", '{"term": "Muffet"}')
+    assert code == 0
+    assert "Spider" in out
+
+
+def test_call_reports_a_refusal_with_status_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "call", "kb_assert", '{"sentence": "(isa Me Spider)"}')
+    assert code == 1
+    assert out.startswith("unknown-tool")
+
+
+def test_call_refuses_input_that_is_not_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "call", "kb_types_of", "{term: Muffet")
+    assert code == 2
+    assert "not JSON" in err
+
+
+def test_status_and_vote_on_the_stub(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
+    code, out, _ = run(capsys, "status")
+    assert code == 0
+    assert "answering:  stub" in out
+    code, out, _ = run(capsys, "vote", "Is a spider an insect?")
+    assert code == 0
+    assert "verdict: abstain" in out
+
+
+def test_warm_on_the_stub_has_nothing_to_do(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
+    code, out, _ = run(capsys, "warm")
+    assert code == 0
+    assert "nothing to warm" in out
+
+
+def test_a_typed_error_is_printed_with_its_type(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "ollama")
+    monkeypatch.setenv("VAELII_OLLAMA_HOSTS", "")
+    code, _, err = run(capsys, "vote", "q")
+    assert code == 1
+    assert err.startswith("llm-bad-hosts")
