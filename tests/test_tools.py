@@ -1,0 +1,741 @@
+"""vaelii_llm.tools: derived schemas, excluded sets, dispatch, ceilings, bounded lazy results."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import inspect
+import itertools
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, overload
+
+import edn_format
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vaelii_llm import Message, Request, kb, tools
+from vaelii_llm import engine as engine_mod
+from vaelii_llm.edn import CLOCK_MARKER, CUT_MARKER
+from vaelii_llm.kb import KB, Context, Handle, Opts, Sentence
+from vaelii_llm.tools import MAX_LIMIT, ToolResult
+
+NURSERY = """
+(in-context CxWell)
+(isa Muffet Girl)
+(isa Spider Arachnid)
+(implies (isa ?x Arachnid) (scary ?x))
+(implies (and (scary ?y) (isa ?x Girl)) (fears ?x ?y))
+(genlCtx CxNursery CxWell)
+(in-context CxNursery)
+(isa Itsy Arachnid)
+"""
+
+EMBEDDED = engine_mod.embedded()
+
+
+@pytest.fixture(scope="module")
+def nursery() -> KB:
+    return kb.load_edn(NURSERY)
+
+
+@pytest.fixture(scope="module")
+def big_kb() -> KB:
+    return kb.synthetic(10**6)  # built once for the module (~4 s)
+
+
+def _with_ops(
+    base: engine_mod.Engine = EMBEDDED, /, **ops: Callable[..., Any]
+) -> engine_mod.Engine:
+    return base.replace(ops={**base.ops, **ops})
+
+
+def _with_clocked(eng: engine_mod.Engine, *ops: str) -> engine_mod.Engine:
+    c = eng.ceilings
+    return eng.replace(
+        ceilings=dataclasses.replace(
+            c, clocked=c.clocked | set(ops), accepts_max_ms=c.accepts_max_ms | set(ops)
+        )
+    )
+
+
+# -- the exposed set -----------------------------------------------------------------
+
+
+def test_schemas_list_every_read_except_the_excluded() -> None:
+    names = [s.name for s in tools.schemas()]
+    for expected in (
+        "kb_find_sentexes",
+        "kb_sentexes_in_context",
+        "kb_ask_p",
+        "kb_ask",
+        "kb_query",
+        "kb_query_p",
+        "kb_why_not",
+        "kb_types_of",
+        "kb_types",
+        "kb_contexts",
+        "kb_sentex_count",
+        "kb_term_count",
+        "kb_find_terms",
+        "kb_describe",
+        "kb_lookup",
+        "kb_escalate",
+        "kb_kb_integrity",
+    ):
+        assert expected in names
+    assert names == sorted(names)
+    excluded = (
+        tools.write_ops()
+        | EMBEDDED.feed_ops
+        | EMBEDDED.host_path_ops
+        | tools.HOST_PATH_OPS
+        | tools.UNBOUNDED_OPS
+        | EMBEDDED.kbless_ops
+    )
+    irreversible = {op for op, fn in EMBEDDED.ops.items() if engine_mod.is_irreversible(fn)}
+    variadic = {
+        op
+        for op, fn in EMBEDDED.ops.items()
+        if any(
+            p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            for p in inspect.signature(fn).parameters.values()
+        )
+    }
+    assert "ask-all" in variadic  # the engine has one, so the rule is exercised
+    expected_ops = sorted(set(EMBEDDED.ops) - excluded - irreversible - variadic)
+    assert list(tools.read_ops()) == expected_ops
+    assert [tools.op_of(n) for n in names] == expected_ops
+
+
+@pytest.mark.parametrize(
+    "excluded",
+    [
+        pytest.param(EMBEDDED.write_ops, id="engine-write-set"),
+        pytest.param(tools.EXTRA_WRITE_OPS, id="tools-extra-writes"),
+        pytest.param(tools.WRITE_OPS, id="WRITE_OPS"),
+        pytest.param(EMBEDDED.feed_ops, id="feed-ops"),
+        pytest.param(EMBEDDED.host_path_ops, id="engine-host-path-ops"),
+        pytest.param(tools.HOST_PATH_OPS, id="HOST_PATH_OPS"),
+        pytest.param(tools.UNBOUNDED_OPS, id="UNBOUNDED_OPS"),
+        pytest.param(EMBEDDED.unbounded_ops, id="engine-unbounded-ops"),
+        pytest.param(EMBEDDED.kbless_ops, id="kbless-ops"),
+    ],
+)
+def test_no_excluded_op_is_a_tool(excluded: frozenset[str]) -> None:
+    assert excluded
+    exposed = set(tools.read_ops())
+    names = {s.name for s in tools.schemas()}
+    for op in excluded:
+        assert op not in exposed
+        assert tools.tool_name(op) not in names
+        assert tools.op_of(tools.tool_name(op)) is None
+
+
+def test_every_engine_write_is_also_in_the_tools_list() -> None:
+    # With the engine's write set emptied, the tools' own list still holds every write
+    # the embedded engine has, clear-caches (which the engine files elsewhere) included.
+    eng = EMBEDDED.replace(write_ops=frozenset())
+    assert "clear-caches" not in EMBEDDED.write_ops
+    for op in EMBEDDED.write_ops | {"clear-caches", "subscribe"}:
+        assert op not in tools.read_ops(eng)
+
+
+def test_an_unlisted_new_mutating_op_is_exposed() -> None:
+    def wipe_context(kb: KB, context: Context) -> int:
+        """Deletes every sentex of a context (a write nobody listed)."""
+        return 0
+
+    eng = _with_ops(**{"wipe-context": wipe_context})
+    assert "wipe-context" in tools.read_ops(eng)  # which is why WRITE_OPS matters
+    assert tools.op_of("kb_wipe_context", eng) == "wipe-context"
+    listed = eng.replace(write_ops=eng.write_ops | {"wipe-context"})
+    assert "wipe-context" not in tools.read_ops(listed)
+
+
+def test_an_irreversible_op_is_never_exposed_whatever_the_write_set_says() -> None:
+    @engine_mod.irreversible
+    def purge(kb: KB, context: Context) -> int:
+        """Looks like a read to the table; its function says otherwise."""
+        return 0
+
+    eng = _with_ops(purge=purge).replace(write_ops=frozenset())
+    assert "purge" not in tools.read_ops(eng)
+    assert tools.op_of("kb_purge", eng) is None
+    assert engine_mod.is_irreversible(EMBEDDED.ops["retract"])
+    assert "retract" not in tools.read_ops(eng)
+
+
+def test_a_new_read_becomes_a_tool_with_no_edit() -> None:
+    def neighbours(kb: KB, term: Any, context: Context | None = None) -> list[Any]:
+        """The terms a term shares a sentence with."""
+        return []
+
+    eng = _with_ops(neighbours=neighbours)
+    assert "neighbours" in tools.read_ops(eng)
+    s = tools.schema("neighbours", eng)
+    assert s.name == "kb_neighbours"
+    assert s.description.startswith("The terms a term shares a sentence with.")
+    assert s.description.endswith("(term) | (term, context)")
+    assert s.input_schema["required"] == ["term"]
+
+
+def test_ops_with_no_single_signature_are_not_tools() -> None:
+    def spread(kb: KB, *sentences: Sentence) -> int:
+        return 0
+
+    def keyed(kb: KB, **opts: Any) -> int:
+        return 0
+
+    def bare() -> int:
+        return 0
+
+    eng = _with_ops(spread=spread, keyed=keyed, bare=bare)
+    exposed = tools.read_ops(eng)
+    for op in ("spread", "keyed", "bare"):
+        assert op not in exposed
+
+
+# -- names and schemas ---------------------------------------------------------------
+
+
+def test_tool_names() -> None:
+    assert tools.tool_name("find-sentexes") == "kb_find_sentexes"
+    assert tools.tool_name("ask?") == "kb_ask_p"
+    assert tools.tool_name("ask") == "kb_ask"
+    assert tools.tool_name("x" * 100) == ("kb_" + "x" * 100)[:64]
+    grammar = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+    names = [s.name for s in tools.schemas()]
+    assert all(grammar.match(n) for n in names)
+    assert len(set(names)) == len(names)
+    assert tools.op_of("kb_ask_p") == "ask?"
+    assert tools.op_of("kb_ask") == "ask"
+    for write in ("kb_assert", "kb_retract", "kb_preview", "kb_clear_caches", "kb_kb_diff"):
+        assert tools.op_of(write) is None
+    assert tools.op_of("nonsense") is None
+
+
+def test_schema_shapes() -> None:
+    query = tools.schema("query")
+    assert list(query.input_schema["properties"]) == ["goal", "context", "opts"]
+    assert query.input_schema["required"] == ["goal"]
+    assert query.strict is None
+    assert "Shapes" in query.description
+
+    why = tools.schema("why-not")
+    assert list(why.input_schema["properties"]) == ["handle", "sentence", "context", "opts"]
+    assert why.input_schema["required"] == []
+    assert why.strict is None
+
+    ask_p = tools.schema("ask?")
+    assert ask_p.input_schema["required"] == ["sentence", "context"]
+    assert ask_p.strict is True
+    assert tools.schema("types").strict is True  # no parameters: every one is required
+
+    sentence = ask_p.input_schema["properties"]["sentence"]
+    assert sentence["type"] == "string"
+    assert "EDN" in sentence["description"]
+    assert '"(isa Muffet Spider)"' in sentence["description"]
+    context = ask_p.input_schema["properties"]["context"]
+    assert context["type"] == "string"
+    assert '"CxWell"' in context["description"]
+    assert tools.schema("lookup").input_schema["properties"]["handle"]["type"] == "integer"
+    assert tools.schema("find-terms").input_schema["properties"]["opts"]["type"] == "object"
+    doc = inspect.getdoc(EMBEDDED.ops["find-sentexes"])
+    assert doc is not None
+    assert tools.schema("find-sentexes").description.startswith(doc)
+
+
+def test_schema_merges_overloads_with_conflicting_kinds() -> None:
+    @overload
+    def pick(kb: KB, target: Handle) -> int: ...
+    @overload
+    def pick(kb: KB, target: Sentence, context: Context) -> int: ...
+    def pick(kb: KB, target: Any, context: Any = None) -> int:
+        """Pick one."""
+        return 0
+
+    s = tools.schema("pick", _with_ops(pick=pick))
+    assert s.input_schema["required"] == ["target"]
+    kinds = [p["type"] for p in s.input_schema["properties"]["target"]["anyOf"]]
+    assert kinds == ["integer", "string"]
+
+
+def test_schemas_only_and_exclude() -> None:
+    assert [s.name for s in tools.schemas(only={"query", "ask?"})] == ["kb_ask_p", "kb_query"]
+    assert [s.name for s in tools.schemas(only={"assert", "kb-diff"})] == []
+    every = tools.schemas()
+    rest = tools.schemas(exclude={"query"})
+    assert len(rest) == len(every) - 1
+    assert "kb_query" not in [s.name for s in rest]
+    with pytest.raises(KeyError):
+        tools.schema("assert")
+
+
+def test_request_takes_the_schemas_as_they_are() -> None:
+    req = Request(messages=[Message(role="user", content="hi")], tools=tools.schemas())
+    wire = msgspec.json.decode(msgspec.json.encode(req))
+    assert wire["tools"][0]["name"] == tools.schemas()[0].name
+
+
+def test_schemas_are_byte_stable_across_processes() -> None:
+    code = (
+        "import sys, msgspec; from vaelii_llm import tools; "
+        "sys.stdout.buffer.write(msgspec.json.encode(tools.schemas()))"
+    )
+    outs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, check=True, env=env
+        )
+        outs.append(done.stdout)
+    assert outs[0] == outs[1]
+    assert outs[0] == msgspec.json.encode(tools.schemas())
+
+
+# -- calls ---------------------------------------------------------------------------
+
+
+def _edn(result: ToolResult) -> Any:
+    assert result.ok, result.error
+    assert result.result is not None
+    return edn_format.loads(result.result)
+
+
+async def test_a_read_answers_as_edn(nursery: KB) -> None:
+    result = await tools.call(
+        nursery, "kb_query", {"goal": "(fears Muffet ?who)", "context": "CxNursery"}
+    )
+    answers = _edn(result)
+    who = {a[edn_format.Keyword("bindings")][edn_format.Symbol("?who")] for a in answers}
+    assert who == {edn_format.Symbol("Itsy"), edn_format.Symbol("Spider")}
+    assert (
+        await tools.call(
+            nursery, "kb_ask_p", {"sentence": "(isa Muffet Girl)", "context": "CxWell"}
+        )
+    ).result == "true"
+
+
+async def test_the_nested_shape_refusal(nursery: KB) -> None:
+    result = await tools.call(
+        nursery, "kb_query", {"goal": "(fears Muffet ?who)", "opts": {"max-depth": 3}}
+    )
+    assert not result.ok
+    assert result.error is not None
+    assert result.error.startswith("unexpected-argument")
+    assert "'opts'" in result.error
+    assert "selected, (goal)," in result.error  # the shape the input selected
+    assert "(goal) | (goal, context) | (goal, context, opts)" in result.error  # every shape
+    assert "also needs 'context'" in result.error
+
+
+async def test_why_not_dispatches_on_the_shape_given(nursery: KB) -> None:
+    by_sentence = _edn(
+        await tools.call(
+            nursery, "kb_why_not", {"sentence": "(fears Muffet Itsy)", "context": "CxWell"}
+        )
+    )
+    assert by_sentence[0][edn_format.Keyword("rule")] != 0
+    by_handle = _edn(await tools.call(nursery, "kb_why_not", {"handle": 2}))
+    sentence = by_handle[0][edn_format.Keyword("sentence")]
+    assert sentence == edn_format.loads("(isa Spider Arachnid)")
+    both = await tools.call(
+        nursery,
+        "kb_why_not",
+        {"handle": 2, "sentence": "(isa Spider Arachnid)", "context": "CxWell"},
+    )
+    assert not both.ok
+    assert both.error is not None
+    assert both.error.startswith("unexpected-argument: kb_why_not was given 'handle'")
+    assert "(handle) | (sentence, context) | (sentence, context, opts)" in both.error
+    missing = await tools.call(nursery, "kb_why_not", {"sentence": "(isa Spider Arachnid)"})
+    assert missing.error is not None
+    assert missing.error.startswith("missing-argument")
+
+
+async def test_dispatch_calls_the_chosen_shape_positionally() -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    def probe(
+        kb: KB, goal: Sentence, context: Context | None = None, opts: Opts | None = None
+    ) -> str:
+        """Records what it was given."""
+        seen.append((goal, context, opts))
+        return "ok"
+
+    eng = _with_ops(probe=probe)
+    assert (await tools.call(None, "kb_probe", {"goal": "(a ?x)"}, engine=eng)).ok
+    assert (
+        await tools.call(
+            None, "kb_probe", {"goal": "(a)", "context": "Cx", "opts": None}, engine=eng
+        )
+    ).ok
+    assert seen == [
+        (edn_format.loads("(a ?x)"), None, None),
+        (edn_format.loads("(a)"), edn_format.Symbol("Cx"), None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "given", "refusal"),
+    [
+        ("kb_nope", {}, "unknown-tool"),
+        (None, {}, "unknown-tool"),
+        ("kb_assert", {"sentence": "(a b)", "context": "CxWell"}, "unknown-tool"),
+        ("kb_types", [1, 2], "bad-input"),
+        ("kb_types", "{}", "bad-input"),
+        ("kb_types", 3, "bad-input"),
+        ("kb_query", None, "missing-argument"),
+        ("kb_query", {"goal": "(fears ?x"}, "edn-syntax"),
+        ("kb_query", {"goal": "#foo (a)"}, "edn-unknown-tag"),
+        ("kb_query", {"goal": "(" * 100_000}, "edn-too-long"),
+        ("kb_query", {"goal": "(" * 5000 + ")" * 5000}, "edn-too-deep"),
+        ("kb_query", {"goal": ["fears", "?x"]}, "edn-not-a-string"),
+        ("kb_query", {"goal": "(a) (b)"}, "edn-trailing"),
+        ("kb_query", {"goal": "(fears ?x ?y)", "junk": 1}, "unexpected-argument"),
+        ("kb_lookup", {"handle": "2"}, "bad-argument"),
+        ("kb_lookup", {"handle": True}, "bad-argument"),
+        ("kb_lookup", {"handle": 10**9}, "unknown-handle"),
+        ("kb_query", {"goal": "3"}, "malformed-sentence"),
+        ("kb_query", {"goal": "(a)", "context": "CxNowhere"}, "unknown-context"),
+        ("kb_query", {"goal": "(a)", "context": "CxWell", "opts": {"bogus": 1}}, "unknown-option"),
+        ("kb_query", {"goal": "(a)", "context": "CxWell", "opts": [1]}, "bad-argument"),
+    ],
+)
+async def test_refusals_name_their_type(nursery: KB, name: Any, given: Any, refusal: str) -> None:
+    result = await tools.call(nursery, name, given)
+    assert isinstance(result, ToolResult)
+    assert not result.ok
+    assert result.result is None
+    assert result.error is not None
+    assert result.error.startswith(refusal + ":"), result.error
+    assert result.block("t1").is_error
+
+
+async def test_a_missing_input_reads_as_no_arguments(nursery: KB) -> None:
+    result = await tools.call(nursery, "kb_term_count", None)
+    assert result.ok
+    assert int(result.text) > 0
+    block = result.block("toolu_1")
+    assert (block.tool_use_id, block.content, block.is_error) == ("toolu_1", result.text, False)
+
+
+async def test_an_engine_bug_is_a_result_not_a_raise(nursery: KB) -> None:
+    def broken(kb: KB) -> int:
+        """Divides by zero."""
+        return 1 // 0
+
+    def half(kb: KB) -> Iterator[int]:
+        """Refuses half way."""
+        yield 1
+        raise engine_mod.EngineRefusal("clock-cut", "gave up")
+
+    eng = _with_ops(broken=broken, half=half)
+    bug = await tools.call(nursery, "kb_broken", {}, engine=eng)
+    assert bug.error is not None
+    assert bug.error.startswith("engine-error: ZeroDivisionError")
+    midway = await tools.call(nursery, "kb_half", {}, engine=eng)
+    assert midway.error == "clock-cut: gave up"
+
+
+# -- ceilings ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "given"),
+    [
+        ("kb_query", {"goal": "(a ?x)", "context": "CxWell", "opts": {"max-depth": 13}}),
+        ("kb_query", {"goal": "(a ?x)", "context": "CxWell", "opts": {"max-ms": 10_001}}),
+        ("kb_query", {"goal": "(a ?x)", "context": "CxWell", "opts": {"max-ms": 1e12}}),
+        ("kb_escalate", {"goal": "(a ?x)", "context": "CxWell", "opts": {"max-ms": 10**9}}),
+        ("kb_why_not", {"sentence": "(a b)", "context": "CxWell", "opts": {"max-depth": 99}}),
+        ("kb_find_terms", {"search": "", "opts": {"limit": MAX_LIMIT + 1}}),
+        ("kb_describe", {"term": "Muffet", "opts": {"limit": 10**6}}),
+    ],
+)
+async def test_a_bound_past_the_ceiling_is_refused(
+    nursery: KB, tool: str, given: dict[str, Any]
+) -> None:
+    result = await tools.call(nursery, tool, given)
+    assert result.error is not None
+    assert result.error.startswith("over-ceiling:"), result.error
+
+
+async def test_bounds_at_the_ceiling_run(nursery: KB) -> None:
+    c = EMBEDDED.ceilings
+    opts = {"max-depth": c.max_depth, "max-ms": c.max_ms}
+    result = await tools.call(
+        nursery, "kb_query", {"goal": "(fears ?x ?y)", "context": "CxNursery", "opts": opts}
+    )
+    assert result.ok
+    limit = await tools.call(nursery, "kb_find_terms", {"search": "", "opts": {"limit": 100}})
+    assert limit.ok
+
+
+async def test_a_clocked_read_naming_no_max_ms_runs_under_the_ceiling(nursery: KB) -> None:
+    seen: list[Any] = []
+    real = EMBEDDED.ops["query"]
+
+    @functools.wraps(real)
+    def query(*args: Any) -> Any:
+        seen.append(args[1:])
+        return real(*args)
+
+    eng = _with_ops(query=query)
+    ceiling = EMBEDDED.ceilings.max_ms
+    assert "query" in EMBEDDED.ceilings.clocked
+    assert (await tools.call(nursery, "kb_query", {"goal": "(fears ?x ?y)"}, engine=eng)).ok
+    assert seen[-1][1:] == (None, {"max-ms": ceiling})  # context left at its default
+    given = {"goal": "(fears ?x ?y)", "context": "CxWell", "opts": {"max-depth": 2}}
+    assert (await tools.call(nursery, "kb_query", given, engine=eng)).ok
+    assert seen[-1][2] == {"max-depth": 2, "max-ms": ceiling}
+    given["opts"] = {"max-ms": 50}
+    assert (await tools.call(nursery, "kb_query", given, engine=eng)).ok
+    assert seen[-1][2] == {"max-ms": 50}
+
+
+async def test_the_printer_holds_a_clocked_answer_the_engine_does_not(nursery: KB) -> None:
+    def drip(kb: KB, opts: Opts | None = None) -> Iterator[int]:
+        """Answers slowly, never checking a clock."""
+        for n in itertools.count():
+            time.sleep(0.01)
+            yield n
+
+    eng = _with_clocked(_with_ops(drip=drip), "drip")
+    start = time.perf_counter()
+    result = await tools.call(nursery, "kb_drip", {"opts": {"max-ms": 100}}, engine=eng)
+    assert result.ok
+    assert result.text.endswith(CLOCK_MARKER)
+    assert time.perf_counter() - start < 1.0
+
+
+async def test_find_terms_naming_no_limit_gets_the_max() -> None:
+    seen: list[Any] = []
+    real = EMBEDDED.ops["find-terms"]
+
+    @functools.wraps(real)
+    def find_terms(*args: Any) -> Any:
+        seen.append(args[1:])
+        return real(*args)
+
+    many = kb.synthetic(5_000)  # 500 entities: more terms than the limit
+    eng = _with_ops(**{"find-terms": find_terms})
+    result = await tools.call(
+        many, "kb_find_terms", {"search": "E"}, max_result_chars=10**6, engine=eng
+    )
+    assert seen[-1] == ("E", {"limit": MAX_LIMIT})
+    assert len(_edn(result)) == MAX_LIMIT
+    await tools.call(many, "kb_find_terms", {"search": "E", "opts": {"limit": 3}}, engine=eng)
+    assert seen[-1] == ("E", {"limit": 3})
+
+
+# -- bounded, lazy results -----------------------------------------------------------
+
+
+async def test_laziness_over_a_million_sentexes(big_kb: KB) -> None:
+    before = big_kb.stats["realized"]
+    start = time.perf_counter()
+    result = await tools.call(big_kb, "kb_sentexes_in_context", {"context": "CxSynthetic"})
+    elapsed = time.perf_counter() - start
+    realized = big_kb.stats["realized"] - before
+    assert result.ok
+    assert result.text.endswith(CUT_MARKER)
+    assert len(result.text) == 4000 + len(CUT_MARKER)
+    printed = result.text.count(":handle")
+    assert realized <= printed + 1  # at most one record past what was printed
+    assert realized < 100  # a few dozen of 10^6
+    assert elapsed < 1.0
+    count = await tools.call(big_kb, "kb_sentex_count", {"context": "CxSynthetic"})
+    assert int(count.text) > 900_000
+
+
+async def test_max_result_chars_bounds_every_answer(nursery: KB) -> None:
+    result = await tools.call(nursery, "kb_types", {}, max_result_chars=5)
+    assert result.ok
+    assert result.text.endswith(CUT_MARKER)
+    assert len(result.text) == 5 + len(CUT_MARKER)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda: itertools.count(),
+        lambda: itertools.cycle([edn_format.Symbol("a"), (edn_format.Symbol("b"),)]),
+        lambda: itertools.repeat({"k": itertools.count()}),
+    ],
+    ids=["count", "cycle", "repeat-nested"],
+)
+async def test_infinite_answers_print_and_return(
+    nursery: KB, answer: Callable[[], Iterator[Any]]
+) -> None:
+    def forever(kb: KB) -> Iterator[Any]:
+        """Never ends."""
+        return answer()
+
+    result = await tools.call(
+        nursery, "kb_forever", {}, max_result_chars=500, engine=_with_ops(forever=forever)
+    )
+    assert result.ok
+    assert result.text.endswith(CUT_MARKER)
+    assert len(result.text) == 500 + len(CUT_MARKER)
+
+
+# -- the worker threads --------------------------------------------------------------
+
+
+class _Running:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.most = 0
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+def _slow_engine(
+    record: Callable[[], None] | None = None, running: _Running | None = None
+) -> engine_mod.Engine:
+    def slow(kb: KB, n: int) -> Iterator[int]:
+        """CPU-bound: n steps of about 2 ms each, holding the GIL as a pure-Python
+        engine does."""
+        if running is not None:
+            running.__enter__()
+        try:
+            for i in range(n):
+                end = time.perf_counter() + 0.002
+                while time.perf_counter() < end:
+                    pass
+                yield i
+        finally:
+            if running is not None:
+                running.__exit__()
+            if record is not None:
+                record()
+
+    return _with_ops(slow=slow)
+
+
+async def test_the_loop_stays_responsive_while_8_slow_reads_run(nursery: KB) -> None:
+    running = _Running()
+    eng = _slow_engine(running=running)
+    loop = asyncio.get_running_loop()
+    lags: list[float] = []
+    done = asyncio.Event()
+
+    async def monitor() -> None:
+        while not done.is_set():
+            start = loop.time()
+            await asyncio.sleep(0.005)
+            lags.append(loop.time() - start - 0.005)
+
+    watcher = asyncio.create_task(monitor())
+    results = await asyncio.gather(
+        *(tools.call(nursery, "kb_slow", {"n": 100}, engine=eng) for _ in range(8))
+    )
+    done.set()
+    await watcher
+    assert all(r.ok for r in results)
+    assert 1 < running.most <= tools.READ_WORKERS  # in threads, and bounded
+    assert len(lags) > 10
+    assert max(lags) < 0.05, f"loop lag {max(lags) * 1000:.1f} ms"
+
+
+async def test_cancellation_propagates_and_stops_the_worker(nursery: KB) -> None:
+    stopped = threading.Event()
+    eng = _slow_engine(stopped.set)
+    task = asyncio.create_task(tools.call(nursery, "kb_slow", {"n": 10_000}, engine=eng))
+    await asyncio.sleep(0.1)
+    start = time.perf_counter()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.perf_counter() - start < 0.1
+    assert await asyncio.to_thread(stopped.wait, 2.0)  # the generator was closed
+
+
+# -- never raises --------------------------------------------------------------------
+
+_json = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=False),
+        st.text(max_size=20),
+        st.sampled_from(
+            [
+                "(fears ?x ?y)",
+                "(isa Muffet Girl)",
+                "(isa ?x Arachnid)",
+                "CxWell",
+                "CxNursery",
+                "Muffet",
+                '"Little Miss"',
+                "((((",
+                "#foo 1",
+                '#inst "2020-01-01"',
+                "^:m x",
+                "",
+                "(" * 300,
+            ]
+        ),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.one_of(
+                st.sampled_from(["max-depth", "max-ms", "limit", "inherited", ":limit"]),
+                st.text(max_size=6),
+            ),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=10,
+)
+
+
+def _inputs(names: list[str]) -> st.SearchStrategy[Any]:
+    keys = st.one_of(st.sampled_from(names), st.text(max_size=8)) if names else st.text(max_size=8)
+    return st.one_of(st.dictionaries(keys, _json, max_size=5), _json)
+
+
+_TOOL_PARAMS = {s.name: list(s.input_schema["properties"]) for s in tools.schemas()}
+
+
+def test_random_json_inputs_never_raise(nursery: KB) -> None:
+    names = [*_TOOL_PARAMS, "kb_assert", "kb_handles", "nonsense"]
+    with asyncio.Runner() as runner:
+
+        @settings(
+            max_examples=400,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
+        @given(st.data())
+        def check(data: st.DataObject) -> None:
+            name = data.draw(st.sampled_from(names))
+            payload = data.draw(_inputs(_TOOL_PARAMS.get(name, [])))
+            result = runner.run(tools.call(nursery, name, payload, max_result_chars=300))
+            assert isinstance(result, ToolResult)
+            assert (result.result is not None) == result.ok
+            assert (result.error is not None) != result.ok
+            assert len(result.text) <= 300 + len(CUT_MARKER) or not result.ok
+
+        check()
