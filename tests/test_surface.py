@@ -13,7 +13,7 @@ from vaelii_llm import config, protocol
 
 PROVIDER_METHODS = {
     "complete": "(self, request: 'Request') -> 'Response'",
-    "stream": "(self, request: 'Request') -> 'AsyncIterator[StreamItem]'",
+    "stream": "(self, request: 'Request') -> 'AsyncGenerator[StreamItem, None]'",
     "aclose": "(self) -> 'None'",
     "__aenter__": "(self) -> 'Self'",
     "__aexit__": (

@@ -36,7 +36,7 @@ Blocks
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 
@@ -205,7 +205,7 @@ class Provider(Protocol):
 
     async def complete(self, request: Request) -> Response: ...
 
-    def stream(self, request: Request) -> AsyncIterator[StreamItem]: ...
+    def stream(self, request: Request) -> AsyncGenerator[StreamItem, None]: ...
 
     async def aclose(self) -> None: ...
 

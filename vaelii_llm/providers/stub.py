@@ -25,7 +25,7 @@ shapes of its own maps them to one of the above. ``requests()`` and
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any
 
 from vaelii_llm import errors
@@ -101,7 +101,7 @@ class StubProvider(ProviderBase):
     async def complete(self, request: Request) -> Response:
         return self._turn(request)
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamItem]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamItem, None]:
         response = self._turn(request)
         for block in response.content:
             yield block
