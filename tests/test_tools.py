@@ -739,3 +739,18 @@ def test_random_json_inputs_never_raise(nursery: KB) -> None:
             assert len(result.text) <= 300 + len(CUT_MARKER) or not result.ok
 
         check()
+
+
+def test_opts_schema_lists_exactly_the_keys_the_engine_reads() -> None:
+    eng = engine_mod.embedded()
+    for op in tools.read_ops():
+        opts = tools.schema(op).input_schema["properties"].get("opts")
+        if opts is None:
+            continue
+        assert set(opts["properties"]) == set(eng.opt_keys[op]), op
+        assert opts["additionalProperties"] is False
+    query_opts = tools.schema("query").input_schema["properties"]["opts"]["properties"]
+    assert query_opts["max-depth"]["maximum"] == eng.ceilings.max_depth
+    assert query_opts["max-ms"]["maximum"] == eng.ceilings.max_ms
+    terms_opts = tools.schema("find-terms").input_schema["properties"]["opts"]["properties"]
+    assert terms_opts["limit"]["maximum"] == tools.MAX_LIMIT

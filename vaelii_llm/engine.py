@@ -112,6 +112,9 @@ class Engine:
     #: keep their own list, this is the engine's word on it.
     unbounded_ops: frozenset[str] = field(default_factory=frozenset)
     version: str = ""
+    #: op -> {opts key it reads -> its JSON kind, "integer" or "boolean"}; the tools
+    #: publish these keys in the schema. An op absent here is described loosely.
+    opt_keys: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> Engine:
         """A copy with some fields changed (`dataclasses.replace`), e.g. an extra op."""
@@ -137,4 +140,8 @@ def embedded() -> Engine:
         refusal=EngineRefusal,
         unbounded_ops=_kb_ops.UNBOUNDED_OPS,
         version=_kb_ops.VERSION,
+        opt_keys={
+            op: {key: _kb_ops.OPT_KINDS[key] for key in sorted(keys)}
+            for op, keys in _kb_ops.OPT_KEYS.items()
+        },
     )

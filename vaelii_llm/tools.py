@@ -337,6 +337,8 @@ def _property(kind: str, op: str, eng: engine_mod.Engine) -> dict[str, Any]:
         }
     if kind == "handle":
         return {"type": "integer", "description": "A sentex handle, e.g. 42."}
+    if kind == "opts" and op in eng.opt_keys:
+        return _opts_property(op, eng)
     if kind == "opts":
         keys = []
         if op in c.accepts_max_depth:
@@ -358,6 +360,35 @@ def _property(kind: str, op: str, eng: engine_mod.Engine) -> dict[str, Any]:
     if kind in ("integer", "string", "boolean", "number"):
         return {"type": kind}
     return {}
+
+
+def _opts_property(op: str, eng: engine_mod.Engine) -> dict[str, Any]:
+    """The opts object with exactly the keys the engine says ``op`` reads, each
+    bounded by its ceiling, so the model cannot name a key nothing reads."""
+    c = eng.ceilings
+    bounds = {"max-depth": c.max_depth, "max-ms": c.max_ms, "limit": MAX_LIMIT}
+    notes = {
+        "max-depth": "How many rule steps a proof may take.",
+        "max-ms": "The read's time budget in milliseconds"
+        + (f"; it runs under {c.max_ms} when none is named." if op in c.clocked else "."),
+        "inherited": "Also list the sentexes of the contexts this one inherits from.",
+        "limit": "How many results to build"
+        + (f"; {MAX_LIMIT} when none is named." if op in DEFAULT_LIMIT_OPS else "."),
+    }
+    properties: dict[str, Any] = {}
+    for key, json_kind in eng.opt_keys[op].items():
+        prop: dict[str, Any] = {"type": json_kind}
+        if key in bounds:
+            prop.update(minimum=1 if key == "max-ms" else 0, maximum=bounds[key])
+        if key in notes:
+            prop["description"] = notes[key]
+        properties[key] = prop
+    return {
+        "type": "object",
+        "description": "Options, a JSON object with kebab-case keys; any other key is refused.",
+        "properties": properties,
+        "additionalProperties": False,
+    }
 
 
 def _build_schema(

@@ -238,6 +238,12 @@ def _pattern(kb: KB, sent: tuple[Any, ...], names: dict[str, Var] | None = None)
 _INT_OPTS: Final = frozenset({"max-ms", "max-depth", "limit", "rounds"})
 _BOOL_OPTS: Final = frozenset({"inherited"})
 
+#: The JSON kind of every opts key an op may read ("integer" or "boolean").
+OPT_KINDS: Final[Mapping[str, str]] = {
+    **{key: "integer" for key in _INT_OPTS},
+    **{key: "boolean" for key in _BOOL_OPTS},
+}
+
 
 def _opts(op: str, opts: Any) -> dict[str, Any]:
     """Check an op's opts: unknown keys, types and ceilings are refused, never ignored."""
