@@ -106,3 +106,12 @@ def test_stub_satisfies_the_protocol() -> None:
     from vaelii_llm.providers import stub
 
     assert isinstance(stub.provider(), Provider)
+
+
+def test_module_docstring_lists_every_request_and_response_field() -> None:
+    from vaelii_llm import protocol
+
+    doc = protocol.__doc__ or ""
+    for struct in (Request, Response):
+        for name in struct.__struct_fields__:
+            assert f"``{name}``" in doc, f"{struct.__name__}.{name} is not in the docstring"

@@ -23,12 +23,16 @@ def test_readme_opens_with_exactly_two_commands() -> None:
 
 def test_readme_configuration_table_matches_the_code() -> None:
     rows = {
-        m.group(1): m.group(2)
-        for m in re.finditer(r"^\| `([A-Z_]+)` \| [^|]* \| ([^|]*) \|", README, re.M)
+        m.group(1): (m.group(2), m.group(3))
+        for m in re.finditer(
+            r"^\| `([A-Z_]+)` \| `config\.(\w+)\(\)` \| [^|]* \| ([^|]*) \|", README, re.M
+        )
     }
     assert set(rows) == {s.name for s in config.SWITCHES}
     for switch in config.SWITCHES:
+        reader, default = rows[switch.name]
+        assert reader == switch.reader, switch.name
         if switch.default is not None:
-            assert f"`{switch.default}`" in rows[switch.name], switch.name
+            assert f"`{switch.default}`" in default, switch.name
         else:
-            assert rows[switch.name].startswith("unset"), switch.name
+            assert default.startswith("unset"), switch.name
