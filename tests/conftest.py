@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import types
 from typing import Any
 
@@ -12,11 +11,6 @@ import pytest
 from vaelii_llm import config as vconfig
 
 pytest_plugins = ["pytester"]
-
-# Every event loop the tests create runs in asyncio debug mode: a never-awaited
-# coroutine or a callback that blocks the loop is reported (asyncio reads this
-# variable when a loop is created).
-os.environ.setdefault("PYTHONASYNCIODEBUG", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
