@@ -4,7 +4,9 @@ configuration row against the spec's Default column."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 
 import pytest
 
@@ -89,3 +91,31 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
     assert str(config.ollama_num_ctx()) == SPEC_DEFAULTS["VAELII_OLLAMA_NUM_CTX"]
     assert config.ollama_keep_alive() == SPEC_DEFAULTS["VAELII_OLLAMA_KEEP_ALIVE"]
     assert config.ollama_hosts() is None
+
+
+MODULES = [
+    "vaelii_llm.protocol", "vaelii_llm.errors", "vaelii_llm.config", "vaelii_llm.providers",
+    "vaelii_llm.providers.stub", "vaelii_llm.providers.hosts", "vaelii_llm.providers.ollama",
+    "vaelii_llm.providers.anthropic", "vaelii_llm.providers.credentials", "vaelii_llm.transport",
+    "vaelii_llm.wire", "vaelii_llm.wire.sse", "vaelii_llm.wire.ndjson", "vaelii_llm.pool",
+    "vaelii_llm.engine", "vaelii_llm.tools", "vaelii_llm.edn", "vaelii_llm.kb", "vaelii_llm.cli",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_module_declares_an_export_list_that_resolves(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = getattr(module, "__all__", None)
+    assert exported is not None, f"{name} has no __all__"
+    assert len(exported) == len(set(exported)), f"{name}.__all__ repeats a name"
+    missing = [attr for attr in exported if not hasattr(module, attr)]
+    assert missing == [], f"{name}.__all__ names what it lacks: {missing}"
+
+
+def test_every_public_module_of_the_package_is_listed_above() -> None:
+    found = {
+        info.name
+        for info in pkgutil.walk_packages(vaelii_llm.__path__, "vaelii_llm.")
+        if not info.name.startswith("vaelii_llm.kb.")  # the engine's insides; kb exports them
+    }
+    assert found == set(MODULES)
