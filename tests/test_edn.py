@@ -228,6 +228,16 @@ def test_records_project_to_keyword_maps_lazily() -> None:
     assert "second" not in fetched
 
 
+def test_a_tagged_record_prints_its_tag_first() -> None:
+    # msgspec encodes a tagged Struct's tag; the projection keeps it, so a record
+    # says what it is (the engine's cut record reads {:kind "cut", :reason ...}).
+    class Note(msgspec.Struct, frozen=True, tag_field="kind", tag="note"):
+        text_of: str
+
+    assert edn.write(Note("hi"), 100).text == '{:kind "note", :text-of "hi"}'
+    assert edn.write([Note("a")], 100).text == '[{:kind "note", :text-of "a"}]'
+
+
 def test_other_atoms() -> None:
     when = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
     ident = uuid.UUID("f81d4fae-7dec-11d0-a765-00a0c91e6bf6")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import threading
 import time
 import tracemalloc
@@ -179,3 +180,24 @@ def test_many_readers_one_writer() -> None:
         t.join()
     assert not errors
     assert len(list(ops.find_sentexes(k, "(isa ?x Dog)", "CxPets"))) > 100
+
+
+def _package_imports(path: Path) -> set[str]:
+    """Every vaelii_llm module a source file imports, at any level of it."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in found if m.split(".")[0] == "vaelii_llm"}
+
+
+def test_the_engine_imports_nothing_model_side() -> None:
+    # kb/ knows nothing of models: no providers, tools, transport, pool or boundary.
+    sources = sorted(Path(kb.__file__).parent.glob("*.py"))
+    assert len(sources) >= 5
+    for source in sources:
+        outside = {m for m in _package_imports(source) if not m.startswith("vaelii_llm.kb")}
+        assert outside == set(), source.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import dataclasses
 import functools
@@ -188,6 +189,17 @@ def test_a_new_read_becomes_a_tool_with_no_edit() -> None:
     assert s.input_schema["required"] == ["term"]
 
 
+def test_tools_reach_the_engine_only_through_the_boundary() -> None:
+    imported: set[str] = set()
+    for node in ast.walk(ast.parse(inspect.getsource(tools))):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.update(f"{node.module}.{a.name}" for a in node.names)
+    assert "vaelii_llm.engine" in imported
+    assert not {m for m in imported if m.startswith("vaelii_llm.kb")}
+
+
 def test_ops_with_no_single_signature_are_not_tools() -> None:
     def spread(kb: KB, *sentences: Sentence) -> int:
         return 0
@@ -325,6 +337,15 @@ async def test_a_read_answers_as_edn(nursery: KB) -> None:
     ).result == "true"
 
 
+async def test_a_cut_record_says_it_is_a_cut(nursery: KB) -> None:
+    result = await tools.call(
+        nursery,
+        "kb_query",
+        {"goal": "(fears Muffet ?who)", "context": "CxNursery", "opts": {"max-depth": 0}},
+    )
+    assert result.text == '[{:kind "cut", :reason "max-depth", :bound 0, :yielded 0}]'
+
+
 async def test_the_nested_shape_refusal(nursery: KB) -> None:
     result = await tools.call(
         nursery, "kb_query", {"goal": "(fears Muffet ?who)", "opts": {"max-depth": 3}}
@@ -447,6 +468,32 @@ async def test_an_engine_bug_is_a_result_not_a_raise(nursery: KB) -> None:
     assert midway.error == "clock-cut: gave up"
 
 
+async def test_an_engine_bug_that_cannot_be_printed_is_still_a_result(nursery: KB) -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    class UnprintableRefusal(engine_mod.EngineRefusal):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    def bug(kb: KB) -> int:
+        """Raises an exception whose message itself raises."""
+        raise Unprintable
+
+    def refusal(kb: KB) -> int:
+        """Refuses with a refusal whose message itself raises."""
+        raise UnprintableRefusal("clock-cut", "gave up")
+
+    eng = _with_ops(bug=bug, refusal=refusal)
+    result = await tools.call(nursery, "kb_bug", {}, engine=eng)
+    assert result.error is not None
+    assert result.error.startswith("engine-error: Unprintable")
+    refused = await tools.call(nursery, "kb_refusal", {}, engine=eng)
+    assert refused.error is not None
+    assert refused.error.startswith("clock-cut")
+
+
 # -- ceilings ------------------------------------------------------------------------
 
 
@@ -536,6 +583,30 @@ async def test_find_terms_naming_no_limit_gets_the_max() -> None:
     assert len(_edn(result)) == MAX_LIMIT
     await tools.call(many, "kb_find_terms", {"search": "E", "opts": {"limit": 3}}, engine=eng)
     assert seen[-1] == ("E", {"limit": 3})
+
+
+async def test_describe_naming_no_limit_gets_the_max() -> None:
+    # describe builds every sentex mentioning the term before the printer starts, so
+    # a call naming no limit is held to MAX_LIMIT as find-terms is.
+    seen: list[Any] = []
+    real = EMBEDDED.ops["describe"]
+
+    @functools.wraps(real)
+    def describe(*args: Any) -> Any:
+        seen.append(args[1:])
+        return real(*args)
+
+    many = kb.synthetic(5_000)  # isa is mentioned by 500 sentexes
+    eng = _with_ops(describe=describe)
+    before = many.stats["realized"]
+    result = await tools.call(many, "kb_describe", {"term": "isa"}, engine=eng)
+    assert result.ok
+    assert seen[-1] == (edn_format.Symbol("isa"), {"limit": MAX_LIMIT})
+    assert many.stats["realized"] - before <= MAX_LIMIT
+    await tools.call(many, "kb_describe", {"term": "isa", "opts": {"limit": 3}}, engine=eng)
+    assert seen[-1] == (edn_format.Symbol("isa"), {"limit": 3})
+    opts = tools.schema("describe").input_schema["properties"]["opts"]["properties"]
+    assert f"{MAX_LIMIT} when none is named" in opts["limit"]["description"]
 
 
 # -- bounded, lazy results -----------------------------------------------------------

@@ -20,7 +20,8 @@ Writing (:func:`write`)
     consumed one member at a time, as far as the printed prefix reaches and at
     most one member past it, so ``itertools.count()``, ``cycle`` and ``repeat``
     answers print and return. A msgspec ``Struct`` or a dataclass is projected to
-    a map with keyword keys (``_`` read as ``-``), one field at a time.
+    a map with keyword keys (``_`` read as ``-``), one field at a time; a tagged
+    ``Struct`` prints its tag first, as msgspec encodes it.
 
     How a value prints: ``None`` ``nil``; ``True`` ``true``; an int or float as
     EDN reads it back (``##Inf``, ``##NaN``; an int too long for ``str`` in hex);
@@ -285,9 +286,15 @@ def _struct_frame(value: msgspec.Struct) -> Iterator[object]:
     cls = type(value)
     names: tuple[str, ...] = cls.__struct_fields__
     keys: tuple[str, ...] = getattr(cls, "__struct_encode_fields__", names)
+    config = getattr(cls, "__struct_config__", None)
+    tag_field = getattr(config, "tag_field", None)
     yield _OPEN_MAP
+    if tag_field is not None:  # msgspec encodes a tagged Struct's tag first; so do we
+        yield _Tok(":" + tag_field.replace("_", "-"))
+        yield _SPACE
+        yield config.tag  # type: ignore[union-attr]
     for index, (name, key) in enumerate(zip(names, keys, strict=True)):
-        if index:
+        if index or tag_field is not None:
             yield _ENTRY_SEP
         yield _Tok(":" + key.replace("_", "-"))
         yield _SPACE

@@ -117,11 +117,14 @@ audited whole. ``sentex-count``, ``term-count``, ``find-terms``, ``escalate`` an
 
 MAX_LIMIT: Final = 100
 """The largest ``limit`` a call may name: a count the engine realizes whole before
-the printer's bound applies. ``find-terms`` naming none is given this."""
+the printer's bound applies. ``find-terms`` and ``describe`` naming none are given
+this."""
 
-DEFAULT_LIMIT_OPS: Final = frozenset({"find-terms"})
-"""Ops given ``limit`` :data:`MAX_LIMIT` when the call names none (an empty search
-string would otherwise answer the whole vocabulary)."""
+DEFAULT_LIMIT_OPS: Final = frozenset({"find-terms", "describe"})
+"""Ops given ``limit`` :data:`MAX_LIMIT` when the call names none, because the engine
+builds their whole answer before the printer starts: an empty search string would
+answer the whole vocabulary, and a common term (a predicate) every sentex that
+mentions it."""
 
 READ_WORKERS: Final = 2
 """Engine reads one event loop runs at once, each in a worker thread; more calls
@@ -798,11 +801,19 @@ async def call(
     except Exception as exc:
         kind = getattr(exc, "type", None)
         if isinstance(exc, _engine_refusal(engine)) and isinstance(kind, str):
-            message = str(exc)
+            message = _message(exc)
             if not message.startswith(kind):
                 message = f"{kind}: {message}"
             return _refused(message, max_result_chars)
-        return _refused(f"engine-error: {type(exc).__name__}: {exc}", max_result_chars)
+        return _refused(f"engine-error: {type(exc).__name__}: {_message(exc)}", max_result_chars)
+
+
+def _message(exc: Exception) -> str:
+    """``str(exc)``, or a stand-in when the engine's exception cannot say even that."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"({type(exc).__name__} has no printable message)"
 
 
 def _engine_refusal(engine: engine_mod.Engine | None) -> type[Exception]:

@@ -727,7 +727,7 @@ def find_terms(kb: KB, search: str, opts: Opts | None = None) -> list[Any]:
     """Terms whose name contains the search string (case-insensitive), sorted by name.
 
     Use it to find the exact spelling of a constant before asking about it. opts: limit
-    (how many terms to answer; without one, every match).
+    (answer at most this many, the first by name).
     """
     o = _opts("find-terms", opts)
     if not isinstance(search, str):
@@ -747,7 +747,7 @@ def find_terms(kb: KB, search: str, opts: Opts | None = None) -> list[Any]:
 
 def describe(kb: KB, term: Term, opts: Opts | None = None) -> list[Sentex]:
     """The sentexes that mention a term, in any context and any argument position,
-    oldest first. opts: limit (how many to answer; without one, all).
+    oldest first. opts: limit (answer at most this many, the oldest).
     """
     o = _opts("describe", opts)
     t = _term(term)

@@ -94,8 +94,11 @@ class Answer(msgspec.Struct, frozen=True):
     depth: int = 0
 
 
-class Cut(msgspec.Struct, frozen=True):
+class Cut(msgspec.Struct, frozen=True, tag_field="kind", tag="cut"):
     """The last record of a read that was stopped before it finished.
+
+    Tagged, so it prints as ``{:kind "cut", :reason "max-ms", :bound 500, :yielded 3}``:
+    a reader of the answers can tell it from the records before it.
 
     ``reason`` is ``"max-ms"`` (the clock ran out: more answers may exist) or
     ``"max-depth"`` (the search reached its depth bound somewhere: a deeper proof may
