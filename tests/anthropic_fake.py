@@ -248,6 +248,7 @@ class FakeMessagesAPI:
     seen: list[Seen] = field(default_factory=list)
     payload: bytes | None = None  # a whole SSE body to send instead of the transcript's
     stalled: bool = False  # write the head, then nothing (for cancellation tests)
+    cut: bool = False  # write the body, then drop the connection without ending it
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -282,5 +283,9 @@ class FakeMessagesAPI:
             pos += step
         if self.stalled:
             await asyncio.sleep(3600)
+        if self.cut:
+            assert request.transport is not None
+            request.transport.close()
+            return resp
         await resp.write_eof()
         return resp

@@ -122,13 +122,16 @@ class FakeOllama:
     ``"error_mid_stream"`` an ``{"error": …}`` line after two chunks;
     ``"stall"`` two chunks, then nothing (the connection stays open);
     ``"html"`` a proxy's 200 HTML page; ``"bad_gateway"`` a proxy's 502 HTML page;
-    ``"no_done"`` the transcript without its done object, then EOF.
+    ``"no_done"`` the transcript without its done object, then EOF;
+    ``"held_after_done"`` the whole transcript, then nothing (the body never ends);
+    ``"cut_after_done"`` the whole transcript, then the connection dropped mid-body.
     """
 
     script: Script = hello
     mode: str | None = None
     version: str = "0.12.6"
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
     peers: set[Any] = field(default_factory=set)
     disconnects: int = 0
     chunk_delay: float = 0.0
@@ -181,6 +184,7 @@ class FakeOllama:
         self._seen(request)
         body = await request.json()
         self.bodies.append(body)
+        self.headers.append(dict(request.headers))
         if body.get("model") not in SHOW:
             return web.json_response(
                 {"error": f"model \"{body.get('model')}\" not found, try pulling it first"},
@@ -212,8 +216,12 @@ class FakeOllama:
             if self.mode == "error_mid_stream":
                 await response.write(
                     b'{"error":"an error was encountered while running the model"}\n')
-            if self.mode == "stall":
+            if self.mode in ("stall", "held_after_done"):
                 await asyncio.sleep(3600)
+            if self.mode == "cut_after_done":
+                assert request.transport is not None
+                request.transport.close()
+                return response
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             self.disconnects += 1

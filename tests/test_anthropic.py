@@ -189,6 +189,15 @@ def test_raw_is_sent_back_unchanged() -> None:
     assert body["messages"][0]["content"] == [raw, opaque.raw]
 
 
+def test_a_tool_call_another_vendor_made_is_rebuilt_not_echoed() -> None:
+    # Ollama keeps its own call object in raw; the Messages API cannot read it
+    ollama_raw = {"id": "call_0", "function": {"name": "kb_ask", "arguments": {"q": 1}}}
+    block = ToolUseBlock(id="call_0", name="kb_ask", input={"q": 1}, raw=ollama_raw)
+    assert encode_block(block) == {
+        "type": "tool_use", "id": "call_0", "name": "kb_ask", "input": {"q": 1}
+    }
+
+
 def test_block_with_no_wire_shape_is_refused() -> None:
     with pytest.raises(LLMEncode) as info:
         build_body(
@@ -469,6 +478,55 @@ async def test_server_holding_the_stream_open_after_message_stop() -> None:
         assert loop.time() - started < 2
         assert isinstance(items[-1], Response)
         assert [b.raw for b in items[-1].content] == t.message["content"]
+
+
+async def test_a_cut_after_message_stop_keeps_the_whole_answer() -> None:
+    t = generate(random.Random(20), kinds=["text", "tool_use"])
+    api = FakeMessagesAPI(transcript=t, cut=True)
+    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+        items = [i async for i in p.stream(req())]
+    assert isinstance(items[-1], Response)
+    assert [b.raw for b in items[-1].content] == t.message["content"]
+
+
+async def test_extra_headers_go_on_every_request() -> None:
+    api = FakeMessagesAPI(transcript=generate(random.Random(21), kinds=["text"]))
+    gateway = {"x-gateway-key": "g-SECRET-1", "anthropic-version": "2023-06-01"}
+    async with serving(api) as url:
+        async with AnthropicProvider(credential=SECRET, base_url=url, headers=gateway) as p:
+            await p.complete(req())
+            async for _ in p.stream(req()):
+                pass
+            assert "g-SECRET-1" not in repr(p)
+        built = await providers.provider(
+            "anthropic", credential=SECRET, base_url=url, headers=gateway
+        )
+        async with built:
+            assert isinstance(built, AnthropicProvider)
+            await built.complete(req())
+    assert [s.headers.get("x-gateway-key") for s in api.seen] == ["g-SECRET-1"] * 3
+    assert all(s.headers["x-api-key"] == SECRET for s in api.seen)
+
+
+async def test_userinfo_in_the_base_url_is_never_shown() -> None:
+    api = FakeMessagesAPI(transcript=generate(random.Random(22), kinds=["text"]), status=529)
+    async with serving(api) as url:
+        base = url.replace("http://", "http://gw:pw-SECRET-7@")
+        async with AnthropicProvider(credential=SECRET, base_url=base) as p:
+            assert "pw-SECRET-7" not in repr(p) + p.endpoint.label
+            assert p.endpoint.label == f"the Messages API at {url}"
+            with pytest.raises(LLMApiError) as info:
+                await p.complete(req())
+            assert "pw-SECRET-7" not in str(info.value)
+        assert api.seen[0].headers["Authorization"].startswith("Basic ")  # still sent
+        # aiohttp will not send both a URL's userinfo and a bearer header: typed, not ValueError
+        bearer = Credential("tok-SECRET-8", "bearer", "explicit")
+        async with AnthropicProvider(credential=bearer, base_url=base) as p:
+            with pytest.raises(LLMError) as refused:
+                await p.complete(req())
+            text = str(refused.value)
+            assert "pw-SECRET-7" not in text
+            assert "tok-SECRET-8" not in text
 
 
 async def test_connection_reused_after_a_whole_stream() -> None:

@@ -463,6 +463,41 @@ async def test_a_stall_mid_stream_is_a_timeout_inside_the_turn_budget(fake: Fake
     assert 0.25 <= elapsed < 2.0
 
 
+@pytest.mark.parametrize("mode", ["held_after_done", "cut_after_done"])
+async def test_a_body_that_does_not_end_cleanly_after_done_keeps_the_answer(
+    fake: FakeOllama, mode: str
+) -> None:
+    fake.script = lambda _b: [chunk(thinking="t"), chunk("Hel"), chunk("lo"), final()]
+    loop = asyncio.get_running_loop()
+    async with ollama.provider(host=fake.url) as p:
+        whole = await p.complete(ask("hi"))
+        fake.mode = mode
+        started = loop.time()
+        items = await collect(p, ask("hi", timeout_ms=30_000))
+        assert loop.time() - started < 2  # not the turn's whole budget
+    assert items[-1] == whole
+    assert items[:-1] == whole.content == [ThinkingBlock(thinking="t"), TextBlock(text="Hello")]
+
+
+async def test_extra_headers_go_on_every_turn(fake: FakeOllama) -> None:
+    gateway = {"X-Gateway-Key": "g-SECRET-1"}
+    async with ollama.provider(host=fake.url, headers=gateway) as p:
+        await p.complete(ask("hi"))
+        await collect(p, ask("hi"))
+        assert "g-SECRET-1" not in repr(p)
+    built = await providers.provider("ollama", host=fake.url, headers=gateway)
+    async with built:
+        assert isinstance(built, ollama.OllamaProvider)
+        await built.complete(ask("hi"))
+    await providers.warm("ollama", host=fake.url, headers=gateway)
+    assert [h.get("X-Gateway-Key") for h in fake.headers] == ["g-SECRET-1"] * 4
+    async with ollama.provider(host=fake.url, headers={"X-Gateway-Key": "a\nb"}) as bad:
+        with pytest.raises(errors.LLMBadCredential) as info:
+            await bad.complete(ask("hi"))
+    assert info.value.header == "X-Gateway-Key"
+    assert "a\nb" not in str(info.value)
+
+
 async def test_an_unknown_model_is_the_hosts_404(fake: FakeOllama) -> None:
     async with ollama.provider(host=fake.url, model="nope:1b") as p:
         with pytest.raises(errors.LLMApiError) as info:

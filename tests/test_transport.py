@@ -204,6 +204,46 @@ async def test_a_header_with_a_control_character_is_refused_without_its_value(
         create_session({"Authorization": "Bearer tok\n"})
 
 
+async def test_a_request_aiohttp_will_not_build_is_typed(session: aiohttp.ClientSession) -> None:
+    # userinfo in the URL and an Authorization header: aiohttp raises ValueError
+    with pytest.raises(LLMUnreachable) as info:
+        await send_request(
+            session,
+            END,
+            "GET",
+            "http://user:pw-SECRET@127.0.0.1:9/",
+            deadline=Deadline.after_ms(1_000),
+            headers={"Authorization": "Bearer tok-SECRET"},
+        )
+    assert isinstance(info.value.__cause__, ValueError)
+    assert "SECRET" not in str(info.value)
+
+
+async def test_drain_keeps_quiet_about_what_follows_the_end(
+    session: aiohttp.ClientSession,
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(b"the end\n")
+        if request.path == "/cut":
+            cut_connection(request)
+        else:
+            await forever()
+        return response
+
+    async with serve(handler) as url:
+        for path, budget in (("/cut", 5_000), ("/held", 5_000), ("/held", 100)):
+            start = now()
+            async with open_stream(
+                session, END, "GET", url + path, deadline=Deadline.after_ms(budget)
+            ) as chunks:
+                assert await anext(chunks) == b"the end\n"
+                await asyncio.sleep(budget / 1000 if budget < 1_000 else 0)
+                await transport.drain(chunks, 0.2)
+            assert now() - start < 1
+
+
 async def test_cancellation_stays_a_cancellation(session: aiohttp.ClientSession) -> None:
     async def handler(request: web.Request) -> web.Response:
         await forever()
@@ -542,6 +582,7 @@ def test_public_surfaces_are_frozen() -> None:
         "Endpoint",
         "create_session",
         "decode_json",
+        "drain",
         "open_stream",
         "probe_session",
         "read_body",

@@ -24,6 +24,8 @@ the deadline passes before the headers arrive               LLMTimeout
 the deadline passes while the body is read or streamed      LLMTimeout
 refused, reset or closed before the headers, unresolved     LLMUnreachable
 no connection inside CONNECT_TIMEOUT_MS; an invalid URL     LLMUnreachable
+a request aiohttp refuses to build (credentials both in the
+URL and in an Authorization header)                         LLMUnreachable
 any other OSError or aiohttp connection error before them   LLMUnreachable
 a malformed HTTP head                                       LLMBadResponse
 a non-2xx status (429 and 529 included)                     LLMApiError
@@ -85,6 +87,7 @@ __all__ = [
     "Endpoint",
     "create_session",
     "decode_json",
+    "drain",
     "open_stream",
     "probe_session",
     "read_body",
@@ -255,6 +258,9 @@ async def send_request(
         if timer.expired():
             raise LLMTimeout(endpoint.label, deadline.timeout_ms) from exc
         raise _unreachable(exc, endpoint) from exc
+    except ValueError as exc:  # aiohttp refused to build it; its text quotes no header value
+        reason = f"the request could not be sent ({excerpt(str(exc), 120)})"
+        raise LLMUnreachable(endpoint.label, reason) from exc
     if 200 <= response.status < 300:
         return response
     status = response.status
@@ -407,6 +413,21 @@ async def _chunks(
             return
         received += len(chunk)
         yield chunk
+
+
+async def drain(chunks: AsyncIterator[bytes], seconds: float) -> None:
+    """Read and discard what follows a stream's terminal event for at most ``seconds``.
+
+    The answer is already whole, so nothing that happens here may lose it:
+    the deadline passing, a cut connection or a body that never ends is
+    swallowed (the response is then closed rather than reused). Reading the
+    body to its end lets its connection go back to the pool. A cancellation
+    propagates.
+    """
+    with suppress(TimeoutError, LLMError):
+        async with asyncio.timeout(seconds):
+            async for _ in chunks:
+                pass
 
 
 @asynccontextmanager

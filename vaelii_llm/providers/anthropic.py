@@ -1,6 +1,6 @@
 """The Messages API backend.
 
-``provider(credential=..., base_url=..., model=..., effort=...)`` builds an
+``provider(credential=..., base_url=..., model=..., effort=..., headers=...)`` builds an
 :class:`AnthropicProvider` without I/O; it is an async context manager owning
 one ``aiohttp`` session (opened on the first turn, closed by ``aclose``).
 
@@ -17,9 +17,10 @@ What goes out (:func:`build_body`)
     this model family refuses the first three and a forced tool.
 
 Blocks
-    A block carrying ``raw`` is sent back exactly as received (the API rejects
-    an edited thinking block, and an unmodelled vendor block round-trips this
-    way). A built block is written from its fields; one of a type the encoder
+    A block carrying ``raw`` of its own type is sent back exactly as received
+    (the API rejects an edited thinking block, and an unmodelled vendor block
+    round-trips this way). A built block, or one whose ``raw`` another backend
+    wrote, is written from its fields; one of a type the encoder
     has no shape for (an :class:`~vaelii_llm.protocol.OpaqueBlock` with an
     empty ``raw``, a foreign class) is refused with
     :class:`~vaelii_llm.errors.LLMEncode`.
@@ -54,7 +55,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+import re
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Final
 
 import aiohttp
@@ -118,6 +120,7 @@ FALLBACK_BETA: Final = "server-side-fallback-2026-07-01"
 NEVER_SENT: Final = frozenset({"temperature", "top_p", "top_k", "tool_choice"})
 PROBE_OPTS: Final = frozenset({"credential"})
 MESSAGES_PATH: Final = "/v1/messages"
+_USERINFO: Final = re.compile(r"^([^/]*//)?[^/]*@")
 _DRAIN_S: Final = 0.05
 """How long a stream may take to end after ``message_stop`` before its
 connection is closed rather than reused: the API ends it at once."""
@@ -127,9 +130,11 @@ connection is closed rather than reused: the API ends it at once."""
 
 
 def encode_block(block: Block, label: str = "the Messages API") -> dict[str, Any]:
-    """One content block as the API takes it: ``raw`` unchanged when set."""
+    """One content block as the API takes it: ``raw`` unchanged when set and
+    of the block's type (another vendor's raw, such as an Ollama tool call's,
+    is no Messages API block, so the block is built from its fields)."""
     raw = getattr(block, "raw", None)
-    if raw:
+    if raw and raw.get("type") == getattr(block, "type", None):
         return raw  # type: ignore[no-any-return]
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text}
@@ -583,13 +588,17 @@ class AnthropicProvider(ProviderBase):
         base_url: str | None = None,
         model: str | None = None,
         effort: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self._base_url = config.anthropic_base_url(base_url)
         self._url = self._base_url + MESSAGES_PATH
+        # A gateway URL may carry user:password; it names the far end with them cut.
+        self._shown_url = _USERINFO.sub(r"\1", self._base_url)
         self._model = model or DEFAULT_MODEL
         self._effort = effort or DEFAULT_EFFORT
+        self._extra_headers = dict(headers or {})
         self.endpoint = transport.Endpoint(
-            label=f"the Messages API at {self._base_url}", slug="anthropic"
+            label=f"the Messages API at {self._shown_url}", slug="anthropic"
         )
         self._credential: Credential | None = credentials.resolve_now(credential)
         self._lookup = asyncio.Lock()
@@ -598,7 +607,7 @@ class AnthropicProvider(ProviderBase):
 
     def __repr__(self) -> str:
         return (
-            f"AnthropicProvider(base_url={self._base_url!r}, model={self._model!r}, "
+            f"AnthropicProvider(base_url={self._shown_url!r}, model={self._model!r}, "
             f"effort={self._effort!r})"
         )
 
@@ -614,7 +623,11 @@ class AnthropicProvider(ProviderBase):
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = transport.create_session(
-                {"anthropic-version": API_VERSION, "content-type": "application/json"}
+                {
+                    "anthropic-version": API_VERSION,
+                    "content-type": "application/json",
+                    **self._extra_headers,
+                }
             )
         return self._session
 
@@ -692,20 +705,9 @@ class AnthropicProvider(ProviderBase):
                     for block in assembler.feed(frame.event, frame.data):
                         yield block
                 if assembler.finished:
-                    await _drain(chunks)
+                    await transport.drain(chunks, _DRAIN_S)
                     break
         yield assembler.result()
-
-
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """Read what follows ``message_stop`` (normally only the body's end) for a
-    moment, so the connection can go back to the pool instead of being closed."""
-    try:
-        async with asyncio.timeout(_DRAIN_S):
-            async for _ in chunks:
-                pass
-    except TimeoutError:
-        pass
 
 
 def provider(
@@ -714,9 +716,16 @@ def provider(
     base_url: str | None = None,
     model: str | None = None,
     effort: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> AnthropicProvider:
-    """A Messages API provider, built without I/O (see the module docstring)."""
-    return AnthropicProvider(credential=credential, base_url=base_url, model=model, effort=effort)
+    """A Messages API provider, built without I/O (see the module docstring).
+
+    ``headers`` are sent on every request (a gateway's or proxy's own); they
+    are never logged or shown. A ``user:password@`` in ``base_url`` is sent as
+    the URL says and cut from every message and the repr."""
+    return AnthropicProvider(
+        credential=credential, base_url=base_url, model=model, effort=effort, headers=headers
+    )
 
 
 async def available(credential: str | Credential | None = None) -> bool:

@@ -42,7 +42,7 @@ the running loop.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any, Final
 
 import aiohttp
@@ -103,6 +103,10 @@ milliseconds, a busy one in a few seconds."""
 
 WARM_TIMEOUT_MS: Final = 300_000
 """A cold load of a 30B model from disk can take minutes."""
+
+_DRAIN_S: Final = 0.05
+"""How long a stream may take to end after ``done: true`` before its
+connection is closed rather than reused: Ollama ends it at once."""
 
 # --------------------------------------------------------------------------
 # Hosts
@@ -459,8 +463,10 @@ class OllamaProvider(ProviderBase):
         model: str | None = None,
         num_ctx: int | None = None,
         keep_alive: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.base_url = base_url(host)
+        self._headers = dict(headers or {})
         self.model = config.ollama_model(model)
         self._num_ctx = num_ctx
         self._keep_alive = keep_alive
@@ -476,7 +482,7 @@ class OllamaProvider(ProviderBase):
         if self._closed:
             raise RuntimeError("this Ollama provider is closed")
         if self._session is None:
-            self._session = transport.create_session()
+            self._session = transport.create_session(self._headers)
         return self._session
 
     def _body(self, request: Request, *, stream: bool) -> bytes:
@@ -517,19 +523,19 @@ class OllamaProvider(ProviderBase):
         async with transport.open_stream(
             self._http(), self._endpoint, "POST", self._chat_url, deadline=deadline, body=body
         ) as chunks:
-            try:
-                async for data in chunks:
-                    for chunk in lines.feed(data):
-                        for block in assembler.feed(chunk):
-                            yield block
-            except errors.LLMTimeout:
-                # The whole turn arrived and only the end of the body did not:
-                # the answer stands.
-                if not assembler.done:
-                    raise
-        for chunk in lines.feed(b""):
-            for block in assembler.feed(chunk):
-                yield block
+            async for data in chunks:
+                for chunk in lines.feed(data):
+                    for block in assembler.feed(chunk):
+                        yield block
+                if assembler.done:
+                    # The answer is whole: what follows cannot change it, nor
+                    # a far end holding the body open make the caller wait.
+                    await transport.drain(chunks, _DRAIN_S)
+                    break
+        if not assembler.done:
+            for chunk in lines.feed(b""):
+                for block in assembler.feed(chunk):
+                    yield block
         yield assembler.finish()
 
     async def aclose(self) -> None:
@@ -546,15 +552,20 @@ def provider(
     model: str | None = None,
     num_ctx: int | None = None,
     keep_alive: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> OllamaProvider:
     """A provider on ``host`` (see :func:`base_url`) running ``model``
     (default ``VAELII_OLLAMA_MODEL``, ``phi4:14b``). No I/O happens here.
 
     ``num_ctx`` and ``keep_alive`` are this provider's defaults for a request
     naming none; unset, each turn reads ``VAELII_OLLAMA_NUM_CTX`` and
-    ``VAELII_OLLAMA_KEEP_ALIVE``. Raises ValueError for a host that names none.
+    ``VAELII_OLLAMA_KEEP_ALIVE``. ``headers`` are sent on every turn (a
+    gateway's or proxy's own) and never logged or shown. Raises ValueError for
+    a host that names none.
     """
-    return OllamaProvider(host=host, model=model, num_ctx=num_ctx, keep_alive=keep_alive)
+    return OllamaProvider(
+        host=host, model=model, num_ctx=num_ctx, keep_alive=keep_alive, headers=headers
+    )
 
 
 def generation_provider(
@@ -563,6 +574,7 @@ def generation_provider(
     model: str | None = None,
     num_ctx: int | None = None,
     keep_alive: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> OllamaProvider:
     """:func:`provider` on the generation model (``VAELII_OLLAMA_GENERATION_MODEL``,
     ``qwen3-coder:30b``) unless ``model`` names another."""
@@ -571,6 +583,7 @@ def generation_provider(
         model=config.ollama_generation_model(model),
         num_ctx=num_ctx,
         keep_alive=keep_alive,
+        headers=headers,
     )
 
 
@@ -693,6 +706,7 @@ async def warm(
     keep_alive: str | None = None,
     *,
     timeout_ms: int = WARM_TIMEOUT_MS,
+    headers: Mapping[str, str] | None = None,
 ) -> Response:
     """Load ``model`` (default: the generation model) and hold it resident.
 
@@ -701,7 +715,8 @@ async def warm(
     warm-up at any other length would be evicted by the first real turn.
     Returns that turn (its ``usage.load_duration`` tells a cold load from a
     warm one). Raises the typed error when the host cannot do it: a caller
-    asking for a resident model wants to know it is not there.
+    asking for a resident model wants to know it is not there. ``headers``
+    are sent with it, as a provider sends its own.
     """
     url = base_url(host)
     ctx = config.ollama_num_ctx(num_ctx)
@@ -727,6 +742,7 @@ async def warm(
         deadline=transport.Deadline.after_ms(timeout_ms),
         decoder=CHUNK_DECODER,
         body=body,
+        headers=headers,
     )
     assembler = ChatAssembler(ep.label)
     assembler.feed(chunk)
