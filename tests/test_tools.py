@@ -702,6 +702,9 @@ def _slow_engine(
 
 
 async def test_the_loop_stays_responsive_while_8_slow_reads_run(nursery: KB) -> None:
+    # What is measured is the lag the engine's threads cause, not debug mode's
+    # own per-callback bookkeeping, so the loop runs at full speed here.
+    asyncio.get_running_loop().set_debug(False)
     running = _Running()
     eng = _slow_engine(running=running)
     loop = asyncio.get_running_loop()
@@ -723,6 +726,7 @@ async def test_the_loop_stays_responsive_while_8_slow_reads_run(nursery: KB) -> 
     assert all(r.ok for r in results)
     assert 1 < running.most <= tools.READ_WORKERS  # in threads, and bounded
     assert len(lags) > 10
+    print(f"loop lag: max {max(lags) * 1000:.1f} ms over {len(lags)} samples")
     assert max(lags) < 0.05, f"loop lag {max(lags) * 1000:.1f} ms"
 
 
