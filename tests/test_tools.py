@@ -829,3 +829,20 @@ def test_opts_schema_lists_exactly_the_keys_the_engine_reads() -> None:
     assert query_opts["max-ms"]["maximum"] == eng.ceilings.max_ms
     terms_opts = tools.schema("find-terms").input_schema["properties"]["opts"]["properties"]
     assert terms_opts["limit"]["maximum"] == tools.MAX_LIMIT
+
+
+async def test_an_option_the_read_does_not_take_is_named_before_any_bound(nursery: KB) -> None:
+    given = {"goal": "(isa ?x Girl)", "context": "CxWell", "opts": {"limit": 500}}
+    out = await tools.call(nursery, "kb_query", given)
+    assert not out.ok
+    assert out.error is not None
+    assert out.error.startswith("unknown-option: kb_query reads no option 'limit'")
+    assert "max-depth, max-ms" in out.error
+
+
+def test_two_ops_that_munge_to_one_tool_name_are_refused() -> None:
+    eng = engine_mod.embedded()
+    ops = dict(eng.ops)
+    ops["ask-p"] = ops["ask?"]
+    with pytest.raises(ValueError, match="'ask-p' and 'ask\\?' both become the tool 'kb_ask_p'"):
+        tools.schemas(engine=eng.replace(ops=ops))

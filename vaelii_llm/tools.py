@@ -171,7 +171,7 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 class ToolRefusal(Exception):
     """A call the tools refuse before (or instead of) reaching the engine.
 
-    ``type``: ``unknown-tool``, ``bad-input``, ``missing-argument``,
+    ``type``: ``unknown-tool``, ``bad-input``, ``missing-argument``, ``unknown-option``,
     ``unexpected-argument``, ``bad-argument``, ``over-ceiling`` or ``bad-option``.
     """
 
@@ -453,8 +453,13 @@ class _Table:
                 continue
             shapes = _shapes(fn)
             name = tool_name(op)
-            if not shapes or not _NAME_GRAMMAR.match(name) or name in tools:
+            if not shapes or not _NAME_GRAMMAR.match(name):
                 continue
+            if name in tools:
+                raise ValueError(
+                    f"the engine's ops {tools[name].op!r} and {op!r} both become the tool "
+                    f"{name!r}; rename one, or a model could not tell them apart"
+                )
             tools[name] = _Tool(op, name, fn, shapes, _build_schema(op, fn, shapes, eng))
         self.by_name = tools
         self.ops = tuple(t.op for t in tools.values())
@@ -639,6 +644,14 @@ def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any], eng: engine_m
     if opts_param is not None:
         opts = values.get(opts_param.name)
     if opts is not None:
+        accepted = eng.opt_keys.get(tool.op)
+        unknown = sorted(set(opts) - set(accepted)) if accepted is not None else []
+        if accepted is not None and unknown:
+            raise ToolRefusal(
+                "unknown-option",
+                f"{tool.name} reads no option {unknown[0]!r}; it accepts: "
+                + (", ".join(accepted) or "none"),
+            )
         if "max-depth" in opts:
             _bound("max-depth", opts["max-depth"], c.max_depth)
         if "max-ms" in opts:
