@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import warnings
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any
 
 import aiohttp
@@ -78,6 +78,15 @@ async def drain_stream(
     async with open_stream(session, END, "POST", url, deadline=deadline, body=b"{}") as chunks:
         async for chunk in chunks:
             sink.append(chunk)
+
+
+def read_by(
+    path: str, session: aiohttp.ClientSession, url: str, deadline: Deadline, sink: list[bytes]
+) -> Coroutine[Any, Any, object]:
+    """The read a test exercises: the whole-body path or the streamed one."""
+    if path == "whole":
+        return request_json(session, END, "GET", url, deadline=deadline, decoder=ANY)
+    return drain_stream(session, url, deadline, sink)
 
 
 # --- the honest path ---------------------------------------------------------
@@ -290,10 +299,7 @@ async def test_stall_after_headers(session: aiohttp.ClientSession, path: str) ->
     sink: list[bytes] = []
     async with serve(handler) as url:
         deadline = Deadline.after_ms(500)
-        if path == "whole":
-            call = request_json(session, END, "GET", url, deadline=deadline, decoder=ANY)
-        else:
-            call = drain_stream(session, url, deadline, sink)
+        call = read_by(path, session, url, deadline, sink)
         err, took = await timed(call)
     assert isinstance(err, LLMTimeout)
     assert err.timeout_ms == 500
@@ -318,10 +324,7 @@ async def test_drip_feed_one_byte_every_200ms_ends_at_the_turn_budget(
     sink: list[bytes] = []
     async with serve(handler) as url:
         deadline = Deadline.after_ms(1_000)
-        if path == "whole":
-            call = request_json(session, END, "GET", url, deadline=deadline, decoder=ANY)
-        else:
-            call = drain_stream(session, url, deadline, sink)
+        call = read_by(path, session, url, deadline, sink)
         err, took = await timed(call)
     assert isinstance(err, LLMTimeout)
     assert err.timeout_ms == 1_000
@@ -456,10 +459,7 @@ async def test_a_body_cut_short_is_a_bad_response(
     sink: list[bytes] = []
     async with serve(handler) as url:
         deadline = Deadline.after_ms(3_000)
-        if path == "whole":
-            call = request_json(session, END, "GET", url, deadline=deadline, decoder=ANY)
-        else:
-            call = drain_stream(session, url, deadline, sink)
+        call = read_by(path, session, url, deadline, sink)
         err, took = await timed(call)
     assert isinstance(err, LLMBadResponse), repr(err)
     assert isinstance(err.__cause__, aiohttp.ClientError | OSError)
