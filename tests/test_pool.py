@@ -725,3 +725,41 @@ async def test_pool_from_config_with_the_real_backend(no_host_env: pytest.Monkey
     async with await vpool.pool_from_config("127.0.0.1:9*2,[::1]:9") as p:
         assert p.size == 4
         assert len(p.providers) == 2
+
+
+async def test_a_token_handed_back_goes_to_the_longest_waiter_not_a_newcomer() -> None:
+    p = Pool([StubProvider()], acquire_timeout_ms=1_000)
+    order: list[str] = []
+    held = p.provider()
+    await held.__aenter__()
+
+    async def waiter() -> None:
+        async with p.provider():
+            order.append("waited")
+
+    waiting = asyncio.create_task(waiter())
+    await spin()
+    assert p.statistics().waiters == 1
+    await held.__aexit__(None, None, None)  # the waiter is woken, but has not run yet
+    async with p.provider():  # a newcomer arriving in that instant joins the line
+        order.append("newcomer")
+    await waiting
+    assert order == ["waited", "newcomer"]
+    assert stats(p) == (1, 1, 0, 0)
+
+
+async def test_calls_are_served_in_the_order_they_arrived() -> None:
+    p = Pool([StubProvider()], acquire_timeout_ms=1_000)
+    served: list[int] = []
+
+    async def call(n: int) -> None:
+        async with p.provider():
+            served.append(n)
+            await asyncio.sleep(0)
+
+    tasks = []
+    for n in range(20):
+        tasks.append(asyncio.create_task(call(n)))
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    assert served == list(range(20))

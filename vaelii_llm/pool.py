@@ -167,7 +167,15 @@ class Pool(Generic[P]):
     :meth:`aclose`). It belongs to the event loop that first waits on it.
     """
 
-    __slots__ = ("_acquire_timeout_ms", "_closed", "_outstanding", "_queue", "_tokens", "_waiting")
+    __slots__ = (
+        "_acquire_timeout_ms",
+        "_closed",
+        "_line",
+        "_outstanding",
+        "_queue",
+        "_tokens",
+        "_waiting",
+    )
 
     def __init__(
         self,
@@ -193,6 +201,7 @@ class Pool(Generic[P]):
         self._queue: asyncio.Queue[P | _Closed] = asyncio.Queue()
         for token in listed:
             self._queue.put_nowait(token)
+        self._line = asyncio.Lock()
         self._outstanding = 0
         self._waiting = 0
         self._closed = False
@@ -247,6 +256,8 @@ class Pool(Generic[P]):
     def provider(self) -> _Checkout[P]:
         """``async with pool.provider() as p:`` holds one token for the block.
 
+        Calls are served first come, first served: a token handed back goes to
+        the call that has waited longest, never to one arriving in that instant.
         Waits up to ``acquire_timeout_ms`` for a token, then raises
         :class:`~vaelii_llm.errors.LLMTimeout` (``phase`` names the wait). The
         token goes back on every exit from the block: normally, by exception,
@@ -260,9 +271,12 @@ class Pool(Generic[P]):
     async def _acquire(self) -> P:
         if self._closed:
             raise RuntimeError(f"{POOL_LABEL} is closed")
-        try:
-            token = self._queue.get_nowait()
-        except asyncio.QueueEmpty:
+        if self._waiting == 0 and not self._line.locked():
+            try:
+                token: P | _Closed = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                token = await self._wait_for_token()
+        else:  # others are waiting: join the line behind them
             token = await self._wait_for_token()
         if isinstance(token, _Closed):
             # Put the marker back at once so every other waiter wakes too.
@@ -273,15 +287,19 @@ class Pool(Generic[P]):
         return token
 
     async def _wait_for_token(self) -> P | _Closed:
-        # asyncio.timeout_at runs the get in this task. asyncio.wait_for (3.11)
-        # runs it in a task of its own and can drop an item that task took in
+        # First come, first served: the line (an asyncio.Lock, which wakes its
+        # waiters in order and lets no newcomer past them) admits one call at a
+        # time to the queue, so a token handed back goes to the call that has
+        # waited longest, never to one that arrived in the meantime.
+        # asyncio.timeout_at runs the waits in this task. asyncio.wait_for (3.11)
+        # runs them in a task of its own and can drop an item that task took in
         # the same instant the wait was cancelled; Queue.get itself hands a
         # wake-up it cannot use to the next waiter, and leaves the item queued.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._acquire_timeout_ms / 1000
         self._waiting += 1
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(deadline), self._line:
                 return await self._queue.get()
         except TimeoutError as exc:
             raise LLMTimeout(POOL_LABEL, self._acquire_timeout_ms, "free a provider") from exc
