@@ -56,7 +56,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import aiohttp
@@ -358,9 +358,21 @@ class _BlockStart(msgspec.Struct, frozen=True):
     content_block: dict[str, Any]
 
 
-class _BlockDelta(msgspec.Struct, frozen=True):
+class _Delta(msgspec.Struct, frozen=True, gc=False):
+    """A delta's fields, each as sent (``Any``: a wrong type is refused only
+    for the delta type that reads it, as a dict lookup would); others skipped."""
+
+    type: Any = None
+    text: Any = None
+    partial_json: Any = None
+    thinking: Any = None
+    signature: Any = None
+    citation: Any = None
+
+
+class _BlockDelta(msgspec.Struct, frozen=True, gc=False):
     index: int
-    delta: dict[str, Any]
+    delta: _Delta
 
 
 class _BlockStop(msgspec.Struct, frozen=True):
@@ -378,10 +390,11 @@ class _MessageDelta(msgspec.Struct, frozen=True):
     usage: _Usage = _Usage()
 
 
+_DELTA_DECODER: Final = msgspec.json.Decoder(_BlockDelta)
 _DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
     "message_start": msgspec.json.Decoder(_MessageStart),
     "content_block_start": msgspec.json.Decoder(_BlockStart),
-    "content_block_delta": msgspec.json.Decoder(_BlockDelta),
+    "content_block_delta": _DELTA_DECODER,
     "content_block_stop": msgspec.json.Decoder(_BlockStop),
     "message_delta": msgspec.json.Decoder(_MessageDelta),
 }
@@ -391,10 +404,11 @@ _ANY_JSON: Final = msgspec.json.Decoder()
 class _OpenBlock:
     """A block between its start and its stop: the pieces, joined once at the stop."""
 
-    __slots__ = ("citations", "json", "signature", "start", "text", "thinking")
+    __slots__ = ("citations", "json", "kind", "signature", "start", "text", "thinking")
 
     def __init__(self, start: dict[str, Any]) -> None:
         self.start = start
+        self.kind = start.get("type")
         self.text: list[str] = []
         self.thinking: list[str] = []
         self.json: list[str] = []
@@ -509,6 +523,39 @@ class StreamAssembler:
                 self._usage[name] = value
         return []
 
+    def feed_frames(self, frames: Iterable[tuple[bytes, bytes]]) -> Iterator[Block]:
+        """:meth:`feed` for each ``(event, data)`` pair of UTF-8 bytes (as
+        :meth:`SSEDecoder.feed_frames <vaelii_llm.wire.sse.SSEDecoder.feed_frames>`
+        hands them over), yielding each block as it completes: the blocks
+        before a refused event are handed over before the refusal.
+
+        The streamed path: a ``content_block_delta`` (nearly every event of a
+        turn) is decoded from the bytes and applied here, in one step; any
+        other event goes through :meth:`feed`, so both apply the same rules.
+        """
+        decode = _DELTA_DECODER.decode
+        opened = self._open
+        live = not self._stopped and self._message is not None
+        for event, data in frames:
+            if not live or event != b"content_block_delta":
+                yield from self.feed(event.decode(), data)
+                live = not self._stopped and self._message is not None
+                continue
+            try:
+                parsed = decode(data)
+            except Exception as exc:
+                raise LLMBadResponse(
+                    self._label, "streamed a content_block_delta event that will not parse", data
+                ) from exc
+            block = opened.get(parsed.index)
+            delta = parsed.delta
+            if block is not None and delta.type == "text_delta" and block.kind == "text":
+                text = delta.text
+                if type(text) is str:  # else _delta refuses it
+                    block.text.append(text)
+                    continue
+            self._delta(parsed, data)
+
     def _delta(self, parsed: _BlockDelta, data: str | bytes) -> None:
         block = self._open.get(parsed.index)
         if block is None:
@@ -516,28 +563,27 @@ class StreamAssembler:
                 self._label, f"streamed a delta for block {parsed.index}, which is not open", data
             )
         delta = parsed.delta
-        kind = delta.get("type")
-        block_type = block.start.get("type")
+        kind = delta.type
+        block_type = block.kind
         if kind == "text_delta":
             if block_type == "text":
-                block.text.append(self._str(delta, "text", data))
+                block.text.append(self._str(delta, delta.text, "text", data))
         elif kind == "input_json_delta":
-            block.json.append(self._str(delta, "partial_json", data))
+            block.json.append(self._str(delta, delta.partial_json, "partial_json", data))
         elif kind == "thinking_delta":
             if block_type == "thinking":
-                block.thinking.append(self._str(delta, "thinking", data))
+                block.thinking.append(self._str(delta, delta.thinking, "thinking", data))
         elif kind == "signature_delta":
             if block_type == "thinking":
-                block.signature = self._str(delta, "signature", data)
+                block.signature = self._str(delta, delta.signature, "signature", data)
         elif kind == "citations_delta" and block_type == "text":
-            block.citations.append(delta.get("citation"))
+            block.citations.append(delta.citation)
         # any other delta type: added by a later API version; skipped
 
-    def _str(self, delta: Mapping[str, Any], key: str, data: str | bytes) -> str:
-        value = delta.get(key)
+    def _str(self, delta: _Delta, value: Any, key: str, data: str | bytes) -> str:
         if not isinstance(value, str):
             raise LLMBadResponse(
-                self._label, f"streamed a {delta.get('type')} with no {key!r} string", data
+                self._label, f"streamed a {delta.type} with no {key!r} string", data
             )
         return value
 
@@ -701,9 +747,8 @@ class AnthropicProvider(ProviderBase):
             headers=headers,
         ) as chunks:
             async for chunk in chunks:
-                for frame in frames.feed(chunk):
-                    for block in assembler.feed(frame.event, frame.data):
-                        yield block
+                for block in assembler.feed_frames(frames.feed_frames(chunk)):
+                    yield block
                 if assembler.finished:
                     await transport.drain(chunks, _DRAIN_S)
                     break

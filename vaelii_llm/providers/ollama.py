@@ -42,7 +42,7 @@ the running loop.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import aiohttp
@@ -297,17 +297,21 @@ class _ToolCall(msgspec.Struct, frozen=True):
     id: str | None = None
 
 
-class _InMessage(msgspec.Struct, frozen=True):
+class _InMessage(msgspec.Struct, frozen=True, gc=False):
     content: str = ""
     thinking: str = ""
-    tool_calls: list[msgspec.Raw] | None = None
+    tool_calls: tuple[msgspec.Raw, ...] | None = None
 
 
-class ChatChunk(msgspec.Struct, frozen=True):
+class ChatChunk(msgspec.Struct, frozen=True, gc=False):
     """One ``/api/chat`` object: a streamed chunk, or the whole non-streamed answer.
 
     Fields Ollama sends that the protocol has no place for (``created_at``,
     ``logprobs``…) are skipped by the decoder.
+
+    Frozen, and every field immutable, so no chunk can be part of a reference
+    cycle: the garbage collector need not track them (``gc=False``), which
+    spares a streamed turn's tens of thousands of chunks its scans.
     """
 
     model: str | None = None
@@ -402,6 +406,42 @@ class ChatAssembler:
                 ),
             )
         return self._blocks[start:]
+
+    def feed_all(self, chunks: Iterable[ChatChunk]) -> Iterator[Block]:
+        """:meth:`feed` each chunk, yielding the blocks as they close: those
+        before a refused chunk are handed over before the refusal.
+
+        The streamed path: a chunk that only continues the open run of text
+        or thinking (nearly every chunk of a turn) is appended here, in one
+        step; any other goes through :meth:`feed`, so both apply the same rules.
+        """
+        parts = self._parts
+        run = self._open
+        quick = self._model is not None and not self._done
+        for chunk in chunks:
+            message = chunk.message
+            if (
+                quick
+                and message is not None
+                and chunk.error is None
+                and not chunk.done
+                and not message.tool_calls
+            ):
+                thinking = message.thinking
+                content = message.content
+                if not thinking:
+                    if not content:
+                        continue
+                    if run == "text":
+                        parts.append(content)
+                        continue
+                elif not content and run == "thinking":
+                    parts.append(thinking)
+                    continue
+            yield from self.feed(chunk)
+            parts = self._parts
+            run = self._open
+            quick = self._model is not None and not self._done
 
     def finish(self) -> Response:
         """The whole turn; LLMBadResponse when ``done: true`` never came."""
@@ -524,9 +564,8 @@ class OllamaProvider(ProviderBase):
             self._http(), self._endpoint, "POST", self._chat_url, deadline=deadline, body=body
         ) as chunks:
             async for data in chunks:
-                for chunk in lines.feed(data):
-                    for block in assembler.feed(chunk):
-                        yield block
+                for block in assembler.feed_all(lines.feed(data)):
+                    yield block
                 if assembler.done:
                     # The answer is whole: what follows cannot change it, nor
                     # a far end holding the body open make the caller wait.

@@ -96,7 +96,12 @@ class NDJSONDecoder(Generic[T]):
         return values
 
     def _decode(self, lines: list[bytes], check_cap: bool) -> list[T]:
-        """Decode whole lines, skipping blank ones. The hot loop: one test and one call per line."""
+        """Decode whole lines, skipping blank ones. The hot loop: one test and one call per line.
+
+        A line of only whitespace never decodes (it holds no JSON value), so it
+        is recognised on that failure, and the loop resumes after it: the
+        common line pays no whitespace scan.
+        """
         if check_cap:  # rare: only a chunk that could hold an over-cap line
             for line in lines:
                 if len(line) > self._max:
@@ -105,17 +110,21 @@ class NDJSONDecoder(Generic[T]):
         append = values.append
         decode = self._decoder.decode
         line = b""
-        try:
-            for line in lines:
-                if line and not line.isspace():
-                    append(decode(line))
-        except Exception as exc:  # a hostile line may raise anything: RecursionError, MemoryError…
-            raise LLMBadResponse(
-                self._label,
-                f"sent a line that is not the expected JSON ({excerpt(str(exc), 120)})",
-                line,
-            ) from exc
-        return values
+        rest = iter(lines)
+        while True:
+            try:
+                for line in rest:
+                    if line:
+                        append(decode(line))
+                return values
+            except Exception as exc:  # a hostile line may raise anything: RecursionError…
+                if line.isspace():
+                    continue  # a blank line (CR, spaces): skipped, as the rules say
+                raise LLMBadResponse(
+                    self._label,
+                    f"sent a line that is not the expected JSON ({excerpt(str(exc), 120)})",
+                    line,
+                ) from exc
 
     def _refuse(self, line: bytes | bytearray) -> None:
         raise LLMBadResponse(

@@ -30,7 +30,7 @@ never goes back over the unfinished line), and an unfinished line grows in one
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -55,6 +55,7 @@ _BOM: Final = b"\xef\xbb\xbf"
 _LF: Final = 0x0A
 _CR: Final = 0x0D
 _COLON: Final = 0x3A
+_MESSAGE: Final = b"message"
 _OPENING: Final = 4096
 """How much of a refused frame the error carries: enough to recognise it."""
 
@@ -81,6 +82,7 @@ class SSEDecoder:
     __slots__ = (
         "_bom_checked",
         "_buf",
+        "_clean",
         "_data",
         "_ended",
         "_event",
@@ -89,6 +91,7 @@ class SSEDecoder:
         "_last_id",
         "_max",
         "_skip_lf",
+        "_valid",
     )
 
     def __init__(self, label: str = "the far end", max_event_bytes: int = MAX_EVENT_BYTES) -> None:
@@ -104,6 +107,8 @@ class SSEDecoder:
         self._data: list[bytes] = []  # the frame's data lines
         self._frame_bytes = 0  # bytes of the frame's finished lines
         self._last_id: str | None = None
+        self._valid = False  # feed_frames: the chunk's whole lines are known to be UTF-8
+        self._clean = True  # no line of the unfinished frame is unchecked
 
     @property
     def buffered(self) -> int:
@@ -112,6 +117,39 @@ class SSEDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[SSEEvent]:
         """Take the next chunk of the stream; return the events it completed."""
+        lines = self._take(data, False)
+        if not lines:
+            return []
+        events: list[SSEEvent] = self._lines(lines, False, False)
+        if self._frame_bytes + len(self._buf) > self._max:
+            self._refuse(self._buf)
+        return events
+
+    def feed_frames(self, data: bytes | bytearray | memoryview) -> list[tuple[bytes, bytes]]:
+        """:meth:`feed`, with each event as a ``(type, data)`` pair of bytes.
+
+        For a backend that decodes the data itself (``msgspec`` takes bytes):
+        nothing is decoded to ``str`` and no :class:`SSEEvent` is built. The
+        type is ``b"message"`` when the frame names none; the last event id is
+        kept (:meth:`feed` carries it) but not handed over. The same rules and
+        refusals apply: both bytes are checked to be UTF-8 (once per chunk
+        when the chunk's lines are valid as a whole, else per event), so an
+        event :meth:`feed` refuses is refused here too, at the same point.
+        """
+        lines = self._take(data, True)
+        if not lines:
+            return []
+        frames: list[tuple[bytes, bytes]] = self._lines(lines, True, self._valid)
+        if self._frame_bytes + len(self._buf) > self._max:
+            self._refuse(self._buf)
+        return frames
+
+    def _take(self, data: bytes | bytearray | memoryview, validate: bool) -> list[bytes]:
+        """Buffer ``data``; return the whole lines it completed (cap checked).
+
+        With ``validate``, ``_valid`` says whether those lines are UTF-8 as a
+        whole (they are cut only at CR or LF, so each one is then too).
+        """
         if self._ended:
             raise RuntimeError("SSEDecoder.feed() called after the end of the stream")
         if not data:
@@ -157,18 +195,28 @@ class SSEDecoder:
         buf += partial
         if self._frame_bytes + held + len(data) > self._max:
             self._check_cap(lines)  # rare: only a chunk that could hold an over-cap frame
-        events = self._lines(lines)
-        if self._frame_bytes + len(buf) > self._max:
-            self._refuse(buf)
-        return events
+        if validate:
+            # One check for the chunk's whole lines (a view: no copy), and the
+            # held head of the first one; a failure only means "check per event".
+            # The frame carried in from earlier chunks must be known good too.
+            try:
+                str(memoryview(data)[: len(data) - len(partial)], "utf-8")
+                if held:
+                    lines[0].decode()
+                self._valid = self._clean
+            except UnicodeDecodeError:
+                self._valid = False
+        return lines
 
-    def _lines(self, lines: list[bytes]) -> list[SSEEvent]:
-        """Apply whole lines to the frame being built; return the events dispatched.
+    def _lines(self, lines: list[bytes], raw: bool, valid: bool) -> list[Any]:
+        """Apply whole lines to the frame being built; return the events dispatched,
+        as :class:`SSEEvent` values or, with ``raw``, ``(type, data)`` pairs
+        (``valid``: the lines are known to be UTF-8, so no event is checked).
 
         The hot loop: one test per line for the two common fields, no size
         accounting (``_check_cap`` has done it when it could matter).
         """
-        events: list[SSEEvent] = []
+        events: list[Any] = []
         data = self._data
         event = self._event
         joined = b""
@@ -177,13 +225,20 @@ class SSEDecoder:
                 if not line:
                     if data:
                         joined = data[0] if len(data) == 1 else b"\n".join(data)
-                        events.append(
-                            SSEEvent(
-                                event.decode() if event else "message",
-                                joined.decode(),
-                                self._last_id,
+                        if not raw:
+                            events.append(
+                                SSEEvent(
+                                    event.decode() if event else "message",
+                                    joined.decode(),
+                                    self._last_id,
+                                )
                             )
-                        )
+                        else:
+                            if not valid:
+                                if event:
+                                    event.decode()
+                                joined.decode()
+                            events.append((event or _MESSAGE, joined))
                         data = []
                     event = None
                 elif line.startswith(b"data: "):
@@ -211,6 +266,8 @@ class SSEDecoder:
             ) from exc
         self._data = data
         self._event = event
+        # Whether the frame left unfinished is known to be UTF-8 (see _take).
+        self._clean = valid or (not data and not event)
         # The unfinished frame's size so far: its lines at the end of this block.
         tail = 0
         for line in reversed(lines):

@@ -1,0 +1,129 @@
+"""The streamed paths' batch entry points agree with the one-at-a-time ones.
+
+``SSEDecoder.feed_frames``, ``StreamAssembler.feed_frames`` and
+``ChatAssembler.feed_all`` exist for speed (see the benchmarks); each must hand
+over exactly what ``feed`` does, refusals included, on any input and any split.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgspec
+from anthropic_fake import generate
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vaelii_llm.errors import LLMBadResponse, LLMError
+from vaelii_llm.providers.anthropic import StreamAssembler
+from vaelii_llm.providers.ollama import ChatAssembler, ChatChunk, _InMessage
+from vaelii_llm.wire.sse import SSEDecoder
+
+ATOMS = [
+    b"data: ", b"event: ", b"id: ", b":", b"\n", b"\r", b"\r\n", b"\n\n", b"x", b"\xc3\xbc",
+    b"\xc3", b"\xbc", b"\xff", b"\xef\xbb\xbf", b"data:", b"event:e\xff\n", b"\0", b" ",
+    b"ping", b"message_stop", b"{}", b"data: \xe2\x80\x94\n\n",
+]
+
+
+def sse_run(stream: bytes, cuts: list[int], frames: bool, cap: int) -> list[Any]:
+    decoder = SSEDecoder("t", max_event_bytes=cap)
+    out: list[Any] = []
+    pos = 0
+    try:
+        for cut in [*sorted(set(cuts)), len(stream)]:
+            piece, pos = stream[pos:cut], cut
+            if not piece:
+                continue
+            if frames:
+                out.extend(decoder.feed_frames(piece))
+            else:
+                out.extend((e.event.encode(), e.data.encode()) for e in decoder.feed(piece))
+            out.append("|")
+        (decoder.feed_frames if frames else decoder.feed)(b"")
+    except LLMBadResponse as exc:
+        out.append(("refused", exc.reason, exc.text))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(ATOMS) | st.binary(max_size=6), max_size=40),
+    st.lists(st.integers(0, 300), max_size=8),
+    st.sampled_from([4, 16, 64, 10**6]),
+)
+def test_sse_feed_frames_equals_feed(atoms: list[bytes], cuts: list[int], cap: int) -> None:
+    stream = b"".join(atoms)
+    cuts = [c for c in cuts if c < len(stream)]
+    assert sse_run(stream, cuts, True, cap) == sse_run(stream, cuts, False, cap)
+
+
+def anthropic_run(stream: bytes, cuts: list[int], frames: bool) -> list[Any]:
+    decoder = SSEDecoder("t")
+    assembler = StreamAssembler("t")
+    out: list[Any] = []
+    pos = 0
+    try:
+        for cut in [*sorted(set(cuts)), len(stream)]:
+            piece, pos = stream[pos:cut], cut
+            if not piece:  # b"" would end the stream
+                continue
+            if frames:
+                out.extend(assembler.feed_frames(decoder.feed_frames(piece)))
+            else:
+                for event in decoder.feed(piece):
+                    out.extend(assembler.feed(event.event, event.data))
+        out.append(assembler.result())
+    except LLMError as exc:
+        out.append((type(exc), str(exc)))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32), st.booleans(), st.lists(st.integers(0, 10**6), max_size=12))
+def test_stream_assembler_feed_frames_equals_feed(seed: int, error: bool, cuts: list[int]) -> None:
+    stream = generate(random.Random(seed), error=error).sse()
+    cuts = [c % (len(stream) + 1) for c in cuts]
+    batched = anthropic_run(stream, cuts, True)
+    assert batched == anthropic_run(stream, cuts, False)
+    assert batched == anthropic_run(stream, [], True)  # the split changes nothing
+
+
+_CALL = msgspec.Raw(b'{"function":{"name":"f","arguments":{}}}')
+_messages = st.builds(
+    _InMessage,
+    content=st.sampled_from(["", "a", "b"]),
+    thinking=st.sampled_from(["", "t"]),
+    tool_calls=st.sampled_from([None, (), (_CALL,), (msgspec.Raw(b'{"bad":1}'),)]),
+)
+_chunks = st.builds(
+    ChatChunk,
+    model=st.sampled_from([None, "m", "n"]),
+    message=st.none() | _messages,
+    done=st.sampled_from([False, False, False, True]),
+    done_reason=st.sampled_from([None, "stop"]),
+    error=st.sampled_from([None] * 8 + ["boom"]),
+)
+
+
+def ollama_run(chunks: list[ChatChunk], batch: int) -> list[Any]:
+    assembler = ChatAssembler("t")
+    out: list[Any] = []
+    try:
+        if batch:
+            for i in range(0, len(chunks), batch):
+                out.extend(assembler.feed_all(chunks[i : i + batch]))
+        else:
+            for chunk in chunks:
+                out.extend(assembler.feed(chunk))
+        out.append(assembler.finish())
+    except LLMError as exc:
+        out.append((type(exc), str(exc)))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_chunks, max_size=30), st.integers(1, 10))
+def test_chat_assembler_feed_all_equals_feed(chunks: list[ChatChunk], batch: int) -> None:
+    assert ollama_run(chunks, batch) == ollama_run(chunks, 0)
