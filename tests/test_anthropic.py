@@ -542,6 +542,47 @@ async def test_connection_reused_after_a_whole_stream() -> None:
         assert sum(len(v) for v in pooled) == 1
 
 
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (b'{"type":"error","error":{"type":"overloaded_error","message":"busy"}}\n', LLMApiError),
+        (b"<html><body>" + b"Bad gateway. " * 30_000 + b"</body></html>", LLMBadResponse),
+    ],
+)
+async def test_a_streamed_request_answered_without_sse_says_what_came(
+    payload: bytes, error: type[Exception]
+) -> None:
+    api = FakeMessagesAPI(payload=payload)
+    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+        with pytest.raises(error) as info:
+            async for _ in p.stream(req()):
+                pass
+    message = str(info.value)
+    assert len(message) < 400
+    if error is LLMApiError:
+        assert "overloaded_error" in message
+        assert info.value.status == 200  # type: ignore[attr-defined]
+    else:
+        assert "no SSE event" in message
+        assert "<html>" in message
+        assert info.value.text == payload[: 64 * 1024].decode()  # type: ignore[attr-defined]
+
+
+async def test_a_closed_provider_refuses_further_turns() -> None:
+    api = FakeMessagesAPI(transcript=generate(random.Random(17), kinds=["text"]))
+    async with serving(api) as url:
+        p = AnthropicProvider(credential=SECRET, base_url=url)
+        async with p:
+            await p.complete(req())
+        assert p._session is None
+        with pytest.raises(RuntimeError, match="closed"):
+            await p.complete(req())
+        with pytest.raises(RuntimeError, match="closed"):
+            async for _ in p.stream(req()):
+                pass
+        await p.aclose()  # closing twice is harmless
+
+
 async def test_credential_never_logged_or_shown(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     api = FakeMessagesAPI(transcript=generate(random.Random(17), kinds=["text"]))

@@ -124,6 +124,9 @@ _USERINFO: Final = re.compile(r"^([^/]*//)?[^/]*@")
 _DRAIN_S: Final = 0.05
 """How long a stream may take to end after ``message_stop`` before its
 connection is closed rather than reused: the API ends it at once."""
+_NOT_SSE_KEPT: Final = 64 * 1024
+"""How much of a streamed answer that holds no SSE event is kept for the error:
+a gateway's JSON error or a proxy's HTML page, recognisable from its opening."""
 
 # ---------------------------------------------------------------------------
 # request encoding (pure)
@@ -325,6 +328,19 @@ def decode_response(data: bytes, label: str = "the Messages API") -> Response:
     except Exception as exc:
         raise LLMBadResponse(label, "answered a body that is not a message", data) from exc
     return _from_parsed(parsed, label)
+
+
+def _not_sse(opening: bytes, label: str) -> LLMApiError | LLMBadResponse:
+    """The refusal for a streamed answer in which no SSE event arrived: a
+    gateway's ``{"type": "error"}`` object is the API error it reports (status
+    200), anything else a bad response carrying the opening it sent."""
+    try:
+        decode_response(opening, label)
+    except LLMApiError as err:
+        return err
+    except LLMBadResponse:
+        pass
+    return LLMBadResponse(label, "answered a streamed request with no SSE event", opening)
 
 
 def _from_parsed(parsed: _Message | _ErrorBody, label: str) -> Response:
@@ -650,6 +666,7 @@ class AnthropicProvider(ProviderBase):
         self._lookup = asyncio.Lock()
         self._failed_lookups = 0
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
 
     def __repr__(self) -> str:
         return (
@@ -662,11 +679,16 @@ class AnthropicProvider(ProviderBase):
         return self._model
 
     async def aclose(self) -> None:
+        """Close the provider's session; a closed provider refuses further turns
+        (RuntimeError), as the Ollama provider does. Closing twice is harmless."""
+        self._closed = True
         session, self._session = self._session, None
         if session is not None:
             await session.close()
 
     def _session_now(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError("this Messages API provider is closed")
         if self._session is None or self._session.closed:
             self._session = transport.create_session(
                 {
@@ -746,12 +768,21 @@ class AnthropicProvider(ProviderBase):
             body=body,
             headers=headers,
         ) as chunks:
+            opening: bytearray | None = bytearray()  # kept until the first event
             async for chunk in chunks:
-                for block in assembler.feed_frames(frames.feed_frames(chunk)):
+                events = frames.feed_frames(chunk)
+                if opening is not None:
+                    if events:
+                        opening = None
+                    elif len(opening) < _NOT_SSE_KEPT:
+                        opening += chunk[: _NOT_SSE_KEPT - len(opening)]
+                for block in assembler.feed_frames(events):
                     yield block
                 if assembler.finished:
                     await transport.drain(chunks, _DRAIN_S)
                     break
+        if opening:
+            raise _not_sse(bytes(opening), label)
         yield assembler.result()
 
 
