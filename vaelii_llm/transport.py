@@ -27,7 +27,7 @@ no connection inside CONNECT_TIMEOUT_MS; an invalid URL     LLMUnreachable
 a request aiohttp refuses to build (credentials both in the
 URL and in an Authorization header)                         LLMUnreachable
 any other OSError or aiohttp connection error before them   LLMUnreachable
-a malformed HTTP head                                       LLMBadResponse
+a malformed HTTP head, or a malformed first chunk size       LLMBadResponse
 a non-2xx status (429 and 529 included)                     LLMApiError
 the body cut short: a reset, a close, a truncated chunked   LLMBadResponse
 encoding or a short Content-Length after the headers
@@ -220,7 +220,7 @@ def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
         return LLMUnreachable(endpoint.label, "closed the connection before answering")
     if isinstance(exc, aiohttp.ClientResponseError):  # the HTTP head would not parse
         detail = excerpt(" ".join(str(exc.message).split()), 120)
-        return LLMBadResponse(endpoint.label, f"answered a malformed HTTP head ({detail})")
+        return LLMBadResponse(endpoint.label, f"answered malformed HTTP ({detail})")
     return LLMUnreachable(endpoint.label, f"{type(exc).__name__}: {exc}")
 
 
