@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import traceback
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any
 
@@ -691,6 +693,32 @@ def test_failures_before_the_headers_map_to_unreachable(exc: Exception, phrase: 
     assert "pw" not in str(err)
 
 
+@pytest.mark.parametrize(
+    "url", ["alice:s3cret@host/v1/messages", "ftp://alice:s3cret@host/x", "http://alice:s3cret@h:x/"]
+)
+async def test_a_bad_url_never_shows_its_password(
+    session: aiohttp.ClientSession, url: str
+) -> None:
+    with pytest.raises(LLMUnreachable) as info:
+        await send_request(session, END, "GET", url, deadline=Deadline.after_ms(1_000))
+    assert "not a valid http(s) URL" in str(info.value)
+    assert info.value.__cause__ is None  # its text is the URL: dropped, not chained
+    assert "s3cret" not in "".join(traceback.format_exception(info.value))
+
+
+@pytest.mark.parametrize(
+    "headers", [{"X-Gate\u2028way": "v"}, {"X-Gateway": "a\u2028b"}, {"X-Gate:way": "v"}, {"": "v"}]
+)
+async def test_a_header_no_request_can_carry_is_refused(
+    session: aiohttp.ClientSession, headers: dict[str, str]
+) -> None:
+    with pytest.raises(LLMBadCredential):
+        await send_request(
+            session, END, "GET", "http://127.0.0.1:9/", deadline=Deadline.after_ms(500),
+            headers=headers,
+        )
+
+
 async def test_create_session_has_only_the_connect_bound() -> None:
     async with create_session() as s:
         assert s.timeout.total is None
@@ -736,6 +764,20 @@ def test_two_asyncio_runs_that_probe_each_get_a_live_session_closed_with_their_l
     assert sessions[0] is not sessions[2]  # a new loop, a new session
     assert all(s.closed for s in sessions)  # closed when their loop closed
     assert not [w for w in caught if "nclosed" in str(w.message)]
+
+
+def test_a_finished_loop_is_not_kept_alive_by_its_probe_session() -> None:
+    async def probe() -> None:
+        probe_session()
+
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+    for _ in range(3):
+        with asyncio.Runner() as runner:
+            runner.run(probe())
+            loops.append(weakref.ref(runner.get_loop()))
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]
+    assert len(transport._probe_sessions) <= 1  # at most the test runner's own loop
 
 
 async def test_probe_session_under_the_test_runner_is_closed_at_teardown() -> None:

@@ -24,6 +24,7 @@ the deadline passes before the headers arrive               LLMTimeout
 the deadline passes while the body is read or streamed      LLMTimeout
 refused, reset or closed before the headers, unresolved     LLMUnreachable
 no connection inside CONNECT_TIMEOUT_MS; an invalid URL     LLMUnreachable
+(not chained: an invalid URL's text may hold a password)
 a request aiohttp refuses to build (credentials both in the
 URL and in an Authorization header)                         LLMUnreachable
 any other OSError or aiohttp connection error before them   LLMUnreachable
@@ -33,7 +34,8 @@ the body cut short: a reset, a close, a truncated chunked   LLMBadResponse
 encoding or a short Content-Length after the headers
 a body over the cap (announced or counted)                  LLMBadResponse
 a 200 whose body will not decode into the caller's type     LLMBadResponse
-a header value holding a control character                  LLMBadCredential
+a header value holding a control character, or a name
+that is no HTTP token                                       LLMBadCredential
 ==========================================================  ===================
 
 A body cut short after the headers is a bad response, not an unreachable
@@ -107,7 +109,12 @@ most; anything larger is a proxy's or a broken server's doing."""
 _OPENING: Final = 64 * 1024
 """How much of a body over the cap the error keeps (the rest was never read)."""
 
-_BAD_HEADER_CHARS: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_BAD_HEADER_CHARS: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+"""What no header value may hold: C0 (tab aside), DEL, C1 and the Unicode line
+and paragraph separators, which aiohttp would quote back in its own error."""
+_BAD_HEADER_NAME: Final = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+"""A header name is an RFC 9110 token; anything else (a colon, a space) is refused."""
+_URL_ERRORS: Final = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +151,7 @@ def _check_headers(headers: Mapping[str, str] | None) -> None:
     """Refuse a header an HTTP request cannot carry, naming it and never its value."""
     if headers:
         for name, value in headers.items():
-            if _BAD_HEADER_CHARS.search(name) or _BAD_HEADER_CHARS.search(value):
+            if not name or _BAD_HEADER_NAME.search(name) or _BAD_HEADER_CHARS.search(value):
                 raise LLMBadCredential(name)
 
 
@@ -173,11 +180,18 @@ _probe_sessions: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 
 
-async def _close_at_loop_shutdown(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
-    """Suspended for the loop's life; ``shutdown_asyncgens()`` closes it, and the session."""
+async def _close_at_loop_shutdown(
+    loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession
+) -> AsyncGenerator[None, None]:
+    """Suspended for the loop's life; ``shutdown_asyncgens()`` closes it, closing
+    the session and dropping the loop's entry (the session refers to its loop,
+    so the weak key alone would never let the entry go)."""
     try:
         yield
     finally:
+        held = _probe_sessions.get(loop)
+        if held is not None and held[0] is session:
+            del _probe_sessions[loop]
         await session.close()
 
 
@@ -196,7 +210,7 @@ def probe_session() -> aiohttp.ClientSession:
     if held is not None and not held[0].closed:
         return held[0]
     session = create_session()
-    closer = _close_at_loop_shutdown(session)
+    closer = _close_at_loop_shutdown(loop, session)
     # The generator's first step awaits nothing, so it completes synchronously;
     # starting it calls the loop's first-iteration hook, which registers it for
     # shutdown_asyncgens(). The map keeps it alive until the loop is gone.
@@ -210,7 +224,7 @@ def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
     """The typed error for a failure before the response headers arrived."""
     if isinstance(exc, aiohttp.ServerTimeoutError):
         return LLMUnreachable(endpoint.label, f"no connection inside {CONNECT_TIMEOUT_MS} ms")
-    if isinstance(exc, aiohttp.InvalidURL):  # its text is the URL, which may hold userinfo
+    if isinstance(exc, _URL_ERRORS):  # their text is the URL, which may hold a password
         return LLMUnreachable(endpoint.label, "the URL is not a valid http(s) URL")
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return LLMUnreachable(endpoint.label, f"the host did not resolve ({exc.os_error})")
@@ -254,6 +268,10 @@ async def send_request(
             response = await session.request(
                 method, url, data=body, headers=sent, allow_redirects=False
             )
+    except _URL_ERRORS as exc:
+        # Their text (and so any traceback of them) is the URL, which may carry
+        # a user:password: the cause is dropped rather than chained.
+        raise _unreachable(exc, endpoint) from None
     except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
         if timer.expired():
             raise LLMTimeout(endpoint.label, deadline.timeout_ms) from exc
