@@ -37,6 +37,17 @@ def test_config_never_prints_a_credential(
     assert "llama3:8b" in out
 
 
+def test_config_never_prints_a_password_in_a_url(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://alice:s3cret@gw.example.com")
+    monkeypatch.setenv("VAELII_OLLAMA_HOSTS", "http://bob:pw@gpu1:8080*2")
+    _, out, _ = run(capsys, "config")
+    assert "s3cret" not in out
+    assert "bob:pw" not in out
+    assert "gw.example.com" in out
+
+
 def test_tools_lists_the_derived_reads(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "tools")
     names = [line.split()[0] for line in out.splitlines()]

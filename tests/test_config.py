@@ -110,3 +110,17 @@ def test_live_consent(monkeypatch: pytest.MonkeyPatch, raw: str, live: bool) -> 
 def test_base_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/")
     assert config.anthropic_base_url() == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("https://alice:s3cret@gw.example.com", "https://gw.example.com"),
+        ("http://bob:pw@gpu1:8080*2,gpu2, u:p@gpu3", "http://gpu1:8080*2,gpu2, gpu3"),
+        ("alice:s3cret@host", "host"),
+        ("http://h:1/path@x", "http://h:1/path@x"),  # an @ in the path is no userinfo
+        ("gpu1:11434", "gpu1:11434"),
+    ],
+)
+def test_hide_userinfo(value: str, shown: str) -> None:
+    assert config.hide_userinfo(value) == shown

@@ -33,7 +33,7 @@ def _print_config() -> int:
         elif raw is None:
             shown = f"unset (default {switch.default})" if switch.default else "unset"
         else:
-            shown = repr(raw)
+            shown = repr(config.hide_userinfo(raw))
         print(f"{switch.name:32} {shown}")
     return 0
 

@@ -11,6 +11,7 @@ The engine reads none of these.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "anthropic_api_key",
     "anthropic_auth_token",
     "anthropic_base_url",
+    "hide_userinfo",
     "live_llm",
     "ollama_generation_model",
     "ollama_host",
@@ -180,6 +182,15 @@ def anthropic_base_url(explicit: str | None = None) -> str:
     """The Messages API base URL, without a trailing slash."""
     value = explicit or _env("ANTHROPIC_BASE_URL") or DEFAULT_ANTHROPIC_BASE_URL
     return value.rstrip("/")
+
+
+_USERINFO = re.compile(r"(^|[,\s]|//)[^/@\s,]+@")
+
+
+def hide_userinfo(value: str) -> str:
+    """``value`` with every ``user:password@`` cut out of the URLs or hosts it
+    names (a comma-separated host list included), for messages and displays."""
+    return _USERINFO.sub(r"\1", value)
 
 
 def live_llm() -> bool:

@@ -15,7 +15,7 @@ every chunk, so it never fires on a drip. Connecting has its own fixed bound,
 minutes, a connection completes in well under a second or not at all. A probe
 passes a short deadline and is bounded by it, connection included.
 
-What each failure becomes (the original is always chained as ``__cause__``):
+What each failure becomes (the original is chained as ``__cause__``, but for an invalid URL):
 
 ==========================================================  ===================
 failure                                                     raised

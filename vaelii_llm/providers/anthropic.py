@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from typing import Any, Final
 
@@ -120,7 +119,6 @@ FALLBACK_BETA: Final = "server-side-fallback-2026-07-01"
 NEVER_SENT: Final = frozenset({"temperature", "top_p", "top_k", "tool_choice"})
 PROBE_OPTS: Final = frozenset({"credential"})
 MESSAGES_PATH: Final = "/v1/messages"
-_USERINFO: Final = re.compile(r"^([^/]*//)?[^/]*@")
 _DRAIN_S: Final = 0.05
 """How long a stream may take to end after ``message_stop`` before its
 connection is closed rather than reused: the API ends it at once."""
@@ -655,7 +653,7 @@ class AnthropicProvider(ProviderBase):
         self._base_url = config.anthropic_base_url(base_url)
         self._url = self._base_url + MESSAGES_PATH
         # A gateway URL may carry user:password; it names the far end with them cut.
-        self._shown_url = _USERINFO.sub(r"\1", self._base_url)
+        self._shown_url = config.hide_userinfo(self._base_url)
         self._model = model or DEFAULT_MODEL
         self._effort = effort or DEFAULT_EFFORT
         self._extra_headers = dict(headers or {})
