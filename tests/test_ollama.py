@@ -311,6 +311,13 @@ def test_normalize_host_refuses_what_names_no_host(host: str) -> None:
         ollama.normalize_host(host)
 
 
+@pytest.mark.parametrize("host", ["https://u:s3cret@gw.example.com/ollama", "u:s3cret@gpu1:8080"])
+def test_normalize_host_refuses_a_password_without_quoting_it(host: str) -> None:
+    with pytest.raises(ValueError, match="headers=") as info:
+        ollama.normalize_host(host)
+    assert "s3cret" not in str(info.value)
+
+
 @pytest.mark.parametrize(("ours", "theirs", "url"), [
     (None, None, "http://localhost:11434"),
     ("gpu1", "gpu2", "http://gpu1:11434"),
