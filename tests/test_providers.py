@@ -42,7 +42,10 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
         return state.up
 
     def build(kind: str) -> Any:
-        def constructor(**opts: Any) -> stub.StubProvider:
+        def constructor(
+            *, credential: str | None = None, model: str | None = None
+        ) -> stub.StubProvider:
+            opts = {k: v for k, v in (("credential", credential), ("model", model)) if v}
             state.built.append((kind, opts))
             if state.constructor_raises:
                 raise RuntimeError(f"cannot build with credential={opts.get('credential')}")
@@ -181,3 +184,14 @@ def test_backend_attribute_access_is_lazy_and_checked() -> None:
     assert providers.stub is stub
     with pytest.raises(AttributeError):
         _ = providers.nothing_here
+
+
+async def test_a_misspelt_option_is_a_type_error_before_any_probe(fake: FakeBackend) -> None:
+    with pytest.raises(TypeError, match=r"provider .fake..*hots"):
+        await providers.provider("fake", hots="gpu1")
+    assert fake.probed == []
+    assert fake.built == []
+
+
+async def test_an_explicit_kind_is_read_case_insensitively(fake: FakeBackend) -> None:
+    assert await answer(await providers.provider(" Fake ")) == "from the provider fake"

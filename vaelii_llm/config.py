@@ -3,7 +3,8 @@
 Each switch has one reader, called at the moment its value is used and never
 cached at import, so a test or a long-lived process can change the environment
 and the next call sees it. An explicit argument beats the environment: every
-reader takes ``explicit`` and returns it when it is not None.
+reader takes ``explicit`` and uses it when it is given (not None; for a name
+or a duration, not empty either). A provider kind is read case-insensitively.
 
 The engine reads none of these.
 """
@@ -103,7 +104,7 @@ def provider_kind(explicit: str | None = None) -> str:
     An unknown name is returned as given; selection refuses it with ValueError.
     """
     if explicit is not None:
-        return explicit
+        return explicit.strip().lower()
     return (_env("VAELII_LLM_PROVIDER") or "stub").lower()
 
 

@@ -20,6 +20,7 @@ never sees ``opts["stub"]``.
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 from collections.abc import Mapping
 from types import ModuleType
@@ -98,12 +99,17 @@ async def _build(kind: str | None, constructor: str, opts: Mapping[str, Any]) ->
     backend = _backend(chosen)
     if chosen == "stub":
         return _fallback(opts)
+    build = getattr(backend, constructor, None) or backend.provider
+    backend_opts = _backend_opts(opts)
+    try:  # a misspelt option is the caller's bug, not an unreachable backend
+        inspect.signature(build).bind(**backend_opts)
+    except TypeError as exc:
+        raise TypeError(f"provider {chosen!r}: {exc}") from None
     if not await available(chosen, **opts):
         log.warning("provider %s is not available; the stub answers instead", chosen)
         return _fallback(opts)
-    build = getattr(backend, constructor, None) or backend.provider
     try:
-        built: Provider = build(**_backend_opts(opts))
+        built: Provider = build(**backend_opts)
     except Exception as exc:
         log.warning(
             "provider %s probed available but could not be built (%s); the stub answers instead",
@@ -116,7 +122,13 @@ async def _build(kind: str | None, constructor: str, opts: Mapping[str, Any]) ->
 
 async def provider(kind: str | None = None, **opts: Any) -> Provider:
     """The backend ``kind`` (default: ``VAELII_LLM_PROVIDER``, else the stub),
-    or the stub when it cannot answer. ``opts["stub"]`` configures that stub."""
+    or the stub when it cannot answer.
+
+    The stub, whether chosen or a fallback, is built from ``opts["stub"]``
+    only, so code that passes a backend's options works whichever kind the
+    environment names. An option the chosen backend's constructor does not
+    take raises TypeError before anything is probed.
+    """
     return await _build(kind, "provider", opts)
 
 
