@@ -9,10 +9,11 @@ import tracemalloc
 from pathlib import Path
 
 import edn_format
+import msgspec
 import pytest
 
 from vaelii_llm import kb
-from vaelii_llm.kb import ops
+from vaelii_llm.kb import EngineRefusal, ops
 from vaelii_llm.kb.store import KB
 
 S = edn_format.Symbol
@@ -201,3 +202,29 @@ def test_the_engine_imports_nothing_model_side() -> None:
     for source in sources:
         outside = {m for m in _package_imports(source) if not m.startswith("vaelii_llm.kb")}
         assert outside == set(), source.name
+
+
+def test_a_missing_file_is_refused_as_a_path_not_read_as_text(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.edn"
+    for arg in (missing, str(missing)):
+        with pytest.raises(EngineRefusal) as info:
+            kb.load_edn(arg)
+        assert info.value.type == "bad-path"
+
+
+def test_a_refused_form_names_its_type_once() -> None:
+    with pytest.raises(EngineRefusal) as info:
+        kb.load_edn("(isa A B)\n(\"str\" A)\n")
+    message = str(info.value)
+    assert message.count(info.value.type) == 1, message
+    assert "form 2" in message
+
+
+def test_a_damaged_snapshot_is_refused(tmp_path: Path) -> None:
+    from vaelii_llm.kb import io as kb_io
+
+    damaged = tmp_path / "damaged.snapshot"
+    damaged.write_bytes(msgspec.msgpack.encode({"format": kb_io.SNAPSHOT_FORMAT}))
+    with pytest.raises(EngineRefusal) as info:
+        kb.open(damaged)
+    assert info.value.type == "bad-path"

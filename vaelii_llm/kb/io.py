@@ -59,9 +59,11 @@ def _read_forms(text: str, origin: str) -> list[Any]:
 
 
 def _is_path(x: str | os.PathLike[str]) -> bool:
+    """A path-like, or a one-line string with no form in it: no EDN text of
+    sentences lacks a bracket, so a missing file is refused, not parsed."""
     if not isinstance(x, str):
         return True
-    return "\n" not in x and "(" not in x and "{" not in x and Path(x).is_file()
+    return "\n" not in x and not any(bracket in x for bracket in "([{")
 
 
 def load_edn(path_or_text: str | os.PathLike[str], into: KB | None = None) -> KB:
@@ -109,8 +111,9 @@ def _load_forms(forms: Iterable[Any], origin: str, into: KB | None) -> KB:
                         "malformed-sentence", f"{form!r} is neither a sentence nor a context form"
                     )
             except EngineRefusal as exc:
+                reason = str(exc).removeprefix(f"{exc.type}: ")
                 raise EngineRefusal(
-                    exc.type, f"{origin}, form {i + 1}: {exc}", **exc.data
+                    exc.type, f"{origin}, form {i + 1}: {reason}", **exc.data
                 ) from None
     return kb
 
@@ -217,7 +220,19 @@ def save(kb: KB, path: str | os.PathLike[str]) -> None:
 
 
 def open(path: str | os.PathLike[str]) -> KB:
-    """Read a snapshot written by `save` into a new KB."""
+    """Read a snapshot written by `save` into a new KB; a file that is not one,
+    or a damaged one, is refused ``bad-path``."""
+    try:
+        return _open(path)
+    except EngineRefusal:
+        raise
+    except Exception as exc:  # a damaged snapshot: missing fields, wrong shapes
+        raise EngineRefusal(
+            "bad-path", f"{path} holds a damaged snapshot ({type(exc).__name__})"
+        ) from None
+
+
+def _open(path: str | os.PathLike[str]) -> KB:
     try:
         doc = msgspec.msgpack.decode(Path(path).read_bytes())
     except (OSError, msgspec.DecodeError) as exc:
