@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,19 @@ def test_a_typed_error_is_printed_with_its_type(
     code, _, err = run(capsys, "vote", "q")
     assert code == 1
     assert err.startswith("llm-bad-hosts")
+
+
+def test_refusals_print_one_line_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "no.edn")
+    code, _, err = run(capsys, "call", "kb_types_of", '{"term": "x"}', "--kb", missing)
+    assert (code, err.splitlines()[0][:9]) == (1, "bad-path:")
+    code, _, err = run(capsys, "vote", "q", "--votes", "0")
+    assert code == 2
+    assert err.startswith("error: a vote needs at least one turn")
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "bogus")
+    code, _, err = run(capsys, "status")
+    assert code == 2
+    assert err.startswith("error: unknown provider kind 'bogus'")
+    assert "Traceback" not in err

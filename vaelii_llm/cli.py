@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vaelii_llm import __version__, config, errors
+from vaelii_llm.kb.types import EngineRefusal
 
 __all__ = ["main"]
 
@@ -153,6 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.LLMError as exc:
         print(f"{exc.type}: {exc}", file=sys.stderr)
         return 1
+    except EngineRefusal as exc:  # its message starts with its type
+        print(exc, file=sys.stderr)
+        return 1
+    except (ValueError, TypeError) as exc:  # a setting or an argument the library refused
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     parser.print_help()
     return 0
 
