@@ -854,3 +854,25 @@ def test_two_ops_that_munge_to_one_tool_name_are_refused() -> None:
     ops["ask-p"] = ops["ask?"]
     with pytest.raises(ValueError, match="'ask-p' and 'ask\\?' both become the tool 'kb_ask_p'"):
         tools.schemas(engine=eng.replace(ops=ops))
+
+
+@pytest.mark.parametrize(
+    ("opts", "phrase"),
+    [
+        ({"max-depth": -1}, "bad-option: max-depth must be a whole number of at least 0"),
+        ({"max-depth": 2.5}, "bad-option: max-depth must be a whole number"),
+        ({"max-depth": 3.0}, "ok"),
+        ({"max-ms": 0}, "bad-option: max-ms must be a whole number of at least 1"),
+        ({"max-depth": True}, "bad-option: max-depth must be a whole number"),
+    ],
+)
+async def test_bounds_are_whole_numbers_within_the_published_range(
+    nursery: KB, opts: dict[str, Any], phrase: str
+) -> None:
+    given = {"goal": "(isa ?x Girl)", "context": "CxWell", "opts": opts}
+    out = await tools.call(nursery, "kb_query", given)
+    if phrase == "ok":  # an integral JSON number is a whole number
+        assert out.ok, out.error
+        return
+    assert out.error is not None
+    assert out.error.startswith(phrase), out.error

@@ -611,11 +611,20 @@ def _opts(name: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def _bound(key: str, value: Any, ceiling: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ToolRefusal("bad-option", f"{key} must be a whole number, got {_json(value)}")
+def _bound(key: str, value: Any, ceiling: int) -> int:
+    """``value`` as an int, refused unless it is a whole number from the least
+    the key allows (1 ms for ``max-ms``, else 0) to ``ceiling``, as the published
+    schema says. JSON has one number type, so ``3.0`` reads as 3."""
+    least = 1 if key == "max-ms" else 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ToolRefusal(
+            "bad-option", f"{key} must be a whole number of at least {least}, got {_json(value)}"
+        )
     if value > ceiling:
         raise ToolRefusal("over-ceiling", f"{key} {_json(value)} is over the ceiling of {ceiling}")
+    return int(value)
 
 
 def _json(value: Any) -> str:
@@ -638,7 +647,7 @@ def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any], eng: engine_m
     values = {p.name: _convert(p, given[p.name]) for p in shape.taken}
     for p in shape.taken:
         if p.name == "limit" and p.kind in ("integer", "number"):
-            _bound("limit", values[p.name], MAX_LIMIT)
+            values[p.name] = _bound("limit", values[p.name], MAX_LIMIT)
     opts_param = next((p for p in shape.params if p.kind == "opts"), None)
     opts: dict[str, Any] | None = None
     if opts_param is not None:
@@ -652,12 +661,10 @@ def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any], eng: engine_m
                 f"{tool.name} reads no option {unknown[0]!r}; it accepts: "
                 + (", ".join(accepted) or "none"),
             )
-        if "max-depth" in opts:
-            _bound("max-depth", opts["max-depth"], c.max_depth)
-        if "max-ms" in opts:
-            _bound("max-ms", opts["max-ms"], c.max_ms)
-        if "limit" in opts:
-            _bound("limit", opts["limit"], MAX_LIMIT)
+        ceilings = {"max-depth": c.max_depth, "max-ms": c.max_ms, "limit": MAX_LIMIT}
+        for key, ceiling in ceilings.items():
+            if key in opts:
+                opts[key] = _bound(key, opts[key], ceiling)
     fill: dict[str, Any] = {}
     if tool.op in c.clocked and tool.op in c.accepts_max_ms and "max-ms" not in (opts or {}):
         fill["max-ms"] = c.max_ms
