@@ -707,3 +707,17 @@ def test_only_typed_errors_escape_the_assembler(data: st.DataObject) -> None:
         asm.result()
     except LLMError:
         pass
+
+
+async def test_choosing_the_backend_and_its_first_turn_run_ant_once(
+    bin_dir: Path, tmp_path: Path
+) -> None:
+    count = tmp_path / "count"
+    fake_ant(bin_dir, f'echo run >> {count}\nprintf "{SECRET}\\n"\n')
+    api = FakeMessagesAPI(transcript=generate(random.Random(19), kinds=["text"]))
+    async with serving(api) as url:
+        p = await providers.provider("anthropic", base_url=url)
+        assert isinstance(p, AnthropicProvider)
+        async with p:
+            await p.complete(req())
+    assert count.read_text().count("run") == 1

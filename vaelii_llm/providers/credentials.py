@@ -18,6 +18,8 @@ The ``ant`` CLI runs as a child process in its own process group. It is killed
 credential", as an absent CLI or a non-zero exit does; it is killed too when the
 awaiting task is cancelled, and the cancellation propagates. Either way the
 child is reaped before :func:`resolve` returns or raises, so none is left behind.
+A token the CLI printed is reused for :data:`ANT_REUSE_S` seconds, so choosing
+the backend (whose probe runs the CLI) and its first turn run it once.
 
 The value is a secret. It is handed to a header and nowhere else: it is never
 logged, printed, put in an exception message, or shown by a repr. Values are
@@ -34,6 +36,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -42,6 +45,7 @@ from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
 
 __all__ = [
     "ANT_COMMAND",
+    "ANT_REUSE_S",
     "ANT_TIMEOUT_S",
     "OAUTH_BETA",
     "Credential",
@@ -62,6 +66,14 @@ a CLI waiting on a browser or a keychain prompt would otherwise hang a probe."""
 OAUTH_BETA: Final = "oauth-2025-04-20"
 """The ``anthropic-beta`` value that lets a request authenticate with an OAuth
 bearer token."""
+
+ANT_REUSE_S: Final = 10.0
+"""How long a token the CLI printed is reused: long enough that choosing the
+backend (whose probe runs the CLI) and the provider's first turn run it once,
+short enough that a new ``ant auth login`` is seen at once. Failures are never
+reused, and the reuse is keyed by ``PATH`` (another PATH may be another CLI)."""
+
+_ant_seen: dict[str | None, tuple[float, Credential]] = {}
 
 _MAX_ANT_OUTPUT: Final = 64 * 1024
 """A token is a few hundred bytes; anything past this is not one."""
@@ -172,8 +184,21 @@ async def from_ant(timeout_s: float = ANT_TIMEOUT_S) -> Credential | None:
     inside ``timeout_s`` (the child's process group is then killed). A token
     holding a control character is refused as ``LLMBadCredential``. When the
     awaiting task is cancelled the child is killed and reaped, and the
-    cancellation propagates.
+    cancellation propagates. A token found less than :data:`ANT_REUSE_S`
+    seconds ago is reused without running the CLI again.
     """
+    path = os.environ.get("PATH")
+    seen = _ant_seen.get(path)
+    if seen is not None and time.monotonic() < seen[0]:
+        return seen[1]
+    found = await _run_ant(timeout_s)
+    _ant_seen.clear()
+    if found is not None:
+        _ant_seen[path] = (time.monotonic() + ANT_REUSE_S, found)
+    return found
+
+
+async def _run_ant(timeout_s: float) -> Credential | None:
     try:
         proc = await asyncio.create_subprocess_exec(
             *ANT_COMMAND,
