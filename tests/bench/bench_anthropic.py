@@ -30,7 +30,6 @@ import random
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 import aiohttp
 import msgspec
+from timing import throughput, timed
 
 MODEL = "claude-opus-5-5"
 BIG_RUNS = 7
@@ -45,6 +45,10 @@ SMALL_RUNS = 3
 SMALL_TURNS = 512
 CONCURRENCY = 32
 BIG_BYTES = 4 * 2**20
+
+
+def small_turns_per_s(turn: Callable[[], Awaitable[object]]) -> Awaitable[float]:
+    return throughput(turn, SMALL_TURNS, CONCURRENCY)
 
 
 def _frame(name: str, data: dict[str, Any]) -> bytes:
@@ -428,24 +432,6 @@ async def floor_stream(session: aiohttp.ClientSession, url: str, text: str) -> d
     }
 
 
-async def timed(fn: Callable[[], Awaitable[object]]) -> float:
-    started = time.perf_counter()
-    await fn()
-    return time.perf_counter() - started
-
-
-async def throughput(turn: Callable[[], Awaitable[object]]) -> float:
-    per_worker = SMALL_TURNS // CONCURRENCY
-
-    async def worker() -> None:
-        for _ in range(per_worker):
-            await turn()
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    return per_worker * CONCURRENCY / (time.perf_counter() - started)
-
-
 async def main(url: str) -> None:
     import anthropic as official
 
@@ -506,10 +492,10 @@ async def main(url: str) -> None:
             await ours_small(p)
             await theirs_small()
             for _ in range(SMALL_RUNS):
-                figures["non-streamed"][0].append(await throughput(lambda: ours_small(p)))
-                figures["non-streamed"][1].append(await throughput(theirs_small))
-                figures["streamed"][0].append(await throughput(lambda: ours_stream(p, "hi")))
-                figures["streamed"][1].append(await throughput(lambda: theirs_stream("hi")))
+                figures["non-streamed"][0].append(await small_turns_per_s(lambda: ours_small(p)))
+                figures["non-streamed"][1].append(await small_turns_per_s(theirs_small))
+                figures["streamed"][0].append(await small_turns_per_s(lambda: ours_stream(p, "hi")))
+                figures["streamed"][1].append(await small_turns_per_s(lambda: theirs_stream("hi")))
         finally:
             await client.close()
     mo, mf, mt = (statistics.median(x) for x in (big_ours, big_floor, big_theirs))

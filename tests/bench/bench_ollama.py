@@ -26,7 +26,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -38,6 +37,7 @@ import ollama as official
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fake_ollama import BIG, BIG_TOKENS
+from timing import throughput, timed
 
 from vaelii_llm.protocol import Message, Request, Response, TextBlock
 from vaelii_llm.providers import ollama as ours
@@ -48,6 +48,10 @@ BIG_RUNS = 7
 SMALL_RUNS = 5
 SMALL_TURNS = 1_024
 CONCURRENCY = 32
+
+
+def small_turns_per_s(turn: Callable[[], Awaitable[object]]) -> Awaitable[float]:
+    return throughput(turn, SMALL_TURNS, CONCURRENCY)
 
 
 def ask(text: str) -> Request:
@@ -129,24 +133,6 @@ async def theirs_small(client: official.AsyncClient) -> None:
                       stream=False, options=OPTIONS, keep_alive="30m")
 
 
-async def timed(fn: Callable[[], Awaitable[object]]) -> float:
-    started = time.perf_counter()
-    await fn()
-    return time.perf_counter() - started
-
-
-async def throughput(turn: Callable[[], Awaitable[None]]) -> float:
-    per_worker = SMALL_TURNS // CONCURRENCY
-
-    async def worker() -> None:
-        for _ in range(per_worker):
-            await turn()
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    return per_worker * CONCURRENCY / (time.perf_counter() - started)
-
-
 async def main(url: str) -> None:
     client = official.AsyncClient(host=url)
     async with ours.provider(host=url, model=MODEL) as p, aiohttp.ClientSession() as session:
@@ -167,8 +153,8 @@ async def main(url: str) -> None:
             small_ours: list[float] = []
             small_theirs: list[float] = []
             for _ in range(SMALL_RUNS):
-                small_ours.append(await throughput(lambda: ours_small(p)))
-                small_theirs.append(await throughput(lambda: theirs_small(client)))
+                small_ours.append(await small_turns_per_s(lambda: ours_small(p)))
+                small_theirs.append(await small_turns_per_s(lambda: theirs_small(client)))
         finally:
             await client.close()  # type: ignore[no-untyped-call]
     mo, mf, mt = (statistics.median(x) for x in (big_ours, big_floor, big_theirs))
