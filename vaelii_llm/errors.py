@@ -9,7 +9,9 @@ One class per row of the spec's refusal table, all under :class:`LLMError`::
     ├── LLMBadResponse      a 200 whose body would not parse, or a stream cut short
     ├── LLMEncode           a content block the request encoder has no shape for
     ├── LLMNoCredential     no provider credential is set
-    ├── LLMTimeout          the turn's budget ran out
+    ├── LLMClosed           the provider or pool was closed before this call
+    ├── LLMTimeout          the turn's budget ran out (phase: headers or body)
+    │   └── LLMPoolTimeout  no provider came free in the pool's acquire time
     └── LLMUnreachable      refused, reset, unresolved, or no connection in time
 
 Each class carries its spec ``type`` string (``err.type == "llm-timeout"``) and its
@@ -21,7 +23,7 @@ log line the failure reaches would carry it. No message ever holds a credential.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 __all__ = [
     "EXCERPT_CHARS",
@@ -29,11 +31,14 @@ __all__ = [
     "LLMBadCredential",
     "LLMBadHosts",
     "LLMBadResponse",
+    "LLMClosed",
     "LLMEncode",
     "LLMError",
     "LLMNoCredential",
+    "LLMPoolTimeout",
     "LLMTimeout",
     "LLMUnreachable",
+    "TimeoutPhase",
     "excerpt",
 ]
 
@@ -121,6 +126,16 @@ class LLMBadResponse(LLMError):
         super().__init__(f"{label} {reason}{shown}")
 
 
+class LLMClosed(LLMError):
+    """Work was asked of a provider or pool after its ``aclose``."""
+
+    type: ClassVar[str] = "llm-closed"
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        super().__init__(f"{label} is closed")
+
+
 class LLMEncode(LLMError):
     """A built content block whose ``type`` the request encoder writes no shape for."""
 
@@ -140,6 +155,17 @@ class LLMNoCredential(LLMError):
         super().__init__(f"no credential found ({where})")
 
 
+TimeoutPhase = Literal["headers", "body", "acquire"]
+"""Where a budget ran out: waiting for the response head, reading the body, or
+waiting for a pool's provider."""
+
+_PHASE_WORDS: dict[TimeoutPhase, str] = {
+    "headers": "answer",
+    "body": "finish its answer",
+    "acquire": "free a provider",
+}
+
+
 class LLMTimeout(LLMError):
     """The far end stopped answering inside the turn's ``timeout_ms`` budget.
 
@@ -149,11 +175,23 @@ class LLMTimeout(LLMError):
 
     type: ClassVar[str] = "llm-timeout"
 
-    def __init__(self, label: str, timeout_ms: int, phase: str = "answer") -> None:
+    def __init__(self, label: str, timeout_ms: int, phase: TimeoutPhase = "headers") -> None:
         self.label = label
         self.timeout_ms = timeout_ms
-        self.phase = phase
-        super().__init__(f"{label} did not {phase} inside the turn's {timeout_ms} ms")
+        self.phase: TimeoutPhase = phase
+        super().__init__(
+            f"{label} did not {_PHASE_WORDS[phase]} inside the turn's {timeout_ms} ms"
+        )
+
+
+class LLMPoolTimeout(LLMTimeout):
+    """No provider came free inside the pool's acquire time: the pool is busy,
+    which is not the same decision as a far end that went quiet."""
+
+    type: ClassVar[str] = "llm-pool-timeout"
+
+    def __init__(self, label: str, timeout_ms: int) -> None:
+        super().__init__(label, timeout_ms, "acquire")
 
 
 class LLMUnreachable(LLMError):

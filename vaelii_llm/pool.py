@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, TypeVar
 
 from vaelii_llm import config
-from vaelii_llm.errors import LLMBadHosts, LLMError, LLMTimeout
+from vaelii_llm.errors import LLMBadHosts, LLMError, LLMPoolTimeout
 from vaelii_llm.protocol import Message, Provider, Request, Response, TextBlock
 from vaelii_llm.providers.hosts import normalize_host
 from vaelii_llm.providers.stub import Entry, StubProvider
@@ -259,8 +259,8 @@ class Pool(Generic[P]):
         Calls are served first come, first served: a token handed back goes to
         the call that has waited longest, never to one arriving in that instant.
         Waits up to ``acquire_timeout_ms`` for a token, then raises
-        :class:`~vaelii_llm.errors.LLMTimeout` (``phase`` names the wait). The
-        token goes back on every exit from the block: normally, by exception,
+        :class:`~vaelii_llm.errors.LLMPoolTimeout` (an ``LLMTimeout`` whose
+        ``phase`` is ``acquire``). The token goes back on every exit from the block: normally, by exception,
         and by cancellation. A call cancelled while it waits takes no token,
         even when a token was handed to it in the same instant (the queue
         passes that one on to the next waiter). Entering a closed pool, or
@@ -302,7 +302,7 @@ class Pool(Generic[P]):
             async with asyncio.timeout_at(deadline), self._line:
                 return await self._queue.get()
         except TimeoutError as exc:
-            raise LLMTimeout(POOL_LABEL, self._acquire_timeout_ms, "free a provider") from exc
+            raise LLMPoolTimeout(POOL_LABEL, self._acquire_timeout_ms) from exc
         finally:
             self._waiting -= 1
 

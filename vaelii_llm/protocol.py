@@ -18,12 +18,19 @@ Request fields
     default; ``None`` sends none, and no beta header).
 
 Response fields
-    ``content`` the blocks, in order; ``stop_reason`` as the far end named it
-    (``end_turn``, ``tool_use``, ``max_tokens``, ``refusal``, ``stop``…): branch
-    on it first, since a refusal comes with empty or partial content;
-    ``stop_sequence``; ``stop_details`` (the refusal's details, when given);
-    ``model``; ``id``; ``usage`` (:class:`Usage`, the host's own counts and
-    durations).
+    ``content`` the blocks, in order; ``stop_reason`` one :data:`StopReason` on
+    every backend (``end_turn``, ``tool_use``, ``max_tokens``,
+    ``stop_sequence``, ``refusal``, ``pause_turn``; ``None`` only where the far
+    end gave none): branch on it first, since a refusal comes with empty or
+    partial content; ``vendor_stop_reason`` the far end's own word for it
+    (Ollama's ``stop``, ``length``…), never lost; ``stop_sequence``;
+    ``stop_details`` (the refusal's details, when given); ``model`` (the model
+    that served, after a server-side fallback too); ``id``; ``usage``
+    (:class:`Usage`: ``input_tokens``/``output_tokens`` on every backend that
+    counts, the host's own counts and durations beside them); ``extra`` the
+    top-level fields of the far end's message this package does not model
+    (``container``, ``context_management``…), kept for a caller continuing the
+    conversation.
 
 Blocks
     :class:`TextBlock`, :class:`ThinkingBlock` (with its ``signature``),
@@ -31,7 +38,17 @@ Blocks
     :class:`ToolResultBlock`, and :class:`OpaqueBlock` for a vendor type this
     package does not model. Every block received from a far end keeps its
     original JSON in ``raw``; an encoder sends ``raw`` back unchanged when it is
-    set, since the Messages API rejects an edited thinking block.
+    set, since the Messages API rejects an edited thinking block. A
+    :class:`ToolUseBlock` with ``partial=True`` was cut by ``max_tokens`` inside
+    its input: its ``input`` is a lenient reading of what arrived, and it must
+    never be run (a loop that branches on ``stop_reason`` first never does).
+
+Deltas
+    ``stream(request, deltas=True)`` also yields :class:`TextDelta`,
+    :class:`ThinkingDelta` and :class:`ToolUseStart` items as the far end sends
+    them, before the whole block they belong to (``index`` is the block's
+    position in ``content``). Without the flag a stream yields whole blocks and
+    the final :class:`Response` only.
 """
 
 from __future__ import annotations
@@ -45,6 +62,7 @@ from msgspec import UNSET, Struct, UnsetType, field
 __all__ = [
     "UNSET",
     "Block",
+    "Delta",
     "Message",
     "OpaqueBlock",
     "Provider",
@@ -52,12 +70,16 @@ __all__ = [
     "RedactedThinkingBlock",
     "Request",
     "Response",
+    "StopReason",
     "StreamItem",
     "TextBlock",
+    "TextDelta",
     "ThinkingBlock",
+    "ThinkingDelta",
     "ToolResultBlock",
     "ToolSchema",
     "ToolUseBlock",
+    "ToolUseStart",
     "UnsetType",
     "Usage",
 ]
@@ -97,6 +119,7 @@ class ToolUseBlock(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     id: str
     name: str
     input: dict[str, Any]
+    partial: bool = False
     raw: Raw = None
 
 
@@ -143,8 +166,10 @@ class ToolSchema(Struct, frozen=True, kw_only=True, omit_defaults=True, repr_omi
 class Usage(Struct, frozen=True, kw_only=True, omit_defaults=True, repr_omit_defaults=True):
     """What the host measured. Fields a backend does not report stay None.
 
-    Messages API: ``input_tokens``, ``output_tokens`` and the cache counts.
-    Ollama: ``prompt_eval_count``, ``eval_count`` and the durations (ns).
+    ``input_tokens`` and ``output_tokens`` are set by every backend that counts
+    (Ollama: from ``prompt_eval_count`` and ``eval_count``, which stay beside
+    them with the durations, in ns). ``extra`` keeps the usage fields the far
+    end sent that are not modelled here.
     """
 
     input_tokens: int | None = None
@@ -157,6 +182,7 @@ class Usage(Struct, frozen=True, kw_only=True, omit_defaults=True, repr_omit_def
     load_duration: int | None = None
     prompt_eval_duration: int | None = None
     eval_duration: int | None = None
+    extra: dict[str, Any] | None = None
 
 
 class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
@@ -178,19 +204,52 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     fallbacks: str | list[str] | UnsetType | None = UNSET
 
 
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn"]
+"""Why a turn ended, in one vocabulary on every backend."""
+
+
 class Response(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     """One finished turn. ``stream`` ends with the same value ``complete`` returns."""
 
     content: list[Block]
-    stop_reason: str | None
+    stop_reason: StopReason | None
+    vendor_stop_reason: str | None = None
     model: str | None = None
     id: str | None = None
     stop_sequence: str | None = None
     stop_details: dict[str, Any] | None = None
     usage: Usage = field(default_factory=Usage)
+    extra: dict[str, Any] | None = None
 
 
-StreamItem = Block | Response
+class TextDelta(Struct, frozen=True, kw_only=True):
+    """Text as it arrives, for the block at ``index``."""
+
+    type: ClassVar[str] = "text_delta"
+    index: int
+    text: str
+
+
+class ThinkingDelta(Struct, frozen=True, kw_only=True):
+    """Reasoning text as it arrives, for the block at ``index``."""
+
+    type: ClassVar[str] = "thinking_delta"
+    index: int
+    thinking: str
+
+
+class ToolUseStart(Struct, frozen=True, kw_only=True):
+    """A tool call has begun at ``index``; its whole block follows later."""
+
+    type: ClassVar[str] = "tool_use_start"
+    index: int
+    id: str
+    name: str
+
+
+Delta = TextDelta | ThinkingDelta | ToolUseStart
+
+StreamItem = Block | Delta | Response
 
 
 @runtime_checkable
@@ -199,13 +258,17 @@ class Provider(Protocol):
 
     ``stream`` is an async generator: it yields each content block once it is
     whole, then the final :class:`Response` (equal to what ``complete`` returns
-    for the same turn). A caller that stops early should iterate under
-    ``contextlib.aclosing`` so the HTTP response is released at once.
+    for the same turn); with ``deltas=True`` it also yields :data:`Delta` items
+    before each block. A caller that stops early should iterate under
+    ``contextlib.aclosing`` so the HTTP response is released at once. After
+    ``aclose`` both refuse with :class:`~vaelii_llm.errors.LLMClosed`.
     """
 
     async def complete(self, request: Request) -> Response: ...
 
-    def stream(self, request: Request) -> AsyncGenerator[StreamItem, None]: ...
+    def stream(
+        self, request: Request, *, deltas: bool = False
+    ) -> AsyncGenerator[StreamItem, None]: ...
 
     async def aclose(self) -> None: ...
 

@@ -329,7 +329,7 @@ async def read_body(
                     chunks.append(chunk)
         except (aiohttp.ClientError, OSError) as exc:
             if timer.expired():
-                raise LLMTimeout(label, deadline.timeout_ms, "finish its answer") from exc
+                raise LLMTimeout(label, deadline.timeout_ms, "body") from exc
             raise LLMBadResponse(
                 label,
                 f"cut the body short after {size} bytes ({_cut_reason(exc)})",
@@ -410,7 +410,7 @@ async def _chunks(
     while True:
         if loop.time() >= deadline.when:  # still flowing, but the turn's budget is spent
             response.close()
-            raise LLMTimeout(label, deadline.timeout_ms, "finish its answer") from TimeoutError(
+            raise LLMTimeout(label, deadline.timeout_ms, "body") from TimeoutError(
                 "the deadline passed while the body was still arriving"
             )
         timer = None
@@ -423,7 +423,7 @@ async def _chunks(
         except (aiohttp.ClientError, OSError) as exc:
             response.close()
             if timer is not None and timer.expired():
-                raise LLMTimeout(label, deadline.timeout_ms, "finish its answer") from exc
+                raise LLMTimeout(label, deadline.timeout_ms, "body") from exc
             raise LLMBadResponse(
                 label, f"cut the stream short after {received} bytes ({_cut_reason(exc)})"
             ) from exc
