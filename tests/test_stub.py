@@ -116,20 +116,26 @@ async def test_unknown_shorthand_is_refused() -> None:
         await p.complete(ask("q"))
 
 
-async def test_expand_runs_before_the_shorthands() -> None:
+async def test_expand_runs_on_mapping_entries_only() -> None:
+    seen: list[Any] = []
+
     def expand(entry: Any) -> Any:
-        if isinstance(entry, tuple) and entry[0] == "verdict":
-            return f"{entry[1]}."
+        seen.append(entry)
+        if "verdict" in entry:
+            return f"{entry['verdict']}."
         return entry
 
-    script = [("verdict", "Yes"), "plain"]
-    p = stub.provider(script=script, default=("verdict", "No"), expand=expand)
+    script = [{"verdict": "Yes"}, "plain", Response(content=[], stop_reason="end_turn")]
+    p = stub.provider(script=script, default={"verdict": "No"}, expand=expand)
     texts = []
-    for _ in range(3):
-        (block,) = (await p.complete(ask("q"))).content
-        assert isinstance(block, TextBlock)
-        texts.append(block.text)
-    assert texts == ["Yes.", "plain", "No."]
+    for _ in range(4):
+        blocks = (await p.complete(ask("q"))).content
+        texts.append(blocks[0].text if blocks and isinstance(blocks[0], TextBlock) else None)
+    assert texts == ["Yes.", "plain", None, "No."]
+    assert seen == [{"verdict": "Yes"}, {"verdict": "No"}]
+    empty = stub.provider(expand=expand)
+    assert (await empty.complete(ask("q"))).content == []
+    assert len(seen) == 2  # the None past an empty script is not an entry to expand
 
 
 async def test_full_response_passes_through() -> None:

@@ -65,6 +65,7 @@ __all__ = [
     "WRITE_OPS",
     "ToolRefusal",
     "ToolResult",
+    "Toolset",
     "call",
     "op_of",
     "read_ops",
@@ -841,3 +842,41 @@ def _engine_refusal(engine: engine_mod.Engine | None) -> type[Exception]:
         return _engine(engine).refusal
     except Exception:
         return engine_mod.EngineRefusal
+
+
+class Toolset:
+    """The read surface over one KB, as an object: the derived table, the call
+    bound and the engine travel together, so a face (MCP, pydantic-ai) holds
+    one of these and nothing module-level.
+
+    ``schemas()``, ``call(name, input)`` and ``op_of(name)`` behave as the
+    module functions of the same names, on this toolset's KB and engine.
+    """
+
+    def __init__(
+        self,
+        kb: Any,
+        *,
+        engine: engine_mod.Engine | None = None,
+        max_result_chars: int = 4000,
+    ) -> None:
+        self.kb = kb
+        self.engine = _engine(engine)
+        self.max_result_chars = max_result_chars
+
+    def schemas(
+        self, only: Iterable[str] | None = None, exclude: Iterable[str] | None = None
+    ) -> list[ToolSchema]:
+        """Every exposed read as a :class:`ToolSchema`, byte-stable in order."""
+        return schemas(only, exclude, engine=self.engine)
+
+    def op_of(self, name: str) -> str | None:
+        """The op a tool name came from; ``None`` for a write or an unknown name."""
+        return op_of(name, engine=self.engine)
+
+    async def call(self, name: str, input: Any = None) -> ToolResult:
+        """Run one tool call on this toolset's KB; never raises (cancellation
+        propagates)."""
+        return await call(
+            self.kb, name, input, max_result_chars=self.max_result_chars, engine=self.engine
+        )

@@ -10,7 +10,8 @@ call (``complete`` and ``stream`` both take a turn). Each entry is a
     one tool_use block (``id`` optional; numbered ``stub_tool_N`` otherwise),
     ``stop_reason="tool_use"``. ``{"tools": [{...}, {...}]}`` asks for several.
 ``{"text": "…", "stop_reason": "max_tokens"}``
-    a text block with the stop reason given.
+    a text block with the stop reason given (one of
+    :data:`~vaelii_llm.protocol.StopReason`; another word is a ValueError).
 ``{"refusal": "partial text"}``
     ``stop_reason="refusal"`` with that partial text, or no block when empty.
 ``{"raise": "llm-timeout"}``
@@ -18,15 +19,21 @@ call (``complete`` and ``stream`` both take a turn). Each entry is a
     :class:`~vaelii_llm.errors.LLMError` instance in the script is raised as is).
 
 Past the script, every turn answers ``default`` (an empty end-of-turn response
-unless given). ``expand`` is called on each entry first, so a caller with answer
-shapes of its own maps them to one of the above. ``requests()`` and
+unless given). ``expand`` is called on each mapping entry first (strings,
+Responses, errors and the empty default are not passed to it), so a caller with
+answer shapes of its own maps them to one of the above. ``requests()`` and
 ``last_user_text()`` read back what the loop sent.
+
+``stream(request, deltas=True)`` yields a text or thinking block's words as
+deltas, and a tool call's start, before the whole block, as an HTTP backend
+does. After ``aclose`` every turn raises :class:`~vaelii_llm.errors.LLMClosed`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
-from typing import Any
+import re
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
+from typing import Any, get_args
 
 from vaelii_llm import errors
 from vaelii_llm.protocol import (
@@ -34,29 +41,39 @@ from vaelii_llm.protocol import (
     ProviderBase,
     Request,
     Response,
+    StopReason,
     StreamItem,
     TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
     ToolUseBlock,
+    ToolUseStart,
 )
 
 __all__ = ["PROBE_OPTS", "StubProvider", "available", "provider"]
 
 PROBE_OPTS: frozenset[str] = frozenset()
 MODEL = "stub"
+LABEL = "the stub"
+_STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
+_WORDS = re.compile(r"\S+\s*|\s+")
 
 Entry = Any
 """A script entry: a Response, a shorthand string or mapping, or an LLMError."""
 
 def _scripted_error(kind: str) -> errors.LLMError:
     """An instance of the error class named by its spec ``type``."""
-    label = "the stub"
+    label = LABEL
     builders: dict[str, Callable[[], errors.LLMError]] = {
         "llm-api-error": lambda: errors.LLMApiError(label, 500, "scripted failure"),
         "llm-bad-credential": lambda: errors.LLMBadCredential("x-api-key"),
         "llm-bad-hosts": lambda: errors.LLMBadHosts("scripted failure"),
         "llm-bad-response": lambda: errors.LLMBadResponse(label, "answered a scripted bad body"),
+        "llm-closed": lambda: errors.LLMClosed(label),
         "llm-encode": lambda: errors.LLMEncode("scripted", label),
         "llm-no-credential": lambda: errors.LLMNoCredential("scripted"),
+        "llm-pool-timeout": lambda: errors.LLMPoolTimeout(label, 0),
         "llm-timeout": lambda: errors.LLMTimeout(label, 0),
         "llm-unreachable": lambda: errors.LLMUnreachable(label, "scripted failure"),
     }
@@ -79,6 +96,11 @@ class StubProvider(ProviderBase):
         self._expand = expand
         self._requests: list[Request] = []
         self._tool_ids = 0
+        self._closed = False
+
+    async def aclose(self) -> None:
+        """Refuse every later turn. Closing twice is harmless."""
+        self._closed = True
 
     def requests(self) -> list[Request]:
         """Every request sent so far, oldest first."""
@@ -101,17 +123,24 @@ class StubProvider(ProviderBase):
     async def complete(self, request: Request) -> Response:
         return self._turn(request)
 
-    async def stream(self, request: Request) -> AsyncGenerator[StreamItem, None]:
+    async def stream(
+        self, request: Request, *, deltas: bool = False
+    ) -> AsyncGenerator[StreamItem, None]:
         response = self._turn(request)
-        for block in response.content:
+        for index, block in enumerate(response.content):
+            if deltas:
+                for delta in _deltas(index, block):
+                    yield delta
             yield block
         yield response
 
     def _turn(self, request: Request) -> Response:
+        if self._closed:
+            raise errors.LLMClosed(LABEL)
         self._requests.append(request)
         index = len(self._requests) - 1
         entry = self._script[index] if index < len(self._script) else self._default
-        if self._expand is not None:
+        if self._expand is not None and isinstance(entry, Mapping):
             entry = self._expand(entry)
         return self._build(entry)
 
@@ -145,7 +174,7 @@ class StubProvider(ProviderBase):
         if "text" in entry:
             return Response(
                 content=[TextBlock(text=str(entry["text"]))],
-                stop_reason=str(entry.get("stop_reason", "end_turn")),
+                stop_reason=_stop_reason(entry.get("stop_reason", "end_turn")),
                 model=MODEL,
             )
         raise ValueError(f"the stub knows no shorthand with keys {sorted(entry)}")
@@ -154,6 +183,24 @@ class StubProvider(ProviderBase):
         self._tool_ids += 1
         tool_id = str(call.get("id") or f"stub_tool_{self._tool_ids}")
         return ToolUseBlock(id=tool_id, name=str(call["tool"]), input=dict(call.get("input") or {}))
+
+
+def _stop_reason(word: object) -> StopReason:
+    if word not in _STOP_REASONS:
+        raise ValueError(f"the stub's stop_reason must be one of {sorted(_STOP_REASONS)}")
+    return word  # type: ignore[return-value]  # checked against the Literal's values
+
+
+def _deltas(index: int, block: Block) -> Iterator[TextDelta | ThinkingDelta | ToolUseStart]:
+    """What an HTTP backend would yield before ``block``: its words, or its start."""
+    if isinstance(block, TextBlock):
+        for word in _WORDS.findall(block.text):
+            yield TextDelta(index=index, text=word)
+    elif isinstance(block, ThinkingBlock):
+        for word in _WORDS.findall(block.thinking):
+            yield ThinkingDelta(index=index, thinking=word)
+    elif isinstance(block, ToolUseBlock):
+        yield ToolUseStart(index=index, id=block.id, name=block.name)
 
 
 def provider(
