@@ -543,7 +543,7 @@ async def test_breaking_out_releases_the_response() -> None:
             async for item in items:
                 assert isinstance(item, TextBlock)
                 break
-        assert loop.time() - started < 2
+        assert loop.time() - started < 10  # well before the turn's 30 s budget
         session = p._session
         assert session is not None
         assert not session.connector._acquired  # type: ignore[union-attr]
@@ -559,7 +559,7 @@ async def test_server_holding_the_stream_open_after_message_stop() -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
         items = [i async for i in p.stream(req(timeout_ms=30_000))]
-        assert loop.time() - started < 2
+        assert loop.time() - started < 10  # well before the turn's 30 s budget
         assert isinstance(items[-1], Response)
         assert [b.raw for b in items[-1].content] == t.message["content"]
 
