@@ -731,7 +731,6 @@ async def test_selection_wiring() -> None:
         assert SECRET not in repr(built)
     fallback = await providers.provider("anthropic")
     assert not isinstance(fallback, AnthropicProvider)
-    assert frozenset({"credential"}) == anthropic.PROBE_OPTS
 
 
 def test_constructor_does_no_io_and_reads_base_url(monkeypatch: pytest.MonkeyPatch) -> None:

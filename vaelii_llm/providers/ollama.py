@@ -91,7 +91,6 @@ from vaelii_llm.providers.http import HTTPProvider
 from vaelii_llm.wire.ndjson import NDJSONDecoder
 
 __all__ = [
-    "PROBE_OPTS",
     "SHOW_TIMEOUT_MS",
     "VERSION_TIMEOUT_MS",
     "WARM_TIMEOUT_MS",
@@ -116,9 +115,6 @@ __all__ = [
     "version",
     "warm",
 ]
-
-PROBE_OPTS: Final = frozenset({"host"})
-"""The only option :func:`available` is handed by selection."""
 
 VERSION_TIMEOUT_MS: Final = 2_000
 """The version probe's whole-request deadline, connection included."""
