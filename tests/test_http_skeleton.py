@@ -9,6 +9,7 @@ probes), and deltas that only add: the final Response still equals
 from __future__ import annotations
 
 import ast
+import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
@@ -16,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from anthropic_fake import FakeMessagesAPI, generate
 from fake_ollama import FakeOllama, chunk, final, tool_call
+from loopback import serve
 
 from vaelii_llm import transport
-from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMClosed, LLMTimeout
 from vaelii_llm.protocol import (
     Message,
     Request,
@@ -187,3 +190,44 @@ def test_no_vendor_module_imports_an_http_library() -> None:
         assert "aiohttp" not in imported, module.__name__
     assert issubclass(ollama.OllamaProvider, HTTPProvider)
     assert issubclass(anthropic.AnthropicProvider, HTTPProvider)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_turn_in_flight_when_the_provider_closes_is_llm_closed(
+    kind: str, streamed: bool
+) -> None:
+    async with stalled(kind) as p:
+        turn = asyncio.create_task(collect(p) if streamed else p.complete(ask()))
+        for _ in range(200):  # until the request is out (a loopback turn is quick)
+            session = p._session
+            if session is not None and session.connector._acquired:  # type: ignore[union-attr]
+                break
+            await asyncio.sleep(0.01)
+        await p.aclose()
+        with pytest.raises(LLMClosed) as info:
+            await turn
+        # cut by the close, not left to its 10 s deadline
+        assert not isinstance(info.value.__cause__, LLMTimeout)
+
+
+@asynccontextmanager
+async def stalled(kind: str) -> AsyncIterator[HTTPProvider[Any, Any]]:
+    """A provider whose far end sends a streamed answer's head, or nothing, then stalls."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if (await request.json()).get("stream"):
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(b"\n")
+        await asyncio.Event().wait()
+        raise AssertionError
+
+    async with serve(handler) as url:
+        built: HTTPProvider[Any, Any] = (
+            ollama.provider(host=url)
+            if kind == "ollama"
+            else anthropic.provider(credential="sk-test", base_url=url)
+        )
+        async with built as p:
+            yield p

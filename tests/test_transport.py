@@ -584,6 +584,7 @@ def test_public_surfaces_are_frozen() -> None:
         "Endpoint",
         "USER_AGENT",
         "create_session",
+        "cut",
         "decode_json",
         "drain",
         "open_stream",

@@ -45,6 +45,8 @@ not tell the two apart anyway. A stream that ends cleanly but without its
 terminal event is the same refusal, raised by the backend that knows which
 event that is. ``err.text`` holds what was read before the cut (the streamed
 path hands its bytes to the caller as they come and keeps none of them).
+A read its owner ends with :func:`cut` (a provider's ``aclose``) fails the
+same way; the owner then reports its own refusal.
 
 When the deadline is spent, whatever failure the expiry caused becomes
 :class:`LLMTimeout`; with the deadline unspent the failure is mapped as above
@@ -91,6 +93,7 @@ __all__ = [
     "Deadline",
     "Endpoint",
     "create_session",
+    "cut",
     "decode_json",
     "drain",
     "open_stream",
@@ -383,12 +386,15 @@ async def request_json(
     body: bytes | None = None,
     headers: Mapping[str, str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    inflight: set[aiohttp.ClientResponse] | None = None,
 ) -> T:
     """Send, read the whole body under the deadline, decode it; the response is always released.
 
     What :func:`send_request` then :func:`read_body` do, failures mapped the
     same way, under one timer for the headers and the body (the small-turn
     path: one timer, not two, and no header copy when there is nothing to add).
+    ``inflight``: a set that holds the response while its body is read, so its
+    owner can cut the read (see :func:`cut`).
     """
     sent = _outgoing(session, headers, body)
     label = endpoint.label
@@ -400,7 +406,14 @@ async def request_json(
             response = await session.request(
                 method, url, data=body, headers=sent, allow_redirects=False
             )
-            await _read_into(response, label, chunks, max_body_bytes)
+            if inflight is None:
+                await _read_into(response, label, chunks, max_body_bytes)
+            else:
+                inflight.add(response)
+                try:
+                    await _read_into(response, label, chunks, max_body_bytes)
+                finally:
+                    inflight.discard(response)
     except _URL_ERRORS as exc:
         raise _unreachable(exc, endpoint) from None  # the URL may hold a password
     except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
@@ -546,6 +559,7 @@ async def open_stream(
     body: bytes | None = None,
     headers: Mapping[str, str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    inflight: set[aiohttp.ClientResponse] | None = None,
 ) -> AsyncIterator[AsyncIterator[bytes]]:
     """Send a request and hand over its body as an async iterator of chunks.
 
@@ -556,6 +570,8 @@ async def open_stream(
     an exception, ``break``, cancellation, ``aclose``) releases the response at
     once, closing its connection unless the body was read to its end.
     ``max_body_bytes`` bounds only a non-2xx body, read for :class:`LLMApiError`.
+    ``inflight``: a set that holds the response until the block is left, so
+    its owner can cut the stream (see :func:`cut`).
     """
     response = await send_request(
         session,
@@ -568,9 +584,13 @@ async def open_stream(
         max_body_bytes=max_body_bytes,
     )
     chunks = _chunks(response, endpoint, deadline)
+    if inflight is not None:
+        inflight.add(response)
     try:
         yield chunks
     finally:
+        if inflight is not None:
+            inflight.discard(response)
         try:
             await chunks.aclose()
         finally:
@@ -578,3 +598,13 @@ async def open_stream(
                 response.release()
             else:
                 response.close()
+
+
+def cut(inflight: set[aiohttp.ClientResponse]) -> None:
+    """End every read of the responses in ``inflight`` at once: each waiting
+    read fails as a cut connection would (its caller sees the typed error of a
+    body cut short). Closing a session alone does not wake a read in progress:
+    it would wait for its deadline. For a provider's ``aclose``."""
+    for response in list(inflight):
+        response.content.set_exception(aiohttp.ClientConnectionError("closed by its owner"))
+        response.close()

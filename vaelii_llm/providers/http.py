@@ -9,8 +9,8 @@ fix made here holds for every backend at once:
   something closed it, shared by any number of concurrent turns;
 * the closed state: after :meth:`~HTTPProvider.aclose` every turn, streamed
   or not, raises :class:`~vaelii_llm.errors.LLMClosed`, also a turn that was
-  waiting for its headers (a credential lookup) when the close came; closing
-  twice is harmless;
+  waiting for its headers (a credential lookup) or in flight when the close
+  came (the far end's cut chained as its cause); closing twice is harmless;
 * the non-streamed turn (:meth:`~HTTPProvider.complete`): one POST under the
   request's whole-turn deadline, its 200 decoded by the codec's typed decoder;
 * the stream pump (:meth:`~HTTPProvider.stream`): the body's bytes into the
@@ -61,7 +61,7 @@ import aiohttp
 import msgspec
 
 from vaelii_llm import transport
-from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMClosed, LLMError
 from vaelii_llm.protocol import ProviderBase, Request, Response, StreamItem
 
 __all__ = ["Assembler", "Codec", "HTTPProvider", "WireDecoder"]
@@ -138,6 +138,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._codec = codec
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
+        self._inflight: set[aiohttp.ClientResponse] = set()  # bodies being read, cut by aclose
 
     @property
     def closed(self) -> bool:
@@ -160,16 +161,22 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             raise LLMClosed(codec.endpoint.label)
         body = codec.body(request, stream=False)
         headers = await codec.headers(request, stream=False)
-        parsed = await transport.request_json(
-            self._http(),
-            codec.endpoint,
-            "POST",
-            codec.url,
-            deadline=transport.Deadline.after_ms(request.timeout_ms),
-            decoder=codec.whole_decoder,
-            body=body,
-            headers=headers,
-        )
+        try:
+            parsed = await transport.request_json(
+                self._http(),
+                codec.endpoint,
+                "POST",
+                codec.url,
+                deadline=transport.Deadline.after_ms(request.timeout_ms),
+                decoder=codec.whole_decoder,
+                body=body,
+                headers=headers,
+                inflight=self._inflight,
+            )
+        except LLMError as exc:
+            if self._closed:  # the close cut the turn: that is the news, not the cut
+                raise LLMClosed(codec.endpoint.label) from exc
+            raise
         return codec.whole(parsed)
 
     async def stream(
@@ -185,31 +192,39 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         headers = await codec.headers(request, stream=True)
         decoder = codec.stream_decoder()
         assembler = codec.assembler(deltas=deltas)
-        async with transport.open_stream(
-            self._http(),
-            codec.endpoint,
-            "POST",
-            codec.url,
-            deadline=transport.Deadline.after_ms(request.timeout_ms),
-            body=body,
-            headers=headers,
-        ) as chunks:
-            async for data in chunks:
-                for item in assembler.feed_batch(decoder.feed(data)):
-                    yield item
-                if assembler.finished:
-                    # The answer is whole: what follows cannot change it, nor
-                    # a far end holding the body open make the caller wait.
-                    await transport.drain(chunks, codec.drain_s)
-                    break
+        try:
+            async with transport.open_stream(
+                self._http(),
+                codec.endpoint,
+                "POST",
+                codec.url,
+                deadline=transport.Deadline.after_ms(request.timeout_ms),
+                body=body,
+                headers=headers,
+                inflight=self._inflight,
+            ) as chunks:
+                async for data in chunks:
+                    for item in assembler.feed_batch(decoder.feed(data)):
+                        yield item
+                    if assembler.finished:
+                        # The answer is whole: what follows cannot change it, nor
+                        # a far end holding the body open make the caller wait.
+                        await transport.drain(chunks, codec.drain_s)
+                        break
+        except LLMError as exc:
+            if self._closed:  # the close cut the turn: that is the news, not the cut
+                raise LLMClosed(codec.endpoint.label) from exc
+            raise
         if not assembler.finished:
             for item in assembler.feed_batch(decoder.feed(b"")):
                 yield item
         yield assembler.result()
 
     async def aclose(self) -> None:
-        """Close the session; every later turn raises LLMClosed. Closing twice is harmless."""
+        """Close the session; every turn, those in flight included, raises
+        LLMClosed. Closing twice is harmless."""
         self._closed = True
+        transport.cut(self._inflight)
         session, self._session = self._session, None
         if session is not None:
             await session.close()
