@@ -804,3 +804,22 @@ async def test_choosing_the_backend_and_its_first_turn_run_ant_once(
         async with p:
             await p.complete(req())
     assert count.read_text().count("run") == 1
+
+
+async def test_a_turn_waiting_on_the_ant_cli_when_the_provider_closes_is_llm_closed(
+    bin_dir: Path, tmp_path: Path
+) -> None:
+    started = tmp_path / "started"
+    fake_ant(bin_dir, f': > {started}\n{SLEEP} 0.5\nprintf "{SECRET}\\n"\n')
+    api = FakeMessagesAPI(transcript=generate(random.Random(21), kinds=["text"]))
+    async with serving(api) as url:
+        p = AnthropicProvider(base_url=url)
+        turn = asyncio.create_task(p.complete(req()))
+        for _ in range(500):  # until the CLI runs
+            if started.exists():
+                break
+            await asyncio.sleep(0.01)
+        await p.aclose()
+        with pytest.raises(LLMClosed):
+            await turn
+    assert api.seen == []  # nothing went out after the close
