@@ -46,6 +46,10 @@ MODEL = "phi4:14b"
 OPTIONS = {"num_ctx": 8192, "temperature": 0, "num_predict": 1024}
 BIG_RUNS = 7
 SMALL_RUNS = 5
+PAIRED_RUNS = 9
+"""Small-turn runs of ours against the floor, in turn (order alternating):
+the ratio quoted is the median of the runs' ratios, which a shared, noisy
+machine moves far less than a ratio of two medians taken apart."""
 SMALL_TURNS = 1_024
 CONCURRENCY = 32
 
@@ -188,9 +192,18 @@ async def main(url: str) -> None:
             small_ours: list[float] = []
             small_floor: list[float] = []
             small_theirs: list[float] = []
+            paired: list[float] = []
+            for n in range(PAIRED_RUNS):
+                ours_fig = floor_fig = 0.0
+                for first in ((True, False) if n % 2 else (False, True)):
+                    if first:
+                        ours_fig = await small_turns_per_s(lambda: ours_small(p))
+                    else:
+                        floor_fig = await small_turns_per_s(lambda: floor_small(session, url))
+                paired.append(ours_fig / floor_fig)
+                small_ours.append(ours_fig)
+                small_floor.append(floor_fig)
             for _ in range(SMALL_RUNS):
-                small_ours.append(await small_turns_per_s(lambda: ours_small(p)))
-                small_floor.append(await small_turns_per_s(lambda: floor_small(session, url)))
                 small_theirs.append(await small_turns_per_s(lambda: theirs_small(client)))
         finally:
             await client.close()  # type: ignore[no-untyped-call]
@@ -202,12 +215,15 @@ async def main(url: str) -> None:
           f"{size:,} characters of text), median of {BIG_RUNS}:")
     print(f"  vaelii_llm {mo * 1e3:8.1f} ms   floor {mf * 1e3:8.1f} ms   "
           f"ollama {mt * 1e3:8.1f} ms")
-    print(f"  vaelii_llm/floor x{mo / mf:.2f}   ollama/floor x{mt / mf:.2f}   "
+    ratio = statistics.median(o / f for o, f in zip(big_ours, big_floor, strict=True))
+    print(f"  vaelii_llm/floor x{ratio:.2f} (median of the runs' ratios)   "
+          f"ollama/floor x{mt / mf:.2f}   "
           f"speed-up over ollama x{mt / mo:.2f}")
     print(f"small turns at concurrency {CONCURRENCY} ({SMALL_TURNS} turns), "
-          f"median of {SMALL_RUNS}:")
+          f"medians ({PAIRED_RUNS} runs; ollama {SMALL_RUNS}):")
     print(f"  vaelii_llm {so:8.0f} /s   floor {sf:8.0f} /s   ollama {st:8.0f} /s")
-    print(f"  vaelii_llm/floor x{so / sf:.2f} (of the floor's turns/s)   "
+    print(f"  vaelii_llm/floor x{statistics.median(paired):.2f} of its turns/s "
+          f"(median of {PAIRED_RUNS} paired runs)   "
           f"speed-up over ollama x{so / st:.2f}")
 
 
