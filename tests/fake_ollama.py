@@ -132,6 +132,8 @@ class FakeOllama:
     version: str = "0.12.6"
     bodies: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    user_agents: list[tuple[str, str | None]] = field(default_factory=list)
+    """Every request's path and User-Agent, probes included."""
     peers: set[Any] = field(default_factory=set)
     disconnects: int = 0
     chunk_delay: float = 0.0
@@ -165,6 +167,7 @@ class FakeOllama:
         return len(self.peers)
 
     def _seen(self, request: web.Request) -> None:
+        self.user_agents.append((request.path, request.headers.get("User-Agent")))
         self.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
 
     async def _version(self, request: web.Request) -> web.StreamResponse:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -11,7 +12,7 @@ import shutil
 import stat
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -24,6 +25,7 @@ from vaelii_llm import providers
 from vaelii_llm.errors import (
     LLMApiError,
     LLMBadResponse,
+    LLMClosed,
     LLMEncode,
     LLMError,
     LLMNoCredential,
@@ -36,10 +38,13 @@ from vaelii_llm.protocol import (
     Request,
     Response,
     TextBlock,
+    TextDelta,
     ThinkingBlock,
+    ThinkingDelta,
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
+    ToolUseStart,
 )
 from vaelii_llm.providers import anthropic
 from vaelii_llm.providers.anthropic import (
@@ -150,9 +155,12 @@ def test_body_overrides() -> None:
 
 
 def test_oauth_credential_adds_its_beta_first() -> None:
-    cred = Credential(SECRET, "bearer")
+    cred = Credential(SECRET, "oauth")
     assert anthropic.betas(req(), cred) == (OAUTH_BETA, FALLBACK_BETA)
     assert anthropic.betas(req(fallbacks=None), cred) == (OAUTH_BETA,)
+    plain = Credential(SECRET, "bearer")  # ANTHROPIC_AUTH_TOKEN's kind: no OAuth beta
+    assert anthropic.betas(req(), plain) == (FALLBACK_BETA,)
+    assert anthropic.betas(req(fallbacks=None), plain) == ()
 
 
 def test_built_blocks_encode() -> None:
@@ -362,6 +370,75 @@ def test_open_block_closed_at_message_stop() -> None:
     assert result.usage.output_tokens == 2
 
 
+@pytest.mark.parametrize(
+    ("word", "tool_call", "neutral"),
+    [
+        *((w, False, w) for w in ("end_turn", "max_tokens", "stop_sequence", "refusal")),
+        ("pause_turn", False, "pause_turn"),
+        ("tool_use", True, "tool_use"),
+        ("model_context_window_exceeded", False, "max_tokens"),
+        ("a_word_from_the_future", False, "end_turn"),
+        ("a_word_from_the_future", True, "tool_use"),
+        (None, False, None),
+    ],
+)
+@pytest.mark.parametrize("streamed", [False, True])
+def test_stop_reason_is_neutral_and_the_word_is_kept(
+    word: str | None, tool_call: bool, neutral: str | None, streamed: bool
+) -> None:
+    block = (
+        {"type": "tool_use", "id": "t1", "name": "kb_ask", "input": {}}
+        if tool_call
+        else {"type": "text", "text": "hi"}
+    )
+    if streamed:
+        asm = StreamAssembler("test")
+        asm.feed("message_start", '{"message":{"id":"m"}}')
+        asm.feed("content_block_start", json.dumps({"index": 0, "content_block": block}))
+        asm.feed("content_block_stop", '{"index":0}')
+        asm.feed("message_delta", json.dumps({"delta": {"stop_reason": word}, "usage": {}}))
+        asm.feed("message_stop", "{}")
+        result = asm.result()
+    else:
+        result = decode_response(
+            json.dumps({"type": "message", "content": [block], "stop_reason": word}).encode()
+        )
+    assert result.stop_reason == neutral
+    assert result.vendor_stop_reason == word
+
+
+def test_deltas_come_before_their_block() -> None:
+    asm = StreamAssembler("test", deltas=True)
+    out: list[Any] = []
+
+    def feed(event: str, **data: Any) -> None:
+        out.extend(asm.feed(event, json.dumps(data)))
+
+    def delta(index: int, **body: Any) -> None:
+        feed("content_block_delta", index=index, delta=body)
+
+    feed("message_start", message={"id": "m"})
+    feed("content_block_start", index=0, content_block={"type": "thinking", "thinking": ""})
+    delta(0, type="thinking_delta", thinking="Hm.")
+    delta(0, type="signature_delta", signature="s")
+    feed("content_block_stop", index=0)
+    feed("content_block_start", index=1, content_block={"type": "text", "text": "A"})
+    delta(1, type="text_delta", text="nd")
+    feed("content_block_stop", index=1)
+    start = {"type": "tool_use", "id": "t1", "name": "kb_ask", "input": {}}
+    feed("content_block_start", index=2, content_block=start)
+    delta(2, type="input_json_delta", partial_json="{}")
+    feed("content_block_stop", index=2)
+    feed("message_stop")
+    content = asm.result().content
+    assert out == [
+        ThinkingDelta(index=0, thinking="Hm."), content[0],
+        TextDelta(index=1, text="A"), TextDelta(index=1, text="nd"), content[1],
+        ToolUseStart(index=2, id="t1", name="kb_ask"), content[2],
+    ]
+    assert [type(b) for b in content] == [ThinkingBlock, TextBlock, ToolUseBlock]
+
+
 # ---------------------------------------------------------------------------
 # turns against a loopback fake
 
@@ -392,18 +469,25 @@ async def test_complete_and_stream_agree_and_headers() -> None:
     assert api.seen[1].body["stream"] is True
 
 
-async def test_dropped_fallbacks_and_bearer() -> None:
+@pytest.mark.parametrize("kind", ["oauth", "bearer"])
+async def test_dropped_fallbacks_and_bearer(kind: Literal["oauth", "bearer"]) -> None:
     api = FakeMessagesAPI(transcript=generate(random.Random(12), kinds=["text"]))
-    cred = Credential(SECRET, "bearer")
+    cred = Credential(SECRET, kind)
     async with serving(api) as url, AnthropicProvider(credential=cred, base_url=url) as p:
         await p.complete(req(fallbacks=None))
         await p.complete(req())
-    first, second = api.seen
+        await p.complete(req(fallbacks=None))  # the turn headers are built once, kept apart
+    first, second, third = api.seen
     assert first.headers["Authorization"] == f"Bearer {SECRET}"
     assert "x-api-key" not in first.headers
-    assert first.headers["anthropic-beta"] == OAUTH_BETA
+    if kind == "oauth":
+        assert first.headers["anthropic-beta"] == OAUTH_BETA
+        assert second.headers["anthropic-beta"] == f"{OAUTH_BETA},{FALLBACK_BETA}"
+    else:  # a plain bearer (ANTHROPIC_AUTH_TOKEN) never carries the OAuth beta
+        assert "anthropic-beta" not in first.headers
+        assert second.headers["anthropic-beta"] == FALLBACK_BETA
     assert "fallbacks" not in first.body
-    assert second.headers["anthropic-beta"] == f"{OAUTH_BETA},{FALLBACK_BETA}"
+    assert third.headers.get("anthropic-beta") == first.headers.get("anthropic-beta")
 
 
 @pytest.mark.parametrize("status", [429, 529])
@@ -575,9 +659,9 @@ async def test_a_closed_provider_refuses_further_turns() -> None:
         async with p:
             await p.complete(req())
         assert p._session is None
-        with pytest.raises(RuntimeError, match="closed"):
+        with pytest.raises(LLMClosed, match="closed"):
             await p.complete(req())
-        with pytest.raises(RuntimeError, match="closed"):
+        with pytest.raises(LLMClosed, match="closed"):
             async for _ in p.stream(req()):
                 pass
         await p.aclose()  # closing twice is harmless

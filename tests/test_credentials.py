@@ -63,11 +63,12 @@ async def test_api_key_first(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cred.source == "ANTHROPIC_API_KEY"
 
 
-async def test_auth_token_is_bearer_with_oauth_beta(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_auth_token_is_a_plain_bearer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", SECRET)
     cred = await credentials.resolve()
+    assert cred.kind == "bearer"
     assert cred.headers() == {"Authorization": f"Bearer {SECRET}"}
-    assert cred.betas == (credentials.OAUTH_BETA,)
+    assert cred.betas == ()  # the OAuth beta belongs to the ant profile only
     assert credentials.OAUTH_BETA == "oauth-2025-04-20"
 
 
@@ -138,7 +139,8 @@ async def test_ant_profile(bin_dir: Path) -> None:
         f'[ "$*" = "auth print-credentials --access-token" ] || exit 3\nprintf "{SECRET}\\r\\n"\n',
     )
     cred = await credentials.resolve()
-    assert cred.kind == "bearer"
+    assert cred.kind == "oauth"
+    assert cred.headers() == {"Authorization": f"Bearer {SECRET}"}
     assert cred.value == SECRET
     assert cred.source == "ant CLI"
     assert cred.betas == (credentials.OAUTH_BETA,)

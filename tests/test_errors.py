@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import get_args
+
 import pytest
 
 from vaelii_llm import errors
@@ -11,8 +15,10 @@ SPEC_TYPES = {
     "llm-bad-credential": errors.LLMBadCredential,
     "llm-bad-hosts": errors.LLMBadHosts,
     "llm-bad-response": errors.LLMBadResponse,
+    "llm-closed": errors.LLMClosed,
     "llm-encode": errors.LLMEncode,
     "llm-no-credential": errors.LLMNoCredential,
+    "llm-pool-timeout": errors.LLMPoolTimeout,
     "llm-timeout": errors.LLMTimeout,
     "llm-unreachable": errors.LLMUnreachable,
 }
@@ -25,6 +31,48 @@ def test_every_spec_row_has_one_class_under_llm_error() -> None:
     exported = {getattr(errors, n) for n in errors.__all__}
     subclasses = {c for c in exported if isinstance(c, type) and issubclass(c, errors.LLMError)}
     assert subclasses - {errors.LLMError} == set(SPEC_TYPES.values())
+
+
+def test_the_error_type_literal_names_every_class_and_nothing_else() -> None:
+    assert set(get_args(errors.ErrorType)) == {"llm-error", *SPEC_TYPES}
+
+
+def test_the_drawing_shows_the_tree_as_it_is() -> None:
+    doc = errors.__doc__ or ""
+    drawn = list(re.finditer(r"^[ │├└─]*(LLM\w+)", doc, re.M))
+    names = [m.group(1) for m in drawn]
+    assert sorted(names) == sorted(["LLMError", *(c.__name__ for c in SPEC_TYPES.values())])
+    # Each class is drawn one level (four columns) right of its base, below it.
+    column = {m.group(1): m.start(1) - m.start(0) for m in drawn}
+    row = {m.group(1): i for i, m in enumerate(drawn)}
+    for cls in SPEC_TYPES.values():
+        (base,) = cls.__bases__
+        assert column[cls.__name__] == column[base.__name__] + 4, cls.__name__
+        assert row[cls.__name__] > row[base.__name__], cls.__name__
+
+
+def test_a_pool_timeout_is_a_timeout_of_the_acquire_phase() -> None:
+    err = errors.LLMPoolTimeout("the vote pool", 250)
+    assert isinstance(err, errors.LLMTimeout)
+    assert (err.type, err.phase, err.timeout_ms) == ("llm-pool-timeout", "acquire", 250)
+    assert str(err) == "the vote pool did not free a provider inside the turn's 250 ms"
+
+
+@pytest.mark.parametrize(
+    ("phase", "said"), [("headers", "did not answer"), ("body", "did not finish its answer")]
+)
+def test_a_timeout_names_its_phase(phase: errors.TimeoutPhase, said: str) -> None:
+    err = errors.LLMTimeout("Ollama at http://h:1", 900, phase)
+    assert err.phase == phase
+    assert said in str(err)
+    assert set(get_args(errors.TimeoutPhase)) == {"headers", "body", "acquire"}
+
+
+def test_closed_names_what_closed_and_when() -> None:
+    assert str(errors.LLMClosed("the stub")) == "the stub is closed"
+    waited = errors.LLMClosed("the vote pool", waited=True)
+    assert waited.waited
+    assert str(waited) == "the vote pool closed while this call waited for a provider"
 
 
 def test_api_error_keeps_whole_body_and_quotes_only_an_excerpt() -> None:
@@ -73,3 +121,9 @@ def test_excerpt(text: str | bytes, limit: int, expected: str) -> None:
 def test_excerpt_of_a_huge_bytes_body_decodes_only_the_slice() -> None:
     body = b"a" * (64 * 1024 * 1024)
     assert errors.excerpt(body) == "a" * errors.EXCERPT_CHARS + "…"
+
+
+def test_the_readme_errors_table_has_one_row_per_class() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(llm-[a-z-]+)` \| `(LLM\w+)` \|", readme, re.M))
+    assert rows == {kind: cls.__name__ for kind, cls in SPEC_TYPES.items()}

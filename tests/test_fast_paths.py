@@ -1,8 +1,10 @@
 """The streamed paths' batch entry points agree with the one-at-a-time ones.
 
-``SSEDecoder.feed_frames``, ``StreamAssembler.feed_frames`` and
-``ChatAssembler.feed_all`` exist for speed (see the benchmarks); each must hand
-over exactly what ``feed`` does, refusals included, on any input and any split.
+``SSEDecoder.feed_frames``, ``StreamAssembler.feed_batch`` and
+``ChatAssembler.feed_batch`` exist for speed (see the benchmarks); each must hand
+over exactly what ``feed`` does, refusals included, on any input and any split,
+with deltas and without. With deltas, the blocks and the final Response are
+what they are without, and each block's deltas, joined, are its text.
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vaelii_llm.errors import LLMBadResponse, LLMError
+from vaelii_llm.protocol import (
+    Response,
+    TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
+    ToolUseBlock,
+    ToolUseStart,
+)
 from vaelii_llm.providers.anthropic import StreamAssembler
 from vaelii_llm.providers.ollama import ChatAssembler, ChatChunk, _InMessage
 from vaelii_llm.wire.sse import SSEDecoder
@@ -59,9 +70,11 @@ def test_sse_feed_frames_equals_feed(atoms: list[bytes], cuts: list[int], cap: i
     assert sse_run(stream, cuts, True, cap) == sse_run(stream, cuts, False, cap)
 
 
-def anthropic_run(stream: bytes, cuts: list[int], frames: bool) -> list[Any]:
+def anthropic_run(
+    stream: bytes, cuts: list[int], frames: bool, deltas: bool = False
+) -> list[Any]:
     decoder = SSEDecoder("t")
-    assembler = StreamAssembler("t")
+    assembler = StreamAssembler("t", deltas=deltas)
     out: list[Any] = []
     pos = 0
     try:
@@ -70,7 +83,7 @@ def anthropic_run(stream: bytes, cuts: list[int], frames: bool) -> list[Any]:
             if not piece:  # b"" would end the stream
                 continue
             if frames:
-                out.extend(assembler.feed_frames(decoder.feed_frames(piece)))
+                out.extend(assembler.feed_batch(decoder.feed_frames(piece)))
             else:
                 for event in decoder.feed(piece):
                     out.extend(assembler.feed(event.event, event.data))
@@ -82,12 +95,15 @@ def anthropic_run(stream: bytes, cuts: list[int], frames: bool) -> list[Any]:
 
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2**32), st.booleans(), st.lists(st.integers(0, 10**6), max_size=12))
-def test_stream_assembler_feed_frames_equals_feed(seed: int, error: bool, cuts: list[int]) -> None:
+def test_stream_assembler_feed_batch_equals_feed(seed: int, error: bool, cuts: list[int]) -> None:
     stream = generate(random.Random(seed), error=error).sse()
     cuts = [c % (len(stream) + 1) for c in cuts]
     batched = anthropic_run(stream, cuts, True)
     assert batched == anthropic_run(stream, cuts, False)
     assert batched == anthropic_run(stream, [], True)  # the split changes nothing
+    with_deltas = anthropic_run(stream, cuts, True, deltas=True)
+    assert with_deltas == anthropic_run(stream, cuts, False, deltas=True)
+    check_deltas(with_deltas, batched)
 
 
 _CALL = msgspec.Raw(b'{"function":{"name":"f","arguments":{}}}')
@@ -107,17 +123,17 @@ _chunks = st.builds(
 )
 
 
-def ollama_run(chunks: list[ChatChunk], batch: int) -> list[Any]:
-    assembler = ChatAssembler("t")
+def ollama_run(chunks: list[ChatChunk], batch: int, deltas: bool = False) -> list[Any]:
+    assembler = ChatAssembler("t", deltas=deltas)
     out: list[Any] = []
     try:
         if batch:
             for i in range(0, len(chunks), batch):
-                out.extend(assembler.feed_all(chunks[i : i + batch]))
+                out.extend(assembler.feed_batch(chunks[i : i + batch]))
         else:
             for chunk in chunks:
                 out.extend(assembler.feed(chunk))
-        out.append(assembler.finish())
+        out.append(assembler.result())
     except LLMError as exc:
         out.append((type(exc), str(exc)))
     return out
@@ -125,5 +141,36 @@ def ollama_run(chunks: list[ChatChunk], batch: int) -> list[Any]:
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_chunks, max_size=30), st.integers(1, 10))
-def test_chat_assembler_feed_all_equals_feed(chunks: list[ChatChunk], batch: int) -> None:
-    assert ollama_run(chunks, batch) == ollama_run(chunks, 0)
+def test_chat_assembler_feed_batch_equals_feed(chunks: list[ChatChunk], batch: int) -> None:
+    plain = ollama_run(chunks, 0)
+    assert ollama_run(chunks, batch) == plain
+    with_deltas = ollama_run(chunks, batch, deltas=True)
+    assert with_deltas == ollama_run(chunks, 0, deltas=True)
+    check_deltas(with_deltas, plain)
+
+
+DELTAS = (TextDelta, ThinkingDelta, ToolUseStart)
+
+
+def check_deltas(with_deltas: list[Any], plain: list[Any]) -> None:
+    """Deltas only add: dropped, the run is the plain one (blocks, final
+    Response, refusal). Each block's deltas come before it, at its index in the
+    final content, and joined they are its text; a tool call's start names it."""
+    assert [x for x in with_deltas if not isinstance(x, DELTAS)] == plain
+    final = with_deltas[-1] if isinstance(with_deltas[-1], Response) else None
+    pieces: dict[int, list[str]] = {}
+    started: dict[int, ToolUseStart] = {}
+    for item in with_deltas:
+        if isinstance(item, TextDelta):
+            pieces.setdefault(item.index, []).append(item.text)
+        elif isinstance(item, ThinkingDelta):
+            pieces.setdefault(item.index, []).append(item.thinking)
+        elif isinstance(item, ToolUseStart):
+            started[item.index] = item
+        elif isinstance(item, TextBlock | ThinkingBlock | ToolUseBlock) and final is not None:
+            index = next(i for i, b in enumerate(final.content) if b is item)
+            if isinstance(item, ToolUseBlock):
+                assert (started[index].id, started[index].name) == (item.id, item.name)
+            else:
+                text = item.text if isinstance(item, TextBlock) else item.thinking
+                assert "".join(pieces.get(index, [])) == text

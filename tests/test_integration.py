@@ -89,6 +89,7 @@ async def test_an_ollama_model_reads_the_kb_through_its_tools(
     assert sent_back["tool_name"] == "kb_query"
     assert "Muffet" in sent_back["content"]
     assert answer_text(final_turn.content).startswith("From the KB: [{:bindings {?who Muffet}")
+    assert (final_turn.stop_reason, final_turn.vendor_stop_reason) == ("end_turn", "stop")
 
 
 # -- the Messages API --------------------------------------------------------------------
@@ -145,3 +146,4 @@ async def test_a_messages_api_model_reads_the_kb_through_its_tools(
     assert "Muffet" in result["content"]
     assert answer_text(final_turn.content).startswith("From the KB: [{:bindings {?who Muffet}")
     assert json.dumps(second).count("sk-test") == 0  # the key travels in a header only
+    assert (final_turn.stop_reason, final_turn.vendor_stop_reason) == ("end_turn", "end_turn")

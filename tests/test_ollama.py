@@ -32,10 +32,13 @@ from vaelii_llm.protocol import (
     Response,
     StreamItem,
     TextBlock,
+    TextDelta,
     ThinkingBlock,
+    ThinkingDelta,
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
+    ToolUseStart,
     Usage,
 )
 from vaelii_llm.providers import ollama
@@ -61,7 +64,7 @@ def decode(obj: dict[str, Any]) -> ollama.ChatChunk:
 def assemble(objs: list[dict[str, Any]]) -> tuple[list[list[Any]], Response]:
     asm = ollama.ChatAssembler(LABEL)
     closed = [asm.feed(decode(o)) for o in objs]
-    return closed, asm.finish()
+    return closed, asm.result()
 
 
 TOOL = ToolSchema(
@@ -178,9 +181,10 @@ def test_a_non_streamed_answer_maps_content_usage_and_stop_reason() -> None:
     assert response.content == [ThinkingBlock(thinking="Greet them."),
                                 TextBlock(text="Hello there.")]
     assert closed == [response.content]
-    assert response.stop_reason == "stop"
+    assert (response.stop_reason, response.vendor_stop_reason) == ("end_turn", "stop")
     assert response.model == "phi4:14b"
     assert response.usage == Usage(
+        input_tokens=26, output_tokens=282,
         prompt_eval_count=26, eval_count=282, total_duration=4883583458,
         load_duration=1334875, prompt_eval_duration=342546000, eval_duration=4535599000)
 
@@ -199,6 +203,59 @@ def test_a_stream_closes_a_block_when_the_next_kind_begins() -> None:
                           raw=tool_call("kb_ask", {"q": "(cat ?x)"}, id="given"))
     assert closed == [[], [], [think], [text, first], [second], []]
     assert response.content == [think, text, first, second]
+    assert (response.stop_reason, response.vendor_stop_reason) == ("tool_use", "stop")
+
+
+@pytest.mark.parametrize(
+    ("done_reason", "calls", "neutral"),
+    [
+        ("stop", False, "end_turn"),
+        ("stop", True, "tool_use"),
+        ("length", False, "max_tokens"),
+        ("length", True, "max_tokens"),
+        ("load", False, "end_turn"),
+        ("unload", False, "end_turn"),
+        ("something-new", False, "end_turn"),
+        ("something-new", True, "tool_use"),
+        (None, False, None),
+        (None, True, None),
+    ],
+)
+def test_done_reason_maps_to_a_neutral_stop_reason_and_is_kept(
+    done_reason: str | None, calls: bool, neutral: str | None
+) -> None:
+    objs = [chunk(tool_calls=[tool_call("kb_ask", {})])] if calls else [chunk("Hi.")]
+    last = final(done_reason="stop")
+    if done_reason is None:
+        del last["done_reason"]
+    else:
+        last["done_reason"] = done_reason
+    _, response = assemble([*objs, last])
+    assert response.stop_reason == neutral
+    assert response.vendor_stop_reason == done_reason
+    assert ollama.stop_reason(done_reason, calls) == neutral
+
+
+def test_deltas_come_before_their_block_at_its_index() -> None:
+    asm = ollama.ChatAssembler(LABEL, deltas=True)
+    items = [
+        item
+        for o in [
+            chunk(thinking="Hm"), chunk(thinking="m."), chunk("The"),
+            chunk(" answer", tool_calls=[tool_call("kb_ask", {"q": "(dog ?x)"})]),
+            final(),
+        ]
+        for item in asm.feed(decode(o))
+    ]
+    think, text = ThinkingBlock(thinking="Hmm."), TextBlock(text="The answer")
+    call = ToolUseBlock(id="call_0", name="kb_ask", input={"q": "(dog ?x)"},
+                        raw=tool_call("kb_ask", {"q": "(dog ?x)"}))
+    assert items == [
+        ThinkingDelta(index=0, thinking="Hm"), ThinkingDelta(index=0, thinking="m."),
+        think, TextDelta(index=1, text="The"), TextDelta(index=1, text=" answer"), text,
+        ToolUseStart(index=2, id="call_0", name="kb_ask"), call,
+    ]
+    assert asm.result().content == [think, text, call]
 
 
 def test_tool_ids_count_positions_across_a_turns_chunks() -> None:
@@ -225,7 +282,7 @@ def test_a_stream_without_done_is_a_bad_response() -> None:
     asm = ollama.ChatAssembler(LABEL)
     asm.feed(decode(chunk("Partial")))
     with pytest.raises(errors.LLMBadResponse, match="without done: true"):
-        asm.finish()
+        asm.result()
 
 
 def test_a_chunk_after_done_is_a_bad_response() -> None:
@@ -380,8 +437,9 @@ async def test_complete_and_stream_against_the_fake(fake: FakeOllama) -> None:
         whole = await p.complete(ask("hi"))
         items = await collect(p, ask("hi"))
     assert whole.content == [TextBlock(text="Hello! How are you today?")]
-    assert whole.stop_reason == "stop"
+    assert (whole.stop_reason, whole.vendor_stop_reason) == ("end_turn", "stop")
     assert whole.model == "phi4:14b"
+    assert (whole.usage.input_tokens, whole.usage.output_tokens) == (26, 282)
     assert whole.usage.eval_count == 282
     assert items == [*whole.content, whole]
     assert [b["stream"] for b in fake.bodies] == [False, True]
@@ -652,7 +710,7 @@ async def test_a_closed_provider_refuses_a_turn(fake: FakeOllama) -> None:
     p = ollama.provider(host=fake.url)
     await p.aclose()
     await p.aclose()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(errors.LLMClosed, match="closed"):
         await p.complete(ask("hi"))
 
 

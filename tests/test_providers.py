@@ -1,8 +1,9 @@
-"""Backend selection: lazy resolution, probe opts, fallback to the stub, no leaks."""
+"""Backend selection: lazy resolution, one bag of options, fallback to the stub, no leaks."""
 
 from __future__ import annotations
 
 import logging
+import random
 import sys
 import types
 from collections.abc import Iterator
@@ -33,9 +34,9 @@ class FakeBackend:
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
     state = FakeBackend()
     module = types.ModuleType("fake_backend_for_tests")
-    module.PROBE_OPTS = frozenset({"credential"})  # type: ignore[attr-defined]
 
-    async def available(**opts: Any) -> bool:
+    async def available(*, credential: str | None = None) -> bool:
+        opts = {} if credential is None else {"credential": credential}
         state.probed.append(opts)
         if state.probe_raises:
             raise OSError(f"probe failed with {opts}")
@@ -62,6 +63,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
     module.generation_provider = build("generation_provider")  # type: ignore[attr-defined]
     module.warm = warm  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fake_backend_for_tests", module)
+    # A copy, so the kinds a test registers leave with it.
+    monkeypatch.setattr(providers, "BACKENDS", dict(providers.BACKENDS))
     monkeypatch.setitem(providers.BACKENDS, "fake", "fake_backend_for_tests")
     monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
     return state
@@ -195,3 +198,191 @@ async def test_a_misspelt_option_is_a_type_error_before_any_probe(fake: FakeBack
 
 async def test_an_explicit_kind_is_read_case_insensitively(fake: FakeBackend) -> None:
     assert await answer(await providers.provider(" Fake ")) == "from the provider fake"
+
+
+# ---------------------------------------------------------------------------
+# One bag of options for every backend
+
+
+async def test_an_option_another_backend_names_is_accepted_and_not_passed(
+    fake: FakeBackend,
+) -> None:
+    # host is Ollama's, base_url the Messages API's, timeout_ms Ollama's warm-up's:
+    # the fake names none of them, so it never sees them.
+    p = await providers.provider(
+        "fake", credential=SECRET, host="gpu1", base_url="http://x", timeout_ms=5
+    )
+    assert await answer(p) == "from the provider fake"
+    assert fake.probed == [{"credential": SECRET}]
+    assert fake.built == [("provider", {"credential": SECRET})]
+
+
+async def test_the_stub_accepts_the_bag_and_builds_from_its_namespace_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
+    p = await providers.provider(host="gpu1", credential=SECRET, stub={"script": ["mine"]})
+    assert isinstance(p, stub.StubProvider)
+    assert await answer(p) == "mine"
+    with pytest.raises(TypeError, match=r"'script'.*stub=\{\.\.\.\}"):
+        await providers.provider(script=["the stub's option outside its namespace"])
+
+
+@pytest.mark.parametrize("entry", ["provider", "generation_provider", "available", "active_kind"])
+async def test_every_selection_function_refuses_a_misspelt_option_before_probing(
+    fake: FakeBackend, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "fake")
+    call = getattr(providers, entry)
+    with pytest.raises(TypeError, match=r"provider 'fake'.*'crendential'"):
+        await call(crendential=SECRET)
+    with pytest.raises(TypeError, match="'hots', 'modle'"):  # every unknown one is named
+        await call(hots="h", modle="m", model="fine")
+    assert fake.probed == []
+    assert fake.built == []
+
+
+async def test_warm_takes_the_bag_and_refuses_a_misspelt_option(fake: FakeBackend) -> None:
+    with pytest.raises(TypeError, match="'hots'"):
+        await providers.warm("fake", hots="h")
+    with pytest.raises(TypeError, match="'hots'"):
+        await providers.warm("stub", hots="h")  # the stub has no warm-up; still checked
+    assert fake.warmed == []
+    assert await providers.warm("stub", host="h") is None
+
+
+async def test_a_registered_kind_adds_its_options_to_the_bag(
+    fake: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = types.ModuleType("regional_backend_for_tests")
+    built: list[str] = []
+
+    def regional(*, region: str = "eu") -> stub.StubProvider:
+        built.append(region)
+        return stub.provider(default=f"from {region}")
+
+    async def up() -> bool:
+        return True
+
+    module.provider = regional  # type: ignore[attr-defined]
+    module.available = up  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "regional_backend_for_tests", module)
+    with pytest.raises(TypeError, match="'region'"):
+        await providers.provider("fake", region="us")
+    providers.register("regional", "regional_backend_for_tests")
+    p = await providers.provider("fake", region="us")  # known now; the fake never sees it
+    assert fake.built == [("provider", {})]
+    assert await answer(p) == "from the provider fake"
+    p = await providers.provider("regional", region="us", credential=SECRET)
+    assert await answer(p) == "from us"
+    assert built == ["us"]
+
+
+async def test_a_backend_taking_kwargs_gets_the_whole_bag_but_names_nothing(
+    fake: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = types.ModuleType("kwargs_backend_for_tests")
+    seen: list[dict[str, Any]] = []
+
+    def anything(**opts: Any) -> stub.StubProvider:
+        seen.append(opts)
+        return stub.provider()
+
+    async def up(**opts: Any) -> bool:
+        return True
+
+    module.provider = anything  # type: ignore[attr-defined]
+    module.available = up  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "kwargs_backend_for_tests", module)
+    providers.register("loose", "kwargs_backend_for_tests")
+    await providers.provider("loose", credential=SECRET, host="h", stub={"script": []})
+    assert seen == [{"credential": SECRET, "host": "h"}]
+    with pytest.raises(TypeError, match="'hots'"):  # **kwargs does not swallow a misspelling
+        await providers.provider("loose", hots="h")
+
+
+async def test_a_backend_that_will_not_import_is_named_when_an_option_is_unknown(
+    fake: FakeBackend,
+) -> None:
+    providers.register("broken", "no_such_module_for_vaelii_tests")
+    with pytest.raises(TypeError, match=r"'region'.*not imported: broken"):
+        await providers.provider("fake", region="us")
+    p = await providers.provider("fake", host="h")  # host is named by an importable backend
+    assert await answer(p) == "from the provider fake"
+
+
+async def test_choosing_the_stub_with_no_foreign_option_imports_no_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
+    monkeypatch.setitem(providers.BACKENDS, "never", "module_that_must_not_be_imported")
+    imported: list[str] = []
+    real_import = providers.importlib.import_module
+
+    def watch(name: str, package: str | None = None) -> types.ModuleType:
+        imported.append(name)
+        return real_import(name, package)
+
+    monkeypatch.setattr(providers.importlib, "import_module", watch)
+    await providers.provider(stub={"script": ["x"]})
+    await providers.available()
+    assert imported == ["vaelii_llm.providers.stub"] * 2
+
+
+# ---------------------------------------------------------------------------
+# The same call, whichever kind the environment names (real loopback backends)
+
+
+@pytest.fixture
+def no_anthropic_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("no_anthropic_env")
+@pytest.mark.parametrize(
+    ("kind", "answers"),
+    [("stub", "the stub"), ("ollama", "Hello! How are you today?"), ("anthropic", "ANTHROPIC")],
+)
+async def test_one_call_serves_whichever_kind_the_environment_names(
+    monkeypatch: pytest.MonkeyPatch, kind: str, answers: str
+) -> None:
+    from anthropic_fake import FakeMessagesAPI, generate
+    from fake_ollama import FakeOllama
+    from loopback import serve
+
+    transcript = generate(random.Random(5), kinds=["text"], stop_reason="end_turn")
+    transcript.message["content"] = [{"type": "text", "text": "ANTHROPIC"}]
+    ollama_host = await FakeOllama().start()
+    try:
+        async with serve(FakeMessagesAPI(transcript=transcript).app()) as api_url:
+            monkeypatch.setenv("VAELII_LLM_PROVIDER", kind)
+            opts = {
+                "host": ollama_host.url,
+                "credential": SECRET,
+                "base_url": api_url,
+                "stub": {"default": "the stub"},
+            }
+            assert await providers.active_kind(**opts) == kind
+            async with await providers.provider(**opts) as p:
+                assert type(p).__module__ == providers.BACKENDS[kind]
+                assert await answer(p) == answers
+            with pytest.raises(TypeError, match="'base_ulr'"):
+                await providers.provider(host=ollama_host.url, base_ulr=api_url)
+    finally:
+        await ollama_host.stop()
+
+
+@pytest.mark.usefixtures("no_anthropic_env")
+@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic"])
+async def test_the_same_call_falls_back_to_the_stub_when_the_kind_cannot_answer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, kind: str
+) -> None:
+    from loopback import refused_url
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ant CLI to find a credential with
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", kind)
+    opts = {"host": refused_url(), "credential": None, "base_url": refused_url()}
+    p = await providers.provider(**opts, stub={"default": "fallback"})
+    assert isinstance(p, stub.StubProvider)
+    assert await answer(p) == "fallback"

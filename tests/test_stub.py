@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import aclosing
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -12,10 +12,15 @@ from vaelii_llm.protocol import (
     Message,
     Request,
     Response,
+    StopReason,
     StreamItem,
     TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
     ToolResultBlock,
     ToolUseBlock,
+    ToolUseStart,
 )
 from vaelii_llm.providers import stub
 
@@ -24,8 +29,8 @@ def ask(text: str) -> Request:
     return Request(messages=[Message(role="user", content=text)])
 
 
-async def collect(p: stub.StubProvider, req: Request) -> list[StreamItem]:
-    async with aclosing(p.stream(req)) as items:
+async def collect(p: stub.StubProvider, req: Request, deltas: bool = False) -> list[StreamItem]:
+    async with aclosing(p.stream(req, deltas=deltas)) as items:
         return [item async for item in items]
 
 
@@ -71,9 +76,25 @@ async def test_refusal_shorthand_fabricates_no_text() -> None:
     assert partial.content == [TextBlock(text="I can")]
 
 
-async def test_stop_reason_shorthand() -> None:
-    p = stub.provider(script=[{"text": "Ye", "stop_reason": "max_tokens"}])
-    assert (await p.complete(ask("q"))).stop_reason == "max_tokens"
+@pytest.mark.parametrize("reason", get_args(StopReason))
+async def test_stop_reason_shorthand_takes_every_neutral_word(reason: str) -> None:
+    p = stub.provider(script=[{"text": "Ye", "stop_reason": reason}])
+    assert (await p.complete(ask("q"))).stop_reason == reason
+
+
+@pytest.mark.parametrize("word", ["stop", "length", "END_TURN", "", None])
+async def test_stop_reason_shorthand_refuses_a_word_outside_the_vocabulary(word: Any) -> None:
+    p = stub.provider(script=[{"text": "Ye", "stop_reason": word}])
+    with pytest.raises(ValueError, match="stop_reason must be one of"):
+        await p.complete(ask("q"))
+
+
+async def test_every_shorthand_answers_in_the_neutral_vocabulary() -> None:
+    script: list[Any] = ["prose", {"tool": "t"}, {"refusal": ""}, {"text": "x"}, None]
+    p = stub.provider(script=script)
+    reasons = [(await p.complete(ask("q"))).stop_reason for _ in script]
+    assert reasons == ["end_turn", "tool_use", "refusal", "end_turn", "end_turn"]
+    assert set(reasons) <= set(get_args(StopReason))
 
 
 @pytest.mark.parametrize(
@@ -83,8 +104,10 @@ async def test_stop_reason_shorthand() -> None:
         "llm-bad-credential",
         "llm-bad-hosts",
         "llm-bad-response",
+        "llm-closed",
         "llm-encode",
         "llm-no-credential",
+        "llm-pool-timeout",
         "llm-timeout",
         "llm-unreachable",
     ],
@@ -179,3 +202,45 @@ async def test_stub_is_always_available_and_closes() -> None:
     assert await stub.available() is True
     async with stub.provider() as p:
         assert isinstance(p, stub.StubProvider)
+
+
+async def test_a_closed_stub_refuses_both_paths_with_llm_closed() -> None:
+    p = stub.provider(script=["never answered"])
+    await p.aclose()
+    await p.aclose()  # closing twice is harmless
+    with pytest.raises(errors.LLMClosed, match="the stub is closed") as info:
+        await p.complete(ask("q"))
+    assert info.value.type == "llm-closed"
+    with pytest.raises(errors.LLMClosed):
+        await collect(p, ask("q"))
+    assert p.requests() == []  # a refused turn is not recorded and takes no script entry
+
+
+async def test_deltas_come_before_each_block_and_the_response_is_unchanged() -> None:
+    turn = Response(
+        content=[
+            ThinkingBlock(thinking="Muffet is a spider", signature="sig"),
+            TextBlock(text="Not an  insect."),
+            ToolUseBlock(id="t1", name="kb_ask", input={"sentence": "(isa Muffet Insect)"}),
+        ],
+        stop_reason="tool_use",
+    )
+    items = await collect(stub.provider(script=[turn]), ask("q"), deltas=True)
+    assert items == [
+        ThinkingDelta(index=0, thinking="Muffet "),
+        ThinkingDelta(index=0, thinking="is "),
+        ThinkingDelta(index=0, thinking="a "),
+        ThinkingDelta(index=0, thinking="spider"),
+        turn.content[0],
+        TextDelta(index=1, text="Not "),
+        TextDelta(index=1, text="an  "),
+        TextDelta(index=1, text="insect."),
+        turn.content[1],
+        ToolUseStart(index=2, id="t1", name="kb_ask"),
+        turn.content[2],
+        turn,
+    ]
+    # The deltas of a block join to its text; without the flag, no delta at all.
+    assert "".join(i.text for i in items if isinstance(i, TextDelta)) == "Not an  insect."
+    plain = await collect(stub.provider(script=[turn]), ask("q"))
+    assert plain == [*turn.content, turn]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+from typing import get_args
 
 import pytest
 
@@ -15,7 +16,10 @@ from vaelii_llm import config, protocol
 
 PROVIDER_METHODS = {
     "complete": "(self, request: 'Request') -> 'Response'",
-    "stream": "(self, request: 'Request') -> 'AsyncGenerator[StreamItem, None]'",
+    "stream": (
+        "(self, request: 'Request', *, deltas: 'bool' = False) "
+        "-> 'AsyncGenerator[StreamItem, None]'"
+    ),
     "aclose": "(self) -> 'None'",
     "__aenter__": "(self) -> 'Self'",
     "__aexit__": (
@@ -40,6 +44,21 @@ def test_provider_signatures_are_frozen(name: str, signature: str) -> None:
     assert str(inspect.signature(getattr(protocol.Provider, name))) == signature
 
 
+def test_the_neutral_vocabulary_and_the_delta_items_are_frozen() -> None:
+    assert get_args(protocol.StopReason) == (
+        "end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn",
+    )
+    deltas = get_args(protocol.Delta)
+    assert {cls.__name__: (cls.type, cls.__struct_fields__) for cls in deltas} == {
+        "TextDelta": ("text_delta", ("index", "text")),
+        "ThinkingDelta": ("thinking_delta", ("index", "thinking")),
+        "ToolUseStart": ("tool_use_start", ("index", "id", "name")),
+    }
+    response_fields = protocol.Response.__struct_fields__
+    assert {"stop_reason", "vendor_stop_reason", "usage", "extra"} <= set(response_fields)
+    assert {"input_tokens", "output_tokens", "extra"} <= set(protocol.Usage.__struct_fields__)
+
+
 def test_complete_and_aclose_are_coroutines_stream_is_not() -> None:
     assert inspect.iscoroutinefunction(protocol.Provider.complete)
     assert inspect.iscoroutinefunction(protocol.Provider.aclose)
@@ -49,10 +68,11 @@ def test_complete_and_aclose_are_coroutines_stream_is_not() -> None:
 def test_package_exports_are_frozen() -> None:
     assert sorted(vaelii_llm.__all__) == sorted(
         [
-            "Block", "Message", "OpaqueBlock", "Provider", "RedactedThinkingBlock", "Request",
-            "Response", "TextBlock", "ThinkingBlock", "ToolResultBlock", "ToolSchema",
-            "ToolUseBlock", "Usage", "__version__", "config", "engine", "errors", "kb", "pool",
-            "providers", "tools",
+            "Block", "Delta", "Message", "OpaqueBlock", "Provider", "RedactedThinkingBlock",
+            "Request", "Response", "StopReason", "TextBlock", "TextDelta", "ThinkingBlock",
+            "ThinkingDelta", "ToolResultBlock", "ToolSchema", "ToolUseBlock", "ToolUseStart",
+            "Usage", "__version__", "config", "engine", "errors", "kb", "pool", "providers",
+            "tools",
         ]
     )
     for name in vaelii_llm.__all__:
@@ -95,7 +115,8 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
 
 MODULES = [
     "vaelii_llm.protocol", "vaelii_llm.errors", "vaelii_llm.config", "vaelii_llm.providers",
-    "vaelii_llm.providers.stub", "vaelii_llm.providers.hosts", "vaelii_llm.providers.ollama",
+    "vaelii_llm.providers.stub", "vaelii_llm.providers.hosts", "vaelii_llm.providers.http",
+    "vaelii_llm.providers.ollama",
     "vaelii_llm.providers.anthropic", "vaelii_llm.providers.credentials", "vaelii_llm.transport",
     "vaelii_llm.wire", "vaelii_llm.wire.sse", "vaelii_llm.wire.ndjson", "vaelii_llm.pool",
     "vaelii_llm.engine", "vaelii_llm.tools", "vaelii_llm.edn", "vaelii_llm.kb", "vaelii_llm.cli",

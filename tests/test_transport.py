@@ -582,6 +582,7 @@ def test_public_surfaces_are_frozen() -> None:
         "DEFAULT_MAX_BODY_BYTES",
         "Deadline",
         "Endpoint",
+        "USER_AGENT",
         "create_session",
         "decode_json",
         "drain",

@@ -10,15 +10,20 @@ One class per row of the spec's refusal table, all under :class:`LLMError`::
     ├── LLMEncode           a content block the request encoder has no shape for
     ├── LLMNoCredential     no provider credential is set
     ├── LLMClosed           the provider or pool was closed before this call
-    ├── LLMTimeout          the turn's budget ran out (phase: headers or body)
+    ├── LLMTimeout          a budget ran out (phase: headers, body or acquire)
     │   └── LLMPoolTimeout  no provider came free in the pool's acquire time
     └── LLMUnreachable      refused, reset, unresolved, or no connection in time
 
-Each class carries its spec ``type`` string (``err.type == "llm-timeout"``) and its
-data as attributes. The message (``str(err)``) is short on purpose: far-end text is
-cut to :data:`EXCERPT_CHARS` characters, and the whole text stays on the object
-(``body`` or ``text``), since a body can be megabytes of a proxy's HTML and every
-log line the failure reaches would carry it. No message ever holds a credential.
+Each class carries its spec ``type`` string (``err.type == "llm-timeout"``, one of
+:data:`ErrorType`) and its data as attributes; a field whose values are known
+is a ``Literal`` (:data:`ErrorType`, :data:`TimeoutPhase`). Catch
+``LLMTimeout`` for every budget that ran out, or ``LLMPoolTimeout`` alone for
+a busy pool, which is not a far end that went quiet.
+
+The message (``str(err)``) is short on purpose: far-end text is cut to
+:data:`EXCERPT_CHARS` characters, and the whole text stays on the object
+(``body`` or ``text``), since a body can be megabytes of a proxy's HTML and
+every log line the failure reaches would carry it. No message ever holds a credential.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import ClassVar, Literal
 
 __all__ = [
     "EXCERPT_CHARS",
+    "ErrorType",
     "LLMApiError",
     "LLMBadCredential",
     "LLMBadHosts",
@@ -41,6 +47,21 @@ __all__ = [
     "TimeoutPhase",
     "excerpt",
 ]
+
+ErrorType = Literal[
+    "llm-error",
+    "llm-api-error",
+    "llm-bad-credential",
+    "llm-bad-hosts",
+    "llm-bad-response",
+    "llm-closed",
+    "llm-encode",
+    "llm-no-credential",
+    "llm-pool-timeout",
+    "llm-timeout",
+    "llm-unreachable",
+]
+"""Every class's ``type``: one row of the refusal table each."""
 
 EXCERPT_CHARS = 200
 """How much far-end text a message may quote: enough to recognise an HTML error
@@ -63,7 +84,7 @@ def excerpt(text: str | bytes, limit: int = EXCERPT_CHARS) -> str:
 class LLMError(Exception):
     """Base of every refusal the model side raises. ``type`` names the row."""
 
-    type: ClassVar[str] = "llm-error"
+    type: ClassVar[ErrorType] = "llm-error"
 
 
 class LLMApiError(LLMError):
@@ -73,7 +94,7 @@ class LLMApiError(LLMError):
     No retry happens anywhere: a 429 or 529 lands here like any other status.
     """
 
-    type: ClassVar[str] = "llm-api-error"
+    type: ClassVar[ErrorType] = "llm-api-error"
 
     def __init__(self, label: str, status: int, body: str) -> None:
         self.label = label
@@ -88,7 +109,7 @@ class LLMBadCredential(LLMError):
     Names the header it was meant for and never quotes the value.
     """
 
-    type: ClassVar[str] = "llm-bad-credential"
+    type: ClassVar[ErrorType] = "llm-bad-credential"
 
     def __init__(self, header: str) -> None:
         self.header = header
@@ -101,7 +122,7 @@ class LLMBadCredential(LLMError):
 class LLMBadHosts(LLMError):
     """A pool's host list is empty, or an entry of it is not ``host[*n]``."""
 
-    type: ClassVar[str] = "llm-bad-hosts"
+    type: ClassVar[ErrorType] = "llm-bad-hosts"
 
     def __init__(self, reason: str, entry: str | None = None) -> None:
         self.entry = entry
@@ -115,7 +136,7 @@ class LLMBadResponse(LLMError):
     without its terminal event. ``excerpt`` is in the message; ``text`` holds
     the whole of what was received (or the part that failed)."""
 
-    type: ClassVar[str] = "llm-bad-response"
+    type: ClassVar[ErrorType] = "llm-bad-response"
 
     def __init__(self, label: str, reason: str, text: str | bytes = "") -> None:
         self.label = label
@@ -127,19 +148,22 @@ class LLMBadResponse(LLMError):
 
 
 class LLMClosed(LLMError):
-    """Work was asked of a provider or pool after its ``aclose``."""
+    """Work was asked of a provider or pool after its ``aclose``, or a call was
+    waiting for a pool's provider when the pool closed (``waited``)."""
 
-    type: ClassVar[str] = "llm-closed"
+    type: ClassVar[ErrorType] = "llm-closed"
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, *, waited: bool = False) -> None:
         self.label = label
-        super().__init__(f"{label} is closed")
+        self.waited = waited
+        when = "closed while this call waited for a provider" if waited else "is closed"
+        super().__init__(f"{label} {when}")
 
 
 class LLMEncode(LLMError):
     """A built content block whose ``type`` the request encoder writes no shape for."""
 
-    type: ClassVar[str] = "llm-encode"
+    type: ClassVar[ErrorType] = "llm-encode"
 
     def __init__(self, block_type: str, label: str) -> None:
         self.block_type = block_type
@@ -149,7 +173,7 @@ class LLMEncode(LLMError):
 class LLMNoCredential(LLMError):
     """No provider credential is set (environment, explicit option, or CLI profile)."""
 
-    type: ClassVar[str] = "llm-no-credential"
+    type: ClassVar[ErrorType] = "llm-no-credential"
 
     def __init__(self, where: str) -> None:
         super().__init__(f"no credential found ({where})")
@@ -173,7 +197,7 @@ class LLMTimeout(LLMError):
     byte a second, or pings forever, ends here when the budget is spent.
     """
 
-    type: ClassVar[str] = "llm-timeout"
+    type: ClassVar[ErrorType] = "llm-timeout"
 
     def __init__(self, label: str, timeout_ms: int, phase: TimeoutPhase = "headers") -> None:
         self.label = label
@@ -188,7 +212,7 @@ class LLMPoolTimeout(LLMTimeout):
     """No provider came free inside the pool's acquire time: the pool is busy,
     which is not the same decision as a far end that went quiet."""
 
-    type: ClassVar[str] = "llm-pool-timeout"
+    type: ClassVar[ErrorType] = "llm-pool-timeout"
 
     def __init__(self, label: str, timeout_ms: int) -> None:
         super().__init__(label, timeout_ms, "acquire")
@@ -198,7 +222,7 @@ class LLMUnreachable(LLMError):
     """The host refused or dropped the connection, did not accept one inside
     the fixed connect deadline, or did not resolve."""
 
-    type: ClassVar[str] = "llm-unreachable"
+    type: ClassVar[ErrorType] = "llm-unreachable"
 
     def __init__(self, label: str, reason: str) -> None:
         self.label = label

@@ -39,8 +39,8 @@ from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, TypeVar
 
 from vaelii_llm import config
-from vaelii_llm.errors import LLMBadHosts, LLMError, LLMPoolTimeout
-from vaelii_llm.protocol import Message, Provider, Request, Response, TextBlock
+from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMError, LLMPoolTimeout
+from vaelii_llm.protocol import Message, Provider, Request, Response, StopReason, TextBlock
 from vaelii_llm.providers.hosts import normalize_host
 from vaelii_llm.providers.stub import Entry, StubProvider
 
@@ -68,10 +68,11 @@ DEFAULT_CALLS_PER_HOST: Final = 2
 
 POOL_LABEL: Final = "the vote pool"
 
-TRUNCATED: Final = frozenset({"max_tokens", "length", "model_context_window_exceeded"})
-"""Stop reasons that mean the answer was cut short (Messages API and Ollama names)."""
+TRUNCATED: Final[frozenset[StopReason]] = frozenset({"max_tokens"})
+"""Stop reasons that mean the answer was cut short (every backend maps its own
+word, Ollama's ``length`` included, to ``max_tokens``)."""
 
-REFUSED: Final = frozenset({"refusal"})
+REFUSED: Final[frozenset[StopReason]] = frozenset({"refusal"})
 """Stop reasons that mean the model declined."""
 
 YesNo = Literal["yes", "no"]
@@ -114,7 +115,7 @@ def read_yes_no(text: str) -> YesNo | None:
 def read_response(response: Response) -> YesNo | None:
     """The opinion of one finished turn, or None when it holds none.
 
-    A refusal and a truncation (``max_tokens``, Ollama's ``length``) are no
+    A refusal and a truncation (``max_tokens``) are no
     vote even when their partial text starts with yes: a cut answer is not
     the answer the model meant to give. Otherwise the text blocks, joined in
     order, are read by :func:`read_yes_no`; thinking is not read.
@@ -260,17 +261,18 @@ class Pool(Generic[P]):
         the call that has waited longest, never to one arriving in that instant.
         Waits up to ``acquire_timeout_ms`` for a token, then raises
         :class:`~vaelii_llm.errors.LLMPoolTimeout` (an ``LLMTimeout`` whose
-        ``phase`` is ``acquire``). The token goes back on every exit from the block: normally, by exception,
-        and by cancellation. A call cancelled while it waits takes no token,
-        even when a token was handed to it in the same instant (the queue
-        passes that one on to the next waiter). Entering a closed pool, or
-        being woken because the pool closed, raises RuntimeError.
+        ``phase`` is ``acquire``). The token goes back on every exit from the
+        block: normally, by exception, and by cancellation. A call cancelled
+        while it waits takes no token, even when a token was handed to it in
+        the same instant (the queue passes that one on to the next waiter).
+        Entering a closed pool, or being woken because the pool closed, raises
+        :class:`~vaelii_llm.errors.LLMClosed`.
         """
         return _Checkout(self)
 
     async def _acquire(self) -> P:
         if self._closed:
-            raise RuntimeError(f"{POOL_LABEL} is closed")
+            raise LLMClosed(POOL_LABEL)
         if self._waiting == 0 and not self._line.locked():
             try:
                 token: P | _Closed = self._queue.get_nowait()
@@ -281,7 +283,7 @@ class Pool(Generic[P]):
         if isinstance(token, _Closed):
             # Put the marker back at once so every other waiter wakes too.
             self._queue.put_nowait(token)
-            raise RuntimeError(f"{POOL_LABEL} closed while this call waited for a provider")
+            raise LLMClosed(POOL_LABEL, waited=True)
         # No await between the queue handing the token over and this count.
         self._outstanding += 1
         return token
@@ -317,8 +319,9 @@ class Pool(Generic[P]):
     async def aclose(self) -> None:
         """Close the pool and each distinct provider once. Closing twice is harmless.
 
-        Calls waiting for a token wake with RuntimeError; later calls are
-        refused the same way. Calls holding a provider are not waited for: their
+        Calls waiting for a token wake with
+        :class:`~vaelii_llm.errors.LLMClosed`; later calls are refused the same
+        way. Calls holding a provider are not waited for: their
         provider closes under them, and their token still comes back (so
         ``outstanding`` still reaches zero). Close a pool after its calls end.
         A provider whose ``aclose`` raises does not stop the others closing; the
@@ -436,20 +439,21 @@ async def vote(pool: Pool[P], question: str | Request, votes: int = 3) -> Vote:
 
     Every turn starts at once and waits its own acquire timeout for a token.
     A turn whose provider raises an :class:`~vaelii_llm.errors.LLMError`, or
-    that gets no provider in time, is a failed turn; nothing is retried.
+    that gets no provider in time, or was still waiting for one when the pool
+    closed, is a failed turn; nothing is retried.
     Any other exception from a provider is a bug, not a vote: the turns still
     running are cancelled (their tokens go back), waited for, and the first such
     exception is raised as itself, not wrapped in a group. Cancelling ``vote``
     cancels every turn and returns every token before the cancellation
     propagates. Refuses ``votes`` below 1 (ValueError) and a closed pool
-    (RuntimeError).
+    (:class:`~vaelii_llm.errors.LLMClosed`).
     """
     if isinstance(votes, bool) or not isinstance(votes, int):
         raise TypeError("votes is a whole number")
     if votes < 1:
         raise ValueError(f"a vote needs at least one turn, got votes={votes}")
     if pool.closed:
-        raise RuntimeError(f"{POOL_LABEL} is closed")
+        raise LLMClosed(POOL_LABEL)
     request = (
         question
         if isinstance(question, Request)

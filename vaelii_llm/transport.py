@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
@@ -72,6 +73,7 @@ import aiohttp
 import msgspec
 from multidict import CIMultiDict
 
+from vaelii_llm import __version__
 from vaelii_llm.errors import (
     LLMApiError,
     LLMBadCredential,
@@ -85,6 +87,7 @@ from vaelii_llm.errors import (
 __all__ = [
     "CONNECT_TIMEOUT_MS",
     "DEFAULT_MAX_BODY_BYTES",
+    "USER_AGENT",
     "Deadline",
     "Endpoint",
     "create_session",
@@ -105,6 +108,10 @@ CONNECT_TIMEOUT_MS: Final = 5_000
 DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 """The largest whole body read into memory. A final message is a few MiB at
 most; anything larger is a proxy's or a broken server's doing."""
+
+USER_AGENT: Final = "vaelii-llm/{} Python/{}.{}.{}".format(__version__, *sys.version_info[:3])
+"""Sent on every request of every session (turns and probes), so the far end
+can tell which client spoke; a caller's own ``User-Agent`` header wins."""
 
 _OPENING: Final = 64 * 1024
 """How much of a body over the cap the error keeps (the rest was never read)."""
@@ -159,15 +166,19 @@ def create_session(headers: Mapping[str, str] | None = None) -> aiohttp.ClientSe
     """A new client session for a provider to own (and close in its ``aclose``).
 
     ``headers`` are sent on every request (a gateway's or proxy's extra headers,
-    a credential). Connecting is bounded by :data:`CONNECT_TIMEOUT_MS`; there is
+    a credential), with :data:`USER_AGENT` unless they name their own.
+    Connecting is bounded by :data:`CONNECT_TIMEOUT_MS`; there is
     no total or per-read timeout, since the turn's :class:`Deadline` is the only
     clock. The pool has no size cap, so waiting for a free connection never
     counts against the connect bound: the caller's own concurrency (the vote
     pool's tokens) is the cap. Must be called with a loop running.
     """
     _check_headers(headers)
+    sent = dict(headers) if headers else {}
+    if not any(name.lower() == "user-agent" for name in sent):
+        sent["User-Agent"] = USER_AGENT
     return aiohttp.ClientSession(
-        headers=dict(headers) if headers else None,
+        headers=sent,
         timeout=aiohttp.ClientTimeout(
             total=None, connect=CONNECT_TIMEOUT_MS / 1000, sock_read=None, sock_connect=None
         ),

@@ -2,7 +2,8 @@
 
 ``provider(credential=..., base_url=..., model=..., effort=..., headers=...)`` builds an
 :class:`AnthropicProvider` without I/O; it is an async context manager owning
-one ``aiohttp`` session (opened on the first turn, closed by ``aclose``).
+one HTTP session (opened on the first turn, closed by ``aclose``, after which
+every turn raises :class:`~vaelii_llm.errors.LLMClosed`).
 
 What goes out (:func:`build_body`)
     ``model`` (default :data:`DEFAULT_MODEL`), ``max_tokens``, ``messages``,
@@ -28,14 +29,31 @@ Blocks
 What comes back
     Every block keeps its JSON in ``raw``; an unknown type becomes an
     ``OpaqueBlock``. A refusal is a 200 with ``stop_reason == "refusal"`` and
-    empty or partial content: nothing is fabricated, the stop reason is
-    reported as is. ``stream`` reassembles the SSE events
-    (:class:`StreamAssembler`) and yields each block when its
+    empty or partial content: nothing is fabricated. ``stream`` reassembles
+    the SSE events (:class:`StreamAssembler`) and yields each block when its
     ``content_block_stop`` arrives, its ``raw`` equal to what the non-streamed
     API returns for it, then the same :class:`~vaelii_llm.protocol.Response`
-    ``complete`` returns. An ``error`` event is an
+    ``complete`` returns; with ``deltas=True`` the text and thinking pieces and
+    each tool call's start come before their block. An ``error`` event is an
     :class:`~vaelii_llm.errors.LLMApiError`; a stream ending before
     ``message_stop`` is an :class:`~vaelii_llm.errors.LLMBadResponse`.
+
+Stop reasons
+    The API's own words are the neutral vocabulary and pass through
+    (:func:`stop_reason`); the word as sent is kept on
+    ``Response.vendor_stop_reason`` whatever it is:
+
+    =================================  =========================================
+    the API's ``stop_reason``          ``Response.stop_reason``
+    =================================  =========================================
+    ``end_turn``, ``tool_use``,        the same word
+    ``max_tokens``, ``stop_sequence``,
+    ``refusal``, ``pause_turn``
+    ``model_context_window_exceeded``  ``max_tokens`` (the turn was cut)
+    any other word                     ``tool_use`` when the content holds a
+                                       tool call, else ``end_turn``
+    none                               None
+    =================================  =========================================
 
 Credentials
     An explicit ``credential``, or one in the environment, is read and checked
@@ -49,16 +67,18 @@ Credentials
     repr.
 
 There is no retry: a 429 or 529 is an ``LLMApiError`` carrying its status.
+The session, the closed state, the turn and the stream pump are the shared
+skeleton's (:mod:`vaelii_llm.providers.http`); this module is the codec
+(:class:`MessagesCodec`) and the credential lookup.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
-import aiohttp
 import msgspec
 
 from vaelii_llm import config, transport
@@ -72,21 +92,26 @@ from vaelii_llm.errors import (
 from vaelii_llm.protocol import (
     UNSET,
     Block,
+    Delta,
     Message,
     OpaqueBlock,
-    ProviderBase,
     RedactedThinkingBlock,
     Request,
     Response,
+    StopReason,
     StreamItem,
     TextBlock,
+    TextDelta,
     ThinkingBlock,
+    ThinkingDelta,
     ToolResultBlock,
     ToolUseBlock,
+    ToolUseStart,
     Usage,
 )
 from vaelii_llm.providers import credentials
 from vaelii_llm.providers.credentials import Credential
+from vaelii_llm.providers.http import HTTPProvider
 from vaelii_llm.wire.sse import SSEDecoder
 
 __all__ = [
@@ -97,6 +122,7 @@ __all__ = [
     "NEVER_SENT",
     "PROBE_OPTS",
     "AnthropicProvider",
+    "MessagesCodec",
     "StreamAssembler",
     "available",
     "betas",
@@ -105,6 +131,7 @@ __all__ = [
     "decode_response",
     "encode_block",
     "provider",
+    "stop_reason",
 ]
 
 log = logging.getLogger("vaelii_llm.providers.anthropic")
@@ -305,10 +332,34 @@ def decode_block(raw: dict[str, Any], label: str = "the Messages API") -> Block:
     return OpaqueBlock(type=kind, raw=raw)
 
 
+_STOP_REASONS: Final[dict[str, StopReason]] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "refusal": "refusal",
+    "pause_turn": "pause_turn",
+    "model_context_window_exceeded": "max_tokens",
+}
+
+
+def stop_reason(word: str | None, content: Iterable[Block]) -> StopReason | None:
+    """The neutral stop reason for the API's word (the table in the module
+    docstring): its own six words are the vocabulary; an unknown one is the
+    nearest, ``tool_use`` when the turn holds a tool call, else ``end_turn``."""
+    if word is None:
+        return None
+    neutral = _STOP_REASONS.get(word)
+    if neutral is not None:
+        return neutral
+    return "tool_use" if any(isinstance(b, ToolUseBlock) for b in content) else "end_turn"
+
+
 def _response(message: _Message, content: list[Block], usage: Usage) -> Response:
     return Response(
         content=content,
-        stop_reason=message.stop_reason,
+        stop_reason=stop_reason(message.stop_reason, content),
+        vendor_stop_reason=message.stop_reason,
         model=message.model,
         id=message.id,
         stop_sequence=message.stop_sequence,
@@ -456,21 +507,41 @@ class _OpenBlock:
 class StreamAssembler:
     """Turns the Messages API's SSE events into whole blocks and a Response.
 
-    Sans-IO: :meth:`feed` takes one event (its name and data) and returns the
-    blocks it completed; :meth:`result` gives the final :class:`Response` once
-    ``message_stop`` has arrived. Text, thinking and tool-input pieces are kept
-    in lists and joined once at the block's stop; the tool input is parsed once
-    from the joined JSON; a ``signature_delta`` lands on its thinking block and
-    a ``citations_delta`` in its text block's ``raw``. Pings and unknown event
-    or delta types are skipped (the API may add them); an ``error`` event
-    raises ``LLMApiError``. A block still open at ``message_stop`` is closed
-    there and returned with that event.
+    Sans-IO, in the words every assembler speaks (:mod:`vaelii_llm.providers.http`):
+    :meth:`feed` takes one event (its name and data) and returns what it
+    completed; :meth:`feed_batch` does the same for the decoder's
+    ``(event, data)`` pairs; :attr:`finished` says ``message_stop`` has
+    arrived; :meth:`result` gives the final :class:`Response`. Text, thinking
+    and tool-input pieces are kept in lists and joined once at the block's
+    stop; the tool input is parsed once from the joined JSON; a
+    ``signature_delta`` lands on its thinking block and a ``citations_delta``
+    in its text block's ``raw``. Pings and unknown event or delta types are
+    skipped (the API may add them); an ``error`` event raises ``LLMApiError``.
+    A block still open at ``message_stop`` is closed there and returned with
+    that event.
+
+    With ``deltas`` a ``text_delta`` or ``thinking_delta`` (and a block
+    start's own opening text) is also handed back as a
+    :class:`~vaelii_llm.protocol.TextDelta` or
+    :class:`~vaelii_llm.protocol.ThinkingDelta`, and a ``tool_use`` block's
+    start as a :class:`~vaelii_llm.protocol.ToolUseStart`; ``index`` is the
+    event's block index, which the API numbers by position in the content.
     """
 
-    __slots__ = ("_blocks", "_label", "_message", "_open", "_stop", "_stopped", "_usage")
+    __slots__ = (
+        "_blocks",
+        "_deltas",
+        "_label",
+        "_message",
+        "_open",
+        "_stop",
+        "_stopped",
+        "_usage",
+    )
 
-    def __init__(self, label: str = "the Messages API") -> None:
+    def __init__(self, label: str = "the Messages API", *, deltas: bool = False) -> None:
         self._label = label
+        self._deltas = deltas
         self._message: _StartMessage | None = None
         self._open: dict[int, _OpenBlock] = {}
         self._blocks: dict[int, Block] = {}
@@ -483,8 +554,8 @@ class StreamAssembler:
         """Whether ``message_stop`` has arrived."""
         return self._stopped
 
-    def feed(self, event: str, data: str | bytes) -> list[Block]:
-        """Apply one event; the blocks it completed, in order."""
+    def feed(self, event: str, data: str | bytes) -> list[StreamItem]:
+        """Apply one event; what it completed (blocks, and deltas when asked for), in order."""
         if self._stopped or event == "ping":
             return []
         if event == "error":
@@ -511,12 +582,16 @@ class StreamAssembler:
         if self._message is None:
             raise LLMBadResponse(self._label, f"streamed {event} before message_start", data)
         if isinstance(parsed, _BlockDelta):
-            self._delta(parsed, data)
-            return []
+            delta = self._delta(parsed, data)
+            return [] if delta is None else [delta]
         if isinstance(parsed, _BlockStart):
             if parsed.index in self._open or parsed.index in self._blocks:
                 raise LLMBadResponse(self._label, f"started block {parsed.index} twice", data)
             self._open[parsed.index] = _OpenBlock(parsed.content_block)
+            if self._deltas:
+                start = _start_delta(parsed.index, parsed.content_block)
+                if start is not None:
+                    return [start]
             return []
         if isinstance(parsed, _BlockStop):
             block = self._open.pop(parsed.index, None)
@@ -537,11 +612,11 @@ class StreamAssembler:
                 self._usage[name] = value
         return []
 
-    def feed_frames(self, frames: Iterable[tuple[bytes, bytes]]) -> Iterator[Block]:
+    def feed_batch(self, frames: Iterable[tuple[bytes, bytes]]) -> Iterator[StreamItem]:
         """:meth:`feed` for each ``(event, data)`` pair of UTF-8 bytes (as
         :meth:`SSEDecoder.feed_frames <vaelii_llm.wire.sse.SSEDecoder.feed_frames>`
-        hands them over), yielding each block as it completes: the blocks
-        before a refused event are handed over before the refusal.
+        hands them over), yielding as it goes: what came before a refused
+        event is handed over before the refusal.
 
         The streamed path: a ``content_block_delta`` (nearly every event of a
         turn) is decoded from the bytes and applied here, in one step; any
@@ -549,6 +624,7 @@ class StreamAssembler:
         """
         decode = _DELTA_DECODER.decode
         opened = self._open
+        deltas = self._deltas
         live = not self._stopped and self._message is not None
         for event, data in frames:
             if not live or event != b"content_block_delta":
@@ -567,10 +643,15 @@ class StreamAssembler:
                 text = delta.text
                 if type(text) is str:  # else _delta refuses it
                     block.text.append(text)
+                    if deltas:
+                        yield TextDelta(index=parsed.index, text=text)
                     continue
-            self._delta(parsed, data)
+            item = self._delta(parsed, data)
+            if item is not None:
+                yield item
 
-    def _delta(self, parsed: _BlockDelta, data: str | bytes) -> None:
+    def _delta(self, parsed: _BlockDelta, data: str | bytes) -> Delta | None:
+        """Apply one delta to its open block; the delta item to hand back, if asked for."""
         block = self._open.get(parsed.index)
         if block is None:
             raise LLMBadResponse(
@@ -581,18 +662,25 @@ class StreamAssembler:
         block_type = block.kind
         if kind == "text_delta":
             if block_type == "text":
-                block.text.append(self._str(delta, delta.text, "text", data))
+                text = self._str(delta, delta.text, "text", data)
+                block.text.append(text)
+                if self._deltas:
+                    return TextDelta(index=parsed.index, text=text)
         elif kind == "input_json_delta":
             block.json.append(self._str(delta, delta.partial_json, "partial_json", data))
         elif kind == "thinking_delta":
             if block_type == "thinking":
-                block.thinking.append(self._str(delta, delta.thinking, "thinking", data))
+                thinking = self._str(delta, delta.thinking, "thinking", data)
+                block.thinking.append(thinking)
+                if self._deltas:
+                    return ThinkingDelta(index=parsed.index, thinking=thinking)
         elif kind == "signature_delta":
             if block_type == "thinking":
                 block.signature = self._str(delta, delta.signature, "signature", data)
         elif kind == "citations_delta" and block_type == "text":
             block.citations.append(delta.citation)
         # any other delta type: added by a later API version; skipped
+        return None
 
     def _str(self, delta: _Delta, value: Any, key: str, data: str | bytes) -> str:
         if not isinstance(value, str):
@@ -601,11 +689,11 @@ class StreamAssembler:
             )
         return value
 
-    def _finish(self) -> list[Block]:
+    def _finish(self) -> list[StreamItem]:
         if self._message is None:
             raise LLMBadResponse(self._label, "streamed message_stop before message_start")
         self._stopped = True
-        closed: list[Block] = []
+        closed: list[StreamItem] = []
         for index in sorted(self._open):
             done = decode_block(self._open.pop(index).close(self._label), self._label)
             self._blocks[index] = done
@@ -623,83 +711,117 @@ class StreamAssembler:
             stop_sequence=start.stop_sequence,
             stop_details=start.stop_details,
         )
+        content = [self._blocks[i] for i in sorted(self._blocks)]
+        usage = self._usage
         return Response(
-            content=[self._blocks[i] for i in sorted(self._blocks)],
-            stop_reason=stop.stop_reason,
+            content=content,
+            stop_reason=stop_reason(stop.stop_reason, content),
+            vendor_stop_reason=stop.stop_reason,
             model=start.model,
             id=start.id,
             stop_sequence=stop.stop_sequence,
             stop_details=stop.stop_details,
-            usage=Usage(**self._usage),
+            usage=Usage(
+                input_tokens=usage.get("input_tokens"),
+                output_tokens=usage.get("output_tokens"),
+                cache_creation_input_tokens=usage.get("cache_creation_input_tokens"),
+                cache_read_input_tokens=usage.get("cache_read_input_tokens"),
+            ),
         )
 
 
+def _start_delta(index: int, start: dict[str, Any]) -> Delta | None:
+    """The delta a block's start hands over: a tool call's name, or the
+    opening text or thinking the start already carries (usually none)."""
+    kind = start.get("type")
+    if kind == "tool_use":
+        call_id, name = start.get("id"), start.get("name")
+        if isinstance(call_id, str) and isinstance(name, str):
+            return ToolUseStart(index=index, id=call_id, name=name)
+    elif kind == "text":
+        text = start.get("text")
+        if isinstance(text, str) and text:
+            return TextDelta(index=index, text=text)
+    elif kind == "thinking":
+        thinking = start.get("thinking")
+        if isinstance(thinking, str) and thinking:
+            return ThinkingDelta(index=index, thinking=thinking)
+    return None
+
+
+class _Frames:
+    """The SSE decoder as the skeleton feeds it: ``(event, data)`` byte pairs,
+    and, until the first event, the opening bytes, so a streamed answer in
+    which no event ever came (a gateway's JSON error, a proxy's HTML page)
+    is refused with what it sent when the body ends."""
+
+    __slots__ = ("_decoder", "_label", "_opening")
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+        self._decoder = SSEDecoder(label)
+        self._opening: bytearray | None = bytearray()  # kept until the first event
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
+        frames = self._decoder.feed_frames(data)
+        opening = self._opening
+        if opening is not None:
+            if frames:
+                self._opening = None
+            elif not data:
+                if opening:
+                    raise _not_sse(bytes(opening), self._label)
+            elif len(opening) < _NOT_SSE_KEPT:
+                opening += data[: _NOT_SSE_KEPT - len(opening)]
+        return frames
+
+
 # ---------------------------------------------------------------------------
-# the provider (I/O through transport.py)
+# the provider (I/O through the shared skeleton)
 
 
-class AnthropicProvider(ProviderBase):
-    """A Messages API provider; see the module docstring. Use it within one event loop."""
+class MessagesCodec:
+    """``/v1/messages`` as the shared HTTP skeleton drives it: the body, the
+    headers (the credential, resolved once, see the module docstring), the
+    decoders and the assembler. No I/O but the credential lookup."""
+
+    drain_s: Final = _DRAIN_S
+    whole_decoder: Final = _BODY_DECODER
 
     def __init__(
         self,
         *,
-        credential: str | Credential | None = None,
-        base_url: str | None = None,
-        model: str | None = None,
-        effort: str | None = None,
-        headers: Mapping[str, str] | None = None,
+        credential: str | Credential | None,
+        base_url: str | None,
+        model: str | None,
+        effort: str | None,
+        headers: Mapping[str, str] | None,
     ) -> None:
-        self._base_url = config.anthropic_base_url(base_url)
-        self._url = self._base_url + MESSAGES_PATH
+        self.base_url = config.anthropic_base_url(base_url)
+        self.url = self.base_url + MESSAGES_PATH
         # A gateway URL may carry user:password; it names the far end with them cut.
-        self._shown_url = config.hide_userinfo(self._base_url)
-        self._model = model or DEFAULT_MODEL
-        self._effort = effort or DEFAULT_EFFORT
-        self._extra_headers = dict(headers or {})
+        self.shown_url = config.hide_userinfo(self.base_url)
+        self.model = model or DEFAULT_MODEL
+        self.effort = effort or DEFAULT_EFFORT
+        self._session_headers = {
+            "anthropic-version": API_VERSION,
+            "content-type": "application/json",
+            **(headers or {}),
+        }
         self.endpoint = transport.Endpoint(
-            label=f"the Messages API at {self._shown_url}", slug="anthropic"
+            label=f"the Messages API at {self.shown_url}", slug="anthropic"
         )
         self._credential: Credential | None = credentials.resolve_now(credential)
         self._lookup = asyncio.Lock()
         self._failed_lookups = 0
-        self._session: aiohttp.ClientSession | None = None
-        self._closed = False
+        # The turn headers for (credential, streamed, fallbacks dropped): built once each.
+        self._turn_headers: dict[tuple[bool, bool], dict[str, str]] = {}
 
-    def __repr__(self) -> str:
-        return (
-            f"AnthropicProvider(base_url={self._shown_url!r}, model={self._model!r}, "
-            f"effort={self._effort!r})"
-        )
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    async def aclose(self) -> None:
-        """Close the provider's session; a closed provider refuses further turns
-        (RuntimeError), as the Ollama provider does. Closing twice is harmless."""
-        self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
-
-    def _session_now(self) -> aiohttp.ClientSession:
-        if self._closed:
-            raise RuntimeError("this Messages API provider is closed")
-        if self._session is None or self._session.closed:
-            self._session = transport.create_session(
-                {
-                    "anthropic-version": API_VERSION,
-                    "content-type": "application/json",
-                    **self._extra_headers,
-                }
-            )
-        return self._session
+    def session_headers(self) -> Mapping[str, str]:
+        return self._session_headers
 
     async def credential(self) -> Credential:
-        """The credential turns send, resolving it (once) when the provider
-        was built without one. Raises ``LLMNoCredential`` when there is none."""
+        """The credential turns send, resolving it (once) when none was given."""
         if self._credential is not None:
             return self._credential
         failed_before = self._failed_lookups
@@ -715,73 +837,74 @@ class AnthropicProvider(ProviderBase):
                 raise
             return self._credential
 
-    def _prepare(self, request: Request, stream: bool) -> bytes:
+    def body(self, request: Request, *, stream: bool) -> bytes:
         body = build_body(
             request,
-            model=self._model,
-            effort=self._effort,
+            model=self.model,
+            effort=self.effort,
             stream=stream,
             label=self.endpoint.label,
         )
         return msgspec.json.encode(body)
 
-    async def _headers(self, request: Request, accept: str) -> dict[str, str]:
-        cred = await self.credential()
-        headers = cred.headers()
-        headers["accept"] = accept
-        wanted = betas(request, cred)
-        if wanted:
-            headers["anthropic-beta"] = ",".join(wanted)
-        return headers
+    async def headers(self, request: Request, *, stream: bool) -> Mapping[str, str]:
+        cred = self._credential
+        if cred is None:
+            cred = await self.credential()
+        key = (stream, request.fallbacks is None)
+        found = self._turn_headers.get(key)
+        if found is None:
+            found = cred.headers()
+            found["accept"] = "text/event-stream" if stream else "application/json"
+            wanted = betas(request, cred)
+            if wanted:
+                found["anthropic-beta"] = ",".join(wanted)
+            self._turn_headers[key] = found
+        return found
 
-    async def complete(self, request: Request) -> Response:
-        body = self._prepare(request, stream=False)
-        headers = await self._headers(request, "application/json")
-        deadline = transport.Deadline.after_ms(request.timeout_ms)
-        parsed = await transport.request_json(
-            self._session_now(),
-            self.endpoint,
-            "POST",
-            self._url,
-            deadline=deadline,
-            decoder=_BODY_DECODER,
-            body=body,
-            headers=headers,
-        )
+    def whole(self, parsed: _Message | _ErrorBody) -> Response:
         return _from_parsed(parsed, self.endpoint.label)
 
-    async def stream(self, request: Request) -> AsyncGenerator[StreamItem, None]:
-        body = self._prepare(request, stream=True)
-        headers = await self._headers(request, "text/event-stream")
-        deadline = transport.Deadline.after_ms(request.timeout_ms)
-        label = self.endpoint.label
-        frames = SSEDecoder(label)
-        assembler = StreamAssembler(label)
-        async with transport.open_stream(
-            self._session_now(),
-            self.endpoint,
-            "POST",
-            self._url,
-            deadline=deadline,
-            body=body,
-            headers=headers,
-        ) as chunks:
-            opening: bytearray | None = bytearray()  # kept until the first event
-            async for chunk in chunks:
-                events = frames.feed_frames(chunk)
-                if opening is not None:
-                    if events:
-                        opening = None
-                    elif len(opening) < _NOT_SSE_KEPT:
-                        opening += chunk[: _NOT_SSE_KEPT - len(opening)]
-                for block in assembler.feed_frames(events):
-                    yield block
-                if assembler.finished:
-                    await transport.drain(chunks, _DRAIN_S)
-                    break
-        if opening:
-            raise _not_sse(bytes(opening), label)
-        yield assembler.result()
+    def stream_decoder(self) -> _Frames:
+        return _Frames(self.endpoint.label)
+
+    def assembler(self, *, deltas: bool) -> StreamAssembler:
+        return StreamAssembler(self.endpoint.label, deltas=deltas)
+
+
+class AnthropicProvider(HTTPProvider[_Message | _ErrorBody, list[tuple[bytes, bytes]]]):
+    """A Messages API provider; see the module docstring. Use it within one event loop."""
+
+    def __init__(
+        self,
+        *,
+        credential: str | Credential | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+        effort: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._messages = MessagesCodec(
+            credential=credential, base_url=base_url, model=model, effort=effort, headers=headers
+        )
+        self.endpoint = self._messages.endpoint
+        super().__init__(self._messages)
+
+    def __repr__(self) -> str:
+        codec = self._messages
+        return (
+            f"AnthropicProvider(base_url={codec.shown_url!r}, model={codec.model!r}, "
+            f"effort={codec.effort!r})"
+        )
+
+    @property
+    def model(self) -> str:
+        return self._messages.model
+
+    async def credential(self) -> Credential:
+        """The credential turns send, resolving it (once) when the provider
+        was built without one. Raises ``LLMNoCredential`` when there is none."""
+        return await self._messages.credential()
 
 
 def provider(

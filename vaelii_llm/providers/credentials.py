@@ -5,10 +5,13 @@
 1. an explicit credential (a ``str`` is an API key; a :class:`Credential` says
    its own kind);
 2. ``ANTHROPIC_API_KEY``, sent as ``x-api-key``;
-3. ``ANTHROPIC_AUTH_TOKEN``, sent as ``Authorization: Bearer`` with the OAuth
-   beta header;
+3. ``ANTHROPIC_AUTH_TOKEN``, sent as ``Authorization: Bearer`` and nothing
+   else (kind ``bearer``), as the official SDKs send it: a gateway's or
+   proxy's token, no OAuth;
 4. an ``ant auth login`` profile, read with
-   ``ant auth print-credentials --access-token`` and sent as a bearer token.
+   ``ant auth print-credentials --access-token``: an OAuth access token, sent
+   as a bearer with the OAuth beta header (kind ``oauth``, the only kind that
+   carries :data:`OAUTH_BETA`).
 
 An unset ``ANTHROPIC_API_KEY`` therefore does not mean there is no credential.
 No credential at all is :class:`~vaelii_llm.errors.LLMNoCredential`.
@@ -78,7 +81,9 @@ _ant_seen: dict[str | None, tuple[float, Credential]] = {}
 _MAX_ANT_OUTPUT: Final = 64 * 1024
 """A token is a few hundred bytes; anything past this is not one."""
 
-Kind = Literal["api-key", "bearer"]
+Kind = Literal["api-key", "bearer", "oauth"]
+"""How a credential travels: ``x-api-key``; ``Authorization: Bearer``; or a
+bearer that also needs the OAuth beta (an ``ant`` CLI profile's token)."""
 
 
 def _is_control(ch: str) -> bool:
@@ -115,8 +120,8 @@ class Credential:
 
     @property
     def betas(self) -> tuple[str, ...]:
-        """The ``anthropic-beta`` values this credential needs."""
-        return () if self.kind == "api-key" else (OAUTH_BETA,)
+        """The ``anthropic-beta`` values this credential needs (only an OAuth token has one)."""
+        return (OAUTH_BETA,) if self.kind == "oauth" else ()
 
     def headers(self) -> dict[str, str]:
         """The authentication header (the beta header is the caller's to join)."""
@@ -229,7 +234,7 @@ async def _run_ant(timeout_s: float) -> Credential | None:
     token = output.decode("utf-8", "replace").strip()
     if not token:
         return None
-    return Credential(token, "bearer", "ant CLI")
+    return Credential(token, "oauth", "ant CLI")
 
 
 async def _read_capped(stream: asyncio.StreamReader) -> bytes:

@@ -19,51 +19,75 @@ What differs from the Messages API backend is the transport, not the protocol:
   :meth:`OllamaProvider.stream` reassembles it into the same :class:`Response`
   :meth:`OllamaProvider.complete` returns; both run through one
   :class:`ChatAssembler`. A stream that ends without ``done: true`` is
-  :class:`~vaelii_llm.errors.LLMBadResponse`.
+  :class:`~vaelii_llm.errors.LLMBadResponse`. With ``deltas=True`` each
+  chunk's text or thinking is also yielded as a
+  :class:`~vaelii_llm.protocol.TextDelta` or
+  :class:`~vaelii_llm.protocol.ThinkingDelta`, and a
+  :class:`~vaelii_llm.protocol.ToolUseStart` comes just before each tool call
+  (Ollama sends a call whole, in one chunk).
 * An ``error`` field in a 200 body or in a streamed chunk is
   :class:`~vaelii_llm.errors.LLMApiError`, as a failing status is.
 * Tools are re-shaped to ``{type: "function", function: {name, description,
   parameters}}`` with ``strict`` dropped; a tool result goes back as a ``tool``
   role message naming its tool. A tool call with no id gets ``call_<n>``, its
   position in the turn counted across a streamed turn's chunks.
-* ``stop_reason`` is Ollama's ``done_reason`` as sent (``stop``, ``length``…):
-  Ollama says ``stop`` for a turn that calls tools, so branch on the
-  ``tool_use`` blocks.
+* ``stop_reason`` is neutral (:func:`stop_reason`); Ollama's ``done_reason``
+  stays on ``Response.vendor_stop_reason``:
+
+  ================  ==================  ===================================
+  ``done_reason``   tool calls?         ``stop_reason``
+  ================  ==================  ===================================
+  ``stop``          yes                 ``tool_use``
+  ``stop``          no                  ``end_turn`` (a stop sequence too:
+                                        Ollama does not tell them apart)
+  ``length``        either              ``max_tokens`` (a cut turn's calls
+                                        are not to be run)
+  any other word    yes / no            ``tool_use`` / ``end_turn``
+  (``load``…)
+  none sent         either              None
+  ================  ==================  ===================================
+
+* ``usage.input_tokens`` and ``usage.output_tokens`` are the host's
+  ``prompt_eval_count`` and ``eval_count``, which stay beside them with the
+  durations (ns).
 * Prose carries no block JSON on this wire, so text and thinking blocks have
   ``raw=None``; a tool call keeps its original object in ``raw`` and is sent
   back as it came.
 
-A provider holds its own :class:`aiohttp.ClientSession` (created on first use,
-closed by ``aclose``/``async with``) and any number of turns may share it at
-once. The probes (:func:`version`, :func:`capabilities`, :func:`supports_tools`,
-:func:`context_length`, :func:`warm`) send on the one shared probe session of
-the running loop.
+The session, the closed state, the turn and the stream pump are the shared
+skeleton's (:mod:`vaelii_llm.providers.http`); this module is the codec
+(:class:`ChatCodec`) and the probes. The probes (:func:`version`,
+:func:`capabilities`, :func:`supports_tools`, :func:`context_length`,
+:func:`warm`) send on the one shared probe session of the running loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
-import aiohttp
 import msgspec
 
 from vaelii_llm import config, errors, transport
 from vaelii_llm.protocol import (
     Block,
     Message,
-    ProviderBase,
     Request,
     Response,
+    StopReason,
     StreamItem,
     TextBlock,
+    TextDelta,
     ThinkingBlock,
+    ThinkingDelta,
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
+    ToolUseStart,
     Usage,
 )
 from vaelii_llm.providers.hosts import normalize_host
+from vaelii_llm.providers.http import HTTPProvider
 from vaelii_llm.wire.ndjson import NDJSONDecoder
 
 __all__ = [
@@ -73,6 +97,7 @@ __all__ = [
     "WARM_TIMEOUT_MS",
     "ChatAssembler",
     "ChatChunk",
+    "ChatCodec",
     "OllamaProvider",
     "ShowResponse",
     "available",
@@ -86,6 +111,7 @@ __all__ = [
     "normalize_host",
     "provider",
     "show",
+    "stop_reason",
     "supports_tools",
     "version",
     "warm",
@@ -338,13 +364,34 @@ def decode_chunk(data: bytes, ep: transport.Endpoint) -> ChatChunk:
     return transport.decode_json(data, ep, CHUNK_DECODER)
 
 
+_STOP_REASONS: Final[dict[str, StopReason]] = {"stop": "end_turn", "length": "max_tokens"}
+
+
+def stop_reason(done_reason: str | None, called_tools: bool) -> StopReason | None:
+    """The neutral stop reason for Ollama's ``done_reason`` (the table in the
+    module docstring): a turn that called tools is ``tool_use`` unless it was
+    cut (``length``); an unknown word is the nearest, ``tool_use`` or
+    ``end_turn``; no word at all is None."""
+    if done_reason is None:
+        return None
+    neutral = _STOP_REASONS.get(done_reason)
+    if neutral == "max_tokens":
+        return neutral
+    return "tool_use" if called_tools else "end_turn"
+
+
 class ChatAssembler:
     """Sans-IO reassembly of a chat turn from its decoded objects.
 
-    :meth:`feed` takes one :class:`ChatChunk` and returns the blocks it closed:
+    :meth:`feed` takes one :class:`ChatChunk` and returns what it completed:
     a run of thinking or of text closes when the other kind, a tool call, or
-    ``done: true`` arrives; a tool call is whole in its chunk. :meth:`finish`
-    returns the final :class:`Response` (every block, in order).
+    ``done: true`` arrives; a tool call is whole in its chunk. With
+    ``deltas`` each piece of text or thinking is also handed back as it
+    arrives, and a :class:`~vaelii_llm.protocol.ToolUseStart` before each tool
+    call (``index``: the block's position in the final content).
+    :meth:`feed_batch` does the same for a decoder's batch; :attr:`finished`
+    says ``done: true`` has arrived; :meth:`result` returns the final
+    :class:`Response` (every block, in order).
 
     A non-streamed answer is one chunk with ``done: true``, so ``complete`` and
     ``stream`` share this path and return equal responses. An ``error`` field is
@@ -353,10 +400,22 @@ class ChatAssembler:
     ``done: true`` is :class:`~vaelii_llm.errors.LLMBadResponse`.
     """
 
-    __slots__ = ("_blocks", "_calls", "_done", "_label", "_model", "_open", "_parts", "_response")
+    __slots__ = (
+        "_blocks",
+        "_calls",
+        "_deltas",
+        "_done",
+        "_label",
+        "_model",
+        "_open",
+        "_out",
+        "_parts",
+        "_response",
+    )
 
-    def __init__(self, label: str = "Ollama") -> None:
+    def __init__(self, label: str = "Ollama", *, deltas: bool = False) -> None:
         self._label = label
+        self._deltas = deltas
         self._blocks: list[Block] = []
         self._open: str | None = None
         self._parts: list[str] = []
@@ -364,14 +423,16 @@ class ChatAssembler:
         self._model: str | None = None
         self._done = False
         self._response: Response | None = None
+        self._out: list[StreamItem] = []  # with deltas: what this feed hands back, in order
 
     @property
-    def done(self) -> bool:
+    def finished(self) -> bool:
         """Whether ``done: true`` has arrived."""
         return self._done
 
-    def feed(self, chunk: ChatChunk) -> list[Block]:
-        """The blocks ``chunk`` closes, in order."""
+    def feed(self, chunk: ChatChunk) -> list[StreamItem]:
+        """What ``chunk`` completes, in order: the blocks it closes (and, with
+        deltas, its pieces and tool-call starts)."""
         if chunk.error is not None:
             raise errors.LLMApiError(self._label, 200, chunk.error)
         if self._done:
@@ -388,15 +449,24 @@ class ChatAssembler:
             if message.tool_calls:
                 self._close()
                 for raw in message.tool_calls:
-                    self._blocks.append(self._tool_use(raw))
+                    block = self._tool_use(raw)
+                    if self._deltas:
+                        self._out.append(
+                            ToolUseStart(index=len(self._blocks), id=block.id, name=block.name)
+                        )
+                        self._out.append(block)
+                    self._blocks.append(block)
         if chunk.done:
             self._close()
             self._done = True
             self._response = Response(
                 content=self._blocks,
-                stop_reason=chunk.done_reason,
+                stop_reason=stop_reason(chunk.done_reason, self._calls > 0),
+                vendor_stop_reason=chunk.done_reason,
                 model=chunk.model or self._model,
                 usage=Usage(
+                    input_tokens=chunk.prompt_eval_count,
+                    output_tokens=chunk.eval_count,
                     prompt_eval_count=chunk.prompt_eval_count,
                     eval_count=chunk.eval_count,
                     total_duration=chunk.total_duration,
@@ -405,11 +475,14 @@ class ChatAssembler:
                     eval_duration=chunk.eval_duration,
                 ),
             )
-        return self._blocks[start:]
+        if self._deltas:
+            out, self._out = self._out, []
+            return out
+        return list(self._blocks[start:])
 
-    def feed_all(self, chunks: Iterable[ChatChunk]) -> Iterator[Block]:
-        """:meth:`feed` each chunk, yielding the blocks as they close: those
-        before a refused chunk are handed over before the refusal.
+    def feed_batch(self, chunks: Iterable[ChatChunk]) -> Iterator[StreamItem]:
+        """:meth:`feed` each chunk, yielding as it goes: what came before a
+        refused chunk is handed over before the refusal.
 
         The streamed path: a chunk that only continues the open run of text
         or thinking (nearly every chunk of a turn) is appended here, in one
@@ -418,6 +491,7 @@ class ChatAssembler:
         parts = self._parts
         run = self._open
         quick = self._model is not None and not self._done
+        deltas = self._deltas
         for chunk in chunks:
             message = chunk.message
             if (
@@ -434,16 +508,20 @@ class ChatAssembler:
                         continue
                     if run == "text":
                         parts.append(content)
+                        if deltas:
+                            yield TextDelta(index=len(self._blocks), text=content)
                         continue
                 elif not content and run == "thinking":
                     parts.append(thinking)
+                    if deltas:
+                        yield ThinkingDelta(index=len(self._blocks), thinking=thinking)
                     continue
             yield from self.feed(chunk)
             parts = self._parts
             run = self._open
             quick = self._model is not None and not self._done
 
-    def finish(self) -> Response:
+    def result(self) -> Response:
         """The whole turn; LLMBadResponse when ``done: true`` never came."""
         if self._response is None:
             raise errors.LLMBadResponse(self._label, "ended the stream without done: true")
@@ -454,6 +532,13 @@ class ChatAssembler:
             self._close()
             self._open = kind
         self._parts.append(text)
+        if self._deltas:
+            index = len(self._blocks)
+            self._out.append(
+                ThinkingDelta(index=index, thinking=text)
+                if kind == "thinking"
+                else TextDelta(index=index, text=text)
+            )
 
     def _close(self) -> None:
         if self._open is None:
@@ -463,6 +548,8 @@ class ChatAssembler:
             text=text
         )
         self._blocks.append(block)
+        if self._deltas:
+            self._out.append(block)
         self._open = None
         self._parts = []
 
@@ -484,11 +571,65 @@ class ChatAssembler:
         )
 
 
+def _whole(chunk: ChatChunk, label: str) -> Response:
+    """The Response of a non-streamed answer (one chunk, ``done: true``)."""
+    assembler = ChatAssembler(label)
+    assembler.feed(chunk)
+    return assembler.result()
+
+
 # --------------------------------------------------------------------------
 # The provider
 
 
-class OllamaProvider(ProviderBase):
+class ChatCodec:
+    """``/api/chat`` as the shared HTTP skeleton drives it (no I/O here)."""
+
+    drain_s: Final = _DRAIN_S
+    whole_decoder: Final = CHUNK_DECODER
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        num_ctx: int | None,
+        keep_alive: str | None,
+        headers: Mapping[str, str],
+    ) -> None:
+        self.endpoint = endpoint(url)
+        self.url = url + "/api/chat"
+        self.model = model
+        self._num_ctx = num_ctx
+        self._keep_alive = keep_alive
+        self._headers = dict(headers)
+
+    def session_headers(self) -> Mapping[str, str]:
+        return self._headers
+
+    def body(self, request: Request, *, stream: bool) -> bytes:
+        return chat_body(
+            request,
+            model=self.model,
+            num_ctx=config.ollama_num_ctx(self._num_ctx),
+            keep_alive=config.ollama_keep_alive(self._keep_alive),
+            stream=stream,
+            label=self.endpoint.label,
+        )
+
+    async def headers(self, request: Request, *, stream: bool) -> None:
+        return None
+
+    def whole(self, parsed: ChatChunk) -> Response:
+        return _whole(parsed, self.endpoint.label)
+
+    def stream_decoder(self) -> NDJSONDecoder[ChatChunk]:
+        return NDJSONDecoder(CHUNK_DECODER, self.endpoint.label)
+
+    def assembler(self, *, deltas: bool) -> ChatAssembler:
+        return ChatAssembler(self.endpoint.label, deltas=deltas)
+
+
+class OllamaProvider(HTTPProvider[ChatChunk, list[ChatChunk]]):
     """A provider on one Ollama host and model. Build it with :func:`provider`.
 
     Concurrent turns share the provider's connection pool. ``stream`` releases
@@ -506,83 +647,11 @@ class OllamaProvider(ProviderBase):
         headers: Mapping[str, str] | None = None,
     ) -> None:
         self.base_url = base_url(host)
-        self._headers = dict(headers or {})
         self.model = config.ollama_model(model)
-        self._num_ctx = num_ctx
-        self._keep_alive = keep_alive
-        self._endpoint = endpoint(self.base_url)
-        self._chat_url = self.base_url + "/api/chat"
-        self._session: aiohttp.ClientSession | None = None
-        self._closed = False
+        super().__init__(ChatCodec(self.base_url, self.model, num_ctx, keep_alive, headers or {}))
 
     def __repr__(self) -> str:
         return f"OllamaProvider(base_url={self.base_url!r}, model={self.model!r})"
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._closed:
-            raise RuntimeError("this Ollama provider is closed")
-        if self._session is None:
-            self._session = transport.create_session(self._headers)
-        return self._session
-
-    def _body(self, request: Request, *, stream: bool) -> bytes:
-        return chat_body(
-            request,
-            model=self.model,
-            num_ctx=config.ollama_num_ctx(self._num_ctx),
-            keep_alive=config.ollama_keep_alive(self._keep_alive),
-            stream=stream,
-            label=self._endpoint.label,
-        )
-
-    async def complete(self, request: Request) -> Response:
-        """One non-streamed turn under ``request.timeout_ms``, headers and body."""
-        body = self._body(request, stream=False)
-        deadline = transport.Deadline.after_ms(request.timeout_ms)
-        chunk = await transport.request_json(
-            self._http(),
-            self._endpoint,
-            "POST",
-            self._chat_url,
-            deadline=deadline,
-            decoder=CHUNK_DECODER,
-            body=body,
-        )
-        assembler = ChatAssembler(self._endpoint.label)
-        assembler.feed(chunk)
-        return assembler.finish()
-
-    async def stream(self, request: Request) -> AsyncGenerator[StreamItem, None]:
-        """Whole blocks as they close, then the :class:`Response` ``complete``
-        would return. The turn's budget covers every read of the body."""
-        body = self._body(request, stream=True)
-        deadline = transport.Deadline.after_ms(request.timeout_ms)
-        label = self._endpoint.label
-        lines = NDJSONDecoder(CHUNK_DECODER, label)
-        assembler = ChatAssembler(label)
-        async with transport.open_stream(
-            self._http(), self._endpoint, "POST", self._chat_url, deadline=deadline, body=body
-        ) as chunks:
-            async for data in chunks:
-                for block in assembler.feed_all(lines.feed(data)):
-                    yield block
-                if assembler.done:
-                    # The answer is whole: what follows cannot change it, nor
-                    # a far end holding the body open make the caller wait.
-                    await transport.drain(chunks, _DRAIN_S)
-                    break
-        if not assembler.done:
-            for chunk in lines.feed(b""):
-                for block in assembler.feed(chunk):
-                    yield block
-        yield assembler.finish()
-
-    async def aclose(self) -> None:
-        """Close the provider's session; closing twice is harmless."""
-        self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
 
 
 def provider(
@@ -783,6 +852,4 @@ async def warm(
         body=body,
         headers=headers,
     )
-    assembler = ChatAssembler(ep.label)
-    assembler.feed(chunk)
-    return assembler.finish()
+    return _whole(chunk, ep.label)

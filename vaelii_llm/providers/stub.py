@@ -51,9 +51,8 @@ from vaelii_llm.protocol import (
     ToolUseStart,
 )
 
-__all__ = ["PROBE_OPTS", "StubProvider", "available", "provider"]
+__all__ = ["StubProvider", "available", "provider"]
 
-PROBE_OPTS: frozenset[str] = frozenset()
 MODEL = "stub"
 LABEL = "the stub"
 _STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))

@@ -1,0 +1,189 @@
+"""What the shared HTTP skeleton promises, held for both backends at once.
+
+The closed state (``LLMClosed``, closing twice harmless), a session closed
+under the provider made again, the User-Agent on every request (turns and
+probes), and deltas that only add: the final Response still equals
+``complete``'s. Each case runs against the loopback fakes of both wires.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+from anthropic_fake import FakeMessagesAPI, generate
+from fake_ollama import FakeOllama, chunk, final, tool_call
+
+from vaelii_llm import transport
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.protocol import (
+    Message,
+    Request,
+    Response,
+    StreamItem,
+    TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
+    ToolUseBlock,
+    ToolUseStart,
+)
+from vaelii_llm.providers import anthropic, ollama
+from vaelii_llm.providers.http import HTTPProvider
+
+BACKENDS = ["ollama", "anthropic"]
+DELTAS = (TextDelta, ThinkingDelta, ToolUseStart)
+
+
+def ask() -> Request:
+    return Request(messages=[Message(role="user", content="hi")], timeout_ms=10_000)
+
+
+def thinking_text_and_a_call(_body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        chunk(thinking="Let me "), chunk(thinking="look."), chunk("Asking"), chunk(" the KB."),
+        chunk(tool_calls=[tool_call("kb_query", {"goal": "(dog ?x)"})]),
+        final(),
+    ]
+
+
+@asynccontextmanager
+async def backend(
+    kind: str, headers: dict[str, str] | None = None, seed: int = 3
+) -> AsyncIterator[tuple[HTTPProvider[Any, Any], Callable[[], list[str | None]]]]:
+    """A provider of ``kind`` on its loopback fake, and what the fake saw as User-Agents."""
+    if kind == "ollama":
+        fake = await FakeOllama(script=thinking_text_and_a_call).start()
+        try:
+            async with ollama.provider(host=fake.url, headers=headers) as p:
+                yield p, lambda: [ua for _, ua in fake.user_agents]
+        finally:
+            await fake.stop()
+        return
+    api = FakeMessagesAPI(transcript=generate(random.Random(seed), error=False))
+    server = TestServer(api.app(), host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        url = str(server.make_url("")).rstrip("/")
+        async with anthropic.provider(credential="sk-test", base_url=url, headers=headers) as p:
+            yield p, lambda: [s.headers.get("User-Agent") for s in api.seen]
+    finally:
+        await server.close()
+
+
+async def collect(p: HTTPProvider[Any, Any], *, deltas: bool = False) -> list[StreamItem]:
+    async with aclosing(p.stream(ask(), deltas=deltas)) as items:
+        return [item async for item in items]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_a_closed_provider_refuses_every_turn_with_llm_closed(kind: str) -> None:
+    async with backend(kind) as (p, _):
+        await p.complete(ask())
+        await p.aclose()
+        await p.aclose()  # closing twice is harmless
+        assert p.closed
+        with pytest.raises(LLMClosed) as info:
+            await p.complete(ask())
+        assert info.value.type == "llm-closed"
+        with pytest.raises(LLMClosed):
+            await collect(p)
+        with pytest.raises(LLMClosed):
+            await collect(p, deltas=True)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_a_session_closed_under_the_provider_is_made_again(kind: str) -> None:
+    async with backend(kind) as (p, _):
+        first = await p.complete(ask())
+        session = p._session
+        assert session is not None
+        await session.close()
+        assert await p.complete(ask()) == first
+        assert p._session is not None
+        assert p._session is not session
+        assert (await collect(p))[-1] == first
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_every_turn_carries_the_user_agent(kind: str) -> None:
+    async with backend(kind) as (p, seen):
+        await p.complete(ask())
+        await collect(p)
+        await collect(p, deltas=True)
+        assert seen() == [transport.USER_AGENT] * 3
+    assert transport.USER_AGENT.startswith("vaelii-llm/0.1.0 Python/3.")
+    async with backend(kind, headers={"user-agent": "my-gateway-client/2"}) as (p, seen):
+        await p.complete(ask())
+        assert seen() == ["my-gateway-client/2"]  # a caller's own User-Agent wins, alone
+
+
+async def test_ollama_probes_carry_the_user_agent() -> None:
+    fake = await FakeOllama().start()
+    try:
+        await ollama.version(fake.url)
+        await ollama.capabilities("phi4:14b", host=fake.url)
+        await ollama.warm(fake.url, model="phi4:14b", num_ctx=2048)
+    finally:
+        await fake.stop()
+    assert [path for path, _ in fake.user_agents] == ["/api/version", "/api/show", "/api/chat"]
+    assert {ua for _, ua in fake.user_agents} == {transport.USER_AGENT}
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("seed", [3, 5, 8])
+async def test_deltas_only_add_and_the_final_response_equals_complete(
+    kind: str, seed: int
+) -> None:
+    async with backend(kind, seed=seed) as (p, _):
+        whole = await p.complete(ask())
+        plain = await collect(p)
+        with_deltas = await collect(p, deltas=True)
+    assert plain == [*whole.content, whole]
+    assert [x for x in with_deltas if not isinstance(x, DELTAS)] == plain
+    assert isinstance(with_deltas[-1], Response)
+    assert with_deltas[-1] == whole
+    pieces: dict[int, list[str]] = {}
+    starts: dict[int, ToolUseStart] = {}
+    for item in with_deltas:
+        if isinstance(item, TextDelta):
+            pieces.setdefault(item.index, []).append(item.text)
+        elif isinstance(item, ThinkingDelta):
+            pieces.setdefault(item.index, []).append(item.thinking)
+        elif isinstance(item, ToolUseStart):
+            starts[item.index] = item
+        elif not isinstance(item, Response):  # a whole block: its deltas came before it
+            index = whole.content.index(item)
+            if isinstance(item, TextBlock):
+                assert "".join(pieces.pop(index, [])) == item.text
+            elif isinstance(item, ThinkingBlock):
+                assert "".join(pieces.pop(index, [])) == item.thinking
+            elif isinstance(item, ToolUseBlock):
+                assert (starts[index].id, starts[index].name) == (item.id, item.name)
+    assert not pieces  # no delta was handed over for a block that never came
+    if kind == "ollama":  # the scripted turn has all three kinds
+        assert {type(x) for x in with_deltas} >= {*DELTAS, ThinkingBlock, ToolUseBlock}
+
+
+def test_no_vendor_module_imports_an_http_library() -> None:
+    for module in (ollama, anthropic):
+        tree = ast.parse(Path(str(module.__file__)).read_text())
+        imported = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        } | {
+            (node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+        }
+        assert "aiohttp" not in imported, module.__name__
+    assert issubclass(ollama.OllamaProvider, HTTPProvider)
+    assert issubclass(anthropic.AnthropicProvider, HTTPProvider)

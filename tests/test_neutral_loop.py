@@ -1,0 +1,277 @@
+"""One tool loop, written once against the neutral types, runs unchanged on every backend.
+
+The loop below knows no vendor: it branches on ``stop_reason``, runs every
+``tool_use`` block through a :class:`~vaelii_llm.tools.Toolset` on the sample
+KB, echoes the assistant's content and sends :class:`ToolResultBlock` s back.
+It runs on the stub, on a loopback Ollama and on a loopback Messages API, each
+chosen by ``providers.provider(kind, ...)`` with the same options, and by
+``complete``, by ``stream`` and by ``stream(deltas=True)``.
+
+Each far end asks for the same two tool calls, then answers with the tool
+results it was sent quoted back, so the final answer holds facts only the real
+tool calls on the KB could have produced, carried over each wire and back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, Literal
+
+import pytest
+from aiohttp import web
+from anthropic_fake import FakeMessagesAPI, Transcript
+from fake_ollama import FakeOllama, chunk, final, tool_call
+from loopback import serve
+
+from vaelii_llm import kb, providers, tools
+from vaelii_llm.protocol import (
+    Message,
+    Provider,
+    Request,
+    Response,
+    StreamItem,
+    TextBlock,
+    TextDelta,
+    ToolResultBlock,
+    ToolUseBlock,
+    ToolUseStart,
+)
+
+Mode = Literal["complete", "stream", "deltas"]
+
+QUESTION = "Who is Miss Muffet afraid of, and what kind of thing is Muffet?"
+CALLS = [
+    ("kb_query", {"goal": "(afraidOf MissMuffet ?who)"}),
+    ("kb_types_of", {"term": "Muffet"}),
+]
+KEY = "sk-ant-neutral-loop-test"
+FACTS = ["ItsyBitsy", "Fang", "Arachnid", "Arthropod"]
+"""What only the two tool calls on the sample KB can tell."""
+
+
+def answer_from(results: list[str]) -> str:
+    """What every far end answers once it holds the tool results: them, quoted."""
+    return "From the KB: " + " | ".join(results)
+
+
+# ---------------------------------------------------------------------------
+# The loop, written once
+
+
+async def turn(model: Provider, request: Request, mode: Mode) -> Response:
+    """One turn by ``complete`` or by ``stream``; a stream is checked against
+    what it claims (its blocks are the Response's, its deltas join to them)."""
+    if mode == "complete":
+        return await model.complete(request)
+    items: list[StreamItem] = []
+    async with aclosing(model.stream(request, deltas=mode == "deltas")) as stream:
+        async for item in stream:
+            items.append(item)
+    response = items[-1]
+    assert isinstance(response, Response)
+    deltas = [i for i in items[:-1] if isinstance(i, TextDelta | ToolUseStart)]
+    blocks = [i for i in items[:-1] if not isinstance(i, TextDelta | ToolUseStart)]
+    assert blocks == response.content
+    if mode == "stream":
+        assert deltas == []
+    else:
+        assert deltas, "stream(deltas=True) yielded no delta"
+        for index, block in enumerate(response.content):
+            if isinstance(block, TextBlock):
+                said = [d.text for d in deltas if isinstance(d, TextDelta) and d.index == index]
+                assert "".join(said) == block.text
+            if isinstance(block, ToolUseBlock):
+                started = [d for d in deltas if isinstance(d, ToolUseStart) and d.index == index]
+                assert [(d.id, d.name) for d in started] == [(block.id, block.name)]
+    return response
+
+
+async def tool_loop(
+    model: Provider, toolset: tools.Toolset, question: str, mode: Mode, turns: int = 4
+) -> tuple[Response, list[Message]]:
+    """Ask, run the tools the model asks for, send the results back, until it stops."""
+    messages = [Message(role="user", content=question)]
+    for _ in range(turns):
+        request = Request(messages=messages, tools=toolset.schemas(), max_tokens=512)
+        response = await turn(model, request, mode)
+        messages.append(Message(role="assistant", content=response.content))
+        if response.stop_reason != "tool_use":
+            return response, messages
+        results: list[ToolResultBlock] = []
+        for block in response.content:
+            if isinstance(block, ToolUseBlock) and not block.partial:
+                result = await toolset.call(block.name, block.input)
+                results.append(result.block(block.id))
+        messages.append(Message(role="user", content=list(results)))
+    raise AssertionError(f"the model still asked for tools after {turns} turns")
+
+
+# ---------------------------------------------------------------------------
+# The far ends: each speaks its own wire, and checks what the loop echoed
+
+
+class StubFarEnd:
+    """The stub's script: two tool calls, then the results it was sent, quoted."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+
+    def expand(self, entry: Any) -> Any:
+        if entry.get("answer"):
+            last = self.model.requests()[-1].messages
+            sent = [b for b in last[-1].content if isinstance(b, ToolResultBlock)]
+            echoed = [b for b in last[-2].content if isinstance(b, ToolUseBlock)]
+            assert [b.tool_use_id for b in sent] == [b.id for b in echoed]
+            return answer_from([b.content for b in sent])
+        return entry
+
+    def opts(self) -> dict[str, Any]:
+        script = [{"tools": [{"tool": name, "input": args} for name, args in CALLS]}, {"answer": 1}]
+        return {"script": script, "expand": self.expand}
+
+
+def ollama_script(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Ollama's turns: tool calls (``done_reason`` ``stop``, as Ollama sends it),
+    then, once tool messages come back, the answer in three chunks."""
+    messages = body["messages"]
+    if messages[-1]["role"] != "tool":
+        calls = [tool_call(name, args) for name, args in CALLS]
+        return [chunk("", tool_calls=calls), final(done_reason="stop")]
+    sent = [m for m in messages if m["role"] == "tool"]
+    assert [m.get("tool_name") for m in sent] == [name for name, _ in CALLS]
+    (echoed,) = [m for m in messages if m["role"] == "assistant"]
+    assert [c["function"]["name"] for c in echoed["tool_calls"]] == [n for n, _ in CALLS]
+    text = answer_from([m["content"] for m in sent])
+    third = len(text) // 3
+    pieces = [text[:third], text[third : 2 * third], text[2 * third :]]
+    return [*(chunk(piece) for piece in pieces), final(done_reason="stop")]
+
+
+def messages_transcript(n: int, blocks: list[dict[str, Any]], stop_reason: str) -> Transcript:
+    """A Messages API turn as SSE events and as the non-streamed message."""
+    msg_id = f"msg_neutral_{n}"
+    events: list[tuple[str, dict[str, Any]]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id, "type": "message", "role": "assistant",
+                    "model": "claude-opus-5-5", "content": [], "stop_reason": None,
+                    "stop_sequence": None, "usage": {"input_tokens": 40, "output_tokens": 1},
+                },
+            },
+        )
+    ]
+    for index, block in enumerate(blocks):
+        if block["type"] == "text":
+            start: dict[str, Any] = {"type": "text", "text": ""}
+            text = block["text"]
+            half = len(text) // 2
+            deltas = [{"type": "text_delta", "text": part} for part in (text[:half], text[half:])]
+        else:
+            start = {**block, "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        )
+        for delta in deltas:
+            events.append(
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+            )
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": 12},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    message = {
+        "id": msg_id, "type": "message", "role": "assistant", "model": "claude-opus-5-5",
+        "content": blocks, "stop_reason": stop_reason, "stop_sequence": None,
+        "usage": {"input_tokens": 40, "output_tokens": 12},
+    }
+    return Transcript(events, message)
+
+
+class MessagesFarEnd(FakeMessagesAPI):
+    """The loopback Messages API, choosing its transcript from what it was sent."""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        messages = (await request.json())["messages"]
+        content = messages[-1]["content"]
+        sent = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+        if not sent:
+            calls = [
+                {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": args}
+                for i, (name, args) in enumerate(CALLS)
+            ]
+            self.transcript = messages_transcript(len(self.seen), calls, "tool_use")
+        else:
+            echoed = messages[-2]["content"]
+            assert [b["id"] for b in echoed] == [b["tool_use_id"] for b in sent]
+            text = answer_from([b["content"] for b in sent])
+            blocks = [{"type": "text", "text": text}]
+            self.transcript = messages_transcript(len(self.seen), blocks, "end_turn")
+        return await super().handle(request)
+
+
+@asynccontextmanager
+async def far_ends() -> AsyncIterator[dict[str, Any]]:
+    """The options one ``providers.provider`` call takes for every kind."""
+    ollama = await FakeOllama(script=ollama_script).start()
+    stub_end = StubFarEnd()
+    try:
+        async with serve(MessagesFarEnd().app()) as api_url:
+            yield {
+                "host": ollama.url,
+                "credential": KEY,
+                "base_url": api_url,
+                "stub": stub_end.opts(),
+                "_stub_end": stub_end,
+            }
+    finally:
+        await ollama.stop()
+
+
+@pytest.mark.parametrize("mode", ["complete", "stream", "deltas"])
+@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic"])
+async def test_one_loop_runs_unchanged_on_every_backend(
+    kind: str, mode: Mode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    toolset = tools.Toolset(kb.sample())
+    async with far_ends() as opts:
+        stub_end: StubFarEnd = opts.pop("_stub_end")
+        model = await providers.provider(kind, **opts)
+        assert type(model).__module__ == providers.BACKENDS[kind], "fell back to the stub"
+        stub_end.model = model
+        async with model:
+            response, messages = await tool_loop(model, toolset, QUESTION, mode)
+
+    assert response.stop_reason == "end_turn"
+    text = "".join(b.text for b in response.content if isinstance(b, TextBlock))
+    assert text.startswith("From the KB: ")
+    for fact in FACTS:
+        assert fact in text, (fact, text)
+    # question, the tool calls, their results, the answer: the loop ran two turns.
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    calls = [b for b in messages[1].content if isinstance(b, ToolUseBlock)]
+    assert [(c.name, c.input) for c in calls] == CALLS
+    assert len({c.id for c in calls}) == len(calls)
+    results = messages[2].content
+    assert all(isinstance(r, ToolResultBlock) and not r.is_error for r in results)
