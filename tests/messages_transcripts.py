@@ -229,7 +229,7 @@ class _Builder:
                 first[name] = [x for c in chunks[:keep] for x in c]
                 queue.extend((name, c) for c in chunks[keep:])
         for name in plan.scalars:
-            if name in block:
+            if block.get(name) is not None:  # a null in a delta carries nothing: a null stays put
                 first[name] = rng.randint(0, 9)
                 queue.extend((name, {"decoy": i}) for i in range(rng.randint(0, 2)))
                 queue.append((name, block[name]))
