@@ -568,3 +568,38 @@ def test_transcripts_are_json() -> None:
     for name, data in t.events:
         assert data["type"] == name
         json.dumps(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from(list('{}[]":,\\ u0123456789abcdeE.-+tfnrl\u00e9\U0001f600')))
+    | st.text(max_size=30),
+    st.sampled_from(["max_tokens", "tool_use", "end_turn"]),
+    st.booleans(),
+)
+def test_any_cut_input_is_a_response_or_a_typed_refusal(cut: str, stop: str, stopped: bool) -> None:
+    """Whatever text a tool input stops at: a Response (under max_tokens, when
+    it reads as a JSON object prefix) or LLMBadResponse, nothing else."""
+    head = message([tool_use("kb_query", {})], stop_reason="max_tokens")
+    t = transcript(head, random.Random(17), pings=False)
+    events = [e for e in t.events if e[1].get("delta", {}).get("type") != "input_json_delta"]
+    start = next(i for i, (n, _) in enumerate(events) if n == "content_block_start")
+    piece = {"type": "input_json_delta", "partial_json": cut}
+    events.insert(
+        start + 1,
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": piece}),
+    )
+    if not stopped:
+        events = [e for e in events if e[0] != "content_block_stop"]
+    for _, data in events:
+        if data["type"] == "message_delta":
+            data["delta"]["stop_reason"] = stop
+    try:
+        _, resp = assemble(Transcript(events, {}), random.Random(18))
+    except LLMBadResponse:
+        return
+    call = resp.content[0]
+    assert isinstance(call, ToolUseBlock)
+    assert call.partial == (stop == "max_tokens")
+    if stop != "max_tokens":
+        assert call.input == (json.loads(cut) if cut.strip() else {})
