@@ -1,8 +1,12 @@
-"""Shared test plumbing: the live-model consent gate and the aioresponses shim."""
+"""Shared test plumbing: the live-model consent gate, the event loop lane, and
+the aioresponses shim."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -11,6 +15,27 @@ import pytest
 from vaelii_llm import config as vconfig
 
 pytest_plugins = ["pytester"]
+
+LOOPS = ("asyncio", "uvloop")
+TEST_LOOP = os.environ.get("VAELII_TEST_LOOP", "").strip().lower() or "asyncio"
+"""The event loop every async test runs on: ``VAELII_TEST_LOOP=uvloop`` is the
+second CI lane (.ci/run); unset, asyncio's own loop, as the README's command runs."""
+
+if TEST_LOOP not in LOOPS:
+    raise pytest.UsageError(f"VAELII_TEST_LOOP={TEST_LOOP!r}; one of {', '.join(LOOPS)}")
+
+if TEST_LOOP == "uvloop":
+    import uvloop  # an ImportError here says the lane's venv lacks the test extra
+
+    def pytest_asyncio_loop_factories(
+        config: pytest.Config, item: pytest.Item
+    ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+        """pytest-asyncio's hook: every async test and fixture runs on a uvloop loop."""
+        return {"uvloop": uvloop.new_event_loop}
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"event loop: {TEST_LOOP} (VAELII_TEST_LOOP)"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

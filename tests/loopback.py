@@ -52,9 +52,7 @@ async def serve(handler: web.Application | Handler) -> AsyncIterator[str]:
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server)
-        port = server.sockets[0].getsockname()[1]
+        port = runner.addresses[0][1]  # any loop's server (asyncio's, uvloop's)
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()

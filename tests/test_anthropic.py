@@ -545,7 +545,7 @@ async def test_breaking_out_releases_the_response() -> None:
             async for item in items:
                 assert isinstance(item, TextBlock)
                 break
-        assert loop.time() - started < 2
+        assert loop.time() - started < 10  # well before the turn's 30 s budget
         session = p._session
         assert session is not None
         assert not session.connector._acquired  # type: ignore[union-attr]
@@ -561,7 +561,7 @@ async def test_server_holding_the_stream_open_after_message_stop() -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
         items = [i async for i in p.stream(req(timeout_ms=30_000))]
-        assert loop.time() - started < 2
+        assert loop.time() - started < 10  # well before the turn's 30 s budget
         assert isinstance(items[-1], Response)
         assert [b.raw for b in items[-1].content] == t.message["content"]
 
@@ -733,7 +733,6 @@ async def test_selection_wiring() -> None:
         assert SECRET not in repr(built)
     fallback = await providers.provider("anthropic")
     assert not isinstance(fallback, AnthropicProvider)
-    assert frozenset({"credential"}) == anthropic.PROBE_OPTS
 
 
 def test_constructor_does_no_io_and_reads_base_url(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -172,7 +172,7 @@ async def test_hung_ant_times_out_and_is_killed(bin_dir: Path, tmp_path: Path) -
     loop = asyncio.get_running_loop()
     started = loop.time()
     assert await credentials.from_ant(timeout_s=0.5) is None
-    assert loop.time() - started < 3
+    assert loop.time() - started < 10  # well before the CLI's own 30 s
     pids = [int(x) for x in pid_file.read_text().split()]
     assert gone(pids[0])  # the CLI itself, reaped
     await asyncio.sleep(0.05)

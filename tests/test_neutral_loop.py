@@ -14,6 +14,7 @@ tool calls on the KB could have produced, carried over each wire and back.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -275,3 +276,16 @@ async def test_one_loop_runs_unchanged_on_every_backend(
     assert len({c.id for c in calls}) == len(calls)
     results = messages[2].content
     assert all(isinstance(r, ToolResultBlock) and not r.is_error for r in results)
+
+
+async def test_the_suite_runs_on_the_event_loop_its_lane_names() -> None:
+    from conftest import TEST_LOOP
+
+    loop = asyncio.get_running_loop()
+    if TEST_LOOP == "uvloop":
+        import uvloop
+
+        assert isinstance(loop, uvloop.Loop)
+    else:
+        assert type(loop).__module__.startswith("asyncio.")
+    assert loop.get_debug()  # asyncio_debug holds on either loop

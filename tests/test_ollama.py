@@ -525,7 +525,7 @@ async def test_a_stall_mid_stream_is_a_timeout_inside_the_turn_budget(fake: Fake
             await collect(p, ask("hi", timeout_ms=300))
         elapsed = loop.time() - started
     assert info.value.timeout_ms == 300
-    assert 0.25 <= elapsed < 2.0
+    assert elapsed < 10  # well before the far end's own end: it never ends
 
 
 @pytest.mark.parametrize("mode", ["held_after_done", "cut_after_done"])
@@ -539,7 +539,7 @@ async def test_a_body_that_does_not_end_cleanly_after_done_keeps_the_answer(
         fake.mode = mode
         started = loop.time()
         items = await collect(p, ask("hi", timeout_ms=30_000))
-        assert loop.time() - started < 2  # not the turn's whole budget
+        assert loop.time() - started < 10  # well before the turn's 30 s budget
     assert items[-1] == whole
     assert items[:-1] == whole.content == [ThinkingBlock(thinking="t"), TextBlock(text="Hello")]
 

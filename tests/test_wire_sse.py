@@ -157,21 +157,24 @@ def test_pings_between_events_do_not_count_towards_an_event() -> None:
 def _time_one_event(size: int, chunk: int) -> float:
     body = b"data: " + b"x" * size + b"\n\n"
     decoder = SSEDecoder()
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU: other processes' load does not count
     for i in range(0, len(body), chunk):
         events = decoder.feed(body[i : i + chunk])
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert len(events) == 1
     assert len(events[0].data) == size
     return elapsed
 
 
 def test_one_huge_event_decodes_in_linear_time() -> None:
-    """16 MiB in 4 KiB chunks: 4x the bytes of 4 MiB must not cost 16x (quadratic)."""
+    """16 MiB in 4 KiB chunks: 4x the bytes of 4 MiB must not cost 16x (quadratic).
+
+    A ratio of CPU times with a wide margin (linear is 4x, the bound 10x), no
+    absolute bound: a loaded machine slows both alike. The figures themselves
+    are the benchmark's (tests/bench/bench_wire.py)."""
     small = min(_time_one_event(4 * 2**20 - 16, 4096) for _ in range(3))
     big = min(_time_one_event(16 * 2**20 - 16, 4096) for _ in range(2))
-    assert big < 8 * small + 0.05, (small, big)
-    assert big < 1.0
+    assert big < 10 * small + 0.05, (small, big)
 
 
 # --- properties ---------------------------------------------------------------

@@ -269,10 +269,7 @@ async def send_request(
     carrying the status and the whole body. Other failures: see the module
     docstring.
     """
-    _check_headers(headers)
-    sent: CIMultiDict[str] = CIMultiDict(headers or {})
-    if body is not None and "Content-Type" not in sent and "Content-Type" not in session.headers:
-        sent["Content-Type"] = "application/json"
+    sent = _outgoing(session, headers, body)
     timer = asyncio.timeout_at(deadline.when)
     try:
         async with timer:
@@ -387,22 +384,101 @@ async def request_json(
     headers: Mapping[str, str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> T:
-    """Send, read the whole body under the deadline, decode it; the response is always released."""
-    response = await send_request(
-        session,
-        endpoint,
-        method,
-        url,
-        deadline=deadline,
-        body=body,
-        headers=headers,
-        max_body_bytes=max_body_bytes,
-    )
+    """Send, read the whole body under the deadline, decode it; the response is always released.
+
+    What :func:`send_request` then :func:`read_body` do, failures mapped the
+    same way, under one timer for the headers and the body (the small-turn
+    path: one timer, not two, and no header copy when there is nothing to add).
+    """
+    sent = _outgoing(session, headers, body)
+    label = endpoint.label
+    timer = asyncio.timeout_at(deadline.when)
+    response: aiohttp.ClientResponse | None = None
+    chunks: list[bytes] = []
     try:
-        data = await read_body(response, endpoint, deadline, max_bytes=max_body_bytes)
-    finally:
-        response.release()
-    return decode_json(data, endpoint, decoder)
+        async with timer:
+            response = await session.request(
+                method, url, data=body, headers=sent, allow_redirects=False
+            )
+            await _read_into(response, label, chunks, max_body_bytes)
+    except _URL_ERRORS as exc:
+        raise _unreachable(exc, endpoint) from None  # the URL may hold a password
+    except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
+        if response is None:
+            if timer.expired():
+                raise LLMTimeout(label, deadline.timeout_ms) from exc
+            raise _unreachable(exc, endpoint) from exc
+        response.close()
+        if timer.expired():
+            raise LLMTimeout(label, deadline.timeout_ms, "body") from exc
+        size = sum(map(len, chunks))
+        cut = LLMBadResponse(
+            label,
+            f"cut the body short after {size} bytes ({_cut_reason(exc)})",
+            b"".join(chunks),
+        )
+        if 200 <= response.status < 300:
+            raise cut from exc
+        raise LLMApiError(label, response.status, cut.text) from cut
+    except ValueError as exc:
+        if response is not None:
+            response.close()
+            raise
+        reason = f"the request could not be sent ({excerpt(str(exc), 120)})"
+        raise LLMUnreachable(label, reason) from exc
+    except LLMBadResponse as err:  # over the cap
+        assert response is not None
+        response.close()
+        if 200 <= response.status < 300:
+            raise
+        raise LLMApiError(label, response.status, err.text) from err
+    except BaseException:
+        if response is not None:
+            response.close()
+        raise
+    response.release()
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if 200 <= response.status < 300:
+        return decode_json(data, endpoint, decoder)
+    raise LLMApiError(label, response.status, data.decode("utf-8", "replace"))
+
+
+def _outgoing(
+    session: aiohttp.ClientSession, headers: Mapping[str, str] | None, body: bytes | None
+) -> Mapping[str, str] | None:
+    """The request's own headers, checked, with a JSON Content-Type for a body
+    when neither they nor the session name one (copied only then)."""
+    _check_headers(headers)
+    if body is None or "Content-Type" in session.headers:
+        return headers
+    sent: CIMultiDict[str] = CIMultiDict(headers or {})
+    if "Content-Type" not in sent:
+        sent["Content-Type"] = "application/json"
+    return sent
+
+
+async def _read_into(
+    response: aiohttp.ClientResponse, label: str, chunks: list[bytes], max_bytes: int
+) -> None:
+    """The body's chunks into ``chunks``, refusing one announced or counted
+    over ``max_bytes`` (:class:`LLMBadResponse`, its opening kept). The caller
+    holds the timer and maps a read failure."""
+    announced = response.content_length
+    if announced is not None and announced > max_bytes:
+        raise LLMBadResponse(
+            label, f"announced a {announced}-byte body, over the {max_bytes}-byte cap"
+        )
+    size = 0
+    content = response.content
+    while chunk := await content.readany():
+        size += len(chunk)
+        chunks.append(chunk)
+        if size > max_bytes:
+            raise LLMBadResponse(
+                label,
+                f"sent a body over the {max_bytes}-byte cap (its opening is kept)",
+                b"".join(chunks)[:_OPENING],
+            )
 
 
 async def _chunks(

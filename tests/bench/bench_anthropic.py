@@ -357,6 +357,38 @@ _F_DECODER = msgspec.json.Decoder(_FEvent)
 _F_ANY = msgspec.json.Decoder()
 
 
+class _FSmallBlock(msgspec.Struct, gc=False):
+    type: str
+    text: str | None = None
+
+
+class _FSmallMessage(msgspec.Struct, gc=False):
+    """A non-streamed message with what a caller reads: content, stop, usage."""
+
+    id: str
+    model: str
+    content: list[_FSmallBlock]
+    stop_reason: str | None
+    usage: _FUsage
+
+
+_F_SMALL = msgspec.json.Decoder(_FSmallMessage)
+_F_HEADERS = {
+    "x-api-key": "sk-bench",
+    "anthropic-version": "2023-06-01",
+    "content-type": "application/json",
+    "accept": "application/json",
+}
+
+
+async def floor_small(session: aiohttp.ClientSession, url: str, body: bytes) -> None:
+    """The small-turn floor: a plain aiohttp POST of a pre-encoded body, the
+    whole answer read and decoded by one typed msgspec decoder."""
+    async with session.post(url + "/v1/messages", data=body, headers=_F_HEADERS) as resp:
+        message = _F_SMALL.decode(await resp.read())
+    assert message.content
+
+
 async def floor_stream(session: aiohttp.ClientSession, url: str, text: str) -> dict[str, Any]:
     """The floor: aiohttp, batch line splits, one typed decoder, list joins."""
     body = msgspec.json.encode(
@@ -489,10 +521,17 @@ async def main(url: str) -> None:
                 "non-streamed": ([], []),
                 "streamed": ([], []),
             }
+            small_floor: list[float] = []
+            hi = [{"role": "user", "content": "hi"}]
+            small_body = msgspec.json.encode({"model": MODEL, "max_tokens": 1024, "messages": hi})
             await ours_small(p)
             await theirs_small()
+            await floor_small(floor_session, url, small_body)
             for _ in range(SMALL_RUNS):
                 figures["non-streamed"][0].append(await small_turns_per_s(lambda: ours_small(p)))
+                small_floor.append(
+                    await small_turns_per_s(lambda: floor_small(floor_session, url, small_body))
+                )
                 figures["non-streamed"][1].append(await small_turns_per_s(theirs_small))
                 figures["streamed"][0].append(await small_turns_per_s(lambda: ours_stream(p, "hi")))
                 figures["streamed"][1].append(await small_turns_per_s(lambda: theirs_stream("hi")))
@@ -518,6 +557,9 @@ async def main(url: str) -> None:
             f"median of {SMALL_RUNS}:"
         )
         print(f"  vaelii_llm {so:8.0f} /s   anthropic {st:8.0f} /s   speed-up x{so / st:.2f}")
+        if name == "non-streamed":
+            sf = statistics.median(small_floor)
+            print(f"  floor {sf:8.0f} /s   vaelii_llm/floor x{so / sf:.2f} (of its turns/s)")
 
 
 def run() -> None:

@@ -124,6 +124,37 @@ async def floor_big(session: aiohttp.ClientSession, url: str) -> str:
     return "".join(parts)
 
 
+class _FSmall(msgspec.Struct, gc=False):
+    """A non-streamed answer with what a caller reads: the text, the stop and the counts."""
+
+    model: str
+    message: _FMessage
+    done: bool
+    done_reason: str | None = None
+    prompt_eval_count: int | None = None
+    eval_count: int | None = None
+
+
+_F_SMALL = msgspec.json.Decoder(_FSmall)
+_F_SMALL_BODY = msgspec.json.encode(
+    {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": False,
+        "options": OPTIONS,
+        "keep_alive": "30m",
+    }
+)
+
+
+async def floor_small(session: aiohttp.ClientSession, url: str) -> None:
+    """The small-turn floor: a plain aiohttp POST of a pre-encoded body, the
+    whole answer read and decoded by one typed msgspec decoder."""
+    async with session.post(url + "/api/chat", data=_F_SMALL_BODY) as resp:
+        answer = _F_SMALL.decode(await resp.read())
+    assert answer.done
+
+
 async def ours_small(p: ours.OllamaProvider) -> None:
     await p.complete(ask("hi"))
 
@@ -135,7 +166,10 @@ async def theirs_small(client: official.AsyncClient) -> None:
 
 async def main(url: str) -> None:
     client = official.AsyncClient(host=url)
-    async with ours.provider(host=url, model=MODEL) as p, aiohttp.ClientSession() as session:
+    async with (
+        ours.provider(host=url, model=MODEL) as p,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+    ):
         try:
             text_ours, text_theirs = await ours_big(p), await theirs_big(client)
             assert text_ours == text_theirs, "the two clients disagree on the big turn"
@@ -150,15 +184,19 @@ async def main(url: str) -> None:
                 big_theirs.append(await timed(lambda: theirs_big(client)))
             await ours_small(p)
             await theirs_small(client)
+            await floor_small(session, url)
             small_ours: list[float] = []
+            small_floor: list[float] = []
             small_theirs: list[float] = []
             for _ in range(SMALL_RUNS):
                 small_ours.append(await small_turns_per_s(lambda: ours_small(p)))
+                small_floor.append(await small_turns_per_s(lambda: floor_small(session, url)))
                 small_theirs.append(await small_turns_per_s(lambda: theirs_small(client)))
         finally:
             await client.close()  # type: ignore[no-untyped-call]
     mo, mf, mt = (statistics.median(x) for x in (big_ours, big_floor, big_theirs))
     so, st = statistics.median(small_ours), statistics.median(small_theirs)
+    sf = statistics.median(small_floor)
     wire = sum(len(json.dumps(obj)) + 1 for obj in BIG)
     print(f"big streamed turn ({wire / 1e6:.1f} MB of NDJSON, {BIG_TOKENS:,} chunks, "
           f"{size:,} characters of text), median of {BIG_RUNS}:")
@@ -168,7 +206,9 @@ async def main(url: str) -> None:
           f"speed-up over ollama x{mt / mo:.2f}")
     print(f"small turns at concurrency {CONCURRENCY} ({SMALL_TURNS} turns), "
           f"median of {SMALL_RUNS}:")
-    print(f"  vaelii_llm {so:8.0f} /s   ollama {st:8.0f} /s   speed-up x{so / st:.2f}")
+    print(f"  vaelii_llm {so:8.0f} /s   floor {sf:8.0f} /s   ollama {st:8.0f} /s")
+    print(f"  vaelii_llm/floor x{so / sf:.2f} (of the floor's turns/s)   "
+          f"speed-up over ollama x{so / st:.2f}")
 
 
 def run() -> None:

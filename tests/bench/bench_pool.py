@@ -8,6 +8,11 @@ vote's checkouts, its task group and its counting, against the same three
 ``asyncio.gather``). Each figure is the median, over ``--rounds`` rounds, of a
 round's time divided by its ``--batch`` votes. A second provider that yields to
 the loop once per call (as any real I/O does) shows the same with a suspension.
+
+Last, the bound on calls at once (a measurement that was a timed test): 40 votes
+over 4 tokens of a provider that takes ``--hold`` ms per call run in ten rounds,
+so the ideal is ten holds; the median over ``--bound-rounds`` runs is printed
+against that ideal (serial would be 40 holds).
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ class Instant(ProviderBase):
     async def complete(self, request: Request) -> Response:
         return ANSWER
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamItem]:
+    async def stream(
+        self, request: Request, *, deltas: bool = False
+    ) -> AsyncIterator[StreamItem]:
         yield ANSWER
 
 
@@ -92,7 +99,45 @@ async def measure(provider: Instant, rounds: int, batch: int) -> dict[str, float
     return figures
 
 
-async def main(rounds: int, batch: int) -> None:
+class Holding(Instant):
+    """Holds its token for ``hold`` seconds a call; counts the calls at once."""
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+        self.active = 0
+        self.most = 0
+
+    async def complete(self, request: Request) -> Response:
+        self.active += 1
+        self.most = max(self.most, self.active)
+        try:
+            await asyncio.sleep(self.hold)
+            return ANSWER
+        finally:
+            self.active -= 1
+
+
+async def bounded(hold_ms: float, runs: int) -> None:
+    """40 votes over 4 tokens: ten rounds of one hold each, at the ideal."""
+    provider = Holding(hold_ms / 1000)
+    pool = Pool([provider] * 4)
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = await vote(pool, REQUEST, votes=40)
+        samples.append(time.perf_counter() - start)
+        assert result.tally == {"yes": 40, "no": 0}
+    assert provider.most == 4
+    await pool.aclose()
+    ideal = 10 * hold_ms / 1000
+    median = statistics.median(samples)
+    print(f"40 votes over 4 tokens, {hold_ms:g} ms a call (median of {runs} runs)")
+    print(f"  took {median * 1000:8.1f} ms; ideal {ideal * 1000:.0f} ms: {median / ideal:.3f}x")
+    serial = 4 * ideal * 1000
+    print(f"  (serial would be {serial:.0f} ms: 4.000x); most calls at once {provider.most}")
+
+
+async def main(rounds: int, batch: int, hold_ms: float, bound_rounds: int) -> None:
     providers: tuple[tuple[str, Instant], ...] = (
         ("instant provider", Instant()),
         ("one-hop provider", OneHop()),
@@ -108,11 +153,14 @@ async def main(rounds: int, batch: int) -> None:
             f"  pool overhead per vote vs gathered: {voted - gathered:+.1f} µs "
             f"({voted / gathered:.2f}x); per turn {(voted - gathered) / VOTES:+.1f} µs"
         )
+    await bounded(hold_ms, bound_rounds)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=31)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--hold", type=float, default=50.0, help="ms a bounded call holds")
+    parser.add_argument("--bound-rounds", type=int, default=7)
     args = parser.parse_args()
-    asyncio.run(main(args.rounds, args.batch))
+    asyncio.run(main(args.rounds, args.batch, args.hold, args.bound_rounds))

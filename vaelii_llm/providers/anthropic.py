@@ -156,7 +156,6 @@ __all__ = [
     "DEFAULT_MODEL",
     "FALLBACK_BETA",
     "NEVER_SENT",
-    "PROBE_OPTS",
     "AnthropicProvider",
     "MessagesCodec",
     "StreamAssembler",
@@ -180,7 +179,6 @@ DEFAULT_EFFORT: Final = "medium"
 reasoning sends ``effort``."""
 FALLBACK_BETA: Final = "server-side-fallback-2026-07-01"
 NEVER_SENT: Final = frozenset({"temperature", "top_p", "top_k", "tool_choice"})
-PROBE_OPTS: Final = frozenset({"credential"})
 MESSAGES_PATH: Final = "/v1/messages"
 _DRAIN_S: Final = 0.05
 """How long a stream may take to end after ``message_stop`` before its

@@ -91,7 +91,6 @@ from vaelii_llm.providers.http import HTTPProvider
 from vaelii_llm.wire.ndjson import NDJSONDecoder
 
 __all__ = [
-    "PROBE_OPTS",
     "SHOW_TIMEOUT_MS",
     "VERSION_TIMEOUT_MS",
     "WARM_TIMEOUT_MS",
@@ -116,9 +115,6 @@ __all__ = [
     "version",
     "warm",
 ]
-
-PROBE_OPTS: Final = frozenset({"host"})
-"""The only option :func:`available` is handed by selection."""
 
 VERSION_TIMEOUT_MS: Final = 2_000
 """The version probe's whole-request deadline, connection included."""
@@ -599,9 +595,14 @@ class ChatCodec:
         self.endpoint = endpoint(url)
         self.url = url + "/api/chat"
         self.model = model
-        self._num_ctx = num_ctx
-        self._keep_alive = keep_alive
+        # Read once, when the provider is built: the environment is read per
+        # process, not per turn (each read costs a small turn a few percent).
+        self._num_ctx = config.ollama_num_ctx(num_ctx)
+        self._keep_alive = config.ollama_keep_alive(keep_alive)
         self._headers = dict(headers)
+        if not any(name.lower() == "content-type" for name in self._headers):
+            # on the session, so no turn copies its headers to add it
+            self._headers["Content-Type"] = "application/json"
 
     def session_headers(self) -> Mapping[str, str]:
         return self._headers
@@ -610,8 +611,8 @@ class ChatCodec:
         return chat_body(
             request,
             model=self.model,
-            num_ctx=config.ollama_num_ctx(self._num_ctx),
-            keep_alive=config.ollama_keep_alive(self._keep_alive),
+            num_ctx=self._num_ctx,
+            keep_alive=self._keep_alive,
             stream=stream,
             label=self.endpoint.label,
         )
@@ -666,9 +667,10 @@ def provider(
     (default ``VAELII_OLLAMA_MODEL``, ``phi4:14b``). No I/O happens here.
 
     ``num_ctx`` and ``keep_alive`` are this provider's defaults for a request
-    naming none; unset, each turn reads ``VAELII_OLLAMA_NUM_CTX`` and
-    ``VAELII_OLLAMA_KEEP_ALIVE``. ``headers`` are sent on every turn (a
-    gateway's or proxy's own) and never logged or shown. Raises ValueError for
+    naming none; unset, ``VAELII_OLLAMA_NUM_CTX`` and
+    ``VAELII_OLLAMA_KEEP_ALIVE`` are read when the provider is built.
+    ``headers`` are sent on every turn (a gateway's or proxy's own) and never
+    logged or shown. Raises ValueError for
     a host that names none.
     """
     return OllamaProvider(
