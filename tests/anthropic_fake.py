@@ -135,10 +135,12 @@ def _block(rng: random.Random, index: int, kind: str, events: list[Event]) -> di
         for piece in _split(rng, text, 25):
             delta({"type": "input_json_delta", "partial_json": piece})
         final = {"type": "tool_use", "id": tool_id, "name": "kb_query", "input": tool_input}
-    else:  # a vendor type nobody models, with a delta type nobody knows
+    else:  # a vendor type nobody models, with a delta type nobody knows (the generic rule)
         final = {"type": "mystery_block", "payload": {"n": rng.randint(0, 9)}}
         start(dict(final))
-        delta({"type": "mystery_delta", "anything": 1})
+        note = "ab"[: rng.randint(0, 2)]
+        delta({"type": "mystery_delta", "anything": 1, "note": note})
+        final |= {"anything": 1, "note": note}
     events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     _ping(rng, events)
     return final

@@ -350,8 +350,10 @@ def test_protocol_violations() -> None:
         "content_block_delta",
         '{"index":0,"delta":{"type":"input_json_delta","partial_json":"{\\"a\\": tru"}}',
     )
+    # A cut input is held until the stop reason: only max_tokens may cut one.
+    assert asm.feed("content_block_stop", '{"index":0}') == []
     with pytest.raises(LLMBadResponse, match="not JSON"):
-        asm.feed("content_block_stop", '{"index":0}')
+        asm.feed("message_delta", '{"delta":{"stop_reason":"tool_use"},"usage":{}}')
     with pytest.raises(LLMBadResponse):
         StreamAssembler("t").feed("message_start", "{not json")
 

@@ -38,6 +38,42 @@ What comes back
     :class:`~vaelii_llm.errors.LLMApiError`; a stream ending before
     ``message_stop`` is an :class:`~vaelii_llm.errors.LLMBadResponse`.
 
+    The message's top-level fields this package does not model
+    (``container``, ``context_management``…) are kept on ``Response.extra``,
+    its usage fields not modelled (``service_tier``, ``server_tool_use``…) on
+    ``Usage.extra``; a null one is left out, so both are None when there are
+    none. Streamed, they come from ``message_start`` and then
+    ``message_delta`` (its ``delta`` and the fields beside it), a null never
+    replacing a value, a later value replacing an earlier one.
+
+Streamed turns equal whole ones
+    * A server-side fallback: ``message_start`` names the model first asked;
+      each ``fallback`` block's ``to.model`` served what follows, so the
+      Response names the last one, as the whole message does.
+    * A block type the package does not model takes the deltas the typed path
+      does not read (``compaction_delta`` on a ``compaction`` block, any
+      other) by one rule, applied to its ``raw`` in order: a delta's ``type``
+      is not copied and a null carries nothing; a string is appended to the
+      field's string (a null, absent or non-string field counts as ``""``); a
+      list extends the field's list (likewise ``[]``); any other value
+      replaces the field (the last one wins). ``input_json_delta`` and
+      ``citations_delta`` do on it what they do on a modelled block (a
+      ``server_tool_use`` input, the citations). A modelled block skips a
+      delta type it does not know.
+    * ``max_tokens`` inside a tool input: the turn ends as ``max_tokens``
+      with the blocks as they came; a cut input is read leniently (jiter's
+      partial mode: whole members kept, a cut string kept up to the cut, a
+      cut number, literal or key dropped), as the whole message carries it.
+      Under ``max_tokens`` the last block, when a ``tool_use``, is
+      ``partial=True`` on both paths, so it is never run; streamed, a tool
+      call is handed over once the next block starts or the stop reason
+      comes, so it is never handed over whole first. A cut input under any
+      other stop reason, or followed by another block, is an
+      ``LLMBadResponse``.
+    * Blocks are numbered from 0 in order: a start out of turn, or a delta
+      or a stop for a block that is not open, is an ``LLMBadResponse`` (a
+      lost block), never a shorter message.
+
 Stop reasons
     The API's own words are the neutral vocabulary and pass through
     (:func:`stop_reason`); the word as sent is kept on
@@ -244,38 +280,23 @@ def betas(request: Request, credential: Credential | None = None) -> tuple[str, 
 # ---------------------------------------------------------------------------
 # response decoding (pure)
 
+_COUNTS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+"""The usage counts :class:`~vaelii_llm.protocol.Usage` models; any other usage
+field goes to ``Usage.extra``."""
+_COUNT_SET: Final = frozenset(_COUNTS)
+_STOP_STRINGS: Final = frozenset({"stop_reason", "stop_sequence"})
+_MESSAGE_OWN: Final = frozenset({"type", "role", "content"})
+"""Top-level fields a message carries that are neither on the Response nor extra."""
+_DELTA_EVENT_OWN: Final = frozenset({"type", "delta", "usage"})
 
-class _Usage(msgspec.Struct, frozen=True):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-
-
-class _Message(msgspec.Struct, frozen=True, tag="message"):
-    content: list[dict[str, Any]]
-    stop_reason: str | None = None
-    id: str | None = None
-    model: str | None = None
-    stop_sequence: str | None = None
-    stop_details: dict[str, Any] | None = None
-    usage: _Usage = _Usage()
-
-
-class _ErrorBody(msgspec.Struct, frozen=True, tag="error"):
-    error: dict[str, Any] = {}
-
-
-_BODY_DECODER: Final = msgspec.json.Decoder(_Message | _ErrorBody)
-
-
-def _usage(wire: _Usage) -> Usage:
-    return Usage(
-        input_tokens=wire.input_tokens,
-        output_tokens=wire.output_tokens,
-        cache_creation_input_tokens=wire.cache_creation_input_tokens,
-        cache_read_input_tokens=wire.cache_read_input_tokens,
-    )
+_WHOLE_DECODER: Final = msgspec.json.Decoder(dict[str, Any])
+"""A non-streamed body, as a mapping: the fields this package does not model
+are kept (``Response.extra``), which a typed struct would drop."""
 
 
 def _bad_block(raw: Mapping[str, Any], label: str, why: str) -> LLMBadResponse:
@@ -290,6 +311,154 @@ def _field(raw: Mapping[str, Any], key: str, kind: type, label: str) -> Any:
             raw, label, f"of type {block_type!r} whose {key!r} is not a {kind.__name__}"
         )
     return value
+
+
+class _Top:
+    """A message's top-level fields and usage, as the Response carries them.
+
+    Filled from the whole message, or from ``message_start`` and then each
+    ``message_delta``, by one rule: a null never replaces a value; the
+    modelled fields are checked for their type; every other non-null field is
+    kept, the later value winning (``extra``, ``usage_extra``).
+    """
+
+    __slots__ = (
+        "counts",
+        "extra",
+        "id",
+        "label",
+        "model",
+        "stop_details",
+        "stop_reason",
+        "stop_sequence",
+        "usage_extra",
+    )
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.id: str | None = None
+        self.model: str | None = None
+        self.stop_reason: str | None = None
+        self.stop_sequence: str | None = None
+        self.stop_details: dict[str, Any] | None = None
+        self.counts: dict[str, int] = {}
+        self.usage_extra: dict[str, Any] = {}
+        self.extra: dict[str, Any] = {}
+
+    def _bad(self, why: str, source: Mapping[str, Any]) -> LLMBadResponse:
+        return LLMBadResponse(self.label, why, msgspec.json.encode(source))
+
+    def _stop(self, key: str, value: Any, source: Mapping[str, Any]) -> bool:
+        """Set a stop field; False when ``key`` is none."""
+        if key in _STOP_STRINGS:
+            if type(value) is not str:
+                raise self._bad(f"answered a message whose {key!r} is not a string", source)
+            setattr(self, key, value)
+            return True
+        if key == "stop_details":
+            if type(value) is not dict:
+                raise self._bad("answered a message whose 'stop_details' is not an object", source)
+            self.stop_details = value
+            return True
+        return False
+
+    def take_message(self, message: Mapping[str, Any]) -> None:
+        """A whole message's fields, or ``message_start``'s (content aside)."""
+        for key, value in message.items():
+            if value is None or key in _MESSAGE_OWN or self._stop(key, value, message):
+                continue
+            if key == "id" or key == "model":
+                if type(value) is not str:
+                    raise self._bad(f"answered a message whose {key!r} is not a string", message)
+                setattr(self, key, value)
+            elif key == "usage":
+                self.take_usage(value, message)
+            else:
+                self.extra[key] = value
+
+    def take_delta(self, event: Mapping[str, Any]) -> None:
+        """A ``message_delta``: its ``delta`` (stop fields, and ``container``
+        and the like), its cumulative ``usage``, and fields beside them."""
+        delta = event.get("delta")
+        if delta is not None:
+            if type(delta) is not dict:
+                raise self._bad("streamed a message_delta whose 'delta' is not an object", event)
+            for key, value in delta.items():
+                if value is not None and not self._stop(key, value, event):
+                    self.extra[key] = value
+        usage = event.get("usage")
+        if usage is not None:
+            self.take_usage(usage, event)
+        for key, value in event.items():
+            if value is not None and key not in _DELTA_EVENT_OWN:
+                self.extra[key] = value
+
+    def take_usage(self, usage: Any, source: Mapping[str, Any]) -> None:
+        if type(usage) is not dict:
+            raise self._bad("answered a message whose 'usage' is not an object", source)
+        for key, value in usage.items():
+            if value is None:
+                continue  # counts are cumulative; an omitted one keeps the value it had
+            if key in _COUNT_SET:
+                if type(value) is not int:
+                    raise self._bad(f"answered a usage whose {key!r} is not an integer", source)
+                self.counts[key] = value
+            else:
+                self.usage_extra[key] = value
+
+    def max_tokens(self) -> bool:
+        """Whether the turn was cut by its token budget (or the context window)."""
+        word = self.stop_reason
+        return word is not None and _STOP_REASONS.get(word) == "max_tokens"
+
+    def response(self, content: list[Block]) -> Response:
+        if self.max_tokens():
+            _mark_cut(content, len(content) - 1)
+        counts = self.counts
+        return Response(
+            content=content,
+            stop_reason=stop_reason(self.stop_reason, content),
+            vendor_stop_reason=self.stop_reason,
+            model=self.model,
+            id=self.id,
+            stop_sequence=self.stop_sequence,
+            stop_details=self.stop_details,
+            usage=Usage(
+                input_tokens=counts.get("input_tokens"),
+                output_tokens=counts.get("output_tokens"),
+                cache_creation_input_tokens=counts.get("cache_creation_input_tokens"),
+                cache_read_input_tokens=counts.get("cache_read_input_tokens"),
+                extra=self.usage_extra or None,
+            ),
+            extra=self.extra or None,
+        )
+
+
+def _mark_cut(content: list[Block], last: int) -> None:
+    """Under ``max_tokens``, the last block when it is a tool call is the cut
+    one (whether or not its input happens to read as whole JSON): never to be run."""
+    if last >= 0:
+        block = content[last]
+        if isinstance(block, ToolUseBlock) and not block.partial:
+            content[last] = msgspec.structs.replace(block, partial=True)
+
+
+def _lenient(text: str, kind: Any, label: str) -> Any:
+    """What a tool input cut by ``max_tokens`` says so far, read by jiter's
+    partial mode: whole members kept, a cut string kept up to the cut, a cut
+    number, literal or key dropped; nothing at all is ``{}``. Text that is no
+    prefix of any JSON is still refused."""
+    if not text.strip():
+        return {}
+    # Imported on the first cut only: importing this module stays as light as it was.
+    from jiter import from_json
+
+    try:
+        return from_json(text.encode(), partial_mode="trailing-strings", allow_inf_nan=False)
+    except ValueError as exc:
+        raise LLMBadResponse(
+            label, f"streamed a {kind!r} block whose input is not JSON", text
+        ) from exc
 
 
 def decode_block(raw: dict[str, Any], label: str = "the Messages API") -> Block:
@@ -353,25 +522,12 @@ def stop_reason(word: str | None, content: Iterable[Block]) -> StopReason | None
     return "tool_use" if any(isinstance(b, ToolUseBlock) for b in content) else "end_turn"
 
 
-def _response(message: _Message, content: list[Block], usage: Usage) -> Response:
-    return Response(
-        content=content,
-        stop_reason=stop_reason(message.stop_reason, content),
-        vendor_stop_reason=message.stop_reason,
-        model=message.model,
-        id=message.id,
-        stop_sequence=message.stop_sequence,
-        stop_details=message.stop_details,
-        usage=usage,
-    )
-
-
 def decode_response(data: bytes, label: str = "the Messages API") -> Response:
     """A non-streamed body as a :class:`Response`. An ``error`` object inside
     a 200 is an ``LLMApiError``; a body that is not a message is an
     ``LLMBadResponse``."""
     try:
-        parsed = _BODY_DECODER.decode(data)
+        parsed = _WHOLE_DECODER.decode(data)
     except Exception as exc:
         raise LLMBadResponse(label, "answered a body that is not a message", data) from exc
     return _from_parsed(parsed, label)
@@ -390,30 +546,32 @@ def _not_sse(opening: bytes, label: str) -> LLMApiError | LLMBadResponse:
     return LLMBadResponse(label, "answered a streamed request with no SSE event", opening)
 
 
-def _from_parsed(parsed: _Message | _ErrorBody, label: str) -> Response:
-    if isinstance(parsed, _ErrorBody):
-        raise LLMApiError(
-            label, 200, msgspec.json.encode({"type": "error", "error": parsed.error}).decode()
-        )
-    content = [decode_block(raw, label) for raw in parsed.content]
-    return _response(parsed, content, _usage(parsed.usage))
+def _from_parsed(parsed: dict[str, Any], label: str) -> Response:
+    kind = parsed.get("type")
+    if kind == "error":
+        error = {"type": "error", "error": parsed.get("error", {})}
+        raise LLMApiError(label, 200, msgspec.json.encode(error).decode())
+    content = parsed.get("content")
+    if kind != "message" or type(content) is not list:
+        raise LLMBadResponse(label, "answered a body that is not a message", _encode(parsed))
+    blocks: list[Block] = []
+    for raw in content:
+        if type(raw) is not dict:
+            raise LLMBadResponse(
+                label, "answered a content block that is not an object", _encode(raw)
+            )
+        blocks.append(decode_block(raw, label))
+    top = _Top(label)
+    top.take_message(parsed)
+    return top.response(blocks)
+
+
+def _encode(value: Any) -> bytes:
+    return msgspec.json.encode(value)
 
 
 # ---------------------------------------------------------------------------
 # stream reassembly (sans-IO)
-
-
-class _StartMessage(msgspec.Struct, frozen=True):
-    id: str | None = None
-    model: str | None = None
-    stop_reason: str | None = None
-    stop_sequence: str | None = None
-    stop_details: dict[str, Any] | None = None
-    usage: _Usage = _Usage()
-
-
-class _MessageStart(msgspec.Struct, frozen=True):
-    message: _StartMessage
 
 
 class _BlockStart(msgspec.Struct, frozen=True):
@@ -423,7 +581,8 @@ class _BlockStart(msgspec.Struct, frozen=True):
 
 class _Delta(msgspec.Struct, frozen=True, gc=False):
     """A delta's fields, each as sent (``Any``: a wrong type is refused only
-    for the delta type that reads it, as a dict lookup would); others skipped."""
+    for the delta type that reads it, as a dict lookup would); others skipped
+    (a delta the typed path does not read is decoded again whole)."""
 
     type: Any = None
     text: Any = None
@@ -438,36 +597,52 @@ class _BlockDelta(msgspec.Struct, frozen=True, gc=False):
     delta: _Delta
 
 
+class _WholeDelta(msgspec.Struct, frozen=True):
+    delta: dict[str, Any]
+
+
 class _BlockStop(msgspec.Struct, frozen=True):
     index: int
 
 
-class _DeltaBody(msgspec.Struct, frozen=True):
-    stop_reason: str | None = None
-    stop_sequence: str | None = None
-    stop_details: dict[str, Any] | None = None
-
-
-class _MessageDelta(msgspec.Struct, frozen=True):
-    delta: _DeltaBody = _DeltaBody()
-    usage: _Usage = _Usage()
+class _MessageStart(msgspec.Struct, frozen=True):
+    message: dict[str, Any]
 
 
 _DELTA_DECODER: Final = msgspec.json.Decoder(_BlockDelta)
+_WHOLE_DELTA_DECODER: Final = msgspec.json.Decoder(_WholeDelta)
 _DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
     "message_start": msgspec.json.Decoder(_MessageStart),
     "content_block_start": msgspec.json.Decoder(_BlockStart),
     "content_block_delta": _DELTA_DECODER,
     "content_block_stop": msgspec.json.Decoder(_BlockStop),
-    "message_delta": msgspec.json.Decoder(_MessageDelta),
+    "message_delta": _WHOLE_DECODER,
 }
 _ANY_JSON: Final = msgspec.json.Decoder()
+_TYPED: Final = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
+"""The block types the typed path reassembles; every other type's deltas
+follow the generic rule (the module docstring)."""
+
+
+def _flush(raw: dict[str, Any], key: str, pieces: list[str]) -> None:
+    base = raw.get(key)
+    raw[key] = (base if type(base) is str else "") + "".join(pieces)
 
 
 class _OpenBlock:
     """A block between its start and its stop: the pieces, joined once at the stop."""
 
-    __slots__ = ("citations", "json", "kind", "signature", "start", "text", "thinking")
+    __slots__ = (
+        "citations",
+        "json",
+        "kind",
+        "pending",
+        "signature",
+        "start",
+        "text",
+        "thinking",
+        "work",
+    )
 
     def __init__(self, start: dict[str, Any]) -> None:
         self.start = start
@@ -477,10 +652,37 @@ class _OpenBlock:
         self.json: list[str] = []
         self.signature: str | None = None
         self.citations: list[Any] = []
+        self.work: dict[str, Any] | None = None  # the raw as generic deltas left it
+        self.pending: dict[str, list[str]] = {}  # its string pieces, joined at the stop
 
-    def close(self, label: str) -> dict[str, Any]:
-        raw = dict(self.start)
-        kind = raw.get("type")
+    def apply(self, delta: Mapping[str, Any]) -> None:
+        """A delta the typed path does not read, on a block type it does not
+        model: the generic rule of the module docstring."""
+        work = self.work
+        if work is None:
+            work = self.work = dict(self.start)
+        pending = self.pending
+        for key, value in delta.items():
+            if key == "type" or value is None:
+                continue
+            if type(value) is str:
+                pending.setdefault(key, []).append(value)
+                continue
+            pieces = pending.pop(key, None)
+            if pieces is not None:
+                _flush(work, key, pieces)
+            if type(value) is list:
+                base = work.get(key)
+                work[key] = [*base, *value] if type(base) is list else list(value)
+            else:
+                work[key] = value
+
+    def close(self, label: str) -> tuple[dict[str, Any], str | None]:
+        """The block's JSON, and its streamed input when that is no whole JSON
+        (a cut, read leniently into ``input``), else None."""
+        raw = self.work if self.work is not None else dict(self.start)
+        for key, pieces in self.pending.items():
+            _flush(raw, key, pieces)
         if self.text:
             raw["text"] = str(raw.get("text") or "") + "".join(self.text)
         if self.thinking:
@@ -489,17 +691,16 @@ class _OpenBlock:
             raw["signature"] = self.signature
         if self.citations:
             raw["citations"] = [*(raw.get("citations") or []), *self.citations]
+        cut = None
         if self.json:
             joined = "".join(self.json)
             if joined:
                 try:
-                    value = _ANY_JSON.decode(joined)
-                except Exception as exc:
-                    raise LLMBadResponse(
-                        label, f"streamed a {kind!r} block whose input is not JSON", joined
-                    ) from exc
-                raw["input"] = value
-        return raw
+                    raw["input"] = _ANY_JSON.decode(joined)
+                except Exception:
+                    raw["input"] = _lenient(joined, self.kind, label)
+                    cut = joined
+        return raw, cut
 
 
 class StreamAssembler:
@@ -513,10 +714,20 @@ class StreamAssembler:
     and tool-input pieces are kept in lists and joined once at the block's
     stop; the tool input is parsed once from the joined JSON; a
     ``signature_delta`` lands on its thinking block and a ``citations_delta``
-    in its text block's ``raw``. Pings and unknown event or delta types are
-    skipped (the API may add them); an ``error`` event raises ``LLMApiError``.
-    A block still open at ``message_stop`` is closed there and returned with
-    that event.
+    in its block's ``raw``; a block type not modelled takes its other deltas
+    by the generic rule (the module docstring). Pings and unknown event types
+    are skipped (the API may add them); an ``error`` event raises
+    ``LLMApiError``. A block still open at ``message_stop`` is closed there
+    and returned with that event. Blocks are numbered from 0 in order: a
+    start out of turn, or a delta or stop for a block that is not open, is a
+    lost block (``LLMBadResponse``).
+
+    A ``tool_use`` block is handed over when the next block starts or the
+    stop reason arrives, whichever comes first: under ``max_tokens`` the last
+    one is the cut call (``partial=True``), and it is never handed over as
+    whole. A block whose input is no whole JSON is a cut: kept, read
+    leniently, when the turn stopped for ``max_tokens``; an ``LLMBadResponse``
+    otherwise.
 
     With ``deltas`` a ``text_delta`` or ``thinking_delta`` (and a block
     start's own opening text) is also handed back as a
@@ -529,22 +740,22 @@ class StreamAssembler:
     __slots__ = (
         "_blocks",
         "_deltas",
+        "_held",
         "_label",
-        "_message",
         "_open",
-        "_stop",
+        "_started",
         "_stopped",
-        "_usage",
+        "_top",
     )
 
     def __init__(self, label: str = "the Messages API", *, deltas: bool = False) -> None:
         self._label = label
         self._deltas = deltas
-        self._message: _StartMessage | None = None
+        self._top: _Top | None = None
         self._open: dict[int, _OpenBlock] = {}
         self._blocks: dict[int, Block] = {}
-        self._stop: _DeltaBody | None = None
-        self._usage: dict[str, int | None] = {}
+        self._started = 0
+        self._held: tuple[int, Block, str | None] | None = None
         self._stopped = False
 
     @property
@@ -572,43 +783,82 @@ class StreamAssembler:
                 self._label, f"streamed a {event} event that will not parse", data
             ) from exc
         if isinstance(parsed, _MessageStart):
-            if self._message is not None:
+            if self._top is not None:
                 raise LLMBadResponse(self._label, "streamed a second message_start", data)
-            self._message = parsed.message
-            self._usage = {f: getattr(parsed.message.usage, f) for f in _Usage.__struct_fields__}
+            self._top = _Top(self._label)
+            self._top.take_message(parsed.message)
             return []
-        if self._message is None:
+        top = self._top
+        if top is None:
             raise LLMBadResponse(self._label, f"streamed {event} before message_start", data)
         if isinstance(parsed, _BlockDelta):
             delta = self._delta(parsed, data)
             return [] if delta is None else [delta]
         if isinstance(parsed, _BlockStart):
-            if parsed.index in self._open or parsed.index in self._blocks:
-                raise LLMBadResponse(self._label, f"started block {parsed.index} twice", data)
-            self._open[parsed.index] = _OpenBlock(parsed.content_block)
-            if self._deltas:
-                start = _start_delta(parsed.index, parsed.content_block)
-                if start is not None:
-                    return [start]
-            return []
+            return self._start(parsed, data, top)
         if isinstance(parsed, _BlockStop):
             block = self._open.pop(parsed.index, None)
             if block is None:
                 raise LLMBadResponse(
                     self._label, f"stopped block {parsed.index}, which is not open", data
                 )
-            done = decode_block(block.close(self._label), self._label)
+            out = self._release(final=False)
+            raw, cut = block.close(self._label)
+            done = decode_block(raw, self._label)
             self._blocks[parsed.index] = done
-            return [done]
-        assert isinstance(parsed, _MessageDelta)
-        self._stop = parsed.delta
-        usage = parsed.usage
-        self._usage["output_tokens"] = usage.output_tokens
-        for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
-            value = getattr(usage, name)
-            if value is not None:  # counts are cumulative; an omitted one keeps its start value
-                self._usage[name] = value
-        return []
+            if cut is not None or isinstance(done, ToolUseBlock):
+                self._held = (parsed.index, done, cut)
+            else:
+                out.append(done)
+            return out
+        if type(parsed) is not dict:
+            raise LLMBadResponse(self._label, "streamed a message_delta that is no object", data)
+        top.take_delta(parsed)
+        return self._release(final=True)
+
+    def _start(self, parsed: _BlockStart, data: str | bytes, top: _Top) -> list[StreamItem]:
+        index = parsed.index
+        if index != self._started:
+            if index < self._started:
+                raise LLMBadResponse(self._label, f"started block {index} twice", data)
+            raise LLMBadResponse(
+                self._label,
+                f"started block {index} before block {self._started}: a block was lost",
+                data,
+            )
+        out = self._release(final=False)
+        self._started = index + 1
+        block = parsed.content_block
+        if block.get("type") == "fallback":  # a server-side fallback: the next model serves
+            to = block.get("to")
+            model = to.get("model") if type(to) is dict else None
+            if type(model) is str:
+                top.model = model
+        self._open[index] = _OpenBlock(block)
+        if self._deltas:
+            start = _start_delta(index, block)
+            if start is not None:
+                out.append(start)
+        return out
+
+    def _release(self, *, final: bool) -> list[StreamItem]:
+        """The held tool call, once what follows it is known: a next block
+        (``final`` False) or the stop reason (``final`` True)."""
+        held = self._held
+        if held is None:
+            return []
+        self._held = None
+        index, block, cut = held
+        cut_allowed = final and self._top is not None and self._top.max_tokens()
+        if cut is not None and not cut_allowed:
+            raise LLMBadResponse(
+                self._label, f"streamed a {block.type!r} block whose input is not JSON", cut
+            )
+        if cut_allowed and index == self._started - 1:
+            content = [block]
+            _mark_cut(content, 0)
+            block = self._blocks[index] = content[0]
+        return [block]
 
     def feed_batch(self, frames: Iterable[tuple[bytes, bytes]]) -> Iterator[StreamItem]:
         """:meth:`feed` for each ``(event, data)`` pair of UTF-8 bytes (as
@@ -623,11 +873,11 @@ class StreamAssembler:
         decode = _DELTA_DECODER.decode
         opened = self._open
         deltas = self._deltas
-        live = not self._stopped and self._message is not None
+        live = not self._stopped and self._top is not None
         for event, data in frames:
             if not live or event != b"content_block_delta":
                 yield from self.feed(event.decode(), data)
-                live = not self._stopped and self._message is not None
+                live = not self._stopped and self._top is not None
                 continue
             try:
                 parsed = decode(data)
@@ -658,26 +908,29 @@ class StreamAssembler:
         delta = parsed.delta
         kind = delta.type
         block_type = block.kind
-        if kind == "text_delta":
+        if kind == "input_json_delta":
+            if block_type == "tool_use" or block_type not in _TYPED:
+                block.json.append(self._str(delta, delta.partial_json, "partial_json", data))
+        elif kind == "citations_delta":
+            if block_type == "text" or block_type not in _TYPED:
+                block.citations.append(delta.citation)
+        elif block_type not in _TYPED:
+            block.apply(_WHOLE_DELTA_DECODER.decode(data).delta)
+        elif kind == "text_delta":
             if block_type == "text":
                 text = self._str(delta, delta.text, "text", data)
                 block.text.append(text)
                 if self._deltas:
                     return TextDelta(index=parsed.index, text=text)
-        elif kind == "input_json_delta":
-            block.json.append(self._str(delta, delta.partial_json, "partial_json", data))
         elif kind == "thinking_delta":
             if block_type == "thinking":
                 thinking = self._str(delta, delta.thinking, "thinking", data)
                 block.thinking.append(thinking)
                 if self._deltas:
                     return ThinkingDelta(index=parsed.index, thinking=thinking)
-        elif kind == "signature_delta":
-            if block_type == "thinking":
-                block.signature = self._str(delta, delta.signature, "signature", data)
-        elif kind == "citations_delta" and block_type == "text":
-            block.citations.append(delta.citation)
-        # any other delta type: added by a later API version; skipped
+        elif kind == "signature_delta" and block_type == "thinking":
+            block.signature = self._str(delta, delta.signature, "signature", data)
+        # any other delta on a modelled block: added by a later API version; skipped
         return None
 
     def _str(self, delta: _Delta, value: Any, key: str, data: str | bytes) -> str:
@@ -688,44 +941,33 @@ class StreamAssembler:
         return value
 
     def _finish(self) -> list[StreamItem]:
-        if self._message is None:
+        top = self._top
+        if top is None:
             raise LLMBadResponse(self._label, "streamed message_stop before message_start")
         self._stopped = True
-        closed: list[StreamItem] = []
+        closed = self._release(final=True)
+        last = self._started - 1
         for index in sorted(self._open):
-            done = decode_block(self._open.pop(index).close(self._label), self._label)
-            self._blocks[index] = done
-            closed.append(done)
+            raw, cut = self._open.pop(index).close(self._label)
+            if cut is not None and not top.max_tokens():
+                raise LLMBadResponse(
+                    self._label,
+                    f"streamed a {raw.get('type')!r} block whose input is not JSON",
+                    cut,
+                )
+            content = [decode_block(raw, self._label)]
+            if index == last and top.max_tokens():
+                _mark_cut(content, 0)
+            self._blocks[index] = content[0]
+            closed.append(content[0])
         return closed
 
     def result(self) -> Response:
         """The whole turn. Before ``message_stop`` it is an ``LLMBadResponse``:
         the stream was cut short."""
-        if not self._stopped or self._message is None:
+        if not self._stopped or self._top is None:
             raise LLMBadResponse(self._label, "ended the stream without message_stop")
-        start = self._message
-        stop = self._stop or _DeltaBody(
-            stop_reason=start.stop_reason,
-            stop_sequence=start.stop_sequence,
-            stop_details=start.stop_details,
-        )
-        content = [self._blocks[i] for i in sorted(self._blocks)]
-        usage = self._usage
-        return Response(
-            content=content,
-            stop_reason=stop_reason(stop.stop_reason, content),
-            vendor_stop_reason=stop.stop_reason,
-            model=start.model,
-            id=start.id,
-            stop_sequence=stop.stop_sequence,
-            stop_details=stop.stop_details,
-            usage=Usage(
-                input_tokens=usage.get("input_tokens"),
-                output_tokens=usage.get("output_tokens"),
-                cache_creation_input_tokens=usage.get("cache_creation_input_tokens"),
-                cache_read_input_tokens=usage.get("cache_read_input_tokens"),
-            ),
-        )
+        return self._top.response([self._blocks[i] for i in sorted(self._blocks)])
 
 
 def _start_delta(index: int, start: dict[str, Any]) -> Delta | None:
@@ -784,7 +1026,7 @@ class MessagesCodec:
     decoders and the assembler. No I/O but the credential lookup."""
 
     drain_s: Final = _DRAIN_S
-    whole_decoder: Final = _BODY_DECODER
+    whole_decoder: Final = _WHOLE_DECODER
 
     def __init__(
         self,
@@ -860,7 +1102,7 @@ class MessagesCodec:
             self._turn_headers[key] = found
         return found
 
-    def whole(self, parsed: _Message | _ErrorBody) -> Response:
+    def whole(self, parsed: dict[str, Any]) -> Response:
         return _from_parsed(parsed, self.endpoint.label)
 
     def stream_decoder(self) -> _Frames:
@@ -870,7 +1112,7 @@ class MessagesCodec:
         return StreamAssembler(self.endpoint.label, deltas=deltas)
 
 
-class AnthropicProvider(HTTPProvider[_Message | _ErrorBody, list[tuple[bytes, bytes]]]):
+class AnthropicProvider(HTTPProvider[dict[str, Any], list[tuple[bytes, bytes]]]):
     """A Messages API provider; see the module docstring. Use it within one event loop."""
 
     def __init__(
