@@ -21,7 +21,7 @@ from typing import Any
 import edn_format
 
 from vaelii_llm import kb
-from vaelii_llm.kb import ops
+from vaelii_llm.kb import reads
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 7, number: int = 200) -> float:
@@ -48,7 +48,7 @@ def main() -> None:
     t = time.perf_counter()
     k_edn = kb.load_edn(text)
     dt = time.perf_counter() - t
-    n_edn = ops.sentex_count(k_edn)
+    n_edn = reads.sentex_count(k_edn)
     print(f"EDN load:        {n_edn:>9,} sentexes in {dt:6.2f} s = {n_edn / dt:>10,.0f} /s")
     t = time.perf_counter()
     kb.sample()
@@ -79,7 +79,7 @@ def main() -> None:
         again = kb.open(p)
         open_s = time.perf_counter() - t
         size = p.stat().st_size
-    n = ops.sentex_count(again)
+    n = reads.sentex_count(again)
     print(f"snapshot save:   {save_s:6.2f} s, {size / 2**20:.1f} MiB")
     print(f"snapshot reopen: {n:>9,} sentexes in {open_s:6.2f} s = {n / open_s:>10,.0f} /s")
 
@@ -87,9 +87,9 @@ def main() -> None:
     small = kb.synthetic(1000)
     pat = edn_format.loads("(?p E7 ?x)")
     for k_ in (small, big):
-        assert len(list(ops.find_sentexes(k_, pat))) == 10
-    t_small = best_of(lambda: list(ops.find_sentexes(small, pat)))
-    t_big = best_of(lambda: list(ops.find_sentexes(big, pat)))
+        assert len(list(reads.find_sentexes(k_, pat))) == 10
+    t_small = best_of(lambda: list(reads.find_sentexes(small, pat)))
+    t_big = best_of(lambda: list(reads.find_sentexes(big, pat)))
     print(
         f"find-sentexes (?p E7 ?x): 10^3 {t_small * 1e6:7.1f} us, "
         f"{args.n:,} {t_big * 1e6:7.1f} us, ratio {t_big / t_small:.2f} (target < 2)"
@@ -102,9 +102,9 @@ def main() -> None:
     kc = kb.load_edn("\n".join(chain))
     goal1 = edn_format.loads("(p5 X42)")
     goal_all = edn_format.loads("(p5 ?x)")
-    assert ops.query_p(kc, goal1, edn_format.Symbol("CxChain"))
-    t1 = best_of(lambda: list(ops.query(kc, goal1, edn_format.Symbol("CxChain"))), number=50)
-    tall = best_of(lambda: list(ops.query(kc, goal_all, edn_format.Symbol("CxChain"))), number=5)
+    assert reads.query_p(kc, goal1, edn_format.Symbol("CxChain"))
+    t1 = best_of(lambda: list(reads.query(kc, goal1, edn_format.Symbol("CxChain"))), number=50)
+    tall = best_of(lambda: list(reads.query(kc, goal_all, edn_format.Symbol("CxChain"))), number=5)
     print(
         f"query 5-rule chain: one ground goal {t1 * 1e6:7.1f} us; "
         f"all 100 answers {tall * 1e3:6.2f} ms"
