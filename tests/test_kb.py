@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import threading
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -19,25 +18,20 @@ from vaelii_llm.kb.store import KB
 S = edn_format.Symbol
 
 
-def test_sample_loads_under_100ms_and_has_a_few_hundred_sentences() -> None:
-    kb.sample()  # parse the shipped file once (edn_format import included)
-    t = time.perf_counter()
+def test_sample_has_a_few_hundred_sentences() -> None:
+    # its load time (target < 100 ms) is measured in tests/bench/bench_kb.py
     base = kb.sample()
-    elapsed = time.perf_counter() - t
-    assert elapsed < 0.1
     assert 300 <= reads.sentex_count(base) <= 600
     names = {str(c.name) for c in reads.contexts(base)}
     assert {"CxBase", "CxWell", "CxNursery", "CxFables", "CxPets", "CxFolklore"} <= names
 
 
-def test_cold_sample_load_is_measured_under_100ms_of_parsing() -> None:
-    # a fresh parse of the file text (the import of edn_format is paid already)
+def test_a_fresh_parse_of_the_sample_text_matches_the_sample() -> None:
+    # a fresh parse of the file text (its time: tests/bench/bench_kb.py)
     from importlib import resources
 
     text = resources.files("vaelii_llm.kb").joinpath("data/sample.edn").read_text("utf-8")
-    t = time.perf_counter()
     base = kb.load_edn(text)
-    assert time.perf_counter() - t < 0.1
     assert reads.sentex_count(base) == reads.sentex_count(kb.sample())
 
 

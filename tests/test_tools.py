@@ -627,7 +627,7 @@ async def test_the_printer_holds_a_clocked_answer_the_engine_does_not(nursery: K
     result = await _call(eng, nursery, "kb_drip", {"opts": {"max-ms": 100}})
     assert result.ok
     assert result.text.endswith(CLOCK_MARKER)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 5.0  # drip never ends: the printer ended it
 
 
 async def test_find_terms_naming_no_limit_gets_the_max() -> None:
@@ -687,7 +687,7 @@ async def test_laziness_over_a_million_sentexes(big_kb: KB) -> None:
     printed = result.text.count(":handle")
     assert realized <= printed + 1  # at most one record past what was printed
     assert realized < 100  # a few dozen of 10^6
-    assert elapsed < 1.0
+    assert elapsed < 10.0  # the cost against 10^3 sentexes: tests/bench/bench_tools.py
     count = await tools.call(big_kb, "kb_sentex_count", {"context": "CxSynthetic"})
     assert int(count.text) > 900_000
 
@@ -795,7 +795,10 @@ async def test_the_loop_stays_responsive_while_8_slow_reads_run(nursery: KB) -> 
     assert 1 < running.most <= tools.READ_WORKERS  # in threads, and bounded
     assert len(lags) > 10
     print(f"loop lag: max {max(lags) * 1000:.1f} ms over {len(lags)} samples")
-    assert max(lags) < 0.05, f"loop lag {max(lags) * 1000:.1f} ms"
+    # 8 reads of ~0.2 s each run on the loop would stall it ~1.6 s; in threads it lags a
+    # few ms (measured: tests/bench/bench_tools.py). The bound is wide so a loaded
+    # machine does not flake it.
+    assert max(lags) < 0.5, f"loop lag {max(lags) * 1000:.1f} ms"
 
 
 async def test_cancellation_propagates_and_stops_the_worker(nursery: KB) -> None:
@@ -807,7 +810,7 @@ async def test_cancellation_propagates_and_stops_the_worker(nursery: KB) -> None
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < 2.0  # the read itself would run ~20 s
     assert await asyncio.to_thread(stopped.wait, 2.0)  # the generator was closed
 
 

@@ -1,6 +1,7 @@
 """Benchmarks of the embedded KB engine. Run: ``.venv/bin/python tests/bench/bench_kb.py``.
 
-Prints: EDN load rate and snapshot reopen rate (sentexes/s), bytes per sentex
+Prints: EDN load rate, the sample KB's load time (target < 100 ms), snapshot reopen
+rate (sentexes/s), bytes per sentex
 (tracemalloc, 10^6 three-term sentences; target < 500), find-sentexes with one bound
 constant on 10^3 and 10^6 KBs and their ratio (target < 2), and query over a 5-rule
 chain. ``--n`` changes the big KB's size.
@@ -50,9 +51,14 @@ def main() -> None:
     dt = time.perf_counter() - t
     n_edn = reads.sentex_count(k_edn)
     print(f"EDN load:        {n_edn:>9,} sentexes in {dt:6.2f} s = {n_edn / dt:>10,.0f} /s")
-    t = time.perf_counter()
-    kb.sample()
-    print(f"sample KB load:  {(time.perf_counter() - t) * 1000:6.1f} ms (edn_format imported)")
+    kb.sample()  # the first load imports edn_format
+    sample_ms = best_of(kb.sample, repeat=5, number=5) * 1000
+    from importlib import resources
+
+    sample_text = resources.files("vaelii_llm.kb").joinpath("data/sample.edn").read_text("utf-8")
+    parse_ms = best_of(lambda: kb.load_edn(sample_text), repeat=5, number=5) * 1000
+    print(f"sample KB load:  {sample_ms:6.1f} ms median; fresh parse of its text {parse_ms:6.1f} ms"
+          " (target < 100)")
 
     # memory: tracemalloc around building n three-term sentences
     gc.collect()
