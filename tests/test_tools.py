@@ -941,3 +941,113 @@ async def test_bounds_are_whole_numbers_within_the_published_range(
         return
     assert out.error is not None
     assert out.error.startswith(phrase), out.error
+
+
+# -- every clocked read, and the Toolset object ----------------------------------------
+
+_SAMPLE_ARG = {
+    "sentence": "(isa ?x Girl)",
+    "context": "CxWell",
+    "term": "Muffet",
+    "handle": 1,
+    "integer": 1,
+    "string": "x",
+    "boolean": False,
+    "json": ["(isa Muffet Girl)"],
+}
+CLOCKED_READS = sorted(EMBEDDED.clocked & set(tools.read_ops()))
+
+
+def test_the_clocked_reads_include_every_spec_clocked_read() -> None:
+    # the spec's eleven clocked reads that are tools (ask-all, variadic, is not one)
+    assert {
+        "find-sentexes", "sentexes-in-context", "ask", "query", "query?", "why-not",
+        "escalate", "kb-integrity", "query-status", "argue", "search-tree",
+        "compare-tacticians", "ask-within", "prove-within",
+    } <= set(CLOCKED_READS)
+
+
+@pytest.mark.parametrize("op", CLOCKED_READS)
+async def test_a_clocked_read_naming_no_max_ms_is_given_the_ceiling(op: str) -> None:
+    real = EMBEDDED.ops[op]
+    sig = inspect.signature(real, eval_str=True)
+    seen: list[dict[str, Any]] = []
+
+    @functools.wraps(real)  # carries the op's declaration: same options, same clock
+    def recorder(*args: Any, **kwargs: Any) -> Any:
+        seen.append(dict(sig.bind(*args, **kwargs).arguments))
+        return []
+
+    toolset = tools.Toolset(None, engine=EMBEDDED.with_ops({op: recorder}))
+    shapes = toolset._table.by_op[op].shapes
+    # the shortest call of a shape that has an opts slot (why-not's handle shape has
+    # none: the printer's deadline and the engine's own clock hold that one)
+    with_opts = [s for s in shapes if any(p.kind == "opts" for p in s.params)]
+    shape = min(with_opts or shapes, key=lambda s: s.size)
+    given = {p.name: _SAMPLE_ARG[p.kind] for p in shape.taken}
+    result = await toolset.call(tools.tool_name(op), given)
+    assert result.ok, result.error
+    declared = EMBEDDED.opts(op)
+    if declared is None or "max-ms" not in {s.key for s in engine_mod.option_specs(declared)}:
+        # no max-ms option: the printer's deadline holds it (checked below for ask?)
+        assert op == "ask?", op
+        return
+    ceiling = next(s.ceiling for s in engine_mod.option_specs(declared) if s.key == "max-ms")
+    assert ceiling == declare.MAX_MS_CEILING
+    assert seen[-1]["opts"]["max-ms"] == ceiling, seen[-1]
+    # and a named max-ms is kept, one past the ceiling refused
+    widest = max(toolset._table.by_op[op].shapes, key=lambda s: s.size)
+    given = {p.name: _SAMPLE_ARG[p.kind] for p in widest.taken if p.kind != "opts"}
+    opts_given = {**given, "opts": {"max-ms": 7}}
+    named = await toolset.call(tools.tool_name(op), opts_given)
+    assert named.ok, named.error
+    assert seen[-1]["opts"]["max-ms"] == 7
+    over = await toolset.call(tools.tool_name(op), {**given, "opts": {"max-ms": ceiling + 1}})
+    assert over.error is not None
+    assert over.error.startswith("over-ceiling:")
+
+
+async def test_a_clocked_read_with_no_max_ms_option_is_held_by_the_printer() -> None:
+    def dawdle(kb: KB, sentence: Sentence, context: Context) -> Iterator[int]:
+        """Never ends, never checks a clock."""
+        for n in itertools.count():
+            time.sleep(0.01)
+            yield n
+
+    engine_mod.op("dawdle", clocked=True)(dawdle)
+    eng = EMBEDDED.with_ops({"dawdle": dawdle}).replace(max_ms=100)
+    result = await _call(eng, None, "kb_dawdle", {"sentence": "(a)", "context": "Cx"})
+    assert result.ok
+    assert result.text.endswith(CLOCK_MARKER)
+
+
+async def test_a_toolset_bounds_its_own_reads_and_keeps_no_module_state(nursery: KB) -> None:
+    running = _Running()
+    eng = _slow_engine(running=running)
+    one = tools.Toolset(nursery, engine=eng, workers=1)
+    assert one.workers == 1
+    results = await asyncio.gather(*(one.call("kb_slow", {"n": 5}) for _ in range(4)))
+    assert all(r.ok for r in results)
+    assert running.most == 1
+    running.most = 0
+    three = tools.Toolset(nursery, engine=eng, workers=3)
+    await asyncio.gather(*(three.call("kb_slow", {"n": 20}) for _ in range(6)))
+    assert 1 < running.most <= 3
+    # each toolset derives its own table; the module keeps none keyed by id()
+    assert not hasattr(tools, "_TABLES")
+    assert not hasattr(tools, "_LIMITERS")
+    assert one.op_of("kb_slow") == "slow"
+    assert tools.op_of("kb_slow") is None
+    with pytest.raises(ValueError, match="workers"):
+        tools.Toolset(nursery, workers=0)
+
+
+def test_a_toolset_answers_what_the_module_functions_answer() -> None:
+    toolset = tools.Toolset(None)
+    assert toolset.ops == tools.read_ops()
+    assert msgspec.json.encode(toolset.schemas()) == msgspec.json.encode(tools.schemas())
+    assert toolset.schemas(only={"query"}) == tools.schemas(only={"query"})
+    assert toolset.schema("query") == tools.schema("query")
+    assert toolset.write_ops() == tools.write_ops() == tools.WRITE_OPS
+    with pytest.raises(AttributeError):
+        tools.NOT_A_SET  # noqa: B018
