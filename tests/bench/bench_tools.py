@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from vaelii_llm import engine, kb, tools
@@ -68,15 +69,13 @@ async def _run(small: kb.KB, large: kb.KB) -> None:
 
 
 @engine.op("slow")
-def _slow(base: kb.KB, n: int) -> list[int]:
-    """CPU-bound: n steps of about 2 ms each."""
-    out = []
+def _slow(base: kb.KB, n: int) -> Iterator[int]:
+    """CPU-bound: n steps of about 2 ms each, answered lazily as the engine's reads are."""
     for i in range(n):
         end = time.perf_counter() + 0.002
         while time.perf_counter() < end:
             pass
-        out.append(i)
-    return out
+        yield i
 
 
 async def _lag(workers: int) -> tuple[float, float]:

@@ -15,6 +15,25 @@ from vaelii_llm.kb.query import Clock, Foreign, Var
 from vaelii_llm.kb.store import KB, edn_module, is_symbol, symbol, term_name
 from vaelii_llm.kb.types import EngineRefusal, Sentex
 
+__all__ = [
+    "MAX_NESTING",
+    "check_arity",
+    "clock",
+    "context_ids",
+    "context_symbol",
+    "edn_str",
+    "encode",
+    "handle",
+    "options",
+    "parse_edn",
+    "pattern",
+    "read_context",
+    "sentence",
+    "sentex",
+    "term",
+    "visible_contexts",
+]
+
 MAX_NESTING: Final = 32
 
 # -- argument checking -----------------------------------------------------------

@@ -40,6 +40,16 @@ from vaelii_llm.kb.types import (
     Sentex,
 )
 
+__all__ = [
+    "Diff",
+    "exposed_clashes",
+    "handles",
+    "kb_diff",
+    "kb_integrity",
+    "kb_quality",
+    "terms",
+]
+
 
 @op("kb-integrity", kind=READ, opts=ClockOpts, clocked=True)
 def kb_integrity(

@@ -56,6 +56,28 @@ from vaelii_llm.kb.types import (
     WhyNot,
 )
 
+__all__ = [
+    "ask",
+    "ask_all",
+    "ask_p",
+    "changes_since",
+    "contexts",
+    "describe",
+    "escalate",
+    "find_sentexes",
+    "find_terms",
+    "lookup",
+    "query",
+    "query_p",
+    "sentex_count",
+    "sentexes_in_context",
+    "subscribe",
+    "term_count",
+    "types",
+    "types_of",
+    "why_not",
+]
+
 # -- reads -------------------------------------------------------------------------
 
 

@@ -52,6 +52,20 @@ from vaelii_llm.kb.types import (
     Sentex,
 )
 
+__all__ = [
+    "Abduction",
+    "Edited",
+    "abduce",
+    "abduce_discard",
+    "assert_sentence",
+    "clear_caches",
+    "edit",
+    "edit_with_consequences",
+    "forward_chain",
+    "preview",
+    "retract",
+]
+
 
 class Edited(msgspec.Struct, frozen=True):
     """What an edit did: the old handle, the new one, and the consequences."""
