@@ -32,17 +32,16 @@ def sample() -> KB:
 
 @pytest.fixture(scope="module")
 def wide() -> KB:
-    """200,000 (p Ai Bi) facts and a rule whose condition (p ?x ?x) matches none of them:
+    """100,000 (p Ai Bj) facts and a rule whose condition (p ?x ?x) matches none of them:
     proving (q Z) reads every one, far longer than a few milliseconds."""
     base = kb.load_edn("(in-context CxWide)\n(implies (p ?x ?x) (q Z))\n(p Seed Other)\n")
     cid = base.term_id(S("CxWide"))
     p = base.term_id(S("p"))
     assert cid is not None
     assert p is not None
-    n = 200_000
-    a = [base.intern(S(f"A{i}")) for i in range(n)]
-    b = [base.intern(S(f"B{i}")) for i in range(n)]
-    base.bulk_add(cid, ((p, a[i], b[i]) for i in range(n)))
+    a = [base.intern(S(f"A{i}")) for i in range(500)]
+    b = [base.intern(S(f"B{j}")) for j in range(200)]
+    base.bulk_add(cid, ((p, x, y) for y in b for x in a))
     return base
 
 
@@ -295,6 +294,29 @@ def test_compare_tacticians_unknown_and_depth_cut(sample: KB) -> None:
         sample, "(afraidOf MissMuffet Muffet)", "CxNursery", {"max-depth": 1}
     )
     assert [(r.status, r.cut and r.cut.reason) for r in cut] == [("cut", "max-depth")] * 3
+
+
+def test_compare_tacticians_differ_where_the_first_branch_is_deep(sample: KB) -> None:
+    runs = search.compare_tacticians(sample, "(avoids ?x ?y)", "CxPets")
+    assert all(r.status == "proved" for r in runs)
+    steps = {r.strategy: r.steps for r in runs}
+    # depth-first dives into the deep isa chains first; iterative deepening finds the
+    # depth-3 proof after the shallow levels; breadth-first widens every level
+    assert steps["iterative-deepening"] < steps["depth-first"] < steps["breadth-first"]
+    depths = {r.strategy: r.answer.depth for r in runs if r.answer is not None}
+    assert depths["iterative-deepening"] <= min(depths.values())
+
+
+def test_breadth_first_is_cut_when_its_frontier_is_full(
+    sample: KB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search, "MAX_FRONTIER", 5)
+    runs = search.compare_tacticians(sample, "(avoids ?x ?y)", "CxPets")
+    bfs = next(r for r in runs if r.strategy == "breadth-first")
+    assert bfs.status == "cut"
+    assert bfs.cut is not None
+    assert (bfs.cut.reason, bfs.cut.bound) == ("max-frontier", 5)
+    assert [r.status for r in runs if r is not bfs] == ["proved", "proved"]
 
 
 def test_compare_tacticians_shares_the_clock(wide: KB) -> None:

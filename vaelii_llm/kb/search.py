@@ -79,7 +79,7 @@ __all__ = [
 
 #: The most states breadth-first search keeps waiting; past it the run is cut
 #: (``max-frontier``), so a wide search cannot fill the memory before its clock ends.
-MAX_FRONTIER: Final = 100_000
+MAX_FRONTIER: Final = 50_000
 #: The most sentences one ``qualitative-scenarios`` call assigns (2^12 assignments).
 MAX_SCENARIO_SENTENCES: Final = 12
 
@@ -395,9 +395,10 @@ def breadth_first(prover: Prover, root: State) -> Iterator[State]:
             yield state
             continue
         prover.steps += 1
-        queue.extend(step[0] for step in prover.expand(state))
-        if len(queue) > MAX_FRONTIER:
-            raise FrontierFull
+        for step in prover.expand(state):
+            queue.append(step[0])
+            if len(queue) > MAX_FRONTIER:
+                raise FrontierFull
 
 
 def iterative_deepening(
@@ -734,7 +735,7 @@ def compare_tacticians(
     steps, re-searching the shallow levels each time. The time bound is shared out
     equally: each strategy gets a third of max-ms. A run's status is proved, unknown
     (searched to its end, no proof) or cut (its cut record says which bound: max-ms,
-    max-depth, or max-frontier when breadth-first had more than 100,000 states
+    max-depth, or max-frontier when breadth-first had more than 50,000 states
     waiting). opts: max-depth (default 6), max-ms.
     """
     o = arg.options(compare_tacticians, opts)
@@ -903,8 +904,10 @@ def qualitative_scenarios(
     facts and rules, no true sentence is refuted (its negation proved), and no
     functional predicate gets two values. Example: (isa Humpty Horse) and (afraidOf
     Humpty Humpty) in CxNursery: Humpty fears horses, so the scenario where Humpty is a
-    horse but not afraid of himself is inconsistent; the other three are scenarios. The
-    sentences must hold no variables; at most 12. Scenarios list every assignment with
+    horse but not afraid of himself is inconsistent; the other three are scenarios.
+    sentences is a list of sentence strings, e.g. ["(isa Humpty Horse)", "(afraidOf
+    Humpty Humpty)"], or one string holding an EDN list of them; they must hold no
+    variables; at most 12. Scenarios list every assignment with
     the first sentence true before those with it false. They end with a cut record when
     the limit, the depth bound (a check could not be finished) or the time bound
     stopped them. opts: limit (scenarios to build, at most 100), max-depth (default
