@@ -11,6 +11,8 @@ from typing import Any
 
 import edn_format
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vaelii_llm import kb, tools
 from vaelii_llm.kb import Answer, Cut, EngineRefusal, args, ops, reads, search
@@ -270,6 +272,55 @@ def test_breadth_first_and_iterative_deepening_find_the_same_answers(sample: KB)
     assert {st[2] for st in ids} <= depth_first
     assert min(st[3] for st in ids) == max(st[3] for st in ids) == 2  # the shallowest depth
     assert [p.max_depth for p in provers] == [0, 1, 2]
+
+
+CONSTANTS = ["a", "b", "c"]
+FACTS = [f"(p {x} {y})" for x in CONSTANTS for y in CONSTANTS] + [f"(s {x})" for x in CONSTANTS]
+RULES = [
+    "(implies (and (p ?x ?y) (q ?y ?z)) (r ?x ?z))",
+    "(implies (r ?x ?y) (q ?y ?x))",
+    "(implies (and (s ?x) (p ?x ?y)) (q ?x ?y))",
+    "(implies (and (p ?x ?y) (different ?x ?y)) (r ?x ?y))",
+    "(implies (q ?x ?y) (s ?y))",
+]
+TERMS = [*CONSTANTS, "?u", "?v"]
+
+
+@st.composite
+def small_kbs(draw: st.DrawFn) -> tuple[str, str, int]:
+    facts = draw(st.lists(st.sampled_from(FACTS), max_size=6, unique=True))
+    rules = draw(st.lists(st.sampled_from(RULES), min_size=1, max_size=4, unique=True))
+    pred = draw(st.sampled_from(["p", "q", "r", "s"]))
+    arity = 1 if pred == "s" else 2
+    goal = "(" + " ".join([pred, *draw(st.lists(st.sampled_from(TERMS), min_size=arity,
+                                                 max_size=arity))]) + ")"
+    text = "(in-context CxR)\n" + "\n".join([*facts, *rules])
+    return text, goal, draw(st.integers(min_value=0, max_value=4))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_kbs())
+def test_the_strategies_search_the_same_tree_as_the_engine(case: tuple[str, str, int]) -> None:
+    text, goal, depth = case
+    k = kb.load_edn(text)
+    cids = args.visible_contexts(k, "CxR")
+    pat = args.pattern(k, edn_format.loads(goal), {})
+    solved = Search(k, cids, depth, Clock(None)).solve((pat,), {}, 0, (), 0)
+    engine = [(s, u) for _, s, u in solved]
+    dfs = search.Prover(k, cids, depth, Clock(None))
+    mine = [(st_[2], st_[3]) for st_ in search.depth_first(dfs, dfs.root((pat,)))]
+    assert mine == engine  # the same proofs in the same order
+    bfs = search.Prover(k, cids, depth, Clock(None))
+    wide = [(st_[2], st_[3]) for st_ in search.breadth_first(bfs, bfs.root((pat,)))]
+    assert sorted(wide) == sorted(mine)  # the same tree, level by level
+    assert bfs.steps == dfs.steps
+    provers: list[search.Prover] = []
+    ids = [(st_[2], st_[3]) for st_ in
+           search.iterative_deepening(k, cids, (pat,), depth, Clock(None), provers)]
+    assert set(ids) <= set(mine)
+    if mine:  # the shallowest proofs, and only those
+        assert ids
+        assert {u for _, u in ids} == {min(u for _, u in mine)}
 
 
 def test_compare_tacticians_runs_three_strategies(sample: KB) -> None:
