@@ -388,12 +388,13 @@ class _Table:
 
     def __init__(self, eng: engine_mod.Engine) -> None:
         tools: dict[str, _Tool] = {}
+        writes = eng.write_ops
         for op in sorted(eng.ops):
             fn = eng.ops[op]
             d = engine_mod.declared(fn)
             # only a declared read is a tool; the irreversible mark excludes whatever
             # the declaration says
-            if d is None or d.kind != READ or op in eng.write_ops:
+            if d is None or d.kind != READ or op in writes:
                 continue
             if engine_mod.is_irreversible(fn):
                 continue
