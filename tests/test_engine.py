@@ -260,6 +260,30 @@ def test_option_values_and_ceilings(k: kb.KB) -> None:
     assert refusal(reads.sentexes_in_context, k, "CxPets", {"inherited": 1}).type == "bad-option"
 
 
+def test_a_limit_is_held_by_the_engine_too() -> None:
+    many = kb.synthetic(5_000)  # 500 entities: more terms than the limit
+    assert len(reads.find_terms(many, "E")) == 100  # none named: the declared default
+    assert len(reads.find_terms(many, "E", {"limit": 3})) == 3
+    assert refusal(reads.find_terms, many, "E", {"limit": 101}).type == "over-ceiling"
+    assert len(reads.describe(many, S("isa"))) == 100
+    assert refusal(reads.describe, many, S("isa"), {"limit": -1}).type == "bad-option"
+
+
+async def test_the_engine_and_the_tools_refuse_an_option_in_the_same_words(k: kb.KB) -> None:
+    from vaelii_llm import tools
+
+    for bad in ({"max-depth": 13}, {"max-ms": 0}, {"max-depth": 2.5}, {"inherited": 1}):
+        op, fn, given = (
+            ("sentexes-in-context", reads.sentexes_in_context, {"context": "CxPets"})
+            if "inherited" in bad
+            else ("query", reads.query, {"goal": "(isa ?x Dog)", "context": "CxPets"})
+        )
+        args = [k, *given.values(), bad]
+        engine_says = str(refusal(fn, *args))
+        out = await tools.call(k, tools.tool_name(op), {**given, "opts": bad})
+        assert out.error == engine_says, bad
+
+
 def test_refusals(k: kb.KB) -> None:
     assert refusal(reads.query, k, "(isa ?x", "CxPets").type == "malformed-sentence"
     assert refusal(reads.query, k, "[isa ?x Dog]", "CxPets").type == "malformed-sentence"
