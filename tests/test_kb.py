@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import threading
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -13,38 +12,33 @@ import msgspec
 import pytest
 
 from vaelii_llm import kb
-from vaelii_llm.kb import EngineRefusal, ops
+from vaelii_llm.kb import EngineRefusal, audits, reads, writes
 from vaelii_llm.kb.store import KB
 
 S = edn_format.Symbol
 
 
-def test_sample_loads_under_100ms_and_has_a_few_hundred_sentences() -> None:
-    kb.sample()  # parse the shipped file once (edn_format import included)
-    t = time.perf_counter()
+def test_sample_has_a_few_hundred_sentences() -> None:
+    # its load time (target < 100 ms) is measured in tests/bench/bench_kb.py
     base = kb.sample()
-    elapsed = time.perf_counter() - t
-    assert elapsed < 0.1
-    assert 300 <= ops.sentex_count(base) <= 600
-    names = {str(c.name) for c in ops.contexts(base)}
+    assert 300 <= reads.sentex_count(base) <= 600
+    names = {str(c.name) for c in reads.contexts(base)}
     assert {"CxBase", "CxWell", "CxNursery", "CxFables", "CxPets", "CxFolklore"} <= names
 
 
-def test_cold_sample_load_is_measured_under_100ms_of_parsing() -> None:
-    # a fresh parse of the file text (the import of edn_format is paid already)
+def test_a_fresh_parse_of_the_sample_text_matches_the_sample() -> None:
+    # a fresh parse of the file text (its time: tests/bench/bench_kb.py)
     from importlib import resources
 
     text = resources.files("vaelii_llm.kb").joinpath("data/sample.edn").read_text("utf-8")
-    t = time.perf_counter()
     base = kb.load_edn(text)
-    assert time.perf_counter() - t < 0.1
-    assert ops.sentex_count(base) == ops.sentex_count(kb.sample())
+    assert reads.sentex_count(base) == reads.sentex_count(kb.sample())
 
 
 def test_sample_copies_are_independent() -> None:
     a, b = kb.sample(), kb.sample()
-    ops.assert_sentence(a, "(isa Extra Dog)", "CxPets")
-    assert ops.sentex_count(a) == ops.sentex_count(b) + 1
+    writes.assert_sentence(a, "(isa Extra Dog)", "CxPets")
+    assert reads.sentex_count(a) == reads.sentex_count(b) + 1
 
 
 def test_load_edn_both_layouts_and_default_context(tmp_path: Path) -> None:
@@ -56,12 +50,12 @@ def test_load_edn_both_layouts_and_default_context(tmp_path: Path) -> None:
     (isa Felix Cat)
     """
     k = kb.load_edn(text)
-    by_ctx = {str(c.name): c.sentexes for c in ops.contexts(k)}
+    by_ctx = {str(c.name): c.sentexes for c in reads.contexts(k)}
     assert by_ctx == {"CxBase": 1, "CxA": 2, "CxB": 2}
     f = tmp_path / "k.edn"
     f.write_text(text)
-    assert ops.sentex_count(kb.load_edn(f)) == 5
-    assert ops.sentex_count(kb.load_edn(str(f))) == 5
+    assert reads.sentex_count(kb.load_edn(f)) == 5
+    assert reads.sentex_count(kb.load_edn(str(f))) == 5
     into = KB()
     assert kb.load_edn("(isa A B)", into=into) is into
 
@@ -97,34 +91,35 @@ def test_load_edn_reads_a_file_in_one_loads_call(monkeypatch: pytest.MonkeyPatch
 
 def test_duplicate_sentences_are_stored_once() -> None:
     k = kb.load_edn("(isa A B) (isa A B) (in-context CxOther) (isa A B)")
-    assert ops.sentex_count(k) == 2
+    assert reads.sentex_count(k) == 2
 
 
 def test_synthetic_shape() -> None:
     k = kb.synthetic(1000)
-    assert ops.sentex_count(k) == 1000
-    counts = {str(c.name): c.sentexes for c in ops.contexts(k)}
+    assert reads.sentex_count(k) == 1000
+    counts = {str(c.name): c.sentexes for c in reads.contexts(k)}
     assert counts["CxSynthetic"] >= 980
-    hits = [r for r in ops.find_sentexes(k, (S("?p"), S("E7"), S("?x")))]
+    hits = [r for r in reads.find_sentexes(k, (S("?p"), S("E7"), S("?x")))]
     assert len(hits) == 10
 
 
 def test_snapshot_round_trip(tmp_path: Path) -> None:
     k = kb.sample()
-    h = ops.assert_sentence(k, "(isa Extra Dog)", "CxPets")
-    ops.retract(k, h)
+    h = writes.assert_sentence(k, "(isa Extra Dog)", "CxPets")
+    writes.retract(k, h)
     p = tmp_path / "kb.msgpack"
     kb.save(k, p)
     k2 = kb.open(p)
-    assert ops.sentex_count(k2) == ops.sentex_count(k)
-    assert ops.handles(k2) == ops.handles(k)
-    assert ops.contexts(k2) == ops.contexts(k)
+    assert reads.sentex_count(k2) == reads.sentex_count(k)
+    assert audits.handles(k2) == audits.handles(k)
+    assert reads.contexts(k2) == reads.contexts(k)
     assert k2.counter == k.counter
     goal = "(afraidOf MissMuffet ?y)"
-    assert list(ops.query(k2, goal, "CxNursery")) == list(ops.query(k, goal, "CxNursery"))
-    assert [c.kind for c in ops.changes_since(k2, 0)] == [c.kind for c in ops.changes_since(k, 0)]
+    assert list(reads.query(k2, goal, "CxNursery")) == list(reads.query(k, goal, "CxNursery"))
+    kinds = [c.kind for c in reads.changes_since(k, 0)]
+    assert [c.kind for c in reads.changes_since(k2, 0)] == kinds
     # the reopened KB keeps growing
-    h2 = ops.assert_sentence(k2, "(isa Extra2 Dog)", "CxPets")
+    h2 = writes.assert_sentence(k2, "(isa Extra2 Dog)", "CxPets")
     assert h2 == k.counter + 1
 
 
@@ -146,7 +141,7 @@ def test_bytes_per_sentex_small() -> None:
         used, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert ops.sentex_count(k) == 100_000
+    assert reads.sentex_count(k) == 100_000
     assert used / 100_000 < 500
 
 
@@ -158,11 +153,11 @@ def test_many_readers_one_writer() -> None:
     def reader() -> None:
         try:
             while not stop.is_set():
-                answers = [r for r in ops.query(k, "(afraidOf MissMuffet ?y)", "CxNursery")]
+                answers = [r for r in reads.query(k, "(afraidOf MissMuffet ?y)", "CxNursery")]
                 assert any(isinstance(a, kb.Answer) for a in answers)
-                list(ops.find_sentexes(k, "(isa ?x Dog)"))
-                ops.types(k)
-                ops.contexts(k)
+                list(reads.find_sentexes(k, "(isa ?x Dog)"))
+                reads.types(k)
+                reads.contexts(k)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -171,16 +166,16 @@ def test_many_readers_one_writer() -> None:
         t.start()
     handles = []
     for i in range(300):
-        handles.append(ops.assert_sentence(k, f"(isa Pup{i} Dog)", "CxPets"))
+        handles.append(writes.assert_sentence(k, f"(isa Pup{i} Dog)", "CxPets"))
         if i % 3 == 0:
-            ops.retract(k, handles[i // 2])
+            writes.retract(k, handles[i // 2])
         if i % 50 == 0:
-            ops.assert_sentence(k, f"(genlCtx CxExtra{i} CxPets)", "CxBase")
+            writes.assert_sentence(k, f"(genlCtx CxExtra{i} CxPets)", "CxBase")
     stop.set()
     for t in threads:
         t.join()
     assert not errors
-    assert len(list(ops.find_sentexes(k, "(isa ?x Dog)", "CxPets"))) > 100
+    assert len(list(reads.find_sentexes(k, "(isa ?x Dog)", "CxPets"))) > 100
 
 
 def _package_imports(path: Path) -> set[str]:

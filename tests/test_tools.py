@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import dataclasses
 import functools
 import gc
 import inspect
@@ -27,7 +26,7 @@ from hypothesis import strategies as st
 from vaelii_llm import Message, Request, kb, tools
 from vaelii_llm import engine as engine_mod
 from vaelii_llm.edn import CLOCK_MARKER, CUT_MARKER
-from vaelii_llm.kb import KB, Context, Handle, Opts, Sentence
+from vaelii_llm.kb import KB, Context, Handle, Opts, Sentence, declare
 from vaelii_llm.tools import MAX_LIMIT, ToolResult
 
 NURSERY = """
@@ -57,16 +56,49 @@ def big_kb() -> KB:
 def _with_ops(
     base: engine_mod.Engine = EMBEDDED, /, **ops: Callable[..., Any]
 ) -> engine_mod.Engine:
-    return base.replace(ops={**base.ops, **ops})
+    """`base` with `ops` added, each declared a read of its name unless its function
+    already carries a declaration (a `functools.wraps` copy carries the original's)."""
+    for name, fn in ops.items():
+        if engine_mod.declared(fn) is None:
+            engine_mod.op(name)(fn)
+    return base.with_ops(ops)
 
 
-def _with_clocked(eng: engine_mod.Engine, *ops: str) -> engine_mod.Engine:
-    c = eng.ceilings
-    return eng.replace(
-        ceilings=dataclasses.replace(
-            c, clocked=c.clocked | set(ops), accepts_max_ms=c.accepts_max_ms | set(ops)
-        )
+async def _call(
+    eng: engine_mod.Engine, kb_: Any, name: str, input: Any = None, max_result_chars: int = 4000
+) -> ToolResult:
+    return await tools.Toolset(kb_, engine=eng, max_result_chars=max_result_chars).call(
+        name, input
     )
+
+
+#: Every op the spec keeps from a model, by name: the writes (``preview`` and
+#: ``clear-caches`` included), the host-path read, the unbounded reads and audits, the
+#: change feed and the kb-less ops. Listed here by hand, not read off the declarations,
+#: so a write mis-declared a read still fails the suite.
+SPEC_EXCLUDED = frozenset(
+    {
+        "assert", "retract", "edit", "edit-with-consequences", "forward-chain", "preview",
+        "clear-caches", "abduce", "abduce-discard",
+        "kb-diff",
+        "handles", "terms", "kb-quality", "exposed-clashes",
+        "explain-levels", "all-specified-violations", "all-functional-at-instant-violations",
+        "changes-since", "subscribe",
+        "version", "op-names",
+    }
+)
+
+
+def _leaks(toolset: tools.Toolset) -> set[str]:
+    """The excluded ops a toolset would hand a model: as ops, as schemas, as names."""
+    names = {s.name for s in toolset.schemas()}
+    return {
+        op
+        for op in SPEC_EXCLUDED
+        if op in toolset.ops
+        or tools.tool_name(op) in names
+        or toolset.op_of(tools.tool_name(op)) is not None
+    }
 
 
 # -- the exposed set -----------------------------------------------------------------
@@ -92,13 +124,20 @@ def test_schemas_list_every_read_except_the_excluded() -> None:
         "kb_lookup",
         "kb_escalate",
         "kb_kb_integrity",
+        "kb_query_status",
+        "kb_argue",
+        "kb_search_tree",
+        "kb_compare_tacticians",
+        "kb_ask_within",
+        "kb_prove_within",
+        "kb_qualitative_scenarios",
     ):
         assert expected in names
-    assert names == sorted(names)
+    assert len(names) == 24  # the spec's 24 named reads (ask-all is variadic: not a tool)
+    assert list(tools.read_ops()) == sorted(tools.read_ops())  # sorted by op: byte-stable
     excluded = (
         tools.write_ops()
         | EMBEDDED.feed_ops
-        | EMBEDDED.host_path_ops
         | tools.HOST_PATH_OPS
         | tools.UNBOUNDED_OPS
         | EMBEDDED.kbless_ops
@@ -122,18 +161,17 @@ def test_schemas_list_every_read_except_the_excluded() -> None:
     "excluded",
     [
         pytest.param(EMBEDDED.write_ops, id="engine-write-set"),
-        pytest.param(tools.EXTRA_WRITE_OPS, id="tools-extra-writes"),
         pytest.param(tools.WRITE_OPS, id="WRITE_OPS"),
         pytest.param(EMBEDDED.feed_ops, id="feed-ops"),
-        pytest.param(EMBEDDED.host_path_ops, id="engine-host-path-ops"),
         pytest.param(tools.HOST_PATH_OPS, id="HOST_PATH_OPS"),
         pytest.param(tools.UNBOUNDED_OPS, id="UNBOUNDED_OPS"),
-        pytest.param(EMBEDDED.unbounded_ops, id="engine-unbounded-ops"),
         pytest.param(EMBEDDED.kbless_ops, id="kbless-ops"),
+        pytest.param(SPEC_EXCLUDED, id="the-spec's-list"),
     ],
 )
 def test_no_excluded_op_is_a_tool(excluded: frozenset[str]) -> None:
     assert excluded
+    assert excluded <= set(EMBEDDED.ops)  # each exists, so excluding it excludes something
     exposed = set(tools.read_ops())
     names = {s.name for s in tools.schemas()}
     for op in excluded:
@@ -142,38 +180,66 @@ def test_no_excluded_op_is_a_tool(excluded: frozenset[str]) -> None:
         assert tools.op_of(tools.tool_name(op)) is None
 
 
-def test_every_engine_write_is_also_in_the_tools_list() -> None:
-    # With the engine's write set emptied, the tools' own list still holds every write
-    # the embedded engine has, clear-caches (which the engine files elsewhere) included.
-    eng = EMBEDDED.replace(write_ops=frozenset())
-    assert "clear-caches" not in EMBEDDED.write_ops
-    for op in EMBEDDED.write_ops | {"clear-caches", "subscribe"}:
-        assert op not in tools.read_ops(eng)
+def test_the_spec_exclusions_are_the_engine_declarations() -> None:
+    declared = (
+        EMBEDDED.write_ops | EMBEDDED.feed_ops | EMBEDDED.host_path_ops
+        | EMBEDDED.unbounded_ops | EMBEDDED.kbless_ops
+    )
+    assert declared == SPEC_EXCLUDED
+    assert _leaks(tools.Toolset(None)) == set()
 
 
-def test_an_unlisted_new_mutating_op_is_exposed() -> None:
+@pytest.mark.parametrize("op", sorted(SPEC_EXCLUDED))
+def test_an_excluded_op_declared_a_read_is_caught(op: str) -> None:
+    # The check above would fail if an excluded op slipped into the read set: here one
+    # is re-declared a read (a copy of its function, so the real one is untouched).
+    real = EMBEDDED.ops[op]
+    if op in ("version", "op-names"):
+        def leaked(kb: KB) -> Any:
+            """A kb-less op given a KB parameter, declared a read."""
+            return real()
+    else:
+        @functools.wraps(real)
+        def leaked(*args: Any, **kwargs: Any) -> Any:
+            return real(*args, **kwargs)
+
+        # a copy with no trace of the original's irreversible mark, same signature
+        del leaked.__wrapped__
+        leaked.__dict__.pop(engine_mod.IRREVERSIBLE_ATTR, None)
+        leaked.__signature__ = inspect.signature(real, eval_str=True)  # type: ignore[attr-defined]
+    engine_mod.op(op)(leaked)
+    eng = EMBEDDED.with_ops({op: leaked})
+    assert _leaks(tools.Toolset(None, engine=eng)) == {op}
+
+
+def test_an_undeclared_new_op_is_not_a_tool() -> None:
     def wipe_context(kb: KB, context: Context) -> int:
-        """Deletes every sentex of a context (a write nobody listed)."""
+        """Deletes every sentex of a context (a write nobody declared)."""
         return 0
 
-    eng = _with_ops(**{"wipe-context": wipe_context})
-    assert "wipe-context" in tools.read_ops(eng)  # which is why WRITE_OPS matters
-    assert tools.op_of("kb_wipe_context", eng) == "wipe-context"
-    listed = eng.replace(write_ops=eng.write_ops | {"wipe-context"})
-    assert "wipe-context" not in tools.read_ops(listed)
+    eng = EMBEDDED.with_ops({"wipe-context": wipe_context})
+    assert "wipe-context" in eng.ops
+    assert "wipe-context" not in tools.Toolset(None, engine=eng).ops
+    assert tools.Toolset(None, engine=eng).op_of("kb_wipe_context") is None
+    # declared a write it stays out; only a declared read becomes a tool
+    engine_mod.op("wipe-context", kind="write")(wipe_context)
+    assert "wipe-context" in eng.write_ops
+    assert "wipe-context" not in tools.Toolset(None, engine=eng).ops
 
 
-def test_an_irreversible_op_is_never_exposed_whatever_the_write_set_says() -> None:
+def test_an_irreversible_op_is_never_exposed_whatever_its_declaration_says() -> None:
     @engine_mod.irreversible
     def purge(kb: KB, context: Context) -> int:
-        """Looks like a read to the table; its function says otherwise."""
+        """Declared a read; its function says otherwise."""
         return 0
 
-    eng = _with_ops(purge=purge).replace(write_ops=frozenset())
-    assert "purge" not in tools.read_ops(eng)
-    assert tools.op_of("kb_purge", eng) is None
+    engine_mod.op("purge")(purge)
+    eng = EMBEDDED.with_ops({"purge": purge})
+    assert "purge" not in tools.Toolset(None, engine=eng).ops
+    assert tools.Toolset(None, engine=eng).op_of("kb_purge") is None
+    assert "purge" in eng.write_ops
     assert engine_mod.is_irreversible(EMBEDDED.ops["retract"])
-    assert "retract" not in tools.read_ops(eng)
+    assert "retract" not in tools.Toolset(None, engine=eng).ops
 
 
 def test_a_new_read_becomes_a_tool_with_no_edit() -> None:
@@ -182,8 +248,8 @@ def test_a_new_read_becomes_a_tool_with_no_edit() -> None:
         return []
 
     eng = _with_ops(neighbours=neighbours)
-    assert "neighbours" in tools.read_ops(eng)
-    s = tools.schema("neighbours", eng)
+    assert "neighbours" in tools.Toolset(None, engine=eng).ops
+    s = tools.Toolset(None, engine=eng).schema("neighbours")
     assert s.name == "kb_neighbours"
     assert s.description.startswith("The terms a term shares a sentence with.")
     assert s.description.endswith("(term) | (term, context)")
@@ -212,7 +278,7 @@ def test_ops_with_no_single_signature_are_not_tools() -> None:
         return 0
 
     eng = _with_ops(spread=spread, keyed=keyed, bare=bare)
-    exposed = tools.read_ops(eng)
+    exposed = tools.Toolset(None, engine=eng).ops
     for op in ("spread", "keyed", "bare"):
         assert op not in exposed
 
@@ -276,7 +342,7 @@ def test_schema_merges_overloads_with_conflicting_kinds() -> None:
         """Pick one."""
         return 0
 
-    s = tools.schema("pick", _with_ops(pick=pick))
+    s = tools.Toolset(None, engine=_with_ops(pick=pick)).schema("pick")
     assert s.input_schema["required"] == ["target"]
     kinds = [p["type"] for p in s.input_schema["properties"]["target"]["anyOf"]]
     assert kinds == ["integer", "string"]
@@ -395,11 +461,9 @@ async def test_dispatch_calls_the_chosen_shape_positionally() -> None:
         return "ok"
 
     eng = _with_ops(probe=probe)
-    assert (await tools.call(None, "kb_probe", {"goal": "(a ?x)"}, engine=eng)).ok
+    assert (await _call(eng, None, "kb_probe", {"goal": "(a ?x)"})).ok
     assert (
-        await tools.call(
-            None, "kb_probe", {"goal": "(a)", "context": "Cx", "opts": None}, engine=eng
-        )
+        await _call(eng, None, "kb_probe", {"goal": "(a)", "context": "Cx", "opts": None})
     ).ok
     assert seen == [
         (edn_format.loads("(a ?x)"), None, None),
@@ -462,10 +526,10 @@ async def test_an_engine_bug_is_a_result_not_a_raise(nursery: KB) -> None:
         raise engine_mod.EngineRefusal("clock-cut", "gave up")
 
     eng = _with_ops(broken=broken, half=half)
-    bug = await tools.call(nursery, "kb_broken", {}, engine=eng)
+    bug = await _call(eng, nursery, "kb_broken", {})
     assert bug.error is not None
     assert bug.error.startswith("engine-error: ZeroDivisionError")
-    midway = await tools.call(nursery, "kb_half", {}, engine=eng)
+    midway = await _call(eng, nursery, "kb_half", {})
     assert midway.error == "clock-cut: gave up"
 
 
@@ -487,10 +551,10 @@ async def test_an_engine_bug_that_cannot_be_printed_is_still_a_result(nursery: K
         raise UnprintableRefusal("clock-cut", "gave up")
 
     eng = _with_ops(bug=bug, refusal=refusal)
-    result = await tools.call(nursery, "kb_bug", {}, engine=eng)
+    result = await _call(eng, nursery, "kb_bug", {})
     assert result.error is not None
     assert result.error.startswith("engine-error: Unprintable")
-    refused = await tools.call(nursery, "kb_refusal", {}, engine=eng)
+    refused = await _call(eng, nursery, "kb_refusal", {})
     assert refused.error is not None
     assert refused.error.startswith("clock-cut")
 
@@ -519,8 +583,7 @@ async def test_a_bound_past_the_ceiling_is_refused(
 
 
 async def test_bounds_at_the_ceiling_run(nursery: KB) -> None:
-    c = EMBEDDED.ceilings
-    opts = {"max-depth": c.max_depth, "max-ms": c.max_ms}
+    opts = {"max-depth": declare.MAX_DEPTH_CEILING, "max-ms": declare.MAX_MS_CEILING}
     result = await tools.call(
         nursery, "kb_query", {"goal": "(fears ?x ?y)", "context": "CxNursery", "opts": opts}
     )
@@ -539,15 +602,15 @@ async def test_a_clocked_read_naming_no_max_ms_runs_under_the_ceiling(nursery: K
         return real(*args)
 
     eng = _with_ops(query=query)
-    ceiling = EMBEDDED.ceilings.max_ms
-    assert "query" in EMBEDDED.ceilings.clocked
-    assert (await tools.call(nursery, "kb_query", {"goal": "(fears ?x ?y)"}, engine=eng)).ok
+    ceiling = declare.MAX_MS_CEILING
+    assert "query" in EMBEDDED.clocked
+    assert (await _call(eng, nursery, "kb_query", {"goal": "(fears ?x ?y)"})).ok
     assert seen[-1][1:] == (None, {"max-ms": ceiling})  # context left at its default
     given = {"goal": "(fears ?x ?y)", "context": "CxWell", "opts": {"max-depth": 2}}
-    assert (await tools.call(nursery, "kb_query", given, engine=eng)).ok
+    assert (await _call(eng, nursery, "kb_query", given)).ok
     assert seen[-1][2] == {"max-depth": 2, "max-ms": ceiling}
     given["opts"] = {"max-ms": 50}
-    assert (await tools.call(nursery, "kb_query", given, engine=eng)).ok
+    assert (await _call(eng, nursery, "kb_query", given)).ok
     assert seen[-1][2] == {"max-ms": 50}
 
 
@@ -558,12 +621,13 @@ async def test_the_printer_holds_a_clocked_answer_the_engine_does_not(nursery: K
             time.sleep(0.01)
             yield n
 
-    eng = _with_clocked(_with_ops(drip=drip), "drip")
+    engine_mod.op("drip", opts=declare.ClockOpts, clocked=True)(drip)
+    eng = _with_ops(drip=drip)
     start = time.perf_counter()
-    result = await tools.call(nursery, "kb_drip", {"opts": {"max-ms": 100}}, engine=eng)
+    result = await _call(eng, nursery, "kb_drip", {"opts": {"max-ms": 100}})
     assert result.ok
     assert result.text.endswith(CLOCK_MARKER)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 5.0  # drip never ends: the printer ended it
 
 
 async def test_find_terms_naming_no_limit_gets_the_max() -> None:
@@ -577,12 +641,10 @@ async def test_find_terms_naming_no_limit_gets_the_max() -> None:
 
     many = kb.synthetic(5_000)  # 500 entities: more terms than the limit
     eng = _with_ops(**{"find-terms": find_terms})
-    result = await tools.call(
-        many, "kb_find_terms", {"search": "E"}, max_result_chars=10**6, engine=eng
-    )
+    result = await _call(eng, many, "kb_find_terms", {"search": "E"}, max_result_chars=10**6)
     assert seen[-1] == ("E", {"limit": MAX_LIMIT})
     assert len(_edn(result)) == MAX_LIMIT
-    await tools.call(many, "kb_find_terms", {"search": "E", "opts": {"limit": 3}}, engine=eng)
+    await _call(eng, many, "kb_find_terms", {"search": "E", "opts": {"limit": 3}})
     assert seen[-1] == ("E", {"limit": 3})
 
 
@@ -600,11 +662,11 @@ async def test_describe_naming_no_limit_gets_the_max() -> None:
     many = kb.synthetic(5_000)  # isa is mentioned by 500 sentexes
     eng = _with_ops(describe=describe)
     before = many.stats["realized"]
-    result = await tools.call(many, "kb_describe", {"term": "isa"}, engine=eng)
+    result = await _call(eng, many, "kb_describe", {"term": "isa"})
     assert result.ok
     assert seen[-1] == (edn_format.Symbol("isa"), {"limit": MAX_LIMIT})
     assert many.stats["realized"] - before <= MAX_LIMIT
-    await tools.call(many, "kb_describe", {"term": "isa", "opts": {"limit": 3}}, engine=eng)
+    await _call(eng, many, "kb_describe", {"term": "isa", "opts": {"limit": 3}})
     assert seen[-1] == (edn_format.Symbol("isa"), {"limit": 3})
     opts = tools.schema("describe").input_schema["properties"]["opts"]["properties"]
     assert f"{MAX_LIMIT} when none is named" in opts["limit"]["description"]
@@ -625,7 +687,7 @@ async def test_laziness_over_a_million_sentexes(big_kb: KB) -> None:
     printed = result.text.count(":handle")
     assert realized <= printed + 1  # at most one record past what was printed
     assert realized < 100  # a few dozen of 10^6
-    assert elapsed < 1.0
+    assert elapsed < 10.0  # the cost against 10^3 sentexes: tests/bench/bench_tools.py
     count = await tools.call(big_kb, "kb_sentex_count", {"context": "CxSynthetic"})
     assert int(count.text) > 900_000
 
@@ -653,9 +715,8 @@ async def test_infinite_answers_print_and_return(
         """Never ends."""
         return answer()
 
-    result = await tools.call(
-        nursery, "kb_forever", {}, max_result_chars=500, engine=_with_ops(forever=forever)
-    )
+    eng = _with_ops(forever=forever)
+    result = await _call(eng, nursery, "kb_forever", {}, max_result_chars=500)
     assert result.ok
     assert result.text.endswith(CUT_MARKER)
     assert len(result.text) == 500 + len(CUT_MARKER)
@@ -724,9 +785,8 @@ async def test_the_loop_stays_responsive_while_8_slow_reads_run(nursery: KB) -> 
     gc.disable()
     try:
         watcher = asyncio.create_task(monitor())
-        results = await asyncio.gather(
-            *(tools.call(nursery, "kb_slow", {"n": 100}, engine=eng) for _ in range(8))
-        )
+        shared = tools.Toolset(nursery, engine=eng)  # one toolset: one bound
+        results = await asyncio.gather(*(shared.call("kb_slow", {"n": 100}) for _ in range(8)))
         done.set()
         await watcher
     finally:
@@ -735,19 +795,22 @@ async def test_the_loop_stays_responsive_while_8_slow_reads_run(nursery: KB) -> 
     assert 1 < running.most <= tools.READ_WORKERS  # in threads, and bounded
     assert len(lags) > 10
     print(f"loop lag: max {max(lags) * 1000:.1f} ms over {len(lags)} samples")
-    assert max(lags) < 0.05, f"loop lag {max(lags) * 1000:.1f} ms"
+    # 8 reads of ~0.2 s each run on the loop would stall it ~1.6 s; in threads it lags a
+    # few ms (measured: tests/bench/bench_tools.py). The bound is wide so a loaded
+    # machine does not flake it.
+    assert max(lags) < 0.5, f"loop lag {max(lags) * 1000:.1f} ms"
 
 
 async def test_cancellation_propagates_and_stops_the_worker(nursery: KB) -> None:
     stopped = threading.Event()
     eng = _slow_engine(stopped.set)
-    task = asyncio.create_task(tools.call(nursery, "kb_slow", {"n": 10_000}, engine=eng))
+    task = asyncio.create_task(_call(eng, nursery, "kb_slow", {"n": 10_000}))
     await asyncio.sleep(0.1)
     start = time.perf_counter()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < 2.0  # the read itself would run ~20 s
     assert await asyncio.to_thread(stopped.wait, 2.0)  # the generator was closed
 
 
@@ -830,11 +893,13 @@ def test_opts_schema_lists_exactly_the_keys_the_engine_reads() -> None:
         opts = tools.schema(op).input_schema["properties"].get("opts")
         if opts is None:
             continue
-        assert set(opts["properties"]) == set(eng.opt_keys[op]), op
+        declared = eng.opts(op)
+        assert declared is not None, op
+        assert list(opts["properties"]) == [s.key for s in engine_mod.option_specs(declared)]
         assert opts["additionalProperties"] is False
     query_opts = tools.schema("query").input_schema["properties"]["opts"]["properties"]
-    assert query_opts["max-depth"]["maximum"] == eng.ceilings.max_depth
-    assert query_opts["max-ms"]["maximum"] == eng.ceilings.max_ms
+    assert query_opts["max-depth"]["maximum"] == declare.MAX_DEPTH_CEILING
+    assert query_opts["max-ms"]["maximum"] == declare.MAX_MS_CEILING
     terms_opts = tools.schema("find-terms").input_schema["properties"]["opts"]["properties"]
     assert terms_opts["limit"]["maximum"] == tools.MAX_LIMIT
 
@@ -853,7 +918,7 @@ def test_two_ops_that_munge_to_one_tool_name_are_refused() -> None:
     ops = dict(eng.ops)
     ops["ask-p"] = ops["ask?"]
     with pytest.raises(ValueError, match="'ask-p' and 'ask\\?' both become the tool 'kb_ask_p'"):
-        tools.schemas(engine=eng.replace(ops=ops))
+        tools.Toolset(None, engine=eng.replace(ops=ops))
 
 
 @pytest.mark.parametrize(
@@ -876,3 +941,113 @@ async def test_bounds_are_whole_numbers_within_the_published_range(
         return
     assert out.error is not None
     assert out.error.startswith(phrase), out.error
+
+
+# -- every clocked read, and the Toolset object ----------------------------------------
+
+_SAMPLE_ARG = {
+    "sentence": "(isa ?x Girl)",
+    "context": "CxWell",
+    "term": "Muffet",
+    "handle": 1,
+    "integer": 1,
+    "string": "x",
+    "boolean": False,
+    "json": ["(isa Muffet Girl)"],
+}
+CLOCKED_READS = sorted(EMBEDDED.clocked & set(tools.read_ops()))
+
+
+def test_the_clocked_reads_include_every_spec_clocked_read() -> None:
+    # the spec's eleven clocked reads that are tools (ask-all, variadic, is not one)
+    assert {
+        "find-sentexes", "sentexes-in-context", "ask", "query", "query?", "why-not",
+        "escalate", "kb-integrity", "query-status", "argue", "search-tree",
+        "compare-tacticians", "ask-within", "prove-within",
+    } <= set(CLOCKED_READS)
+
+
+@pytest.mark.parametrize("op", CLOCKED_READS)
+async def test_a_clocked_read_naming_no_max_ms_is_given_the_ceiling(op: str) -> None:
+    real = EMBEDDED.ops[op]
+    sig = inspect.signature(real, eval_str=True)
+    seen: list[dict[str, Any]] = []
+
+    @functools.wraps(real)  # carries the op's declaration: same options, same clock
+    def recorder(*args: Any, **kwargs: Any) -> Any:
+        seen.append(dict(sig.bind(*args, **kwargs).arguments))
+        return []
+
+    toolset = tools.Toolset(None, engine=EMBEDDED.with_ops({op: recorder}))
+    shapes = toolset._table.by_op[op].shapes
+    # the shortest call of a shape that has an opts slot (why-not's handle shape has
+    # none: the printer's deadline and the engine's own clock hold that one)
+    with_opts = [s for s in shapes if any(p.kind == "opts" for p in s.params)]
+    shape = min(with_opts or shapes, key=lambda s: s.size)
+    given = {p.name: _SAMPLE_ARG[p.kind] for p in shape.taken}
+    result = await toolset.call(tools.tool_name(op), given)
+    assert result.ok, result.error
+    declared = EMBEDDED.opts(op)
+    if declared is None or "max-ms" not in {s.key for s in engine_mod.option_specs(declared)}:
+        # no max-ms option: the printer's deadline holds it (checked below for ask?)
+        assert op == "ask?", op
+        return
+    ceiling = next(s.ceiling for s in engine_mod.option_specs(declared) if s.key == "max-ms")
+    assert ceiling == declare.MAX_MS_CEILING
+    assert seen[-1]["opts"]["max-ms"] == ceiling, seen[-1]
+    # and a named max-ms is kept, one past the ceiling refused
+    widest = max(toolset._table.by_op[op].shapes, key=lambda s: s.size)
+    given = {p.name: _SAMPLE_ARG[p.kind] for p in widest.taken if p.kind != "opts"}
+    opts_given = {**given, "opts": {"max-ms": 7}}
+    named = await toolset.call(tools.tool_name(op), opts_given)
+    assert named.ok, named.error
+    assert seen[-1]["opts"]["max-ms"] == 7
+    over = await toolset.call(tools.tool_name(op), {**given, "opts": {"max-ms": ceiling + 1}})
+    assert over.error is not None
+    assert over.error.startswith("over-ceiling:")
+
+
+async def test_a_clocked_read_with_no_max_ms_option_is_held_by_the_printer() -> None:
+    def dawdle(kb: KB, sentence: Sentence, context: Context) -> Iterator[int]:
+        """Never ends, never checks a clock."""
+        for n in itertools.count():
+            time.sleep(0.01)
+            yield n
+
+    engine_mod.op("dawdle", clocked=True)(dawdle)
+    eng = EMBEDDED.with_ops({"dawdle": dawdle}).replace(max_ms=100)
+    result = await _call(eng, None, "kb_dawdle", {"sentence": "(a)", "context": "Cx"})
+    assert result.ok
+    assert result.text.endswith(CLOCK_MARKER)
+
+
+async def test_a_toolset_bounds_its_own_reads_and_keeps_no_module_state(nursery: KB) -> None:
+    running = _Running()
+    eng = _slow_engine(running=running)
+    one = tools.Toolset(nursery, engine=eng, workers=1)
+    assert one.workers == 1
+    results = await asyncio.gather(*(one.call("kb_slow", {"n": 5}) for _ in range(4)))
+    assert all(r.ok for r in results)
+    assert running.most == 1
+    running.most = 0
+    three = tools.Toolset(nursery, engine=eng, workers=3)
+    await asyncio.gather(*(three.call("kb_slow", {"n": 20}) for _ in range(6)))
+    assert 1 < running.most <= 3
+    # each toolset derives its own table; the module keeps none keyed by id()
+    assert not hasattr(tools, "_TABLES")
+    assert not hasattr(tools, "_LIMITERS")
+    assert one.op_of("kb_slow") == "slow"
+    assert tools.op_of("kb_slow") is None
+    with pytest.raises(ValueError, match="workers"):
+        tools.Toolset(nursery, workers=0)
+
+
+def test_a_toolset_answers_what_the_module_functions_answer() -> None:
+    toolset = tools.Toolset(None)
+    assert toolset.ops == tools.read_ops()
+    assert msgspec.json.encode(toolset.schemas()) == msgspec.json.encode(tools.schemas())
+    assert toolset.schemas(only={"query"}) == tools.schemas(only={"query"})
+    assert toolset.schema("query") == tools.schema("query")
+    assert toolset.write_ops() == tools.write_ops() == tools.WRITE_OPS
+    with pytest.raises(AttributeError):
+        tools.NOT_A_SET  # noqa: B018

@@ -1,10 +1,13 @@
 """The one module that reaches into an engine.
 
 An engine is described by an `Engine`: its op table (op name such as
-``"find-sentexes"`` or ``"ask?"`` -> the engine function), its kb-less ops, its
-write set, its feed ops, its host-path ops and its ceiling tables. `embedded()`
-describes the engine this package ships (`vaelii_llm.kb`); any other engine that
-supplies the same description plugs into `vaelii_llm.tools` unchanged.
+``"find-sentexes"`` or ``"ask?"`` -> the engine function), its refusal type and its
+version. Everything else is read off each function's own declaration (`op`, from
+`vaelii_llm.kb.declare`): its kind (read, write, irreversible, host-path, unbounded,
+feed, kb-less), its options Struct (whose bounds are the ceilings) and whether the
+clock holds it. `embedded()` describes the engine this package ships
+(`vaelii_llm.kb`); any other engine whose functions carry the same declarations
+plugs into `vaelii_llm.tools` unchanged.
 
 Engine functions take the KB first; their other parameters are annotated with the
 markers of `ARG_KINDS` (or plain ``int``/``str``/``bool``), several shapes are
@@ -16,10 +19,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from vaelii_llm.kb import ops as _kb_ops
+from vaelii_llm.kb.declare import (
+    FEED,
+    HOST_PATH,
+    IRREVERSIBLE,
+    KBLESS,
+    MAX_LIMIT,
+    MAX_MS_CEILING,
+    READ,
+    UNBOUNDED,
+    WRITE,
+    Declared,
+    Options,
+    check_options,
+    declared,
+    op,
+    option_specs,
+)
 from vaelii_llm.kb.types import (
     IRREVERSIBLE_ATTR,
     Context,
@@ -32,12 +52,19 @@ from vaelii_llm.kb.types import (
 
 __all__ = [
     "ARG_KINDS",
-    "Ceilings",
+    "MAX_LIMIT",
+    "READ",
+    "Declared",
     "Engine",
     "EngineRefusal",
+    "Options",
+    "check_options",
+    "declared",
     "embedded",
     "irreversible",
     "is_irreversible",
+    "op",
+    "option_specs",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,10 +86,10 @@ ARG_KINDS: Final[Mapping[object, str]] = {
 def irreversible(fn: F) -> F:
     """Mark an engine function irreversible (what a Clojure ``!`` var says).
 
-    The tools exclude an op whose function carries the mark whatever the write set
-    says; the mark is a backstop, and every mutating op is still listed in the write
-    set. The mark is the function attribute `vaelii_llm.kb.types.IRREVERSIBLE_ATTR`,
-    so an engine package can set it without importing this module.
+    The tools exclude an op whose function carries the mark whatever its declaration
+    says; the mark is a backstop (``@op(..., kind=IRREVERSIBLE)`` sets it too). It is
+    the function attribute `vaelii_llm.kb.types.IRREVERSIBLE_ATTR`, so an engine
+    package can set it without importing this module.
     """
     setattr(fn, IRREVERSIBLE_ATTR, True)
     return fn
@@ -80,68 +107,83 @@ def is_irreversible(fn: object) -> bool:
 
 
 @dataclass(frozen=True)
-class Ceilings:
-    """The bounds the engine holds every read to, whatever the caller asks.
-
-    ``max_depth``/``max_ms`` are the ceilings; a call naming more is refused
-    ``over-ceiling``. ``clocked`` are the ops the clock holds: they run under
-    ``max_ms`` when the call names none. ``accepts_max_ms``/``accepts_max_depth``
-    are the ops whose opts take those keys.
-    """
-
-    max_depth: int
-    max_ms: int
-    clocked: frozenset[str]
-    accepts_max_ms: frozenset[str]
-    accepts_max_depth: frozenset[str]
-
-
-@dataclass(frozen=True)
 class Engine:
-    """Everything the tools need to know about one engine."""
+    """Everything the tools need to know about one engine: its op table; the rest is
+    read off each op function's declaration. An op whose function carries none has
+    no kind: it is in the table, and never a tool."""
 
     name: str
     ops: Mapping[str, Callable[..., Any]]
-    kbless_ops: frozenset[str]
-    write_ops: frozenset[str]
-    feed_ops: frozenset[str]
-    host_path_ops: frozenset[str]
-    ceilings: Ceilings
     refusal: type[Exception]
-    #: reads with no bound a call can carry (the whole-KB sorts and audits); the tools
-    #: keep their own list, this is the engine's word on it.
-    unbounded_ops: frozenset[str] = field(default_factory=frozenset)
     version: str = ""
-    #: op -> {opts key it reads -> its JSON kind, "integer" or "boolean"}; the tools
-    #: publish these keys in the schema. An op absent here is described loosely.
-    opt_keys: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: the budget a clocked op that takes no ``max-ms`` option runs under
+    max_ms: int = MAX_MS_CEILING
 
     def replace(self, **changes: Any) -> Engine:
         """A copy with some fields changed (`dataclasses.replace`), e.g. an extra op."""
         return dataclasses.replace(self, **changes)
 
+    def with_ops(self, ops: Mapping[str, Callable[..., Any]]) -> Engine:
+        """A copy with `ops` added to (or replacing entries of) the op table."""
+        return self.replace(ops={**self.ops, **ops})
+
+    def declaration(self, op: str) -> Declared | None:
+        """The declaration of `op`'s function, or None."""
+        return declared(self.ops.get(op))
+
+    @property
+    def kinds(self) -> Mapping[str, str | None]:
+        """op -> its declared kind (None for an op nobody declared)."""
+        return {op: (d.kind if (d := declared(fn)) else None) for op, fn in self.ops.items()}
+
+    def of_kind(self, *kinds: str) -> frozenset[str]:
+        """The ops declared one of `kinds`."""
+        return frozenset(op for op, kind in self.kinds.items() if kind in kinds)
+
+    @property
+    def read_ops(self) -> frozenset[str]:
+        """The ops declared reads: the only ones that can become tools."""
+        return self.of_kind(READ)
+
+    @property
+    def write_ops(self) -> frozenset[str]:
+        """The ops that change state: declared writes, irreversible ones, and any op
+        whose function carries the irreversible mark."""
+        marked = frozenset(op for op, fn in self.ops.items() if is_irreversible(fn))
+        return self.of_kind(WRITE, IRREVERSIBLE) | marked
+
+    @property
+    def feed_ops(self) -> frozenset[str]:
+        return self.of_kind(FEED)
+
+    @property
+    def host_path_ops(self) -> frozenset[str]:
+        return self.of_kind(HOST_PATH)
+
+    @property
+    def unbounded_ops(self) -> frozenset[str]:
+        return self.of_kind(UNBOUNDED)
+
+    @property
+    def kbless_ops(self) -> frozenset[str]:
+        return self.of_kind(KBLESS)
+
+    @property
+    def clocked(self) -> frozenset[str]:
+        """The ops the clock holds: they run under their ``max-ms`` ceiling (or
+        `max_ms`) when the call names no ``max-ms``."""
+        return frozenset(
+            op for op, fn in self.ops.items() if (d := declared(fn)) is not None and d.clocked
+        )
+
+    def opts(self, op: str) -> type[Options] | None:
+        """The options Struct `op` declares, or None."""
+        d = self.declaration(op)
+        return d.opts if d is not None else None
+
 
 def embedded() -> Engine:
     """The embedded engine of `vaelii_llm.kb`."""
     return Engine(
-        name="vaelii_llm.kb",
-        ops=_kb_ops.OPS,
-        kbless_ops=_kb_ops.KBLESS_OPS,
-        write_ops=_kb_ops.WRITE_OPS,
-        feed_ops=_kb_ops.FEED_OPS,
-        host_path_ops=_kb_ops.HOST_PATH_OPS,
-        ceilings=Ceilings(
-            max_depth=_kb_ops.MAX_DEPTH_CEILING,
-            max_ms=_kb_ops.MAX_MS_CEILING,
-            clocked=_kb_ops.CLOCKED,
-            accepts_max_ms=_kb_ops.ACCEPTS_MAX_MS,
-            accepts_max_depth=_kb_ops.ACCEPTS_MAX_DEPTH,
-        ),
-        refusal=EngineRefusal,
-        unbounded_ops=_kb_ops.UNBOUNDED_OPS,
-        version=_kb_ops.VERSION,
-        opt_keys={
-            op: {key: _kb_ops.OPT_KINDS[key] for key in sorted(keys)}
-            for op, keys in _kb_ops.OPT_KEYS.items()
-        },
+        name="vaelii_llm.kb", ops=_kb_ops.OPS, refusal=EngineRefusal, version=_kb_ops.VERSION
     )

@@ -1,49 +1,51 @@
 """The model's read surface over a KB: tool schemas derived from the engine's op table.
 
-Nothing here is transcribed. The tools are the engine's op table
-(:func:`vaelii_llm.engine.embedded` by default) minus what a model must not reach,
-and each tool's parameters, shapes and description come from the engine
-function's own signature (``typing.overload`` shapes included) and docstring. A
-read added to the engine becomes a tool with no edit here.
+Nothing here is transcribed. The tools are the ops the engine
+(:func:`vaelii_llm.engine.embedded` by default) declares reads (``@op(...,
+kind=READ)``, :mod:`vaelii_llm.kb.declare`), and each tool's parameters, shapes and
+description come from the engine function's own signature (``typing.overload``
+shapes included), docstring and declared options Struct. A read added to the engine
+becomes a tool with no edit here; an op declared anything else, or declared
+nothing, never does.
 
-Excluded, in :func:`read_ops`:
+Excluded, in :meth:`Toolset.ops`, whatever else is true of them:
 
-* the writes: the engine's write set plus :data:`EXTRA_WRITE_OPS`, the ops that
-  change state which an engine may file elsewhere (``forward-chain`` stores what
-  the rules derive, ``abduce`` stores hypotheses and ``abduce-discard`` drops
-  them, ``preview`` holds the writer and advances the handle counter,
-  ``clear-caches`` resets the measurements a model is measured through,
-  ``subscribe`` registers a listener). A new op that changes state outside the
-  engine's write set needs a line there. :data:`WRITE_OPS` is the union for the
-  embedded engine;
-* any op whose function the engine marks irreversible
-  (:func:`vaelii_llm.engine.irreversible`), whatever the write set says;
-* the change feed (the engine's feed ops);
-* :data:`HOST_PATH_OPS`: ``kb-diff`` reads a directory on this host, a
-  path-recon primitive in a prompt-injected model's hands;
-* :data:`UNBOUNDED_OPS`: reads no call can bound (whole-KB sorts and audits);
-* kb-less ops, and ops with no single signature (variadic, with no overloads).
+* every op not declared a read: the writes (:data:`WRITE_OPS` for the embedded
+  engine: what changes the KB, and ``preview``, which holds the writer and advances
+  the handle counter, ``clear-caches``, which resets the measurements a model is
+  measured through, ``abduce``/``abduce-discard``, which store and drop
+  hypotheses), the change feed, :data:`HOST_PATH_OPS` (``kb-diff`` reads a
+  directory on this host, a path-recon primitive in a prompt-injected model's
+  hands), :data:`UNBOUNDED_OPS` (reads no call can bound: whole-KB sorts and
+  audits) and the kb-less ops;
+* any op whose function carries the irreversible mark
+  (:func:`vaelii_llm.engine.irreversible`), whatever its declaration says;
+* ops with no single signature (variadic, with no overloads).
 
-:func:`call` runs one tool call and never raises (cancellation propagates): every
-failure is a :class:`ToolResult` with ``ok=False`` and an ``error`` that starts
-with the refusal's type (``over-ceiling: …``, ``unexpected-argument: …``). The
-engine read and the printing of its answer run in a worker thread, under an
-anyio :class:`~anyio.CapacityLimiter` of :data:`READ_WORKERS` per event loop, so a
-slow read never blocks the loop. The answer is printed by
-:func:`vaelii_llm.edn.write`, which realizes a lazy answer only as far as
-``max_result_chars`` reaches.
+A :class:`Toolset` holds one KB, its engine's derived table and its call bound.
+:meth:`Toolset.call` runs one tool call and never raises (cancellation propagates):
+every failure is a :class:`ToolResult` with ``ok=False`` and an ``error`` that
+starts with the refusal's type (``over-ceiling: …``, ``unexpected-argument: …``).
+Options are checked by the engine's own :func:`vaelii_llm.engine.check_options`
+against the op's declared Struct, the one place a ceiling is checked. The engine
+read and the printing of its answer run in a worker thread, at most ``workers``
+at once per toolset, so a slow read never blocks the loop. The answer is printed
+by :func:`vaelii_llm.edn.write`, which realizes a lazy answer only as far as
+``max_result_chars`` reaches. The module functions (:func:`call`,
+:func:`schemas`, …) are thin wrappers over a default toolset of the embedded
+engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import re
 import threading
 import time
 import types
 import typing
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -54,10 +56,10 @@ import msgspec
 
 from vaelii_llm import edn
 from vaelii_llm import engine as engine_mod
+from vaelii_llm.engine import MAX_LIMIT, READ, EngineRefusal, Options
 from vaelii_llm.protocol import ToolResultBlock, ToolSchema
 
 __all__ = [
-    "EXTRA_WRITE_OPS",
     "HOST_PATH_OPS",
     "MAX_LIMIT",
     "READ_WORKERS",
@@ -75,61 +77,35 @@ __all__ = [
     "write_ops",
 ]
 
-EXTRA_WRITE_OPS: Final = frozenset(
-    {
-        "abduce",
-        "abduce-discard",
-        "assert",
-        "clear-caches",
-        "edit",
-        "edit-with-consequences",
-        "forward-chain",
-        "load",
-        "preview",
-        "retract",
-        "save",
-        "subscribe",
-    }
-)
-"""Ops that change state, listed here whether or not the engine's write set has
-them: a write the engine files elsewhere is still a write."""
+WRITE_OPS: frozenset[str]
+"""Every op of the embedded engine no model may reach: its declared writes and
+irreversible ops (derived on first use; :meth:`Toolset.write_ops` for any engine)."""
+HOST_PATH_OPS: frozenset[str]
+"""The embedded engine's ops declared ``host-path``: never a tool."""
+UNBOUNDED_OPS: frozenset[str]
+"""The embedded engine's ops declared ``unbounded``: reads with no bound a call can
+carry, the whole KB sorted into one answer or audited whole; narrower reads
+(``sentex-count``, ``term-count``, ``find-terms``, ``kb-integrity``…) answer
+the bounded questions."""
 
-WRITE_OPS: Final = frozenset(engine_mod.embedded().write_ops) | EXTRA_WRITE_OPS
-"""Every op of the embedded engine no model may reach: its write set plus
-:data:`EXTRA_WRITE_OPS` (:func:`write_ops` answers for any engine)."""
+_DERIVED: Final[Mapping[str, Callable[[engine_mod.Engine], frozenset[str]]]] = {
+    "WRITE_OPS": lambda eng: eng.write_ops,
+    "HOST_PATH_OPS": lambda eng: eng.host_path_ops,
+    "UNBOUNDED_OPS": lambda eng: eng.unbounded_ops,
+}
 
-HOST_PATH_OPS: Final = frozenset({"kb-diff"})
-"""Reads whose argument is a path on this host: never a tool."""
 
-UNBOUNDED_OPS: Final = frozenset(
-    {
-        "all-functional-at-instant-violations",
-        "all-specified-violations",
-        "explain-levels",
-        "exposed-clashes",
-        "handles",
-        "kb-quality",
-        "terms",
-    }
-)
-"""Reads with no bound a call can carry: the whole KB sorted into one answer, or
-audited whole. ``sentex-count``, ``term-count``, ``find-terms``, ``escalate`` and
-``kb-integrity`` answer the narrower questions."""
+def __getattr__(name: str) -> frozenset[str]:
+    """The derived sets above, read off the embedded engine's declarations."""
+    derive = _DERIVED.get(name)
+    if derive is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return frozenset(derive(_default().engine))
 
-MAX_LIMIT: Final = 100
-"""The largest ``limit`` a call may name: a count the engine realizes whole before
-the printer's bound applies. ``find-terms`` and ``describe`` naming none are given
-this."""
-
-DEFAULT_LIMIT_OPS: Final = frozenset({"find-terms", "describe"})
-"""Ops given ``limit`` :data:`MAX_LIMIT` when the call names none, because the engine
-builds their whole answer before the printer starts: an empty search string would
-answer the whole vocabulary, and a common term (a predicate) every sentex that
-mentions it."""
 
 READ_WORKERS: Final = 2
-"""Engine reads one event loop runs at once, each in a worker thread; more calls
-wait their turn. A pure-Python engine read holds the GIL while it computes, so
+"""Engine reads one toolset runs at once by default, each in a worker thread; more
+calls wait their turn. A pure-Python engine read holds the GIL while it computes, so
 more threads add no throughput and lengthen the event loop's own wait for the GIL
 (measured here, 8 CPU-bound reads at once: loop lag at most ~14 ms with 2
 workers, ~42 ms with 4); two keep one long read from holding up every other."""
@@ -219,6 +195,8 @@ class _Tool:
     fn: Callable[..., Any]
     shapes: tuple[_Shape, ...]
     schema: ToolSchema
+    opts: type[Options]  # the declared options Struct (no keys when none is declared)
+    clocked: bool
 
 
 def tool_name(op: str) -> str:
@@ -320,8 +298,7 @@ def _shapes(fn: Callable[..., Any]) -> tuple[_Shape, ...]:
     return tuple(shapes)
 
 
-def _property(kind: str, op: str, eng: engine_mod.Engine) -> dict[str, Any]:
-    c = eng.ceilings
+def _property(kind: str, opts: type[Options], clocked: bool) -> dict[str, Any]:
     if kind == "sentence":
         return {
             "type": "string",
@@ -341,52 +318,31 @@ def _property(kind: str, op: str, eng: engine_mod.Engine) -> dict[str, Any]:
         }
     if kind == "handle":
         return {"type": "integer", "description": "A sentex handle, e.g. 42."}
-    if kind == "opts" and op in eng.opt_keys:
-        return _opts_property(op, eng)
     if kind == "opts":
-        keys = []
-        if op in c.accepts_max_depth:
-            keys.append(f"max-depth (at most {c.max_depth})")
-        if op in c.accepts_max_ms:
-            clocked = (
-                f"; the read runs under {c.max_ms} when none is named" if (op in c.clocked) else ""
-            )
-            keys.append(f"max-ms (at most {c.max_ms}{clocked})")
-        if op in DEFAULT_LIMIT_OPS:
-            keys.append(f"limit (at most {MAX_LIMIT}; {MAX_LIMIT} when none is named)")
-        accepted = "; keys include " + ", ".join(keys) if keys else ""
-        return {
-            "type": "object",
-            "description": "Options, a JSON object with kebab-case keys, e.g. "
-            f'{{"max-depth": 3}}{accepted}. A limit, where the read takes one, is at most '
-            f"{MAX_LIMIT}.",
-        }
+        return _opts_property(opts, clocked)
     if kind in ("integer", "string", "boolean", "number"):
         return {"type": kind}
     return {}
 
 
-def _opts_property(op: str, eng: engine_mod.Engine) -> dict[str, Any]:
-    """The opts object with exactly the keys the engine says ``op`` reads, each
+def _opts_property(opts: type[Options], clocked: bool) -> dict[str, Any]:
+    """The opts object with exactly the keys the op's declared Struct has, each
     bounded by its ceiling, so the model cannot name a key nothing reads."""
-    c = eng.ceilings
-    bounds = {"max-depth": c.max_depth, "max-ms": c.max_ms, "limit": MAX_LIMIT}
-    notes = {
-        "max-depth": "How many rule steps a proof may take.",
-        "max-ms": "The read's time budget in milliseconds"
-        + (f"; it runs under {c.max_ms} when none is named." if op in c.clocked else "."),
-        "inherited": "Also list the sentexes of the contexts this one inherits from.",
-        "limit": "How many results to build"
-        + (f"; {MAX_LIMIT} when none is named." if op in DEFAULT_LIMIT_OPS else "."),
-    }
     properties: dict[str, Any] = {}
-    for key, json_kind in eng.opt_keys[op].items():
-        prop: dict[str, Any] = {"type": json_kind}
-        if key in bounds:
-            prop.update(minimum=1 if key == "max-ms" else 0, maximum=bounds[key])
-        if key in notes:
-            prop["description"] = notes[key]
-        properties[key] = prop
+    for spec in engine_mod.option_specs(opts):
+        prop: dict[str, Any] = {"type": spec.json_kind}
+        if spec.least is not None or spec.ceiling is not None:
+            prop.update(minimum=spec.least, maximum=spec.ceiling)
+        note = None
+        if spec.key == "max-ms" and clocked:
+            note = f"it runs under {spec.ceiling} when none is named"
+        elif spec.json_kind == "integer" and spec.default is not None:
+            note = f"{spec.default} when none is named"
+        if spec.description is not None:
+            prop["description"] = (
+                spec.description.removesuffix(".") + f"; {note}." if note else spec.description
+            )
+        properties[spec.key] = prop
     return {
         "type": "object",
         "description": "Options, a JSON object with kebab-case keys; any other key is refused.",
@@ -396,7 +352,7 @@ def _opts_property(op: str, eng: engine_mod.Engine) -> dict[str, Any]:
 
 
 def _build_schema(
-    op: str, fn: Callable[..., Any], shapes: Sequence[_Shape], eng: engine_mod.Engine
+    op: str, fn: Callable[..., Any], shapes: Sequence[_Shape], opts: type[Options], clocked: bool
 ) -> ToolSchema:
     properties: dict[str, dict[str, Any]] = {}
     kinds: dict[str, list[str]] = {}
@@ -405,7 +361,7 @@ def _build_schema(
             if p.kind not in kinds.setdefault(p.name, []):
                 kinds[p.name].append(p.kind)
     for name, ks in kinds.items():
-        props = [_property(k, op, eng) for k in ks]
+        props = [_property(k, opts, clocked) for k in ks]
         properties[name] = props[0] if len(props) == 1 else {"anyOf": props}
     required = [n for n in kinds if all(n in s.names for s in shapes)]
     description = inspect.cleandoc(inspect.getdoc(fn) or f"The engine's {op} read.")
@@ -427,30 +383,20 @@ def _build_schema(
     )
 
 
-def write_ops(engine: engine_mod.Engine | None = None) -> frozenset[str]:
-    """The ops no model may reach: the engine's write set plus :data:`EXTRA_WRITE_OPS`."""
-    eng = _engine(engine)
-    return frozenset(eng.write_ops) | EXTRA_WRITE_OPS
-
-
 class _Table:
-    """The tools one engine exposes, derived once."""
+    """The tools one engine exposes, derived once from its declarations."""
 
     def __init__(self, eng: engine_mod.Engine) -> None:
-        self.engine = eng
-        excluded = (
-            write_ops(eng)
-            | frozenset(eng.feed_ops)
-            | frozenset(eng.host_path_ops)
-            | HOST_PATH_OPS
-            | UNBOUNDED_OPS
-            | frozenset(eng.unbounded_ops)
-            | frozenset(eng.kbless_ops)
-        )
         tools: dict[str, _Tool] = {}
+        writes = eng.write_ops
         for op in sorted(eng.ops):
             fn = eng.ops[op]
-            if op in excluded or engine_mod.is_irreversible(fn):
+            d = engine_mod.declared(fn)
+            # only a declared read is a tool; the irreversible mark excludes whatever
+            # the declaration says
+            if d is None or d.kind != READ or op in writes:
+                continue
+            if engine_mod.is_irreversible(fn):
                 continue
             shapes = _shapes(fn)
             name = tool_name(op)
@@ -461,77 +407,12 @@ class _Table:
                     f"the engine's ops {tools[name].op!r} and {op!r} both become the tool "
                     f"{name!r}; rename one, or a model could not tell them apart"
                 )
-            tools[name] = _Tool(op, name, fn, shapes, _build_schema(op, fn, shapes, eng))
+            opts = d.opts if d.opts is not None else Options
+            schema = _build_schema(op, fn, shapes, opts, d.clocked)
+            tools[name] = _Tool(op, name, fn, shapes, schema, opts, d.clocked)
         self.by_name = tools
         self.ops = tuple(t.op for t in tools.values())
         self.by_op = {t.op: t for t in tools.values()}
-
-
-_DEFAULT: list[engine_mod.Engine] = []
-_TABLES: dict[int, _Table] = {}  # by id(engine); the table holds the engine alive
-_TABLES_LOCK = threading.Lock()
-_MAX_TABLES: Final = 16
-
-
-def _engine(engine: engine_mod.Engine | None) -> engine_mod.Engine:
-    if engine is not None:
-        return engine
-    if not _DEFAULT:
-        _DEFAULT.append(engine_mod.embedded())
-    return _DEFAULT[0]
-
-
-def _table(engine: engine_mod.Engine | None) -> _Table:
-    eng = _engine(engine)
-    table = _TABLES.get(id(eng))
-    if table is not None and table.engine is eng:
-        return table
-    table = _Table(eng)
-    with _TABLES_LOCK:
-        if len(_TABLES) >= _MAX_TABLES:
-            _TABLES.pop(next(iter(_TABLES)))
-        _TABLES[id(eng)] = table
-    return table
-
-
-def read_ops(engine: engine_mod.Engine | None = None) -> tuple[str, ...]:
-    """The ops a model may call, sorted so the tool list is byte-stable."""
-    return _table(engine).ops
-
-
-def schema(op: str, engine: engine_mod.Engine | None = None) -> ToolSchema:
-    """The tool schema of one exposed read; ``KeyError`` for any other op."""
-    tool = _table(engine).by_op.get(op)
-    if tool is None:
-        raise KeyError(f"{op!r} is not a read the model may call")
-    return tool.schema
-
-
-def schemas(
-    only: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    engine: engine_mod.Engine | None = None,
-) -> list[ToolSchema]:
-    """Every exposed read as a :class:`ToolSchema`, in :func:`read_ops` order.
-
-    ``only`` keeps just those ops; ``exclude`` drops some. Naming an op that is
-    not an exposed read exposes nothing more.
-    """
-    table = _table(engine)
-    keep = None if only is None else frozenset(only)
-    drop = frozenset(exclude or ())
-    return [
-        t.schema
-        for t in table.by_op.values()
-        if (keep is None or t.op in keep) and t.op not in drop
-    ]
-
-
-def op_of(name: str, engine: engine_mod.Engine | None = None) -> str | None:
-    """The op an exposed read's tool name came from; ``None`` for any other name,
-    a write's included."""
-    tool = _table(engine).by_name.get(name) if isinstance(name, str) else None
-    return tool.op if tool is not None else None
 
 
 # -- dispatch -------------------------------------------------------------------------
@@ -612,22 +493,6 @@ def _opts(name: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def _bound(key: str, value: Any, ceiling: int) -> int:
-    """``value`` as an int, refused unless it is a whole number from the least
-    the key allows (1 ms for ``max-ms``, else 0) to ``ceiling``, as the published
-    schema says. JSON has one number type, so ``3.0`` reads as 3."""
-    least = 1 if key == "max-ms" else 0
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ToolRefusal(
-            "bad-option", f"{key} must be a whole number of at least {least}, got {_json(value)}"
-        )
-    if value > ceiling:
-        raise ToolRefusal("over-ceiling", f"{key} {_json(value)} is over the ceiling of {ceiling}")
-    return int(value)
-
-
 def _json(value: Any) -> str:
     try:
         return edn.write(value, 40).text.split("\n", 1)[0]
@@ -642,38 +507,21 @@ class _Call:
     deadline: float | None
 
 
-def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any], eng: engine_mod.Engine) -> _Call:
-    """Read the arguments, hold the bounds under the ceilings, fill the clock."""
-    c = eng.ceilings
+def _prepare(
+    tool: _Tool, shape: _Shape, given: Mapping[str, Any], eng: engine_mod.Engine
+) -> _Call:
+    """Read the arguments; check the options against the op's declared Struct (the
+    engine's `check_options`: keys, types, ceilings; a clocked read's ``max-ms`` and
+    a declared default such as ``limit`` filled in when the call names none)."""
     values = {p.name: _convert(p, given[p.name]) for p in shape.taken}
-    for p in shape.taken:
-        if p.name == "limit" and p.kind in ("integer", "number"):
-            values[p.name] = _bound("limit", values[p.name], MAX_LIMIT)
     opts_param = next((p for p in shape.params if p.kind == "opts"), None)
-    opts: dict[str, Any] | None = None
-    if opts_param is not None:
-        opts = values.get(opts_param.name)
-    if opts is not None:
-        accepted = eng.opt_keys.get(tool.op)
-        unknown = sorted(set(opts) - set(accepted)) if accepted is not None else []
-        if accepted is not None and unknown:
-            raise ToolRefusal(
-                "unknown-option",
-                f"{tool.name} reads no option {unknown[0]!r}; it accepts: "
-                + (", ".join(accepted) or "none"),
-            )
-        ceilings = {"max-depth": c.max_depth, "max-ms": c.max_ms, "limit": MAX_LIMIT}
-        for key, ceiling in ceilings.items():
-            if key in opts:
-                opts[key] = _bound(key, opts[key], ceiling)
-    fill: dict[str, Any] = {}
-    if tool.op in c.clocked and tool.op in c.accepts_max_ms and "max-ms" not in (opts or {}):
-        fill["max-ms"] = c.max_ms
-    if tool.op in DEFAULT_LIMIT_OPS and "limit" not in (opts or {}):
-        fill["limit"] = MAX_LIMIT
     taken = list(shape.taken)
-    if fill and opts_param is not None:
-        if opts_param not in taken:
+    opts: dict[str, Any] = {}
+    if opts_param is not None:
+        opts = engine_mod.check_options(
+            tool.name, tool.opts, values.get(opts_param.name), clocked=tool.clocked
+        )
+        if opts and opts_param not in taken:
             index = shape.params.index(opts_param)
             skipped = shape.params[shape.size : index]
             if all(p.has_default and p.default is not ... for p in skipped):
@@ -681,13 +529,12 @@ def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any], eng: engine_m
                     values[p.name] = p.default
                 taken = list(shape.params[: index + 1])
         if opts_param in taken:
-            values[opts_param.name] = {**(opts or {}), **fill}
-            opts = values[opts_param.name]
-    max_ms = (opts or {}).get("max-ms")
-    if max_ms is None and tool.op in c.clocked:
-        max_ms = c.max_ms
+            values[opts_param.name] = opts
+    max_ms = opts.get("max-ms")
+    if max_ms is None and tool.clocked:
+        max_ms = eng.max_ms
     deadline = None
-    if isinstance(max_ms, int | float) and not isinstance(max_ms, bool):
+    if isinstance(max_ms, int) and not isinstance(max_ms, bool):
         deadline = time.monotonic() + max(0.0, max_ms / 1000) + CLOCK_GRACE_S
     args = [values[p.name] for p in taken if not p.keyword_only]
     kwargs = {p.name: values[p.name] for p in taken if p.keyword_only}
@@ -733,100 +580,12 @@ def _run(
     return written.text
 
 
-_LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _limiter() -> anyio.CapacityLimiter:
-    loop = asyncio.get_running_loop()
-    limiter = _LIMITERS.get(loop)
-    if limiter is None:
-        limiter = _LIMITERS[loop] = anyio.CapacityLimiter(READ_WORKERS)
-    return limiter
-
 
 def _refused(message: str, max_chars: int) -> ToolResult:
     bound = max(max_chars, 200)
     if len(message) > bound:
         message = message[:bound] + "…"
     return ToolResult(ok=False, error=message)
-
-
-async def call(
-    kb: Any,
-    name: str,
-    input: Any = None,
-    max_result_chars: int = 4000,
-    engine: engine_mod.Engine | None = None,
-) -> ToolResult:
-    """Run one tool call against ``kb``; never raises.
-
-    ``input`` is the provider's JSON object; a missing one (``None``) reads as no
-    arguments, anything else that is not an object is refused. The longest shape
-    the input fully satisfies decides the call, and an argument that shape does
-    not take is refused, naming the shape selected and every shape the op has.
-    Sentence, context and term arguments are read as EDN, never evaluated.
-    ``max-depth``, ``max-ms`` and ``limit`` past the engine's ceilings (``limit``:
-    :data:`MAX_LIMIT`) are refused ``over-ceiling``; a clocked read that names no
-    ``max-ms`` runs under the ceiling. The answer is printed as EDN, at most
-    ``max_result_chars`` of it plus :data:`vaelii_llm.edn.CUT_MARKER` when cut.
-
-    Every failure (unknown tool, bad input, a refusal of the engine's, an engine
-    bug) is ``ToolResult(ok=False, error=…)`` whose message starts with the
-    refusal's type. Cancelling the awaiting task propagates at once; the worker
-    stops printing at its next member and the engine's clock bounds the rest
-    (its limiter slot is freed with the cancellation, so for that moment one
-    read more than :data:`READ_WORKERS` may be running).
-    """
-    try:
-        eng = _engine(engine)
-        table = _table(eng)
-        tool = table.by_name.get(name) if isinstance(name, str) else None
-        if tool is None:
-            raise ToolRefusal(
-                "unknown-tool",
-                f"no read tool is named {_json(name)}; the tools are " + ", ".join(table.by_name),
-            )
-        given: Any = {} if input is None else input
-        if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
-            raise ToolRefusal(
-                "bad-input", f"the input of {tool.name} must be a JSON object, not {_json(input)}"
-            )
-        shape = _select(tool, given)
-        stop = threading.Event()
-        try:
-            text = await anyio.to_thread.run_sync(
-                _run,
-                kb,
-                tool,
-                shape,
-                given,
-                eng,
-                max_result_chars,
-                stop,
-                abandon_on_cancel=True,
-                limiter=_limiter(),
-            )
-        except BaseException:
-            stop.set()  # a cancelled or failed caller: the worker stops printing
-            raise
-        return ToolResult(ok=True, result=text)
-    except (ToolRefusal, edn.EDNRefusal) as refusal:
-        message = str(refusal)
-        if not message.startswith(refusal.type):
-            message = f"{refusal.type}: {message}"
-        return _refused(message, max_result_chars)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        kind = getattr(exc, "type", None)
-        if isinstance(exc, _engine_refusal(engine)) and isinstance(kind, str):
-            message = _message(exc)
-            if not message.startswith(kind):
-                message = f"{kind}: {message}"
-            return _refused(message, max_result_chars)
-        return _refused(f"engine-error: {type(exc).__name__}: {_message(exc)}", max_result_chars)
 
 
 def _message(exc: Exception) -> str:
@@ -837,20 +596,14 @@ def _message(exc: Exception) -> str:
         return f"({type(exc).__name__} has no printable message)"
 
 
-def _engine_refusal(engine: engine_mod.Engine | None) -> type[Exception]:
-    try:
-        return _engine(engine).refusal
-    except Exception:
-        return engine_mod.EngineRefusal
-
-
 class Toolset:
-    """The read surface over one KB, as an object: the derived table, the call
-    bound and the engine travel together, so a face (MCP, pydantic-ai) holds
-    one of these and nothing module-level.
+    """The read surface over one KB: the engine's derived tool table, the bound on
+    reads running at once, and the answer bound travel together, so a face (MCP,
+    pydantic-ai) holds one of these and nothing module-level.
 
-    ``schemas()``, ``call(name, input)`` and ``op_of(name)`` behave as the
-    module functions of the same names, on this toolset's KB and engine.
+    ``engine`` defaults to :func:`vaelii_llm.engine.embedded`; ``workers`` engine
+    reads run at once (each in a worker thread), more calls wait their turn;
+    ``max_result_chars`` bounds each printed answer.
     """
 
     def __init__(
@@ -858,25 +611,177 @@ class Toolset:
         kb: Any,
         *,
         engine: engine_mod.Engine | None = None,
+        workers: int = READ_WORKERS,
         max_result_chars: int = 4000,
     ) -> None:
+        if type(workers) is not int or workers < 1:
+            raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
         self.kb = kb
-        self.engine = _engine(engine)
+        self.engine = engine if engine is not None else engine_mod.embedded()
+        self.workers = workers
         self.max_result_chars = max_result_chars
+        self._table = _Table(self.engine)
+        self._limiter: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """The ops a model may call, sorted so the tool list is byte-stable."""
+        return self._table.ops
+
+    def write_ops(self) -> frozenset[str]:
+        """The ops of this toolset's engine no model may reach (its declared writes,
+        irreversible ones included)."""
+        return self.engine.write_ops
+
+    def schema(self, op: str) -> ToolSchema:
+        """The tool schema of one exposed read; ``KeyError`` for any other op."""
+        tool = self._table.by_op.get(op)
+        if tool is None:
+            raise KeyError(f"{op!r} is not a read the model may call")
+        return tool.schema
 
     def schemas(
         self, only: Iterable[str] | None = None, exclude: Iterable[str] | None = None
     ) -> list[ToolSchema]:
-        """Every exposed read as a :class:`ToolSchema`, byte-stable in order."""
-        return schemas(only, exclude, engine=self.engine)
+        """Every exposed read as a :class:`ToolSchema`, in :attr:`ops` order.
+
+        ``only`` keeps just those ops; ``exclude`` drops some. Naming an op that is
+        not an exposed read exposes nothing more.
+        """
+        keep = None if only is None else frozenset(only)
+        drop = frozenset(exclude or ())
+        return [
+            t.schema
+            for t in self._table.by_op.values()
+            if (keep is None or t.op in keep) and t.op not in drop
+        ]
 
     def op_of(self, name: str) -> str | None:
-        """The op a tool name came from; ``None`` for a write or an unknown name."""
-        return op_of(name, engine=self.engine)
+        """The op an exposed read's tool name came from; ``None`` for any other name,
+        a write's included."""
+        tool = self._table.by_name.get(name) if isinstance(name, str) else None
+        return tool.op if tool is not None else None
+
+    def _slots(self) -> anyio.CapacityLimiter:
+        loop = asyncio.get_running_loop()
+        held = self._limiter
+        if held is None or held[0] is not loop:
+            held = self._limiter = (loop, anyio.CapacityLimiter(self.workers))
+        return held[1]
 
     async def call(self, name: str, input: Any = None) -> ToolResult:
-        """Run one tool call on this toolset's KB; never raises (cancellation
-        propagates)."""
-        return await call(
-            self.kb, name, input, max_result_chars=self.max_result_chars, engine=self.engine
-        )
+        """Run one tool call on this toolset's KB; never raises.
+
+        ``input`` is the provider's JSON object; a missing one (``None``) reads as no
+        arguments, anything else that is not an object is refused. The longest shape
+        the input fully satisfies decides the call, and an argument that shape does
+        not take is refused, naming the shape selected and every shape the op has.
+        Sentence, context and term arguments are read as EDN, never evaluated. An
+        option past its declared ceiling (``max-depth``, ``max-ms``, ``limit``:
+        :data:`MAX_LIMIT`) is refused ``over-ceiling``; a clocked read that names no
+        ``max-ms`` runs under the ceiling. The answer is printed as EDN, at most
+        ``max_result_chars`` of it plus :data:`vaelii_llm.edn.CUT_MARKER` when cut.
+
+        Every failure (unknown tool, bad input, a refusal of the engine's, an engine
+        bug) is ``ToolResult(ok=False, error=…)`` whose message starts with the
+        refusal's type. Cancelling the awaiting task propagates at once; the worker
+        stops printing at its next member and the engine's clock bounds the rest
+        (its slot is freed with the cancellation, so for that moment one read more
+        than ``workers`` may be running).
+        """
+        return await self._call(self.kb, name, input, self.max_result_chars)
+
+    async def _call(self, kb: Any, name: str, input: Any, max_chars: int) -> ToolResult:
+        table = self._table
+        try:
+            tool = table.by_name.get(name) if isinstance(name, str) else None
+            if tool is None:
+                raise ToolRefusal(
+                    "unknown-tool",
+                    f"no read tool is named {_json(name)}; the tools are "
+                    + ", ".join(table.by_name),
+                )
+            given: Any = {} if input is None else input
+            if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
+                raise ToolRefusal(
+                    "bad-input",
+                    f"the input of {tool.name} must be a JSON object, not {_json(input)}",
+                )
+            shape = _select(tool, given)
+            stop = threading.Event()
+            try:
+                text = await anyio.to_thread.run_sync(
+                    _run,
+                    kb,
+                    tool,
+                    shape,
+                    given,
+                    self.engine,
+                    max_chars,
+                    stop,
+                    abandon_on_cancel=True,
+                    limiter=self._slots(),
+                )
+            except BaseException:
+                stop.set()  # a cancelled or failed caller: the worker stops printing
+                raise
+            return ToolResult(ok=True, result=text)
+        except (ToolRefusal, edn.EDNRefusal) as refusal:
+            message = str(refusal)
+            if not message.startswith(refusal.type):
+                message = f"{refusal.type}: {message}"
+            return _refused(message, max_chars)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            kind = getattr(exc, "type", None)
+            if isinstance(exc, self.engine.refusal | EngineRefusal) and isinstance(kind, str):
+                message = _message(exc)
+                if not message.startswith(kind):
+                    message = f"{kind}: {message}"
+                return _refused(message, max_chars)
+            return _refused(f"engine-error: {type(exc).__name__}: {_message(exc)}", max_chars)
+
+
+# -- the module functions: a default toolset of the embedded engine ---------------------
+
+
+@functools.cache
+def _default() -> Toolset:
+    return Toolset(None)
+
+
+def read_ops() -> tuple[str, ...]:
+    """The ops a model may call on the embedded engine, sorted (byte-stable)."""
+    return _default().ops
+
+
+def write_ops() -> frozenset[str]:
+    """The embedded engine's ops no model may reach (:data:`WRITE_OPS`)."""
+    return _default().write_ops()
+
+
+def schema(op: str) -> ToolSchema:
+    """The tool schema of one exposed read; ``KeyError`` for any other op."""
+    return _default().schema(op)
+
+
+def schemas(
+    only: Iterable[str] | None = None, exclude: Iterable[str] | None = None
+) -> list[ToolSchema]:
+    """Every exposed read of the embedded engine (see :meth:`Toolset.schemas`)."""
+    return _default().schemas(only, exclude)
+
+
+def op_of(name: str) -> str | None:
+    """The op an exposed read's tool name came from (see :meth:`Toolset.op_of`)."""
+    return _default().op_of(name)
+
+
+async def call(
+    kb: Any, name: str, input: Any = None, max_result_chars: int = 4000
+) -> ToolResult:
+    """Run one tool call against ``kb`` on the embedded engine (see
+    :meth:`Toolset.call`); never raises. Calls share the default toolset's
+    :data:`READ_WORKERS` slots."""
+    return await _default()._call(kb, name, input, max_result_chars)

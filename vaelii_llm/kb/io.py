@@ -29,17 +29,17 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm.kb import ops as _ops
+from vaelii_llm.kb import args as arg
 from vaelii_llm.kb.store import (
     DEFAULT_CONTEXT,
     KB,
     _Ctx,
     edn_module,
-    handles_in,
     is_symbol,
     symbol,
 )
 from vaelii_llm.kb.types import EngineRefusal
+from vaelii_llm.kb.writes import _assert
 
 __all__ = ["load_edn", "open", "sample", "save", "synthetic"]
 
@@ -99,13 +99,13 @@ def _load_forms(forms: Iterable[Any], origin: str, into: KB | None) -> KB:
                         raise EngineRefusal(
                             "malformed-sentence", "(in-context Name) takes one name"
                         )
-                    current = kb.intern(_ops._context_symbol(form[1]))
+                    current = kb.intern(arg.context_symbol(form[1]))
                 elif type(form) is tuple:
-                    _ops._assert(kb, form, current)
+                    _assert(kb, form, current)
                 elif isinstance(form, dict) or hasattr(form, "keys"):
-                    cid = kb.intern(_ops._context_symbol(form.get(ctx_key)))
+                    cid = kb.intern(arg.context_symbol(form.get(ctx_key)))
                     for s in form.get(sent_key) or ():
-                        _ops._assert(kb, s, cid)
+                        _assert(kb, s, cid)
                 else:
                     raise EngineRefusal(
                         "malformed-sentence", f"{form!r} is neither a sentence nor a context form"
@@ -269,8 +269,7 @@ def _open(path: str | os.PathLike[str]) -> KB:
     for name in ("genlCtx", "implies", "arity", "isa", "genls"):
         pid = kb.sid(name)
         for cid, c in kb._contexts.items():
-            v = c.keys.get(pid * 8)
-            for h in handles_in(v):
+            for h in c.mentioning(pid, 0):
                 if kb._state[h - 1] in (1,):
                     kb._note_special(h, cid, kb.row(h), added=True)
     return kb

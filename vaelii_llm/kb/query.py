@@ -136,7 +136,7 @@ def candidates(kb: KB, pattern: tuple[Any, ...], cids: Iterable[int] | None) -> 
         dead = False
         for pos, x in enumerate(pattern[:KEY_POSITIONS]):
             if type(x) is int:
-                v = c.keys.get(x * 8 + pos)
+                v = c.entry(x, pos)
                 if v is None:
                     dead = True
                     break

@@ -10,7 +10,7 @@ Layout (what keeps 10^6 sentexes in well under 500 bytes each):
   members), ``_ends`` (where each row ends in ``_flat``), ``_ctx`` (the row's context
   id, ``-1`` for a tick that stored nothing) and ``_state`` (a ``bytearray``: 0 gone,
   1 live, 2 pending in a preview).
-* Per context, ``keys`` maps ``term_id * 8 + position`` (position 0 is the predicate,
+* Per context, ``keys`` maps ``term_id * KEY_POSITIONS + position`` (position 0 is the predicate,
   positions 0-7 are indexed) to one handle or an ``array('q')`` of handles, and
   ``all`` lists the context's handles in order. A lookup with one bound constant reads
   one list; it never scans the KB.
@@ -100,13 +100,45 @@ class Rule:
     consequent: tuple[Any, ...]
 
 
+def _index_key(term_id: int, pos: int) -> int:
+    # the one place the index key is spelled: a term id and a position in one int
+    return term_id * KEY_POSITIONS + pos
+
+
 class _Ctx:
+    """One context's index: ``keys`` (term at a position -> handles), ``all`` (every
+    handle stored in it, oldest first) and how many of them are live."""
+
     __slots__ = ("all", "keys", "live")
 
     def __init__(self) -> None:
         self.keys: dict[int, int | array[int]] = {}
         self.all: array[int] = array("q")
         self.live = 0
+
+    def entry(self, term_id: int, pos: int) -> int | array[int] | None:
+        """The index entry of a term at a top-level position (0 is the predicate):
+        one handle, an array of them, or None."""
+        return self.keys.get(_index_key(term_id, pos))
+
+    def mentioning(self, term_id: int, pos: int) -> Sequence[int]:
+        """The handles (live or not) whose sentence has the term at position `pos`."""
+        return handles_in(self.keys.get(_index_key(term_id, pos)))
+
+    def add(self, h: int, enc: tuple[Any, ...]) -> None:
+        """Index handle `h` of sentence `enc` (caller holds the writer lock)."""
+        self.all.append(h)
+        keys = self.keys
+        for pos, x in enumerate(enc[:KEY_POSITIONS]):
+            if type(x) is int:
+                k = _index_key(x, pos)
+                v = keys.get(k)
+                if v is None:
+                    keys[k] = h
+                elif isinstance(v, int):
+                    keys[k] = array("q", (v, h))
+                else:
+                    v.append(h)
 
 
 class Subscription:
@@ -249,18 +281,7 @@ class KB:
         c = self._contexts.get(cid)
         if c is None:
             c = self._contexts[cid] = _Ctx()
-        c.all.append(h)
-        keys = c.keys
-        for pos, x in enumerate(enc[:KEY_POSITIONS]):
-            if type(x) is int:
-                k = x * 8 + pos
-                v = keys.get(k)
-                if v is None:
-                    keys[k] = h
-                elif isinstance(v, int):
-                    keys[k] = array("q", (v, h))
-                else:
-                    v.append(h)
+        c.add(h, enc)
         self._state.append(state)
         if state == LIVE:
             c.live += 1
@@ -282,10 +303,9 @@ class KB:
         best: Sequence[int] | None = None
         for pos, x in enumerate(enc[:KEY_POSITIONS]):
             if type(x) is int:
-                v = c.keys.get(x * 8 + pos)
-                if v is None:
+                seq = c.mentioning(x, pos)
+                if not seq:
                     return None
-                seq = handles_in(v)
                 if best is None or len(seq) < len(best):
                     best = seq
         for h in best if best is not None else c.all:
