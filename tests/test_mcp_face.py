@@ -1,6 +1,7 @@
 """The MCP face: the official ``mcp`` client against ``vaelii-llm mcp``.
 
-Over stdio (the command in a subprocess, as a desktop host launches it) and over
+Over stdio (the command in a subprocess, launched by the entry the README shows a
+desktop host, pointed at the sample KB's file) and over
 streamable HTTP (the same command with ``--http 127.0.0.1:0``), the same checks:
 the tool list is the Toolset's, a read answers from the sample KB with the
 Toolset's own text, every write name and every refusal is an error result, a
@@ -13,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import anyio
@@ -28,7 +32,9 @@ from mcp.shared.exceptions import MCPError
 from vaelii_llm import kb, tools
 from vaelii_llm.integrations import mcp as mcp_face
 
+ROOT = Path(__file__).resolve().parent.parent
 COMMAND = [sys.executable, "-m", "vaelii_llm.cli", "mcp"]
+SAMPLE_EDN = str(resources.files("vaelii_llm.kb").joinpath("data/sample.edn"))
 START_TIMEOUT_S = 60  # a loaded 2-core machine imports slowly; nothing waits this long when well
 CALL_TIMEOUT_S = 60
 
@@ -116,8 +122,24 @@ async def check_surface(client: Client) -> None:
     assert text_of(again) == text_of(read)
 
 
-async def test_stdio_server_serves_the_read_surface_and_refuses_the_rest() -> None:
-    params = StdioServerParameters(command=COMMAND[0], args=COMMAND[1:], env=_env())
+def readme_entry() -> tuple[str, list[str]]:
+    """The MCP host entry the README shows, with its KB path pointing at the sample
+    KB's file and its command at the console script this venv installed."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Faces:") :]
+    found = re.search(r"```json\n(.*?)```", section, re.S)
+    assert found is not None
+    entry = json.loads(found.group(1))["mcpServers"]["vaelii-kb"]
+    assert entry["command"] == "vaelii-llm"
+    script = Path(sys.executable).parent / "vaelii-llm"
+    assert script.exists(), "install the package (pip install -e .) to get the command"
+    assert "/path/to/kb.edn" in entry["args"]
+    return str(script), [SAMPLE_EDN if a == "/path/to/kb.edn" else a for a in entry["args"]]
+
+
+async def test_the_readme_stdio_entry_serves_the_read_surface_and_refuses_the_rest() -> None:
+    command, args = readme_entry()
+    params = StdioServerParameters(command=command, args=args, env=_env())
     with anyio.fail_after(START_TIMEOUT_S + 4 * CALL_TIMEOUT_S):
         async with Client(params, read_timeout_seconds=START_TIMEOUT_S) as client:
             await check_surface(client)
