@@ -314,3 +314,14 @@ def test_parse_address(text: str, address: tuple[str, int]) -> None:
 def test_parse_address_refuses(text: str) -> None:
     with pytest.raises(ValueError, match=r"\S"):
         mcp_face.parse_address(text)
+
+
+def test_the_command_refuses_a_bad_address_and_a_missing_kb(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from vaelii_llm import cli
+
+    assert cli.main(["mcp", "--http", "localhost:port"]) == 2
+    assert "the port must be a number" in capsys.readouterr().err
+    assert cli.main(["mcp", "--kb", str(tmp_path / "missing.edn")]) == 1
+    assert "bad-path" in capsys.readouterr().err

@@ -25,6 +25,8 @@ from pydantic_ai import messages as pai
 
 from vaelii_llm import (
     Message,
+    OpaqueBlock,
+    RedactedThinkingBlock,
     Request,
     Response,
     TextBlock,
@@ -142,23 +144,18 @@ async def test_the_toolset_is_the_read_surface() -> None:
 async def test_thinking_travels_back_with_its_raw_block_and_signature() -> None:
     raw = {"type": "thinking", "thinking": "Look it up.", "signature": "c2lnbmF0dXJl", "x": [1]}
     thinking = ThinkingBlock(thinking="Look it up.", signature="c2lnbmF0dXJl", raw=raw)
-    turn = Response(
-        content=[thinking, ToolUseBlock(id="toolu_1", name="kb_query", input={"goal": GOAL})],
-        stop_reason="tool_use",
-        model="stub",
+    redacted = RedactedThinkingBlock(
+        data="ZW5jcnlwdGVk", raw={"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"}
     )
+    opaque = OpaqueBlock(type="mystery_block", raw={"type": "mystery_block", "payload": {"n": 1}})
+    call = ToolUseBlock(id="toolu_1", name="kb_query", input={"goal": GOAL})
+    turn = Response(content=[thinking, redacted, opaque, call], stop_reason="tool_use")
     for streamed in (False, True):
         provider = stub.provider(script=[turn, ANSWER])
         agent = Agent(VaeliiModel(provider), toolsets=[KBToolset(kb.sample())])
         assert await run_agent(agent, "Who?", streamed) == ANSWER
         echoed = provider.requests()[1].messages[1]
-        assert echoed.role == "assistant"
-        assert isinstance(echoed.content, list)
-        first = echoed.content[0]
-        assert isinstance(first, ThinkingBlock)
-        assert first.raw == raw
-        assert first.signature == "c2lnbmF0dXJl"
-        assert first.thinking == "Look it up."
+        assert echoed == Message(role="assistant", content=turn.content), streamed
 
 
 async def test_usage_finish_reason_and_model_name() -> None:
@@ -337,6 +334,26 @@ async def test_a_429_from_the_messages_api_is_a_rate_limit_http_error() -> None:
     assert caught.value.status_code == 429
     assert isinstance(caught.value.__cause__, verrors.LLMApiError)
     assert "sk-test" not in str(caught.value)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_error_inside_a_200_gets_the_status_of_its_type(streamed: bool) -> None:
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    transcript = Transcript(
+        [messages_turn([], "end_turn", "msg_0").events[0], ("error", overloaded)], overloaded
+    )
+    fake = FakeMessagesAPI(transcript=transcript)
+    async with serve(fake.app()) as url, anthropic.provider(
+        credential="sk-test", base_url=url
+    ) as provider:
+        agent = Agent(VaeliiModel(provider))
+        with pytest.raises(pai_errors.ModelOverloadedError) as caught:
+            await run_agent(agent, "Who?", streamed)
+    assert isinstance(caught.value, pai_errors.ModelHTTPError)
+    assert caught.value.status_code == 529
+    assert caught.value.in_stream is streamed
+    assert caught.value.provider_error_type == "overloaded_error"
+    assert isinstance(caught.value.__cause__, verrors.LLMApiError)
 
 
 # -- on a loopback Ollama ----------------------------------------------------------

@@ -120,11 +120,14 @@ def _mcp(kb_path: str | None, http: str | None) -> int:
     from vaelii_llm import kb, tools
 
     toolset = tools.Toolset(kb.load_edn(kb_path) if kb_path else kb.sample())
-    if http is None:
-        asyncio.run(mcp_face.serve_stdio(toolset))
-    else:
-        host, port = mcp_face.parse_address(http)
-        asyncio.run(mcp_face.serve_http(toolset, host, port))
+    address = None if http is None else mcp_face.parse_address(http)
+    try:
+        if address is None:
+            asyncio.run(mcp_face.serve_stdio(toolset))
+        else:
+            asyncio.run(mcp_face.serve_http(toolset, *address))
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 

@@ -45,7 +45,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final, cast
 
 import msgspec
@@ -176,7 +176,7 @@ class VaeliiModel(Model):
         try:
             response = await self.vaelii_provider.complete(request)
         except errors.LLMError as exc:
-            raise _framework_error(exc, self.model_name, in_stream=False) from exc
+            raise _framework_error(exc, self.model_name) from exc
         return self._response(response)
 
     @asynccontextmanager
@@ -295,18 +295,20 @@ class _VaeliiStream(StreamedResponse):
     _model: VaeliiModel = field(repr=False)
     _items: AsyncGenerator[Any, None] = field(repr=False)
     _model_name: str = ""
-    _timestamp: datetime = field(default_factory=lambda: datetime.now().astimezone())
+    _timestamp: datetime = field(default_factory=lambda: datetime.now(UTC))
     _block_count: int = field(default=0, init=False)
 
     async def _get_event_iterator(self) -> AsyncIterator[pai.ModelResponseStreamEvent]:
         streamed: set[int] = set()  # block indexes whose content came as deltas
         started: set[int] = set()  # tool calls announced by a ToolUseStart
+        received = False
         try:
             async for item in self._items:
+                received = True
                 for event in self._events(item, streamed, started):
                     yield event
         except errors.LLMError as exc:
-            raise _framework_error(exc, self._model_name, in_stream=True) from exc
+            raise _framework_error(exc, self._model_name, streamed=True, received=received) from exc
 
     def _events(
         self, item: Any, streamed: set[int], started: set[int]
@@ -583,19 +585,31 @@ def _usage(usage: Usage) -> RequestUsage:
     )
 
 
-def _framework_error(exc: errors.LLMError, model_name: str, *, in_stream: bool) -> Exception:
-    """pydantic-ai's own error for ``exc`` (raised ``from exc`` by the caller)."""
-    if isinstance(exc, errors.LLMApiError) and exc.status >= 400:
-        return pai_errors.ModelHTTPError.for_category(
-            _category(exc.status),
-            status_code=exc.status,
-            model_name=model_name,
-            body=excerpt(exc.body),
-            in_stream=in_stream,
-        )
+def _framework_error(
+    exc: errors.LLMError, model_name: str, *, streamed: bool = False, received: bool = False
+) -> Exception:
+    """pydantic-ai's own error for ``exc`` (raised ``from exc`` by the caller).
+
+    ``in_stream`` is set for an error inside a stream that had opened: one that
+    came after an item, or inside a 200 (an error event)."""
     if isinstance(exc, errors.LLMApiError):
+        in_stream = streamed and (received or exc.status < 400)
+        kind = _error_type(exc.body)
+        # An error inside a 200 (a body or a stream) gets the status the API
+        # answers the same error with before a stream opens, as pydantic-ai does.
+        status = exc.status if exc.status >= 400 else _ERROR_STATUS.get(kind or "", 0)
+        if status >= 400:
+            return pai_errors.ModelHTTPError.for_category(
+                _category(status),
+                status_code=status,
+                model_name=model_name,
+                body=excerpt(exc.body),
+                provider_error_type=kind,
+                in_stream=in_stream,
+            )
         return pai_errors.ModelAPIError(
-            model_name, str(exc), body=excerpt(exc.body), in_stream=True
+            model_name, str(exc), body=excerpt(exc.body), provider_error_type=kind,
+            in_stream=in_stream,
         )
     if isinstance(exc, errors.LLMTimeout):
         phase: Any = "pool" if exc.phase == "acquire" else "read"
@@ -605,6 +619,30 @@ def _framework_error(exc: errors.LLMError, model_name: str, *, in_stream: bool) 
     if isinstance(exc, errors.LLMBadResponse):
         return pai_errors.UnexpectedModelBehavior(str(exc))
     return pai_errors.UserError(f"{exc.type}: {exc}")
+
+
+_ERROR_STATUS: Final = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+"""The Messages API's error types and the statuses it answers them with."""
+
+
+def _error_type(body: str) -> str | None:
+    """The ``error.type`` of a JSON error body, when it has one."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _category(status: int) -> Any:
