@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from anthropic_fake import Event, FakeMessagesAPI, Transcript
 from loopback import serve
+from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai import exceptions as pai_errors
 from pydantic_ai import messages as pai
@@ -158,14 +159,21 @@ async def test_thinking_travels_back_with_its_raw_block_and_signature() -> None:
         assert echoed == Message(role="assistant", content=turn.content), streamed
 
 
-async def test_usage_finish_reason_and_model_name() -> None:
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_usage_finish_reason_and_model_name(streamed: bool) -> None:
     usage = Usage(input_tokens=11, output_tokens=7, cache_read_input_tokens=3,
                   cache_creation_input_tokens=2, eval_count=7, total_duration=1234)
     turn = Response(content=[TextBlock(text=ANSWER)], stop_reason="end_turn",
                     vendor_stop_reason="stop", model="served-model", id="msg_1", usage=usage)
     model = VaeliiModel(stub.provider(script=[turn]))
-    result = await Agent(model).run("Who?")
-    response = result.all_messages()[-1]
+    agent = Agent(model)
+    if streamed:
+        async with agent.run_stream("Who?") as run:
+            assert await run.get_output() == ANSWER
+            history = run.all_messages()
+    else:
+        history = (await agent.run("Who?")).all_messages()
+    response = history[-1]
     assert isinstance(response, pai.ModelResponse)
     assert response.model_name == "served-model"
     assert response.finish_reason == "stop"
@@ -178,6 +186,21 @@ async def test_usage_finish_reason_and_model_name() -> None:
     assert response.usage.cache_write_tokens == 2
     assert response.usage.details == {"eval_count": 7, "total_duration": 1234}
     assert model.model_name == "stub"
+
+
+class Fearers(BaseModel):
+    who: list[str]
+
+
+async def test_a_structured_output_travels_as_an_output_tool() -> None:
+    answer = {"tool": "final_result", "input": {"who": ["Muffet", "ItsyBitsy", "Fang"]}}
+    provider = stub.provider(script=[QUERY, answer])
+    agent = Agent(VaeliiModel(provider), toolsets=[KBToolset(kb.sample())], output_type=Fearers)
+    result = await agent.run("Who is Miss Muffet afraid of?")
+    assert result.output == Fearers(who=["Muffet", "ItsyBitsy", "Fang"])
+    offered = {t.name: t for t in provider.requests()[1].tools}
+    assert "final_result" in offered
+    assert offered["final_result"].input_schema["properties"]["who"]["type"] == "array"
 
 
 @pytest.mark.parametrize("streamed", [False, True])
