@@ -261,6 +261,70 @@ async def test_stdio_server_keeps_serving_after_malformed_requests() -> None:
     assert proc.returncode == 0
 
 
+def slow_kb(path: Path) -> str:
+    """An EDN KB where proving ``(path N0 Nobody)`` searches a dense graph until the
+    read's clock cuts it: a read that runs its whole ``max-ms``."""
+    nodes = [f"N{i}" for i in range(30)]
+    lines = ["(in-context CxG)", "(arity link 2)", "(arity path 2)"]
+    lines += [f"(link {a} {b})" for a in nodes for b in nodes if a != b]
+    lines += [
+        "(implies (link ?a ?b) (path ?a ?b))",
+        "(implies (and (link ?a ?b) (path ?b ?c)) (path ?a ?c))",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+async def test_a_cancelled_read_frees_its_worker_over_stdio(tmp_path: Path) -> None:
+    """Every worker busy with a read the clock would end only after 10 s; the client
+    cancels them all; a quick read then answers first, and the cancelled ones never
+    answer. Without the cancellation the quick read would wait for a worker, so it
+    would answer after the slow ones' cut records."""
+    proc = await asyncio.create_subprocess_exec(
+        *COMMAND, "--kb", slow_kb(tmp_path / "slow.edn"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=_env(),
+    )
+    wire = _Line(proc)
+    slow = {
+        "name": "kb_query",
+        "arguments": {
+            "goal": "(path N0 Nobody)", "context": "CxG", "opts": {"max-depth": 12, "max-ms": 10000}
+        },
+    }
+    try:
+        await wire.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}})
+        await wire.answer(1)
+        await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        slow_ids = list(range(100, 100 + tools.READ_WORKERS))
+        for request_id in slow_ids:
+            await wire.send(
+                {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": slow}
+            )
+        await asyncio.sleep(0.5)  # let them reach their workers (either order passes)
+        for request_id in slow_ids:
+            await wire.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                             "params": {"requestId": request_id, "reason": "test"}})
+        await wire.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "kb_sentex_count", "arguments": {}}})
+        assert proc.stdout is not None
+        first = json.loads(await asyncio.wait_for(proc.stdout.readline(), CALL_TIMEOUT_S))
+        assert first["id"] == 2, first
+        assert first["result"]["isError"] is False
+        await wire.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        second = json.loads(await asyncio.wait_for(proc.stdout.readline(), CALL_TIMEOUT_S))
+        assert second["id"] == 3, second
+    finally:
+        # The abandoned reads run on until their clock ends them; nothing waits for that.
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
 class _HeldToolset(tools.Toolset):
     """A Toolset whose ``kb_query`` waits until it is cancelled, recording that it was."""
 
