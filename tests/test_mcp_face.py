@@ -201,66 +201,6 @@ class _Line:
                 return message
 
 
-async def test_stdio_server_keeps_serving_after_malformed_requests() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        *COMMAND,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=_env(),
-    )
-    wire = _Line(proc)
-    try:
-        await wire.send("this line is not JSON")
-        await wire.send({"jsonrpc": "2.0", "id": 1, "method": "no/such/method"})
-        assert (await wire.answer(1))["error"]["code"] == types.METHOD_NOT_FOUND
-        await wire.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            }
-        )
-        assert (await wire.answer(2))["result"]["serverInfo"]["name"] == "vaelii-llm"
-        await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        await wire.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 3,
-                "method": "tools/call",
-                "params": {"name": "kb_query", "arguments": "(afraidOf MissMuffet ?who)"},
-            }
-        )
-        assert (await wire.answer(3))["error"]["code"] == types.INVALID_PARAMS
-        await wire.send({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {}})
-        assert (await wire.answer(4))["error"]["code"] == types.INVALID_PARAMS
-        await wire.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 5,
-                "method": "tools/call",
-                "params": {"name": READ[0], "arguments": READ[1]},
-            }
-        )
-        answered = (await wire.answer(5))["result"]
-        assert answered["isError"] is False
-        assert "ItsyBitsy" in answered["content"][0]["text"]
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0
-
-
 def slow_kb(path: Path) -> str:
     """An EDN KB where proving ``(path N0 Nobody)`` searches a dense graph until the
     read's clock cuts it: a read that runs its whole ``max-ms``."""
@@ -275,9 +215,19 @@ def slow_kb(path: Path) -> str:
     return str(path)
 
 
-async def test_a_cancelled_read_frees_its_worker_over_stdio(tmp_path: Path) -> None:
-    """Every worker busy with a read the clock would end only after 10 s; the client
-    cancels them all; a quick read then answers first, and the cancelled ones never
+def _call(request_id: int, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+async def test_stdio_server_survives_malformed_requests_and_cancelled_reads(
+    tmp_path: Path,
+) -> None:
+    """Raw JSON-RPC lines, for what no client sends: junk, an unknown method, a
+    non-object ``arguments``, no tool name; each gets the protocol's answer (a line
+    that is not JSON gets none from mcp) and the server answers the next request.
+
+    Then every worker is given a read its clock would end only after 10 s, and the
+    client cancels them all: a quick read answers first and the cancelled ones never
     answer. Without the cancellation the quick read would wait for a worker, so it
     would answer after the slow ones' cut records."""
     proc = await asyncio.create_subprocess_exec(
@@ -288,36 +238,40 @@ async def test_a_cancelled_read_frees_its_worker_over_stdio(tmp_path: Path) -> N
         env=_env(),
     )
     wire = _Line(proc)
-    slow = {
-        "name": "kb_query",
-        "arguments": {
-            "goal": "(path N0 Nobody)", "context": "CxG", "opts": {"max-depth": 12, "max-ms": 10000}
-        },
-    }
+    slow_goal = {"goal": "(path N0 Nobody)", "context": "CxG",
+                 "opts": {"max-depth": 12, "max-ms": 10000}}
     try:
-        await wire.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        await wire.send("this line is not JSON")
+        await wire.send({"jsonrpc": "2.0", "id": 1, "method": "no/such/method"})
+        assert (await wire.answer(1))["error"]["code"] == types.METHOD_NOT_FOUND
+        await wire.send({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
             "clientInfo": {"name": "raw", "version": "0"}}})
-        await wire.answer(1)
+        assert (await wire.answer(2))["result"]["serverInfo"]["name"] == "vaelii-llm"
         await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await wire.send(_call(3, {"name": "kb_query", "arguments": "(path N0 N1)"}))
+        assert (await wire.answer(3))["error"]["code"] == types.INVALID_PARAMS
+        await wire.send(_call(4, {}))
+        assert (await wire.answer(4))["error"]["code"] == types.INVALID_PARAMS
+        await wire.send(_call(5, {"name": "kb_types_of", "arguments": {"term": "N0"}}))
+        answered = (await wire.answer(5))["result"]
+        assert answered["isError"] is False
+
         slow_ids = list(range(100, 100 + tools.READ_WORKERS))
         for request_id in slow_ids:
-            await wire.send(
-                {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": slow}
-            )
+            await wire.send(_call(request_id, {"name": "kb_query", "arguments": slow_goal}))
         await asyncio.sleep(0.5)  # let them reach their workers (either order passes)
         for request_id in slow_ids:
             await wire.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                              "params": {"requestId": request_id, "reason": "test"}})
-        await wire.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "kb_sentex_count", "arguments": {}}})
+        await wire.send(_call(6, {"name": "kb_sentex_count", "arguments": {}}))
         assert proc.stdout is not None
         first = json.loads(await asyncio.wait_for(proc.stdout.readline(), CALL_TIMEOUT_S))
-        assert first["id"] == 2, first
+        assert first["id"] == 6, first
         assert first["result"]["isError"] is False
-        await wire.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        await wire.send({"jsonrpc": "2.0", "id": 7, "method": "ping"})
         second = json.loads(await asyncio.wait_for(proc.stdout.readline(), CALL_TIMEOUT_S))
-        assert second["id"] == 3, second
+        assert second["id"] == 7, second
     finally:
         # The abandoned reads run on until their clock ends them; nothing waits for that.
         if proc.returncode is None:
