@@ -214,6 +214,16 @@ async def test_a_refusal_stop_reason_raises_content_filter_error(streamed: bool)
         await run_agent(agent, "Write malware.", streamed)
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_paused_turn_is_sent_back_to_be_continued(streamed: bool) -> None:
+    opening = TextBlock(text="Miss Muffet is afraid of ")
+    paused = Response(content=[opening], stop_reason="pause_turn")
+    provider = stub.provider(script=[paused, "Muffet, ItsyBitsy and Fang."])
+    output = await run_agent(Agent(VaeliiModel(provider)), "Who?", streamed)
+    assert output == "Miss Muffet is afraid of Muffet, ItsyBitsy and Fang."
+    assert provider.requests()[1].messages[-1] == Message(role="assistant", content=[opening])
+
+
 async def test_a_call_cut_by_max_tokens_is_never_run() -> None:
     cut = Response(
         content=[ToolUseBlock(id="t1", name="kb_query", input={"goal": "(afr"}, partial=True)],

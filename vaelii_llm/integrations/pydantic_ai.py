@@ -25,7 +25,8 @@ The mapping, both ways:
   vendor's word in ``provider_details['finish_reason']`` and the refusal's
   explanation in ``provider_details['refusal']``; the model that served. A tool
   call cut by ``max_tokens`` is never offered to the agent: the turn raises
-  ``IncompleteToolCall``.
+  ``IncompleteToolCall``; a ``pause_turn`` response is ``suspended``, so the agent
+  sends it back for the far end to continue, as pydantic-ai's Anthropic model does.
 * errors: ``LLMApiError`` is pydantic-ai's ``ModelHTTPError`` (with its category,
   e.g. ``ModelRateLimitError`` for a 429) carrying the status; a timeout is
   ``ModelTimeoutError``, an unreachable host ``ModelConnectionError``, a body
@@ -261,6 +262,7 @@ class VaeliiModel(Model):
             provider_response_id=response.id,
             provider_details=_details(response, opaque),
             finish_reason=_finish_reason(response.stop_reason),
+            state=_state(response.stop_reason),
         )
 
     def _part(self, block: Block) -> pai.ModelResponsePart | None:
@@ -384,6 +386,8 @@ class _VaeliiStream(StreamedResponse):
         ]
         self._usage = _usage(response.usage)
         self.finish_reason = _finish_reason(response.stop_reason)
+        if response.stop_reason == "pause_turn":
+            self.state = "suspended"
         self.provider_details = _details(response, opaque)
         self.provider_response_id = response.id
         if response.model:
@@ -538,6 +542,11 @@ def _refuse_partial_calls(response: Response) -> None:
 
 def _finish_reason(stop: StopReason | None) -> pai.FinishReason | None:
     return FINISH_REASONS.get(stop) if stop is not None else None
+
+
+def _state(stop: StopReason | None) -> pai.ModelResponseState:
+    """A paused turn (``pause_turn``) is suspended: the agent sends it back to be continued."""
+    return "suspended" if stop == "pause_turn" else "complete"
 
 
 def _details(response: Response, opaque: list[dict[str, Any]]) -> dict[str, Any] | None:
