@@ -1,12 +1,13 @@
 """The MCP face: the official ``mcp`` client against ``vaelii-llm mcp``.
 
 Over stdio (the command in a subprocess, launched by the entry the README shows a
-desktop host, pointed at the sample KB's file) and over
-streamable HTTP (the same command with ``--http 127.0.0.1:0``), the same checks:
-the tool list is the Toolset's, a read answers from the sample KB with the
-Toolset's own text, every write name and every refusal is an error result, a
-non-object ``arguments`` is refused by the protocol, and the server answers
-again afterwards. In process: a client's cancellation reaches the Toolset's call.
+desktop host, pointed at the sample KB's file) and over streamable HTTP (the same
+command with ``--http :0``, which binds loopback), the same checks: the tool list
+is the Toolset's, a read answers from the sample KB with the Toolset's own text,
+every write name and every refusal is an error result, a non-object ``arguments``
+is refused by the protocol, and the server answers again afterwards. Raw lines
+over stdio: malformed requests, and cancelled reads freeing their workers. In
+process: a client's cancellation reaches the Toolset's call.
 """
 
 from __future__ import annotations
@@ -147,9 +148,9 @@ async def test_the_readme_stdio_entry_serves_the_read_surface_and_refuses_the_re
 
 @asynccontextmanager
 async def http_server(*extra: str) -> AsyncIterator[str]:
-    """``vaelii-llm mcp --http 127.0.0.1:0`` in a subprocess; yields the URL it printed."""
+    """``vaelii-llm mcp --http :0`` in a subprocess; yields the URL it printed."""
     proc = await asyncio.create_subprocess_exec(
-        *COMMAND, "--http", "127.0.0.1:0", *extra,
+        *COMMAND, "--http", ":0", *extra,  # no host named: loopback
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
