@@ -47,7 +47,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, S
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import Any, ClassVar, Final
 
 import msgspec
 from pydantic_ai import exceptions as pai_errors
@@ -119,25 +119,25 @@ class VaeliiModel(Model):
     has one). The caller owns the provider: close it (``async with``) when done.
     """
 
-    unsupported_settings = frozenset(
-        cast(
-            "set[ModelSettingName]",
-            {
-                "top_p",
-                "top_k",
-                "max_retries",
-                "parallel_tool_calls",
-                "seed",
-                "presence_penalty",
-                "frequency_penalty",
-                "logit_bias",
-                "extra_headers",
-                "extra_body",
-                "service_tier",
-                "citations",
-            },
-        )
+    unsupported_settings: ClassVar[frozenset[ModelSettingName]] = frozenset(
+        {
+            "top_p",
+            "top_k",
+            "max_retries",
+            "parallel_tool_calls",
+            "seed",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+            "extra_headers",
+            "extra_body",
+            "service_tier",
+            "citations",
+        }
     )
+    """What this model does not send. pydantic-ai warns when a run sets one that
+    changes what a request guarantees (``max_retries``, ``extra_headers``,
+    ``parallel_tool_calls=False``…) and ignores the tuning knobs quietly."""
 
     def __init__(
         self,
