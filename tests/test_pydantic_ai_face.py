@@ -188,6 +188,20 @@ async def test_usage_finish_reason_and_model_name(streamed: bool) -> None:
     assert model.model_name == "stub"
 
 
+async def test_settings_reach_the_request_and_an_ignored_guarantee_warns() -> None:
+    provider = stub.provider(script=[ANSWER, ANSWER])
+    agent = Agent(VaeliiModel(provider, model_name="llama3.2"))
+    settings = {"max_tokens": 321, "temperature": 0.5, "stop_sequences": ["STOP"], "timeout": 2.5}
+    await agent.run("Who?", model_settings=settings)  # type: ignore[arg-type]
+    sent = provider.requests()[0]
+    assert (sent.max_tokens, sent.temperature, sent.stop_sequences, sent.timeout_ms) == (
+        321, 0.5, ["STOP"], 2500
+    )
+    assert sent.model == "llama3.2"
+    with pytest.warns(pai_errors.UnsupportedSettingWarning, match="extra_headers"):
+        await agent.run("Who?", model_settings={"extra_headers": {"x-a": "1"}})
+
+
 class Fearers(BaseModel):
     who: list[str]
 
