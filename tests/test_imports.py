@@ -1,4 +1,5 @@
-"""Importing the package loads no HTTP library, no EDN reader and no backend."""
+"""Importing the package loads no HTTP library, no EDN reader, no backend and no
+framework a face serves (mcp, pydantic-ai)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("aiohttp", "edn_format", "anyio", "anthropic", "ollama")
+HEAVY = ("aiohttp", "edn_format", "anyio", "anthropic", "ollama", "mcp", "mcp_types", "pydantic_ai")
+FRAMEWORKS = ("mcp", "mcp_types", "pydantic_ai", "uvicorn", "starlette")
 BACKENDS = ("vaelii_llm.providers.ollama", "vaelii_llm.providers.anthropic", "vaelii_llm.transport")
 
 
@@ -42,3 +44,10 @@ def test_import_providers_and_choosing_the_stub_loads_no_backend() -> None:
 def test_protocol_and_config_modules_name_no_vendor_library() -> None:
     modules = loaded_after("import vaelii_llm.protocol, vaelii_llm.errors, vaelii_llm.config")
     assert offenders(modules) == []
+
+
+def test_the_integrations_package_and_the_command_import_no_framework() -> None:
+    modules = loaded_after("import vaelii_llm.integrations, vaelii_llm.cli")
+    assert "vaelii_llm.integrations" in modules
+    assert [m for m in modules if m.split(".")[0] in FRAMEWORKS] == []
+    assert [m for m in modules if m.startswith("vaelii_llm.integrations.")] == []

@@ -6,6 +6,7 @@
 ``call``    run one tool call against the sample KB (or an EDN file)
 ``vote``    a majority yes/no vote over the configured pool (the stub's when no host)
 ``warm``    load the configured backend's model and hold it resident
+``mcp``     serve the read surface to an MCP host (stdio, or streamable HTTP)
 """
 
 from __future__ import annotations
@@ -109,6 +110,37 @@ async def _warm() -> int:
     return 0
 
 
+def _mcp(kb_path: str | None, http: str | None) -> int:
+    """Serve the KB's read surface as an MCP server: stdio, or streamable HTTP."""
+    try:
+        from vaelii_llm.integrations import mcp as mcp_face
+    except ImportError as exc:
+        print(f"the mcp face needs: pip install 'vaelii-llm[mcp]' ({exc})", file=sys.stderr)
+        return 2
+    from vaelii_llm import kb, tools
+
+    toolset = tools.Toolset(kb.load_edn(kb_path) if kb_path else kb.sample())
+    address = None if http is None else mcp_face.parse_address(http)
+    try:
+        if address is None:
+            asyncio.run(mcp_face.serve_stdio(toolset))
+        else:
+            asyncio.run(mcp_face.serve_http(toolset, *address))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _add_mcp_parser(commands: Any) -> None:
+    mcp_cmd = commands.add_parser("mcp", help="serve the read surface to an MCP host")
+    mcp_cmd.add_argument("--kb", dest="kb_path", help="an EDN file to serve, not the sample KB")
+    mcp_cmd.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP instead of stdio (host 127.0.0.1 unless named)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vaelii-llm",
@@ -131,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     vote.add_argument("question")
     vote.add_argument("--votes", type=int, default=3)
     commands.add_parser("warm", help="load the configured model and hold it resident")
+    _add_mcp_parser(commands)
     return parser
 
 
@@ -151,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_vote(args.question, args.votes))
         if args.command == "warm":
             return asyncio.run(_warm())
+        if args.command == "mcp":
+            return _mcp(args.kb_path, args.http)
     except errors.LLMError as exc:
         print(f"{exc.type}: {exc}", file=sys.stderr)
         return 1

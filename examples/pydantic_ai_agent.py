@@ -1,0 +1,56 @@
+"""A pydantic-ai ``Agent`` on a vaelii provider, reading the sample KB.
+
+``python examples/pydantic_ai_agent.py`` runs the agent twice, with ``run`` and
+with ``run_stream``: :class:`~vaelii_llm.integrations.pydantic_ai.VaeliiModel`
+is the agent's model and :class:`~vaelii_llm.integrations.pydantic_ai.KBToolset`
+its tools. With no configuration the scripted stub plays the model (a
+``kb_query`` call, then prose; no key, no socket), while the tool runs for real
+against the sample KB, so the tool return printed is the engine's answer.
+
+To let a real model drive, configure a backend: ``VAELII_LLM_PROVIDER=ollama``
+(an Ollama running, ``VAELII_OLLAMA_MODEL`` pulled and able to call tools) or
+``VAELII_LLM_PROVIDER=anthropic`` (a credential in ``ANTHROPIC_API_KEY``). An
+unreachable backend falls back to the stub with a warning. Needs
+``pip install 'vaelii-llm[pydantic-ai]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic_ai import Agent
+from pydantic_ai import messages as pai
+
+from vaelii_llm import kb, providers
+from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
+
+QUESTION = "Who is Miss Muffet afraid of?"
+STUB_ANSWER = "Miss Muffet is afraid of Muffet, ItsyBitsy and Fang."
+QUERY = {"tool": "kb_query", "input": {"goal": "(afraidOf MissMuffet ?who)"}}
+STUB_TURNS = [QUERY, STUB_ANSWER, QUERY, "(streamed) " + STUB_ANSWER]
+
+
+async def main() -> None:
+    async with await providers.provider(stub={"script": STUB_TURNS}) as provider:
+        agent = Agent(
+            VaeliiModel(provider),
+            toolsets=[KBToolset(kb.sample())],
+            system_prompt="Answer from the knowledge base only, using its tools.",
+        )
+        result = await agent.run(QUESTION)
+        for message in result.all_messages():
+            for part in message.parts:
+                if isinstance(part, pai.ToolCallPart):
+                    print(f"  tool call {part.tool_name}({part.args_as_dict()})")
+                elif isinstance(part, pai.ToolReturnPart):
+                    print(f"  tool return {part.model_response_str()[:100]}")
+        print("A:", result.output)
+        print("model requests:", result.usage.requests)
+
+        async with agent.run_stream(QUESTION) as streamed:
+            pieces = [piece async for piece in streamed.stream_text(delta=True, debounce_by=None)]
+        print(f"streamed in {len(pieces)} pieces:", "".join(pieces))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

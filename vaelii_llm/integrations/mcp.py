@@ -1,0 +1,167 @@
+"""The read surface as a Model Context Protocol server, on the official ``mcp`` package.
+
+:func:`server` builds an ``mcp`` low-level :class:`~mcp.server.lowlevel.Server` from a
+:class:`~vaelii_llm.tools.Toolset`, so an application serves its own KB;
+:func:`serve_stdio` and :func:`serve_http` run it (``vaelii-llm mcp`` is the
+command). The low-level server is used, not ``MCPServer``, because it publishes a
+tool's JSON input schema exactly as given instead of deriving one from a Python
+signature.
+
+What a client sees:
+
+* ``tools/list`` answers exactly the Toolset's schemas (names, descriptions, input
+  schemas, in order), each annotated read-only, not destructive, idempotent and
+  closed-world (:data:`ANNOTATIONS`);
+* ``tools/call`` runs through :meth:`Toolset.call <vaelii_llm.tools.Toolset.call>`,
+  so the answer is the same EDN a ``tool_result`` block carries, bounded the same
+  way, and every refusal (a write's name is ``unknown-tool``, a bad shape, a bound
+  over the ceiling) is a result with ``isError`` whose text starts with the
+  refusal's type, never a protocol error;
+* a request the protocol itself refuses (not JSON-RPC, an ``arguments`` that is not
+  an object) gets the protocol's error from ``mcp``, and the server keeps serving;
+* a client's ``notifications/cancelled`` cancels the call's task, which the
+  Toolset turns into its worker stopping the print (the engine's clock bounds
+  the rest of the read).
+
+Install with ``pip install 'vaelii-llm[mcp]'``.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any, Final
+
+import mcp.types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from vaelii_llm import __version__
+from vaelii_llm.tools import Toolset
+
+__all__ = [
+    "ANNOTATIONS",
+    "DEFAULT_PORT",
+    "INSTRUCTIONS",
+    "parse_address",
+    "serve_http",
+    "serve_stdio",
+    "server",
+]
+
+ANNOTATIONS: Final = types.ToolAnnotations(
+    read_only_hint=True,
+    destructive_hint=False,
+    idempotent_hint=True,
+    open_world_hint=False,
+)
+"""Every tool's hints. Here they are also guarantees: a write has no tool at all."""
+
+INSTRUCTIONS: Final = (
+    "Read-only tools over a knowledge base. Sentence, context and term arguments are "
+    "strings holding EDN, e.g. \"(isa ?x Spider)\". Answers are EDN, bounded in length; "
+    "a refused call answers an error whose text starts with the refusal's type."
+)
+
+DEFAULT_PORT: Final = 8765
+"""The port ``--http HOST`` serves on when none is named."""
+
+
+def server(toolset: Toolset, *, name: str = "vaelii-llm") -> Server[Any]:
+    """An MCP server offering ``toolset``'s reads, one tool per schema."""
+    listed = [
+        types.Tool(
+            name=schema.name,
+            description=schema.description,
+            input_schema=dict(schema.input_schema),
+            annotations=ANNOTATIONS,
+        )
+        for schema in toolset.schemas()
+    ]
+
+    async def list_tools(
+        _ctx: Any, _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        result = await toolset.call(params.name, params.arguments)
+        return types.CallToolResult(
+            content=[types.TextContent(text=result.text)], is_error=not result.ok
+        )
+
+    return Server(
+        name,
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve_stdio(toolset: Toolset) -> None:
+    """Serve ``toolset`` over stdin/stdout until the client closes stdin."""
+    mcp_server = server(toolset)
+    async with stdio_server() as (read_stream, write_stream):
+        await mcp_server.run(read_stream, write_stream, mcp_server.create_initialization_options())
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``HOST``, ``:PORT`` or ``[::1]:PORT`` -> ``(host, port)``.
+
+    The host defaults to 127.0.0.1 and the port to :data:`DEFAULT_PORT`.
+    """
+    text = text.strip()
+    host, port_text = text, ""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(f"an address opening with [ must close it: {text!r}")
+        host, rest = text[1:end], text[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"expected HOST:PORT, got {text!r}")
+        port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif ":" in text:
+        raise ValueError(f"an IPv6 host is written in brackets, e.g. [::1]:8765, not {text!r}")
+    if port_text and not port_text.isdigit():
+        raise ValueError(f"the port must be a number, not {port_text!r}")
+    port = int(port_text) if port_text else DEFAULT_PORT
+    if not 0 <= port <= 65535:
+        raise ValueError(f"the port must be 0..65535, not {port}")
+    return host or "127.0.0.1", port
+
+
+async def serve_http(
+    toolset: Toolset,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    *,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``toolset`` over the streamable-HTTP transport at ``http://host:port/mcp``.
+
+    The socket is bound before this returns control to the loop, so port 0 picks a
+    free one; ``ready`` is called with the URL (by default it is printed to stderr).
+    A loopback host gets ``mcp``'s DNS-rebinding protection.
+    """
+    import uvicorn
+
+    app = server(toolset).streamable_http_app(host=host)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family)
+    bound_port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound_port}/mcp"
+    (ready or _announce)(url)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    try:
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _announce(url: str) -> None:
+    print(f"vaelii-llm mcp: serving streamable HTTP at {url}", file=sys.stderr, flush=True)
