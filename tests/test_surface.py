@@ -15,7 +15,10 @@ from vaelii_llm import config, protocol
 
 PROVIDER_METHODS = {
     "complete": "(self, request: 'Request') -> 'Response'",
-    "stream": "(self, request: 'Request') -> 'AsyncGenerator[StreamItem, None]'",
+    "stream": (
+        "(self, request: 'Request', *, deltas: 'bool' = False) "
+        "-> 'AsyncGenerator[StreamItem, None]'"
+    ),
     "aclose": "(self) -> 'None'",
     "__aenter__": "(self) -> 'Self'",
     "__aexit__": (
@@ -49,9 +52,10 @@ def test_complete_and_aclose_are_coroutines_stream_is_not() -> None:
 def test_package_exports_are_frozen() -> None:
     assert sorted(vaelii_llm.__all__) == sorted(
         [
-            "Block", "Message", "OpaqueBlock", "Provider", "RedactedThinkingBlock", "Request",
-            "Response", "TextBlock", "ThinkingBlock", "ToolResultBlock", "ToolSchema",
-            "ToolUseBlock", "Usage", "__version__", "config", "engine", "errors", "kb", "pool",
+            "Block", "Delta", "Message", "OpaqueBlock", "Provider", "RedactedThinkingBlock",
+            "Request", "Response", "StopReason", "TextBlock", "TextDelta", "ThinkingBlock",
+            "ThinkingDelta", "ToolResultBlock", "ToolSchema", "ToolUseBlock", "ToolUseStart",
+            "Usage", "__version__", "agent", "config", "engine", "errors", "kb", "pool",
             "providers", "tools",
         ]
     )
@@ -99,6 +103,7 @@ MODULES = [
     "vaelii_llm.providers.anthropic", "vaelii_llm.providers.credentials", "vaelii_llm.transport",
     "vaelii_llm.wire", "vaelii_llm.wire.sse", "vaelii_llm.wire.ndjson", "vaelii_llm.pool",
     "vaelii_llm.engine", "vaelii_llm.tools", "vaelii_llm.edn", "vaelii_llm.kb", "vaelii_llm.cli",
+    "vaelii_llm.agent",
 ]
 
 
