@@ -195,7 +195,9 @@ async def _turn(
 ) -> AsyncGenerator[TextArrived | Response, None]:
     """One model turn through ``stream``: its text as it arrives, then the Response."""
     spoken: set[int] = set()
-    async with aclosing(model.stream(turn_request, deltas=deltas)) as items:
+    # the flag only when asked for, so a backend written before deltas still streams
+    stream = model.stream(turn_request, deltas=True) if deltas else model.stream(turn_request)
+    async with aclosing(stream) as items:
         async for item in items:
             if isinstance(item, TextDelta) and item.text:
                 spoken.add(item.index)
