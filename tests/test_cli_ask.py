@@ -18,7 +18,15 @@ from typing import Any
 
 import pytest
 from fake_ollama import FakeOllama
-from kb_model import ANSWER, GOAL, NAMES, QUESTION, ollama_keeps_asking, ollama_reader, ollama_truncated
+from kb_model import (
+    ANSWER,
+    GOAL,
+    NAMES,
+    QUESTION,
+    ollama_keeps_asking,
+    ollama_reader,
+    ollama_truncated,
+)
 from loopback import refused_url
 
 from vaelii_llm import cli

@@ -440,6 +440,11 @@ async def vote(
     when the caller sets the system prompt, ``max_tokens`` or the turn's
     ``timeout_ms``. Ask for yes or no first: the first word decides.
 
+    ``on_vote``, when given, is called as each turn finishes with the vote so
+    far: its ``votes`` hold the finished turns in the order they finished, its
+    ``verdict`` and ``tally`` count them, ``calls`` is the whole vote's. A
+    progress line is drawn from it; an exception it raises is a bug, as below.
+
     Every turn starts at once and waits its own acquire timeout for a token.
     A turn whose provider raises an :class:`~vaelii_llm.errors.LLMError`, or
     that gets no provider in time, is a failed turn; nothing is retried.
@@ -449,11 +454,6 @@ async def vote(
     cancels every turn and returns every token before the cancellation
     propagates. Refuses ``votes`` below 1 (ValueError) and a closed pool
     (RuntimeError).
-
-    ``on_vote``, when given, is called as each turn finishes with the vote so
-    far: its ``votes`` hold the finished turns in the order they finished, its
-    ``verdict`` and ``tally`` count them, ``calls`` is the whole vote's. A
-    progress line is drawn from it; an exception it raises is a bug, as above.
     """
     if isinstance(votes, bool) or not isinstance(votes, int):
         raise TypeError("votes is a whole number")
