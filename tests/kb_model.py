@@ -86,6 +86,7 @@ class KBModel(ProviderBase):
     def __init__(self) -> None:
         self.gate = asyncio.Event()
         self.waiting = 0
+        self.arrivals: asyncio.Queue[None] = asyncio.Queue()  # one item per slow turn held
         self.closed = False
         self._ids = itertools.count(1)
 
@@ -97,6 +98,7 @@ class KBModel(ProviderBase):
         results = _tool_results(request.messages[-1])
         if "slow" in question:
             self.waiting += 1
+            self.arrivals.put_nowait(None)
             try:
                 async with asyncio.timeout(request.timeout_ms / 1000):
                     await self.gate.wait()
