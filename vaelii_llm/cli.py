@@ -234,12 +234,15 @@ async def _ask(
             print(_stub_only(f"{chosen} is configured but cannot answer now"), file=sys.stderr)
             return ASK_STUB_ONLY
         printer = None if as_json else _AskPrinter(sys.stdout)
-        result = await agent.run(
-            model, toolset, question, max_turns=max_turns, deltas=not as_json, on_event=printer
-        )
-    if printer is not None:
-        printer.end()
-    else:
+        try:
+            result = await agent.run(
+                model, toolset, question, max_turns=max_turns, deltas=not as_json,
+                on_event=printer,
+            )
+        finally:  # a failure's line on stderr starts on a line of its own
+            if printer is not None:
+                printer.end()
+    if printer is None:
         print(json.dumps(result.summary(), ensure_ascii=False))
     if result.stopped != "answered":
         print(ASK_STOPPED[result.stopped].format(turns=result.turns), file=sys.stderr)
@@ -329,6 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:  # a setting or an argument the library refused
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     parser.print_help()
     return 0
 
