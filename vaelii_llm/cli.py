@@ -1,12 +1,12 @@
 """The ``vaelii-llm`` command: a thin shell over the library, holding no logic of its own.
 
+``ask``     ask the configured model a question it answers by reading the KB
 ``status``  which backend answers now, and for Ollama what the model can do
 ``config``  every switch with the value it reads now (credentials only as set/unset)
 ``tools``   the tool schemas a model is offered, derived from the engine
 ``call``    run one tool call against the sample KB (or an EDN file)
 ``vote``    a majority yes/no vote over the configured pool (the stub's when no host)
 ``warm``    load the configured backend's model and hold it resident
-``ask``     ask the configured model a question it answers by reading the KB
 """
 
 from __future__ import annotations
@@ -77,68 +77,6 @@ def _print_tools(as_json: bool) -> int:
         for schema in listed:
             first = schema.description.strip().splitlines()[0] if schema.description else ""
             print(f"{schema.name:28} {first}")
-    return 0
-
-
-async def _call(name: str, raw_input: str, kb_path: str | None, limit: int) -> int:
-    from vaelii_llm import kb, tools
-
-    try:
-        arguments: Any = json.loads(raw_input) if raw_input else None
-    except json.JSONDecodeError as exc:
-        print(f"the input is not JSON: {exc}", file=sys.stderr)
-        return 2
-    base = kb.load_edn(kb_path) if kb_path else kb.sample()
-    result = await tools.call(base, name, arguments, max_result_chars=limit)
-    print(result.text)
-    return 0 if result.ok else 1
-
-
-def _vote_progress(so_far: pool.Vote) -> None:
-    """One line on a terminal's stderr, redrawn as each vote comes in."""
-    tally = so_far.tally
-    sys.stderr.write(
-        f"\rvotes {len(so_far.votes)}/{so_far.calls}: yes {tally['yes']}, no {tally['no']}, "
-        f"failed {so_far.failed}"
-    )
-    if len(so_far.votes) == so_far.calls:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
-async def _vote(question: str, votes: int) -> int:
-    from vaelii_llm import pool
-
-    if config.provider_kind() == "ollama":
-        voters = await pool.pool_from_config()
-    else:
-        print("VAELII_LLM_PROVIDER is not ollama: the stub votes (it answers nothing)")
-        voters = pool.stub_pool()
-    progress = _vote_progress if sys.stderr.isatty() else None
-    async with voters:
-        outcome = await pool.vote(voters, question, votes=votes, on_vote=progress)
-    tally = outcome.tally
-    print(
-        f"verdict: {outcome.verdict}  tally: yes {tally['yes']}, no {tally['no']}  "
-        f"failed: {outcome.failed} of {outcome.calls}"
-    )
-    return 0
-
-
-async def _warm() -> int:
-    from vaelii_llm import providers
-    from vaelii_llm.protocol import Response
-
-    started = time.perf_counter()
-    result = await providers.warm()
-    took = time.perf_counter() - started
-    if result is None:
-        print("nothing to warm")
-        return 0
-    line = f"resident: the load took {took:.2f} s"
-    if isinstance(result, Response) and result.usage.load_duration is not None:
-        line += f" (the host spent {result.usage.load_duration / 1e9:.2f} s loading the model)"
-    print(line)
     return 0
 
 
@@ -276,6 +214,68 @@ def _add_ask(commands: Any) -> None:
     )
 
 
+async def _call(name: str, raw_input: str, kb_path: str | None, limit: int) -> int:
+    from vaelii_llm import kb, tools
+
+    try:
+        arguments: Any = json.loads(raw_input) if raw_input else None
+    except json.JSONDecodeError as exc:
+        print(f"the input is not JSON: {exc}", file=sys.stderr)
+        return 2
+    base = kb.load_edn(kb_path) if kb_path else kb.sample()
+    result = await tools.call(base, name, arguments, max_result_chars=limit)
+    print(result.text)
+    return 0 if result.ok else 1
+
+
+def _vote_progress(so_far: pool.Vote) -> None:
+    """One line on a terminal's stderr, redrawn as each vote comes in."""
+    tally = so_far.tally
+    sys.stderr.write(
+        f"\rvotes {len(so_far.votes)}/{so_far.calls}: yes {tally['yes']}, no {tally['no']}, "
+        f"failed {so_far.failed}"
+    )
+    if len(so_far.votes) == so_far.calls:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+async def _vote(question: str, votes: int) -> int:
+    from vaelii_llm import pool
+
+    if config.provider_kind() == "ollama":
+        voters = await pool.pool_from_config()
+    else:
+        print("VAELII_LLM_PROVIDER is not ollama: the stub votes (it answers nothing)")
+        voters = pool.stub_pool()
+    progress = _vote_progress if sys.stderr.isatty() else None
+    async with voters:
+        outcome = await pool.vote(voters, question, votes=votes, on_vote=progress)
+    tally = outcome.tally
+    print(
+        f"verdict: {outcome.verdict}  tally: yes {tally['yes']}, no {tally['no']}  "
+        f"failed: {outcome.failed} of {outcome.calls}"
+    )
+    return 0
+
+
+async def _warm() -> int:
+    from vaelii_llm import providers
+    from vaelii_llm.protocol import Response
+
+    started = time.perf_counter()
+    result = await providers.warm()
+    took = time.perf_counter() - started
+    if result is None:
+        print("nothing to warm")
+        return 0
+    line = f"resident: the load took {took:.2f} s"
+    if isinstance(result, Response) and result.usage.load_duration is not None:
+        line += f" (the host spent {result.usage.load_duration / 1e9:.2f} s loading the model)"
+    print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vaelii-llm",
@@ -283,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"vaelii-llm {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_ask(commands)
     commands.add_parser("status", help="which backend answers now, and what its model can do")
     commands.add_parser("config", help="every switch and the value it reads now")
     tools_cmd = commands.add_parser("tools", help="the tools a model is offered")
@@ -298,7 +299,6 @@ def build_parser() -> argparse.ArgumentParser:
     vote.add_argument("question")
     vote.add_argument("--votes", type=int, default=3)
     commands.add_parser("warm", help="load the configured model and hold it resident")
-    _add_ask(commands)
     return parser
 
 
@@ -307,6 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "ask":
+            return asyncio.run(
+                _ask(args.question, args.kb_path, args.provider, args.max_turns, args.json)
+            )
         if args.command == "config":
             return _print_config()
         if args.command == "tools":
@@ -319,10 +323,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_vote(args.question, args.votes))
         if args.command == "warm":
             return asyncio.run(_warm())
-        if args.command == "ask":
-            return asyncio.run(
-                _ask(args.question, args.kb_path, args.provider, args.max_turns, args.json)
-            )
     except errors.LLMError as exc:
         print(f"{exc.type}: {exc}", file=sys.stderr)
         return 1
