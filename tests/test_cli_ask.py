@@ -287,3 +287,21 @@ async def test_warm_reports_how_long_the_load_took(
     seconds = float(line.split("took ")[1].split(" s")[0])
     assert 0 <= seconds < 60
     assert line.endswith("(the host spent 0.00 s loading the model)")  # 1334875 ns
+
+
+async def test_text_before_a_tool_call_ends_its_line_before_the_call_is_printed() -> None:
+    from vaelii_llm import agent, kb, tools
+    from vaelii_llm.providers import stub
+
+    out = io.StringIO()
+    printer = cli._AskPrinter(out)
+    model = stub.provider(script=[{"text": "Let me look.", "tool": "kb_types_of",
+                                   "input": {"term": "Muffet"}}, "A spider."])
+    await agent.run(model, tools.Toolset(kb.sample()), "q", deltas=True, on_event=printer)
+    printer.end()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "Let me look."
+    assert lines[1] == '-> kb_types_of {"term": "Muffet"}'
+    assert lines[2].startswith("   ok: [Animal Arachnid")
+    assert lines[3:] == ["A spider."]
+    assert out.getvalue().endswith("\n")
