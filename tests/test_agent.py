@@ -181,3 +181,13 @@ async def test_max_turns_must_be_a_positive_whole_number(
 ) -> None:
     with pytest.raises(ValueError, match="max_turns"):
         await agent.run(stub.provider(), toolset, "q", max_turns=bad)
+
+
+async def test_tool_use_naming_no_tool_ends_the_loop_rather_than_send_nothing_back(
+    toolset: tools.Toolset,
+) -> None:
+    odd = Response(content=[TextBlock(text="hmm")], stop_reason="tool_use")
+    model = stub.provider(script=[odd, "never asked"])
+    result = await agent.run(model, toolset, "q")
+    assert (result.stopped, result.answer, result.turns) == ("answered", "hmm", 1)
+    assert len(model.requests()) == 1

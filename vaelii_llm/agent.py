@@ -262,7 +262,10 @@ async def events(
             raise RuntimeError("the provider's stream ended without a Response")
         usage = _add(usage, response.usage)
         messages.append(Message(role="assistant", content=list(response.content)))
+        uses = [block for block in response.content if isinstance(block, ToolUseBlock)]
         stopped = _stopped(response.stop_reason, turn, max_turns)
+        if response.stop_reason == "tool_use" and not uses:
+            stopped = "answered"  # asked for tools and named none: nothing to send back
         if stopped is not None:
             yield AgentResult(
                 answer=_text(response.content),
@@ -276,7 +279,6 @@ async def events(
             )
             return
         if response.stop_reason == "tool_use":
-            uses = [block for block in response.content if isinstance(block, ToolUseBlock)]
             results: list[Block] = []
             async with aclosing(_run_tools(toolset, uses, turn, calls)) as ran:
                 async for step in ran:
