@@ -1,11 +1,27 @@
-"""The README's first command runs the quickstart; it must keep working on the stub."""
+"""Every example runs: the quickstart (the README's first command) and the rest, on the
+stub or against a loopback fake."""
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import importlib.util
+import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+
+from vaelii_llm import Response, TextBlock, agent, kb, tools
+from vaelii_llm.providers import stub
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,3 +39,178 @@ def test_quickstart_runs_on_the_stub_against_the_sample_kb() -> None:
     assert "  done: stop_reason=end_turn" in lines
     assert lines[-1].startswith("vote: no")
     assert out.stderr == ""
+
+
+# -- the other examples: each runs as a script, and does what its docstring says ----------
+
+EXAMPLES = ROOT / "examples"
+
+
+def stub_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("VAELII_", "ANTHROPIC_", "OLLAMA_"))}
+
+
+def load_example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # msgspec resolves a Struct's annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), *args],
+        capture_output=True, text=True, env=env or stub_env(), timeout=120, check=True,
+    )
+    assert out.stderr == ""
+    return out.stdout.splitlines()
+
+
+def test_every_example_says_what_it_shows_and_how_to_point_it_at_a_real_model() -> None:
+    for path in sorted(EXAMPLES.glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+        assert doc, path.name
+        assert f"python examples/{path.name}" in doc, path.name
+        assert "VAELII_LLM_PROVIDER" in doc, path.name
+        assert "asyncio.run(" in path.read_text(), path.name
+
+
+def test_agent_loop_runs_on_the_stub_against_the_sample_kb() -> None:
+    lines = run_example("agent_loop")
+    assert lines[0].startswith("  tool kb_query {'goal': '(afraidOf MissMuffet ?who)'} -> ok")
+    assert lines[1].startswith("  tool kb_types_of {'term': 'Muffet'} -> ok")
+    assert lines[2].startswith("A: Miss Muffet is afraid of")
+    assert lines[3] == "stopped: answered"
+
+
+SCRIPTS = {
+    "answers": [{"tool": "kb_query", "input": {"goal": "(afraidOf MissMuffet ?who)"}},
+                {"tool": "kb_assert", "input": {"sentence": "(isa Me Spider)"}},
+                "Three spiders."],
+    "refuses": [{"tool": "kb_types_of", "input": {"term": "Muffet"}}, {"refusal": "No"}],
+    "truncated": [{"text": "Miss Muffet is", "stop_reason": "max_tokens"}],
+    "keeps asking": [{"tool": "kb_sentex_count", "input": {}}] * 5,
+    "pauses": [Response(content=[TextBlock(text="hm")], stop_reason="pause_turn"), "Fang."],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+async def test_the_hand_written_loop_and_the_library_loop_agree(name: str) -> None:
+    example = load_example("agent_loop")
+    toolset = tools.Toolset(kb.sample())
+    by_hand_model = stub.provider(script=SCRIPTS[name])
+    library_model = stub.provider(script=SCRIPTS[name])
+    answer, stopped, calls = await example.tool_loop(by_hand_model, toolset, "q", max_turns=3)
+    result = await agent.run(library_model, toolset, "q", max_turns=3)
+    assert (answer, stopped) == (result.answer, result.stopped)
+    assert calls == [f"{c.name} {c.input} -> {'ok' if c.ok else 'refused'}"
+                     for c in result.tool_calls]
+    assert [r.messages for r in by_hand_model.requests()] == [
+        r.messages for r in library_model.requests()]
+
+
+def test_structured_output_decodes_the_stub_answer_into_its_struct() -> None:
+    [line] = run_example("structured_output")
+    assert line.startswith("Creature(name='Muffet', types=['Animal', 'Arachnid'")
+
+
+async def test_the_stub_answer_of_structured_output_holds_the_kb_facts() -> None:
+    example = load_example("structured_output")
+    toolset = tools.Toolset(kb.sample())
+    creature = msgspec.json.decode(example.STUB_ANSWER, type=example.Creature)
+    types = (await toolset.call("kb_types_of", {"term": "Muffet"})).text
+    fears = (await toolset.call("kb_query", {"goal": "(afraidOf ?who Muffet)"})).text
+    assert creature.types == types.strip("[]").split()
+    assert creature.feared_by == re.findall(r"\?who (\w+)\}", fears)
+
+
+async def test_structured_output_sends_the_schema_to_a_loopback_ollama(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fake fills the schema from the facts in the prompt: a model's job, done plainly."""
+    from fake_ollama import FakeOllama, chunk, final
+
+    example = load_example("structured_output")
+
+    def fill(body: dict[str, Any]) -> list[dict[str, Any]]:
+        prompt = body["messages"][-1]["content"]
+        answer = {"name": "Muffet",
+                  "types": re.search(r"types: \[(.*?)\]", prompt).group(1).split(),  # type: ignore[union-attr]
+                  "feared_by": re.findall(r"\?who (\w+)\}", prompt)}
+        return [chunk(json.dumps(answer)), final()]
+
+    server = await FakeOllama(script=fill).start()
+    try:
+        for name in stub_env().keys() ^ os.environ.keys():
+            monkeypatch.delenv(name)
+        monkeypatch.setenv("VAELII_LLM_PROVIDER", "ollama")
+        monkeypatch.setenv("VAELII_OLLAMA_HOST", server.url)
+        creature = await example.describe("Muffet")
+    finally:
+        await server.stop()
+    assert server.bodies[0]["format"] == example.SCHEMA
+    assert creature == msgspec.json.decode(example.STUB_ANSWER, type=example.Creature)
+
+
+def test_vote_runs_on_the_stub_with_a_progress_line_per_turn() -> None:
+    lines = run_example("vote")
+    assert lines[0].startswith("voting over 2 provider token(s)")
+    assert [line.split(":")[0] for line in lines[1:4]] == ["  1/3 in", "  2/3 in", "  3/3 in"]
+    assert lines[4] == "verdict: no (votes ('no', 'yes', 'no'), failed 0)"
+
+
+async def test_vote_runs_over_configured_loopback_hosts() -> None:
+    from fake_ollama import FakeOllama, chunk, final
+
+    server = await FakeOllama(script=lambda body: [chunk("Yes, by this fake."), final()]).start()
+    try:
+        env = {**stub_env(), "VAELII_LLM_PROVIDER": "ollama",
+               "VAELII_OLLAMA_HOSTS": f"{server.url}*3"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(EXAMPLES / "vote.py"), "Is this a test?", env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await server.stop()
+    lines = out.decode().splitlines()
+    assert (proc.returncode, err) == (0, b"")
+    assert lines[0] == "voting over 3 provider token(s): Is this a test?"
+    assert lines[-1] == "verdict: yes (votes ('yes', 'yes', 'yes'), failed 0)"
+    assert len(server.bodies) == 3
+
+
+async def test_web_backend_serves_on_the_stub_and_closes_its_provider_on_ctrl_c() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLES / "web_backend.py"), "--port", "0", env=stub_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        first = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert first.startswith("listening on http://127.0.0.1:")
+        url = first.split()[-1]
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url + "/ask", json={"question": "Who?"}) as resp:
+                got = await resp.json()
+                assert resp.status == 200
+            async with session.post(url + "/ask/stream", json={"question": "Who?"}) as resp:
+                assert resp.headers["Content-Type"].startswith("text/event-stream")
+                stream = await resp.text()
+            async with session.post(url + "/ask", data=b"[1, 2]") as resp:
+                assert (resp.status, (await resp.json())["error"]) == (400, "bad-request")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, err = await asyncio.wait_for(proc.communicate(), 60)
+    example = load_example("web_backend")
+    assert got["answer"] == example.STUB_ANSWER
+    assert (got["stop_reason"], got["tool_calls"]) == ("end_turn", [])
+    assert stream.startswith("event: text\ndata: ")
+    assert "event: final\ndata: " in stream
+    assert rest.decode().splitlines()[-1] == "provider closed"
+    assert proc.returncode == 0
+    assert b"Traceback" not in err

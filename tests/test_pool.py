@@ -799,3 +799,25 @@ async def test_calls_are_served_in_the_order_they_arrived() -> None:
         await asyncio.sleep(0)
     await asyncio.gather(*tasks)
     assert served == list(range(20))
+
+
+async def test_on_vote_sees_the_vote_so_far_after_each_turn() -> None:
+    seen: list[vpool.Vote] = []
+    async with vpool.stub_pool(["Yes.", {"raise": "llm-timeout"}, "No.", "Yes."], size=1) as p:
+        outcome = await vote(p, "q", votes=4, on_vote=seen.append)
+    assert [len(v.votes) for v in seen] == [1, 2, 3, 4]
+    assert [v.failed for v in seen] == [0, 1, 1, 1]
+    assert [dict(v.tally) for v in seen][-1] == {"yes": 2, "no": 1}
+    assert {v.calls for v in seen} == {4}
+    assert seen[-1] == outcome
+    assert seen[0].verdict == "yes"
+
+
+async def test_an_on_vote_that_raises_is_a_bug_raised_as_itself() -> None:
+    def broken(_: vpool.Vote) -> None:
+        raise KeyError("progress")
+
+    async with vpool.stub_pool(["Yes."] * 3) as p:
+        with pytest.raises(KeyError, match="progress"):
+            await vote(p, "q", on_vote=broken)
+        assert p.outstanding == 0

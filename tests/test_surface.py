@@ -71,8 +71,8 @@ def test_package_exports_are_frozen() -> None:
             "Block", "Delta", "Message", "OpaqueBlock", "Provider", "RedactedThinkingBlock",
             "Request", "Response", "StopReason", "TextBlock", "TextDelta", "ThinkingBlock",
             "ThinkingDelta", "ToolResultBlock", "ToolSchema", "ToolUseBlock", "ToolUseStart",
-            "Usage", "__version__", "config", "engine", "errors", "kb", "pool", "providers",
-            "tools",
+            "Usage", "__version__", "agent", "config", "engine", "errors", "kb", "pool",
+            "providers", "tools",
         ]
     )
     for name in vaelii_llm.__all__:
@@ -121,6 +121,7 @@ MODULES = [
     "vaelii_llm.wire", "vaelii_llm.wire.sse", "vaelii_llm.wire.ndjson", "vaelii_llm.pool",
     "vaelii_llm.engine", "vaelii_llm.tools", "vaelii_llm.edn", "vaelii_llm.kb", "vaelii_llm.cli",
     "vaelii_llm.integrations", "vaelii_llm.integrations.mcp", "vaelii_llm.integrations.pydantic_ai",
+    "vaelii_llm.agent",
 ]
 
 

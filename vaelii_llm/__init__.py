@@ -3,6 +3,7 @@
 The request and response types are here; the rest lives in submodules that load
 on first use, so ``import vaelii_llm`` imports no HTTP library and no backend:
 
+``agent``      the tool loop over a provider and a toolset, written once
 ``providers``  choosing a backend (stub, Ollama, the Messages API)
 ``pool``       a majority yes/no vote over a pool of model hosts
 ``tools``      the model's read-only tool surface over a knowledge base
@@ -39,7 +40,7 @@ from vaelii_llm.protocol import (
 )
 
 if TYPE_CHECKING:
-    from vaelii_llm import config, engine, errors, kb, pool, providers, tools
+    from vaelii_llm import agent, config, engine, errors, kb, pool, providers, tools
 
 __version__ = "0.1.0"
 
@@ -63,6 +64,7 @@ __all__ = [
     "ToolUseStart",
     "Usage",
     "__version__",
+    "agent",
     "config",
     "engine",
     "errors",
@@ -72,7 +74,7 @@ __all__ = [
     "tools",
 ]
 
-_LAZY = frozenset({"config", "engine", "errors", "kb", "pool", "providers", "tools"})
+_LAZY = frozenset({"agent", "config", "engine", "errors", "kb", "pool", "providers", "tools"})
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import importlib
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, TypeVar
@@ -430,12 +430,23 @@ async def _turn(pool: Pool[P], request: Request) -> YesNo | _Failed | None:
     return read_response(response)
 
 
-async def vote(pool: Pool[P], question: str | Request, votes: int = 3) -> Vote:
+async def vote(
+    pool: Pool[P],
+    question: str | Request,
+    votes: int = 3,
+    *,
+    on_vote: Callable[[Vote], None] | None = None,
+) -> Vote:
     """Ask ``votes`` times at once, bounded by the pool's tokens, and count.
 
     ``question`` is the user message, or a whole :class:`~vaelii_llm.protocol.Request`
     when the caller sets the system prompt, ``max_tokens`` or the turn's
     ``timeout_ms``. Ask for yes or no first: the first word decides.
+
+    ``on_vote``, when given, is called as each turn finishes with the vote so
+    far: its ``votes`` hold the finished turns in the order they finished, its
+    ``verdict`` and ``tally`` count them, ``calls`` is the whole vote's. A
+    progress line is drawn from it; an exception it raises is a bug, as below.
 
     Every turn starts at once and waits its own acquire timeout for a token.
     A turn whose provider raises an :class:`~vaelii_llm.errors.LLMError`, or
@@ -459,10 +470,19 @@ async def vote(pool: Pool[P], question: str | Request, votes: int = 3) -> Vote:
         if isinstance(question, Request)
         else Request(messages=[Message(role="user", content=question)])
     )
+    finished: list[YesNo | _Failed | None] = []
+
+    async def counted_turn() -> YesNo | _Failed | None:
+        reading = await _turn(pool, request)
+        if on_vote is not None:
+            finished.append(reading)
+            on_vote(_count(finished, votes))
+        return reading
+
     bug: BaseException | None = None
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(_turn(pool, request)) for _ in range(votes)]
+            tasks = [group.create_task(counted_turn()) for _ in range(votes)]
     except BaseExceptionGroup as raised:
         bug = raised.exceptions[0]
         others = len(raised.exceptions) - 1
@@ -470,7 +490,10 @@ async def vote(pool: Pool[P], question: str | Request, votes: int = 3) -> Vote:
             bug.add_note(f"{others} other turn(s) of this vote raised too")
     if bug is not None:
         raise bug  # outside the except block, so the group is not its context
-    readings = [task.result() for task in tasks]
+    return _count([task.result() for task in tasks], votes)
+
+
+def _count(readings: Sequence[YesNo | _Failed | None], calls: int) -> Vote:
     failed = sum(1 for reading in readings if isinstance(reading, _Failed))
     counted: tuple[YesNo | None, ...] = tuple(
         None if isinstance(reading, _Failed) else reading for reading in readings
@@ -481,7 +504,7 @@ async def vote(pool: Pool[P], question: str | Request, votes: int = 3) -> Vote:
         verdict=_verdict(yes, no),
         votes=counted,
         tally={"yes": yes, "no": no},
-        calls=votes,
+        calls=calls,
         failed=failed,
     )
 

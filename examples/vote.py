@@ -1,0 +1,51 @@
+"""A yes/no vote over the configured model hosts.
+
+Run ``python examples/vote.py [QUESTION]``. The question is asked several times
+at once over a pool of providers, each answer's first word is read as yes or
+no, and the majority is the verdict (a tie, or no vote at all, is ``abstain``);
+a turn that failed is counted apart. ``on_vote`` sees the vote so far as each
+turn finishes, so a progress line needs no bookkeeping of its own.
+
+With nothing configured the scripted stub votes. To vote over real hosts, set
+``VAELII_LLM_PROVIDER=ollama`` and ``VAELII_OLLAMA_HOSTS=http://gpu1:11434*2,http://gpu2:11434``
+(``*n``: calls one host takes at once); without ``VAELII_OLLAMA_HOSTS`` the one
+``VAELII_OLLAMA_HOST`` votes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from vaelii_llm import Message, Request, config, pool
+
+QUESTION = "Is a spider an insect? Answer yes or no first, then one sentence."
+
+# What the stub answers when no host is configured.
+STUB_VOTES = ["No, a spider is an arachnid.", "Yes.", "No: eight legs, not six."]
+
+
+def show_progress(so_far: pool.Vote) -> None:
+    print(
+        f"  {len(so_far.votes)}/{so_far.calls} in: yes {so_far.tally['yes']}, "
+        f"no {so_far.tally['no']}, failed {so_far.failed}"
+    )
+
+
+async def main(question: str) -> int:
+    voters = (
+        await pool.pool_from_config()
+        if config.provider_kind() == "ollama"
+        else pool.stub_pool(script=STUB_VOTES)
+    )
+    print(f"voting over {voters.size} provider token(s): {question}")
+    request = Request(messages=[Message(role="user", content=question)], max_tokens=64,
+                      timeout_ms=120_000)
+    async with voters:
+        outcome = await pool.vote(voters, request, votes=3, on_vote=show_progress)
+    print(f"verdict: {outcome.verdict} (votes {outcome.votes}, failed {outcome.failed})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(" ".join(sys.argv[1:]) or QUESTION)))

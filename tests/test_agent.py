@@ -1,0 +1,193 @@
+"""The tool loop (vaelii_llm.agent) on the stub, with the real tools over the sample KB."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from typing import Any
+
+import pytest
+
+from vaelii_llm import agent, errors, kb, tools
+from vaelii_llm.protocol import (
+    Message,
+    Request,
+    Response,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from vaelii_llm.providers import stub
+
+QUERY = {"tool": "kb_query", "input": {"goal": "(afraidOf MissMuffet ?who)"}}
+
+
+@pytest.fixture(scope="module")
+def toolset() -> tools.Toolset:
+    return tools.Toolset(kb.sample())
+
+
+async def test_a_tool_turn_then_an_answer(toolset: tools.Toolset) -> None:
+    model = stub.provider(script=[QUERY, "She fears Muffet."])
+    result = await agent.run(model, toolset, "Who is Miss Muffet afraid of?")
+    assert (result.answer, result.stop_reason, result.stopped, result.turns) == (
+        "She fears Muffet.", "end_turn", "answered", 2)
+    [call] = result.tool_calls
+    assert (call.name, call.ok) == ("kb_query", True)
+    assert "Muffet" in call.result
+    sent = model.requests()
+    assert sent[0].system == agent.SYSTEM
+    assert [t.name for t in sent[0].tools] == [t.name for t in toolset.schemas()]
+    second = sent[1].messages
+    assert [m.role for m in second] == ["user", "assistant", "user"]
+    [back] = second[2].content
+    assert isinstance(back, ToolResultBlock)
+    assert (back.tool_use_id, back.content, back.is_error) == (
+        call.id, call.result, False)
+    assert [m.role for m in result.messages] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_assistant_content_goes_back_as_its_blocks_raw_included(
+    toolset: tools.Toolset,
+) -> None:
+    thinking = ThinkingBlock(thinking="look it up", signature="sig",
+                             raw={"type": "thinking", "thinking": "look it up", "signature": "sig"})
+    use = ToolUseBlock(id="tu_1", name="kb_types_of", input={"term": "Muffet"},
+                       raw={"type": "tool_use", "id": "tu_1", "name": "kb_types_of",
+                            "input": {"term": "Muffet"}, "vendor": 1})
+    first = Response(content=[thinking, use], stop_reason="tool_use")
+    model = stub.provider(script=[first, "A spider."])
+    await agent.run(model, toolset, "What is Muffet?")
+    echoed = model.requests()[1].messages[1]
+    assert echoed.role == "assistant"
+    assert echoed.content == [thinking, use]
+    assert [b.raw for b in echoed.content if not isinstance(b, str)] == [thinking.raw, use.raw]
+
+
+async def test_a_tool_refusal_goes_back_marked_as_an_error(toolset: tools.Toolset) -> None:
+    model = stub.provider(script=[{"tool": "kb_assert", "input": {"sentence": "(isa Me X)"}},
+                                  "I may not write."])
+    result = await agent.run(model, toolset, "Assert something")
+    [call] = result.tool_calls
+    assert not call.ok
+    assert call.result.startswith("unknown-tool")
+    [back] = model.requests()[1].messages[2].content
+    assert isinstance(back, ToolResultBlock)
+    assert back.is_error
+    assert agent.summarize(call).startswith("refused: unknown-tool")
+
+
+async def test_a_refusal_stops_the_loop(toolset: tools.Toolset) -> None:
+    model = stub.provider(script=[QUERY, {"refusal": "I cannot"}, "never asked"])
+    result = await agent.run(model, toolset, "q")
+    assert (result.stopped, result.stop_reason, result.answer, result.turns) == (
+        "refusal", "refusal", "I cannot", 2)
+    assert len(model.requests()) == 2
+
+
+async def test_a_partial_tool_call_is_never_run(toolset: tools.Toolset) -> None:
+    cut = Response(
+        content=[TextBlock(text="Let me"),
+                 ToolUseBlock(id="t", name="kb_query", input={"goal": "(afr"}, partial=True)],
+        stop_reason="max_tokens",
+    )
+    model = stub.provider(script=[cut])
+    result = await agent.run(model, toolset, "q")
+    assert (result.stopped, result.tool_calls, result.answer) == ("max_tokens", [], "Let me")
+
+
+async def test_a_partial_call_under_tool_use_gets_an_error_result_not_a_run(
+    toolset: tools.Toolset,
+) -> None:
+    odd = Response(content=[ToolUseBlock(id="t", name="kb_query", input={}, partial=True)],
+                   stop_reason="tool_use")
+    model = stub.provider(script=[odd, "done"])
+    result = await agent.run(model, toolset, "q")
+    assert result.tool_calls == []
+    [back] = model.requests()[1].messages[2].content
+    assert isinstance(back, ToolResultBlock)
+    assert back.is_error
+    assert back.tool_use_id == "t"
+
+
+async def test_the_turn_limit_stops_a_model_that_keeps_asking(toolset: tools.Toolset) -> None:
+    model = stub.provider(default=QUERY)
+    result = await agent.run(model, toolset, "q", max_turns=3)
+    assert (result.stopped, result.stop_reason, result.turns) == ("max_turns", "tool_use", 3)
+    assert len(result.tool_calls) == 2  # the third turn's call had no turn left to answer
+    assert len(model.requests()) == 3
+
+
+async def test_pause_turn_sends_the_content_back_and_goes_on(toolset: tools.Toolset) -> None:
+    paused = Response(content=[TextBlock(text="searching")], stop_reason="pause_turn")
+    model = stub.provider(script=[paused, "found it"])
+    result = await agent.run(model, toolset, "q")
+    assert (result.answer, result.turns) == ("found it", 2)
+    assert [m.role for m in model.requests()[1].messages] == ["user", "assistant"]
+
+
+async def test_usage_is_summed_over_the_turns(toolset: tools.Toolset) -> None:
+    one = Response(content=[ToolUseBlock(id="a", name="kb_sentex_count", input={})],
+                   stop_reason="tool_use", usage=Usage(input_tokens=10, output_tokens=3))
+    two = Response(content=[TextBlock(text="many")], stop_reason="end_turn",
+                   usage=Usage(input_tokens=20, output_tokens=4, eval_duration=7))
+    result = await agent.run(stub.provider(script=[one, two]), toolset, "q")
+    assert result.usage == Usage(input_tokens=30, output_tokens=7, eval_duration=7)
+    assert result.summary()["usage"] == {"input_tokens": 30, "output_tokens": 7,
+                                         "eval_duration": 7}
+
+
+async def test_events_come_in_order_with_words_as_deltas(toolset: tools.Toolset) -> None:
+    model = stub.provider(script=[QUERY, "She fears three spiders."])
+    seen: list[Any] = []
+    async with aclosing(agent.events(model, toolset, "q")) as items:
+        async for item in items:
+            seen.append(item)
+    kinds = [type(item).__name__ for item in seen]
+    assert kinds[:2] == ["ToolCallStarted", "ToolCallFinished"]
+    assert kinds[-1] == "AgentResult"
+    words = [item.text for item in seen if isinstance(item, agent.TextArrived)]
+    assert words == ["She ", "fears ", "three ", "spiders."]
+    finished = seen[1]
+    assert isinstance(finished, agent.ToolCallFinished)
+    assert finished.summary.startswith("ok: ")
+    assert len(finished.summary) <= agent.SUMMARY_CHARS + 4
+
+
+async def test_without_deltas_text_arrives_a_block_at_a_time(toolset: tools.Toolset) -> None:
+    seen: list[agent.Event] = []
+    await agent.run(stub.provider(script=["Two words."]), toolset, "q", on_event=seen.append)
+    assert seen == [agent.TextArrived(turn=1, text="Two words.")]
+
+
+async def test_a_model_error_propagates_unchanged(toolset: tools.Toolset) -> None:
+    model = stub.provider(script=[QUERY, {"raise": "llm-timeout"}])
+    with pytest.raises(errors.LLMTimeout):
+        await agent.run(model, toolset, "q")
+
+
+async def test_a_whole_request_is_sent_as_given(toolset: tools.Toolset) -> None:
+    model = stub.provider(script=["ok"])
+    first = Request(messages=[Message(role="user", content="q")], max_tokens=7, timeout_ms=900)
+    await agent.run(model, toolset, first)
+    [sent] = model.requests()
+    assert (sent.tools, sent.system, sent.max_tokens, sent.timeout_ms) == ([], None, 7, 900)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5])
+async def test_max_turns_must_be_a_positive_whole_number(
+    toolset: tools.Toolset, bad: Any
+) -> None:
+    with pytest.raises(ValueError, match="max_turns"):
+        await agent.run(stub.provider(), toolset, "q", max_turns=bad)
+
+
+async def test_tool_use_naming_no_tool_ends_the_loop_rather_than_send_nothing_back(
+    toolset: tools.Toolset,
+) -> None:
+    odd = Response(content=[TextBlock(text="hmm")], stop_reason="tool_use")
+    model = stub.provider(script=[odd, "never asked"])
+    result = await agent.run(model, toolset, "q")
+    assert (result.stopped, result.answer, result.turns) == ("answered", "hmm", 1)
+    assert len(model.requests()) == 1

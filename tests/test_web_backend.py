@@ -1,0 +1,263 @@
+"""examples/web_backend.py served on loopback: concurrency, statuses, and the event stream.
+
+The app holds a :class:`kb_model.KBModel` (in-process; its slow turns wait on an
+event) or the real Ollama backend against tests/fake_ollama.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+from fake_ollama import FakeOllama, chunk, final
+from kb_model import ANSWER, GOAL, NAMES, QUESTION, KBModel, ollama_reader
+
+from vaelii_llm import Provider
+from vaelii_llm.providers import ollama
+
+PATH = Path(__file__).resolve().parent.parent / "examples" / "web_backend.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("example_web_backend", PATH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+web_backend = load()
+
+
+class Served:
+    def __init__(self, url: str, session: aiohttp.ClientSession, model: Provider) -> None:
+        self.url = url
+        self.session = session
+        self.model = model
+
+    async def post(self, path: str, body: Any = None, *, data: bytes | None = None
+                   ) -> tuple[int, Any]:
+        kwargs: dict[str, Any] = {"data": data} if data is not None else {"json": body}
+        async with self.session.post(self.url + path, **kwargs) as resp:
+            assert resp.content_type == "application/json"
+            return resp.status, await resp.json()
+
+    async def events(self, body: Any) -> tuple[int, list[tuple[str, Any]]]:
+        async with self.session.post(self.url + "/ask/stream", json=body) as resp:
+            if resp.status != 200:
+                return resp.status, [("body", await resp.json())]
+            assert resp.content_type == "text/event-stream"
+            return 200, parse_sse(await resp.text())
+
+
+def parse_sse(text: str) -> list[tuple[str, Any]]:
+    out = []
+    for frame in text.split("\n\n"):
+        if not frame.strip():
+            continue
+        fields = dict(line.split(": ", 1) for line in frame.splitlines())
+        out.append((fields["event"], json.loads(fields["data"])))
+    return out
+
+
+def serving(open_provider: Callable[[], Any]) -> Callable[[], Any]:
+    async def fixture() -> AsyncIterator[Served]:
+        server = TestServer(web_backend.make_app(open_provider), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with aiohttp.ClientSession() as session:
+                yield Served(str(server.make_url("")).rstrip("/"), session,
+                             server.app[web_backend.PROVIDER])
+        finally:
+            await server.close()
+    return fixture
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[Served]:
+    async def open_model() -> Provider:
+        return KBModel()
+
+    async for served in serving(open_model)():
+        yield served
+
+
+async def test_ask_runs_the_tool_loop_and_answers_json(app: Served) -> None:
+    status, got = await app.post("/ask", {"question": QUESTION})
+    assert status == 200
+    assert got["answer"] == ANSWER
+    assert (got["stop_reason"], got["stopped"], got["turns"]) == ("end_turn", "answered", 2)
+    [call] = got["tool_calls"]
+    assert (call["name"], call["input"], call["ok"]) == ("kb_query", {"goal": GOAL}, True)
+    assert all(f"?who {name}" in call["result"] for name in NAMES)
+    assert "usage" in got
+
+
+async def test_the_provider_is_opened_on_startup_and_closed_on_cleanup() -> None:
+    held: list[KBModel] = []
+
+    async def open_model() -> Provider:
+        held.append(KBModel())
+        return held[-1]
+
+    server = TestServer(web_backend.make_app(open_model), host="127.0.0.1")
+    await server.start_server()
+    assert len(held) == 1
+    assert not held[0].closed
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            async with session.post(server.make_url("/ask"), json={"question": QUESTION}) as r:
+                assert r.status == 200
+    assert len(held) == 1  # one provider for the app's lifetime, not one per request
+    await server.close()
+    assert held[0].closed
+
+
+async def test_fast_questions_answer_while_slow_ones_are_in_flight(app: Served) -> None:
+    model = app.model
+    assert isinstance(model, KBModel)
+    slow = [asyncio.create_task(app.post("/ask", {"question": f"slow question {n}"}))
+            for n in range(5)]
+    async with asyncio.timeout(30):
+        for _ in slow:  # all five are held inside the model
+            await model.arrivals.get()
+    started = time.monotonic()
+    async with asyncio.timeout(30):  # a server that queued them behind the slow ones hangs here
+        fast = await asyncio.gather(*(app.post("/ask", {"question": QUESTION})
+                                      for _ in range(20)))
+    took = time.monotonic() - started
+    assert [status for status, _ in fast] == [200] * 20
+    assert {got["answer"] for _, got in fast} == {ANSWER}
+    assert took < 5  # about a second's worth on a loaded machine, generously bounded
+    assert not any(task.done() for task in slow)
+    assert model.waiting == 5
+    model.gate.set()
+    done = await asyncio.gather(*slow)
+    assert [status for status, _ in done] == [200] * 5
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"[1, 2]", b'"a question"', b"{}", b'{"question": 42}',
+     b'{"question": "q", "timeout_ms": "soon"}', b'{"question": "q", "timeout_ms": 0}',
+     b'{"question": "q", "timeout_ms": true}'],
+)
+@pytest.mark.parametrize("path", ["/ask", "/ask/stream"])
+async def test_a_body_that_is_not_a_question_is_400(app: Served, path: str, body: bytes) -> None:
+    status, got = await app.post(path, data=body)
+    assert status == 400
+    assert got["error"] == "bad-request"
+    assert "Traceback" not in got["message"]
+
+
+@pytest.mark.parametrize("path", ["/ask", "/ask/stream"])
+async def test_a_turn_over_its_budget_is_504_llm_timeout(app: Served, path: str) -> None:
+    status, got = await app.post(path, {"question": "slow one", "timeout_ms": 50})
+    assert (status, got["error"]) == (504, "llm-timeout")
+
+
+@pytest.mark.parametrize("path", ["/ask", "/ask/stream"])
+async def test_a_bug_is_a_json_500_with_no_details(app: Served, path: str) -> None:
+    status, got = await app.post(path, {"question": "bug"})  # first turn: not an LLMError
+    assert (status, got["error"]) == (500, "internal")
+    assert "Traceback" not in json.dumps(got)
+    assert "bug in the provider" not in json.dumps(got)  # details go to the log only
+
+
+async def test_another_refusal_is_502_with_its_type(app: Served) -> None:
+    status, got = await app.post("/ask", {"question": "explode after reading"})
+    assert (status, got["error"]) == (502, "llm-api-error")
+
+
+async def test_the_stream_ends_with_an_error_event_when_the_model_fails_midway(
+    app: Served,
+) -> None:
+    status, events = await app.events({"question": "explode after reading"})
+    assert status == 200
+    assert [name for name, _ in events] == ["tool_call", "tool_result", "error"]
+    assert events[-1][1]["error"] == "llm-api-error"
+    assert events[-1][1]["status"] == 502
+
+
+async def test_a_model_refusal_is_an_answer_not_an_error(app: Served) -> None:
+    status, got = await app.post("/ask", {"question": "please refuse"})
+    assert (status, got["stop_reason"], got["stopped"]) == (200, "refusal", "refusal")
+
+
+async def test_unknown_routes_and_methods_answer_json(app: Served) -> None:
+    async with app.session.get(app.url + "/ask") as resp:
+        assert (resp.status, (await resp.json())["error"]) == (405, "http")
+    async with app.session.post(app.url + "/nowhere", json={}) as resp:
+        assert (resp.status, (await resp.json())["error"]) == (404, "http")
+
+
+async def test_the_stream_delivers_the_calls_then_the_answer_word_by_word(app: Served) -> None:
+    status, events = await app.events({"question": QUESTION})
+    assert status == 200
+    names = [name for name, _ in events]
+    assert names[:2] == ["tool_call", "tool_result"]
+    assert names[-1] == "final"
+    assert set(names[2:-1]) == {"text"}
+    words = [data["text"] for name, data in events if name == "text"]
+    assert len(words) == len(ANSWER.split())
+    assert "".join(words) == ANSWER
+    assert events[0][1]["name"] == "kb_query"
+    assert events[1][1]["summary"].startswith("ok: ")
+    final = events[-1][1]
+    assert final["answer"] == ANSWER
+    assert [c["name"] for c in final["tool_calls"]] == ["kb_query"]
+
+
+# -- the real Ollama backend behind it, against a loopback Ollama ----------------------
+
+
+def ollama_app(fake: FakeOllama) -> Callable[[], Any]:
+    async def open_model() -> Provider:
+        return ollama.provider(host=fake.url, model="llama3.2")
+    return serving(open_model)
+
+
+async def test_an_ollama_backend_answers_over_http_and_streams_its_words() -> None:
+    fake = await FakeOllama(script=ollama_reader).start()
+    try:
+        async for served in ollama_app(fake)():
+            status, got = await served.post("/ask", {"question": QUESTION})
+            assert (status, got["answer"], got["stop_reason"]) == (200, ANSWER, "end_turn")
+            status, events = await served.events({"question": QUESTION})
+            assert status == 200
+            words = [data["text"] for name, data in events if name == "text"]
+            assert "".join(words) == ANSWER
+            assert len(words) == len(ANSWER.split())
+    finally:
+        await fake.stop()
+
+
+def many_words(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [chunk("Miss "), chunk("Muffet "), chunk("is "), chunk("afraid"), final()]
+
+
+@pytest.mark.parametrize(("mode", "status", "kind"),
+                         [("stall", 504, "llm-timeout"), ("bad_gateway", 502, "llm-api-error")])
+async def test_an_ollama_that_stalls_or_fails_maps_to_504_or_502(
+    mode: str, status: int, kind: str
+) -> None:
+    fake = await FakeOllama(script=many_words, mode=mode).start()
+    try:
+        async for served in ollama_app(fake)():
+            got_status, got = await served.post("/ask", {"question": QUESTION,
+                                                         "timeout_ms": 300})
+            assert (got_status, got["error"]) == (status, kind)
+    finally:
+        await fake.stop()

@@ -1,0 +1,321 @@
+"""The tool loop, written once: a model reads a KB through a :class:`~vaelii_llm.tools.Toolset`.
+
+``vaelii-llm ask``, the web backend example and any caller run this one loop.
+Each turn it streams the model's answer and branches on ``stop_reason`` first:
+
+``tool_use``
+    every ``tool_use`` block runs through the toolset (a ``partial`` one, cut
+    by ``max_tokens``, is never run: it gets an error result instead); the
+    assistant content goes back through its blocks, ``raw`` intact, with one
+    ``tool_result`` block per call (``is_error`` set for a refusal);
+``pause_turn``
+    the assistant content goes back as it is, so the far end continues;
+``end_turn``, ``stop_sequence``, none, or a word outside the vocabulary
+    the model answered: the loop stops (``stopped="answered"``);
+``refusal`` / ``max_tokens``
+    the loop stops and says so (``stopped="refusal"`` / ``"max_tokens"``).
+
+After ``max_turns`` model turns that still ask for tools it stops with
+``stopped="max_turns"`` and runs nothing more. An :class:`~vaelii_llm.errors.LLMError`
+from the model (a timeout, an unreachable host) propagates unchanged; a tool
+never raises (its refusal travels back to the model as an error result).
+
+:func:`events` yields what a watcher wants while it runs (:class:`ToolCallStarted`,
+:class:`ToolCallFinished`, :class:`TextArrived`) and then the :class:`AgentResult`;
+:func:`run` drives the same generator and returns the result.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from vaelii_llm.protocol import (
+    Block,
+    Message,
+    Provider,
+    Request,
+    Response,
+    StopReason,
+    TextBlock,
+    TextDelta,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from vaelii_llm.tools import Toolset
+
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "SYSTEM",
+    "AgentResult",
+    "Event",
+    "Stopped",
+    "TextArrived",
+    "ToolCall",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "events",
+    "request",
+    "run",
+    "summarize",
+]
+
+DEFAULT_MAX_TURNS = 8
+"""Model turns one question may take: enough for a few rounds of reads."""
+
+SYSTEM = (
+    "Answer the question from the knowledge base, reading it with the tools given. "
+    "Sentences, goals and terms are EDN strings, such as (afraidOf MissMuffet ?who). "
+    "Answer in plain prose, naming what the knowledge base says."
+)
+"""The system prompt :func:`request` sends unless given another."""
+
+SUMMARY_CHARS = 100
+
+Stopped = Literal["answered", "refusal", "max_tokens", "max_turns"]
+"""Why the loop stopped: the model answered, refused, was cut by ``max_tokens``,
+or was still asking for tools when the turn limit came."""
+
+_GOES_ON: frozenset[StopReason | None] = frozenset({"tool_use", "pause_turn"})
+_SPACE = re.compile(r"\s+")
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call the loop ran: what the model asked, what the toolset answered."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+    ok: bool
+    result: str
+
+
+class ToolCallStarted(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call is about to run (``turn`` counts model turns from 1)."""
+
+    type: ClassVar[str] = "tool_call"
+    turn: int
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolCallFinished(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call ran; ``summary`` is one line for a human watching."""
+
+    type: ClassVar[str] = "tool_result"
+    turn: int
+    call: ToolCall
+    summary: str
+
+
+class TextArrived(msgspec.Struct, frozen=True, kw_only=True):
+    """Text the model is saying, as it arrives (a whole block at once from a
+    backend that sent it without deltas)."""
+
+    type: ClassVar[str] = "text"
+    turn: int
+    text: str
+
+
+Event = ToolCallStarted | ToolCallFinished | TextArrived
+
+
+class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How the loop ended.
+
+    ``answer`` is the text of the last turn; ``stop_reason`` that turn's;
+    ``stopped`` why the loop stopped; ``usage`` the token counts (and host
+    durations) summed over every turn; ``messages`` the whole conversation, to
+    continue it; ``response`` the last turn as received.
+    """
+
+    answer: str
+    tool_calls: list[ToolCall]
+    stop_reason: StopReason | None
+    stopped: Stopped
+    turns: int
+    usage: Usage
+    messages: list[Message]
+    response: Response
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON-ready view a command or a web route answers with: answer,
+        tool calls with results, stop reason, why it stopped, turns, usage."""
+        return {
+            "answer": self.answer,
+            "tool_calls": msgspec.to_builtins(self.tool_calls),
+            "stop_reason": self.stop_reason,
+            "stopped": self.stopped,
+            "turns": self.turns,
+            "usage": msgspec.to_builtins(self.usage),
+        }
+
+
+def request(question: str, toolset: Toolset, **fields: Any) -> Request:
+    """The first turn for ``question``: :data:`SYSTEM` and every tool of
+    ``toolset``, unless ``fields`` (any :class:`Request` field) say otherwise."""
+    fields.setdefault("system", SYSTEM)
+    fields.setdefault("tools", toolset.schemas())
+    return Request(messages=[Message(role="user", content=question)], **fields)
+
+
+def summarize(call: ToolCall) -> str:
+    """One line for a human: ``ok`` or ``refused``, then the result's opening."""
+    flat = _SPACE.sub(" ", call.result).strip()
+    if len(flat) > SUMMARY_CHARS:
+        flat = flat[: SUMMARY_CHARS - 1] + "…"
+    return f"{'ok' if call.ok else 'refused'}: {flat}" if flat else ("ok" if call.ok else "refused")
+
+
+def _text(content: Sequence[Block]) -> str:
+    return "".join(block.text for block in content if isinstance(block, TextBlock))
+
+
+_COUNTED = tuple(f.name for f in msgspec.structs.fields(Usage) if f.name != "extra")
+
+
+def _add(total: Usage, turn: Usage) -> Usage:
+    """Every count and duration summed; a field neither turn reported stays None."""
+    summed: dict[str, Any] = {}
+    for name in _COUNTED:
+        a, b = getattr(total, name), getattr(turn, name)
+        if a is not None or b is not None:
+            summed[name] = (a or 0) + (b or 0)
+    return Usage(**summed)
+
+
+async def _turn(
+    model: Provider, turn_request: Request, turn: int, deltas: bool
+) -> AsyncGenerator[TextArrived | Response, None]:
+    """One model turn through ``stream``: its text as it arrives, then the Response."""
+    spoken: set[int] = set()
+    # the flag only when asked for, so a backend written before deltas still streams
+    stream = model.stream(turn_request, deltas=True) if deltas else model.stream(turn_request)
+    async with aclosing(stream) as items:
+        async for item in items:
+            if isinstance(item, TextDelta) and item.text:
+                spoken.add(item.index)
+                yield TextArrived(turn=turn, text=item.text)
+            elif isinstance(item, Response):
+                for index, block in enumerate(item.content):
+                    if isinstance(block, TextBlock) and block.text and index not in spoken:
+                        yield TextArrived(turn=turn, text=block.text)
+                yield item
+
+
+async def _run_tools(
+    toolset: Toolset, uses: Sequence[ToolUseBlock], turn: int, calls: list[ToolCall]
+) -> AsyncGenerator[Event | ToolResultBlock, None]:
+    for use in uses:
+        if use.partial:  # cut inside its input: never run
+            yield ToolResultBlock(
+                tool_use_id=use.id, content="not run: the call was cut short", is_error=True
+            )
+            continue
+        yield ToolCallStarted(turn=turn, id=use.id, name=use.name, input=use.input)
+        result = await toolset.call(use.name, use.input)
+        call = ToolCall(id=use.id, name=use.name, input=use.input, ok=result.ok, result=result.text)
+        calls.append(call)
+        yield ToolCallFinished(turn=turn, call=call, summary=summarize(call))
+        yield ToolResultBlock(tool_use_id=use.id, content=result.text, is_error=not result.ok)
+
+
+async def events(
+    model: Provider,
+    toolset: Toolset,
+    question: str | Request,
+    *,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    deltas: bool = True,
+) -> AsyncGenerator[Event | AgentResult, None]:
+    """Run the loop, yielding each event as it happens and the
+    :class:`AgentResult` last. ``question`` is the user's text (asked with
+    :func:`request`) or a whole first :class:`Request`. ``deltas=False`` asks
+    the backend for whole blocks only (text then arrives a block at a time).
+    Iterate under ``contextlib.aclosing``: stopping early closes the turn's
+    HTTP response at once."""
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise ValueError(f"max_turns is a whole number of at least 1, got {max_turns!r}")
+    first = request(question, toolset) if isinstance(question, str) else question
+    messages = list(first.messages)
+    calls: list[ToolCall] = []
+    usage = Usage()
+    turn = 0
+    while True:
+        turn += 1
+        response: Response | None = None
+        async with aclosing(
+            _turn(model, msgspec.structs.replace(first, messages=list(messages)), turn, deltas)
+        ) as said:
+            async for item in said:
+                if isinstance(item, Response):
+                    response = item
+                else:
+                    yield item
+        if response is None:  # a Provider whose stream ended without its Response
+            raise RuntimeError("the provider's stream ended without a Response")
+        usage = _add(usage, response.usage)
+        messages.append(Message(role="assistant", content=list(response.content)))
+        uses = [block for block in response.content if isinstance(block, ToolUseBlock)]
+        stopped = _stopped(response.stop_reason, turn, max_turns)
+        if response.stop_reason == "tool_use" and not uses:
+            stopped = "answered"  # asked for tools and named none: nothing to send back
+        if stopped is not None:
+            yield AgentResult(
+                answer=_text(response.content),
+                tool_calls=calls,
+                stop_reason=response.stop_reason,
+                stopped=stopped,
+                turns=turn,
+                usage=usage,
+                messages=messages,
+                response=response,
+            )
+            return
+        if response.stop_reason == "tool_use":
+            results: list[Block] = []
+            async with aclosing(_run_tools(toolset, uses, turn, calls)) as ran:
+                async for step in ran:
+                    if isinstance(step, ToolResultBlock):
+                        results.append(step)
+                    else:
+                        yield step
+            messages.append(Message(role="user", content=results))
+        # pause_turn: the assistant content alone goes back, and the far end goes on
+
+
+def _stopped(reason: StopReason | None, turn: int, max_turns: int) -> Stopped | None:
+    """None while the loop goes on (``tool_use``, ``pause_turn``) and turns remain."""
+    if reason in _GOES_ON:
+        return "max_turns" if turn >= max_turns else None
+    if reason == "refusal":
+        return "refusal"
+    if reason == "max_tokens":
+        return "max_tokens"
+    return "answered"
+
+
+async def run(
+    model: Provider,
+    toolset: Toolset,
+    question: str | Request,
+    *,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    deltas: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+) -> AgentResult:
+    """Run the loop of :func:`events` to its end and return the result;
+    ``on_event`` sees each event as it happens."""
+    async with aclosing(events(model, toolset, question, max_turns=max_turns, deltas=deltas)) as it:
+        async for item in it:
+            if isinstance(item, AgentResult):
+                return item
+            if on_event is not None:
+                on_event(item)
+    raise AssertionError("events() always ends with its result")  # pragma: no cover
