@@ -72,6 +72,7 @@ SPEC_DEFAULTS = {
     "ANTHROPIC_AUTH_TOKEN": None,
     "ANTHROPIC_BASE_URL": "https://api.anthropic.com",
     "VAELII_LLM_LIVE": None,
+    "VAELII_LLM_OTEL": None,
 }
 
 
@@ -99,6 +100,7 @@ MODULES = [
     "vaelii_llm.providers.anthropic", "vaelii_llm.providers.credentials", "vaelii_llm.transport",
     "vaelii_llm.wire", "vaelii_llm.wire.sse", "vaelii_llm.wire.ndjson", "vaelii_llm.pool",
     "vaelii_llm.engine", "vaelii_llm.tools", "vaelii_llm.edn", "vaelii_llm.kb", "vaelii_llm.cli",
+    "vaelii_llm.telemetry",
 ]
 
 

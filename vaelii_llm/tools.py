@@ -52,7 +52,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from vaelii_llm import edn
+from vaelii_llm import edn, telemetry
 from vaelii_llm import engine as engine_mod
 from vaelii_llm.protocol import ToolResultBlock, ToolSchema
 
@@ -753,6 +753,7 @@ def _refused(message: str, max_chars: int) -> ToolResult:
     return ToolResult(ok=False, error=message)
 
 
+@telemetry.traced_tool
 async def call(
     kb: Any,
     name: str,

@@ -48,7 +48,7 @@ from typing import Any, Final
 import aiohttp
 import msgspec
 
-from vaelii_llm import config, errors, transport
+from vaelii_llm import config, errors, telemetry, transport
 from vaelii_llm.protocol import (
     Block,
     Message,
@@ -602,9 +602,10 @@ def provider(
     gateway's or proxy's own) and never logged or shown. Raises ValueError for
     a host that names none.
     """
-    return OllamaProvider(
+    built = OllamaProvider(
         host=host, model=model, num_ctx=num_ctx, keep_alive=keep_alive, headers=headers
     )
+    return telemetry.instrument(built, "ollama", url=built.base_url)
 
 
 def generation_provider(
@@ -617,13 +618,14 @@ def generation_provider(
 ) -> OllamaProvider:
     """:func:`provider` on the generation model (``VAELII_OLLAMA_GENERATION_MODEL``,
     ``qwen3-coder:30b``) unless ``model`` names another."""
-    return OllamaProvider(
+    built = OllamaProvider(
         host=host,
         model=config.ollama_generation_model(model),
         num_ctx=num_ctx,
         keep_alive=keep_alive,
         headers=headers,
     )
+    return telemetry.instrument(built, "ollama", url=built.base_url)
 
 
 # --------------------------------------------------------------------------
