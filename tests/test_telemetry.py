@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -328,6 +328,33 @@ async def test_a_streamed_turns_span_covers_the_whole_stream(otel: Recorded) -> 
     assert "vaelii_llm.stream.closed_early" not in a
     [(unit, first)] = otel.points(telemetry.METRIC_TIME_TO_FIRST_CHUNK)
     assert (unit, first.count) == ("s", 1)
+
+
+async def test_a_caller_that_stops_at_the_response_had_the_whole_turn(otel: Recorded) -> None:
+    otel.enable()
+    async with aclosing(stub.provider(script=[SERVED]).stream(ASK)) as items:
+        async for item in items:
+            if isinstance(item, Response):
+                break
+    a = attrs(otel.one("chat stub"))
+    assert "vaelii_llm.stream.closed_early" not in a
+    assert a["gen_ai.usage.output_tokens"] == 3
+    assert len(otel.points(telemetry.METRIC_DURATION)) == 1
+
+
+async def test_a_stream_that_ends_without_its_response_is_an_error(otel: Recorded) -> None:
+    otel.enable()
+
+    class Truncated(StubProvider):
+        async def stream(  # type: ignore[override]
+            self, request: Request, *, deltas: bool = False
+        ) -> AsyncIterator[Any]:
+            yield TextBlock(text="half")
+
+    await drain(telemetry.instrument(Truncated(), "stub"), ASK)
+    span = otel.one("chat")
+    assert span.status.status_code is StatusCode.ERROR
+    assert attrs(span)["error.type"] == "_OTHER"
 
 
 async def test_a_stop_reason_refusal_is_an_answer_not_an_error(otel: Recorded) -> None:

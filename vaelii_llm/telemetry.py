@@ -308,6 +308,8 @@ class InstrumentedProvider(ProviderBase):
         self._port = port
 
     def __getattr__(self, name: str) -> Any:
+        if name == "wrapped":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self.wrapped, name)
 
     def __repr__(self) -> str:
@@ -425,8 +427,9 @@ class _Turn:
             self._block = True
 
     def end(self, outcome: BaseException | None) -> None:
-        """End a streamed turn: whole, closed early by its caller, or failed."""
-        if outcome is None:
+        """End a streamed turn: whole (a caller that stops once it has the
+        Response had the whole turn), closed early by its caller, or failed."""
+        if outcome is None or (isinstance(outcome, GeneratorExit) and self.response is not None):
             self.finish(self.response)
         elif isinstance(outcome, GeneratorExit):
             self.span.set_attribute(CLOSED_EARLY, True)
@@ -441,9 +444,9 @@ class _Turn:
         span = self.span
         metric_attrs = dict(self._attrs)
         if response is None:  # a stream that ended without its Response: the backend's bug
-            span.set_attribute(ERROR_TYPE, "llm-bad-response")
-            span.set_status(StatusCode.ERROR, "the stream ended without its response")
-            metric_attrs[ERROR_TYPE] = "llm-bad-response"
+            span.set_attribute(ERROR_TYPE, "_OTHER")
+            span.set_status(StatusCode.ERROR, "the stream ended without its Response")
+            metric_attrs[ERROR_TYPE] = "_OTHER"
             self._state.duration.record(elapsed, metric_attrs)
             span.end()
             return
