@@ -200,23 +200,23 @@ print(json.dumps([name, telemetry.enabled(), loaded]))
 """
 
 
-def _probe(env: dict[str, str], prelude: str = "") -> list[Any]:
+def _probe(env: dict[str, str], prelude: str = "") -> tuple[list[Any], str]:
     import os
 
     full = {k: v for k, v in os.environ.items() if k != "VAELII_LLM_OTEL"} | env
     out = subprocess.run([sys.executable, "-c", prelude + PROBE_OFF], capture_output=True,
                          text=True, check=True, env=full, cwd=Path(__file__).parent.parent)
     result: list[Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return result, out.stderr
 
 
 def test_off_imports_nothing_of_opentelemetry() -> None:
-    name, on, loaded = _probe({})
+    (name, on, loaded), _ = _probe({})
     assert (name, on, loaded) == ("StubProvider", False, [])
 
 
 def test_the_environment_switch_turns_it_on_when_a_provider_is_built() -> None:
-    name, on, loaded = _probe({"VAELII_LLM_OTEL": "1"})
+    (name, on, loaded), _ = _probe({"VAELII_LLM_OTEL": "1"})
     assert name == "InstrumentedProvider"
     assert on is True
     assert "opentelemetry.trace" in loaded
@@ -224,8 +224,9 @@ def test_the_environment_switch_turns_it_on_when_a_provider_is_built() -> None:
 
 def test_the_environment_switch_without_the_package_warns_and_stays_off() -> None:
     blocked = "import sys\nsys.modules['opentelemetry'] = None\n"
-    name, on, _ = _probe({"VAELII_LLM_OTEL": "1"}, prelude=blocked)
+    (name, on, _), stderr = _probe({"VAELII_LLM_OTEL": "1"}, prelude=blocked)
     assert (name, on) == ("StubProvider", False)
+    assert stderr.count("opentelemetry-api is not installed") == 1  # once, not per provider
 
 
 def test_enable_without_the_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

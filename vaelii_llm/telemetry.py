@@ -237,13 +237,19 @@ def _enable_from_env() -> bool:
     ``opentelemetry-api`` is a warning, never a provider that will not build."""
     if not config.otel_enabled():
         return False
+    global _warned
     try:
         enable()
     except ImportError:
-        log.warning("VAELII_LLM_OTEL is set but opentelemetry-api is not installed; "
-                    "no telemetry is recorded (pip install 'vaelii-llm[otel]')")
+        if not _warned:
+            _warned = True
+            log.warning("VAELII_LLM_OTEL is set but opentelemetry-api is not installed; "
+                        "no telemetry is recorded (pip install 'vaelii-llm[otel]')")
         return False
     return True
+
+
+_warned = False
 
 
 # --------------------------------------------------------------------------
@@ -450,13 +456,13 @@ class _Turn:
             self._state.duration.record(elapsed, metric_attrs)
             span.end()
             return
+        done: dict[str, Any] = {}
         if response.model:
-            span.set_attribute(RESPONSE_MODEL, response.model)
-            metric_attrs[RESPONSE_MODEL] = response.model
+            done[RESPONSE_MODEL] = metric_attrs[RESPONSE_MODEL] = response.model
         if response.id:
-            span.set_attribute(RESPONSE_ID, response.id)
+            done[RESPONSE_ID] = response.id
         if response.stop_reason is not None:
-            span.set_attribute(RESPONSE_FINISH_REASONS, [response.stop_reason])
+            done[RESPONSE_FINISH_REASONS] = [response.stop_reason]
         usage = response.usage
         for key, value in (
             (USAGE_INPUT_TOKENS, usage.input_tokens),
@@ -465,12 +471,13 @@ class _Turn:
             (USAGE_CACHE_CREATION, usage.cache_creation_input_tokens),
         ):
             if value is not None:
-                span.set_attribute(key, value)
+                done[key] = value
         if self._state.capture_content:
             out: dict[str, Any] = {"role": "assistant", "parts": _parts(response.content)}
             if response.stop_reason is not None:
                 out["finish_reason"] = response.stop_reason
-            span.set_attribute(OUTPUT_MESSAGES, _json([out]))
+            done[OUTPUT_MESSAGES] = _json([out])
+        span.set_attributes(done)
         self._state.duration.record(elapsed, metric_attrs)
         for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
             if count is not None:
