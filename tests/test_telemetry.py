@@ -659,14 +659,20 @@ async def test_a_vote_span_holds_its_turns(otel: Recorded) -> None:
 async def test_a_cancelled_vote_is_recorded_as_cancelled(otel: Recorded) -> None:
     otel.enable()
 
+    started: list[None] = []
+    all_started = asyncio.Event()
+
     class Slow(StubProvider):
         async def complete(self, request: Request) -> Response:
+            started.append(None)
+            if len(started) == 3:
+                all_started.set()
             await asyncio.sleep(3600)
             raise AssertionError
 
     voters = pool.Pool([telemetry.instrument(Slow(), "stub")] * 3)
     task = asyncio.create_task(pool.vote(voters, "Is it?"))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(all_started.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
