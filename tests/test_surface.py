@@ -92,6 +92,7 @@ SPEC_DEFAULTS = {
     "ANTHROPIC_AUTH_TOKEN": None,
     "ANTHROPIC_BASE_URL": "https://api.anthropic.com",
     "VAELII_LLM_LIVE": None,
+    "VAELII_LLM_OTEL": None,
 }
 
 
@@ -122,6 +123,7 @@ MODULES = [
     "vaelii_llm.engine", "vaelii_llm.tools", "vaelii_llm.edn", "vaelii_llm.kb", "vaelii_llm.cli",
     "vaelii_llm.integrations", "vaelii_llm.integrations.mcp", "vaelii_llm.integrations.pydantic_ai",
     "vaelii_llm.agent",
+    "vaelii_llm.telemetry",
 ]
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "ollama_keep_alive",
     "ollama_model",
     "ollama_num_ctx",
+    "otel_enabled",
     "provider_kind",
 ]
 
@@ -86,6 +87,9 @@ SWITCHES: tuple[Switch, ...] = (
            "The host the Messages API backend calls."),
     Switch("VAELII_LLM_LIVE", "live_llm", "1 true yes", None,
            "The consent to call a real model from a test; the llm mark is the other half."),
+    Switch("VAELII_LLM_OTEL", "otel_enabled", "1 true yes", None,
+           "Whether a provider built now records OpenTelemetry spans and metrics on the "
+           "global providers; telemetry.enable() is the explicit switch."),
 )
 
 
@@ -197,3 +201,9 @@ def hide_userinfo(value: str) -> str:
 def live_llm() -> bool:
     """Whether a test may call a real model (``VAELII_LLM_LIVE`` is 1, true or yes)."""
     return (_env("VAELII_LLM_LIVE") or "").lower() in {"1", "true", "yes"}
+
+
+def otel_enabled() -> bool:
+    """Whether ``VAELII_LLM_OTEL`` (1, true or yes) asks a provider being built
+    to record OpenTelemetry spans and metrics."""
+    return (_env("VAELII_LLM_OTEL") or "").lower() in {"1", "true", "yes"}

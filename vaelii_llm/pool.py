@@ -38,10 +38,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, TypeVar
 
-from vaelii_llm import config
+from vaelii_llm import config, telemetry
 from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMError, LLMPoolTimeout
 from vaelii_llm.protocol import Message, Provider, Request, Response, StopReason, TextBlock
 from vaelii_llm.providers.hosts import normalize_host
+from vaelii_llm.providers.stub import MODEL as STUB_MODEL
 from vaelii_llm.providers.stub import Entry, StubProvider
 
 __all__ = [
@@ -430,6 +431,7 @@ async def _turn(pool: Pool[P], request: Request) -> YesNo | _Failed | None:
     return read_response(response)
 
 
+@telemetry.traced_vote
 async def vote(
     pool: Pool[P],
     question: str | Request,
@@ -624,5 +626,7 @@ def stub_pool(
         raise TypeError("size is a whole number of tokens")
     if size < 1:
         raise ValueError(f"a stub pool needs at least one token, got size={size}")
-    stub = StubProvider(script=script, default=default, expand=expand)
+    stub = telemetry.instrument(
+        StubProvider(script=script, default=default, expand=expand), "stub", model=STUB_MODEL
+    )
     return Pool([stub] * size, acquire_timeout_ms=acquire_timeout_ms)

@@ -54,7 +54,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from vaelii_llm import edn
+from vaelii_llm import edn, telemetry
 from vaelii_llm import engine as engine_mod
 from vaelii_llm.engine import MAX_LIMIT, READ, EngineRefusal, Options
 from vaelii_llm.protocol import ToolResultBlock, ToolSchema
@@ -691,6 +691,7 @@ class Toolset:
         """
         return await self._call(self.kb, name, input, self.max_result_chars)
 
+    @telemetry.traced_tool
     async def _call(self, kb: Any, name: str, input: Any, max_chars: int) -> ToolResult:
         table = self._table
         try:

@@ -117,7 +117,7 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import config, transport
+from vaelii_llm import config, telemetry, transport
 from vaelii_llm.errors import (
     LLMApiError,
     LLMBadCredential,
@@ -1160,9 +1160,10 @@ def provider(
     ``headers`` are sent on every request (a gateway's or proxy's own); they
     are never logged or shown. A ``user:password@`` in ``base_url`` is sent as
     the URL says and cut from every message and the repr."""
-    return AnthropicProvider(
+    built = AnthropicProvider(
         credential=credential, base_url=base_url, model=model, effort=effort, headers=headers
     )
+    return telemetry.instrument(built, "anthropic", url=config.anthropic_base_url(base_url))
 
 
 async def available(credential: str | Credential | None = None) -> bool:

@@ -68,7 +68,7 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import config, errors, transport
+from vaelii_llm import config, errors, telemetry, transport
 from vaelii_llm.protocol import (
     Block,
     Message,
@@ -673,9 +673,10 @@ def provider(
     logged or shown. Raises ValueError for
     a host that names none.
     """
-    return OllamaProvider(
+    built = OllamaProvider(
         host=host, model=model, num_ctx=num_ctx, keep_alive=keep_alive, headers=headers
     )
+    return telemetry.instrument(built, "ollama", url=built.base_url)
 
 
 def generation_provider(
@@ -688,13 +689,14 @@ def generation_provider(
 ) -> OllamaProvider:
     """:func:`provider` on the generation model (``VAELII_OLLAMA_GENERATION_MODEL``,
     ``qwen3-coder:30b``) unless ``model`` names another."""
-    return OllamaProvider(
+    built = OllamaProvider(
         host=host,
         model=config.ollama_generation_model(model),
         num_ctx=num_ctx,
         keep_alive=keep_alive,
         headers=headers,
     )
+    return telemetry.instrument(built, "ollama", url=built.base_url)
 
 
 # --------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import re
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
 from typing import Any, get_args
 
-from vaelii_llm import errors
+from vaelii_llm import errors, telemetry
 from vaelii_llm.protocol import (
     Block,
     ProviderBase,
@@ -208,7 +208,8 @@ def provider(
     expand: Callable[[Entry], Entry] | None = None,
 ) -> StubProvider:
     """A stub provider that answers ``script`` one turn per call, then ``default``."""
-    return StubProvider(script=script, default=default, expand=expand)
+    built = StubProvider(script=script, default=default, expand=expand)
+    return telemetry.instrument(built, "stub", model=MODEL)
 
 
 async def available() -> bool:

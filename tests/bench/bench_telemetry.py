@@ -1,0 +1,180 @@
+"""What telemetry costs a turn, a tool call and a vote: off against the code
+without the hooks (the baseline), and on against off.
+
+Run: ``.venv/bin/python tests/bench/bench_telemetry.py [--rounds 21] [--batch 2000]``
+
+baseline
+    the hooks bypassed: a ``StubProvider`` built directly, ``tools.call`` and
+    ``pool.vote`` through ``__wrapped__`` (the undecorated functions);
+off
+    what a caller gets with telemetry off: ``stub.provider()`` (which is the
+    same ``StubProvider``), the decorated ``tools.call`` and ``pool.vote``;
+on
+    ``telemetry.enable`` with the real SDK: a tracer provider whose processor
+    hands each span to an exporter that drops it, and a meter provider with an
+    in-memory reader.
+
+The stub answers without I/O, so a turn's own cost is the least it can be and
+the hooks' share the largest it can be; a loopback Ollama turn (a real HTTP
+round trip, the fake host in this process) shows the same with I/O. Each
+figure is the median over ``--rounds`` rounds of a round's time divided by its
+batch; the variants interleave within each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fake_ollama import FakeOllama
+
+from vaelii_llm import kb, pool, telemetry, tools
+from vaelii_llm.protocol import Message, Request, Response, TextBlock, Usage
+from vaelii_llm.providers import ollama, stub
+from vaelii_llm.providers.stub import StubProvider
+
+REQUEST = Request(messages=[Message(role="user", content="Is a spider an insect?")])
+ANSWER = Response(
+    content=[TextBlock(text="Yes.")],
+    stop_reason="end_turn",
+    model="stub",
+    usage=Usage(input_tokens=10, output_tokens=2),
+)
+GOAL = {"goal": "(isa ?x Spider)"}
+
+
+class Dropped(SpanExporter):
+    """Exports nowhere: the SDK's span work is measured, not an exporter's I/O."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+Op = Callable[[], Awaitable[object]]
+
+
+async def per_call(op: Op, batch: int) -> float:
+    started = time.perf_counter()
+    for _ in range(batch):
+        await op()
+    return (time.perf_counter() - started) / batch
+
+
+async def compare(
+    label: str, variants: dict[str, Op], rounds: int, batch: int, switch: Callable[[bool], None]
+) -> dict[str, float]:
+    """Time each variant; ``on`` runs with ``switch(True)`` in force."""
+    seen: dict[str, list[float]] = {name: [] for name in variants}
+    for warm_up in [True] + [False] * rounds:
+        for name, op in variants.items():
+            switch(name == "on")
+            try:
+                taken = await per_call(op, max(1, batch // 10) if warm_up else batch)
+            finally:
+                switch(False)
+            if not warm_up:
+                seen[name].append(taken)
+    medians = {name: statistics.median(times) for name, times in seen.items()}
+    base = medians["baseline"]
+    shown = "  ".join(f"{name} {t * 1e6:8.2f} µs" for name, t in medians.items())
+    ratios = f"off/baseline {medians['off'] / base:.3f}×"
+    if "on" in medians:
+        ratios += f"  on/off {medians['on'] / medians['off']:.2f}×"
+    print(f"{label:<34} {shown}  {ratios}")
+    return medians
+
+
+async def drain(provider: Any) -> None:
+    async with aclosing(provider.stream(REQUEST)) as items:
+        async for _ in items:
+            pass
+
+
+async def main(rounds: int, batch: int) -> None:
+    base_kb = kb.sample()
+    assert not telemetry.enabled()
+    plain = StubProvider(default=ANSWER)
+    off = stub.provider(default=ANSWER)
+    assert type(off) is StubProvider  # off, the factory hands back the provider itself
+    call_plain: Callable[..., Awaitable[object]] = tools.call.__wrapped__  # type: ignore[attr-defined]
+    vote_plain: Callable[..., Awaitable[object]] = pool.vote.__wrapped__  # type: ignore[attr-defined]
+    voters = pool.stub_pool(default="Yes.", size=3)
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(Dropped()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+    def switch(on: bool) -> None:
+        if on:
+            telemetry.enable(tracer_provider, meter_provider)
+        else:
+            telemetry.disable()
+
+    telemetry.enable(tracer_provider, meter_provider)
+    on = stub.provider(default=ANSWER)
+    on_voters = pool.stub_pool(default="Yes.", size=3)
+    telemetry.disable()
+
+    print(f"medians over {rounds} rounds of {batch} calls; telemetry off unless 'on'")
+    await compare("stub turn (complete)", {
+        "baseline": lambda: plain.complete(REQUEST),
+        "off": lambda: off.complete(REQUEST),
+        "on": lambda: on.complete(REQUEST),
+    }, rounds, batch, switch)
+    await compare("stub turn (stream)", {
+        "baseline": lambda: drain(plain),
+        "off": lambda: drain(off),
+        "on": lambda: drain(on),
+    }, rounds, batch, switch)
+    await compare("tool call (kb_query)", {
+        "baseline": lambda: call_plain(base_kb, "kb_query", GOAL),
+        "off": lambda: tools.call(base_kb, "kb_query", GOAL),
+        "on": lambda: tools.call(base_kb, "kb_query", GOAL),
+    }, rounds, max(1, batch // 10), switch)
+    await compare("3-turn stub vote", {
+        "baseline": lambda: vote_plain(voters, REQUEST),
+        "off": lambda: pool.vote(voters, REQUEST),
+        "on": lambda: pool.vote(on_voters, REQUEST),
+    }, rounds, max(1, batch // 4), switch)
+
+    fake = await FakeOllama(cache=True).start()
+    try:
+        http_plain = ollama.OllamaProvider(host=fake.url)
+        http_off = ollama.provider(host=fake.url)
+        assert type(http_off) is ollama.OllamaProvider
+        telemetry.enable(tracer_provider, meter_provider)
+        http_on = ollama.provider(host=fake.url)
+        telemetry.disable()
+        await compare("loopback Ollama turn (complete)", {
+            "baseline": lambda: http_plain.complete(REQUEST),
+            "off": lambda: http_off.complete(REQUEST),
+            "on": lambda: http_on.complete(REQUEST),
+        }, rounds, max(1, batch // 20), switch)
+        for p in (http_plain, http_off, http_on):
+            await p.aclose()
+    finally:
+        await fake.stop()
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--batch", type=int, default=2000)
+    args = parser.parse_args()
+    asyncio.run(main(args.rounds, args.batch))

@@ -1,0 +1,710 @@
+"""OpenTelemetry GenAI spans and metrics, read back from the real SDK's
+in-memory span exporter and metric reader (never a global provider: each test
+passes its own to ``telemetry.enable`` and the fixture disables it)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+import subprocess
+import sys
+import time
+import types
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic_fake import FakeMessagesAPI, generate
+from fake_ollama import FakeOllama, chunk, final
+from loopback import serve
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from vaelii_llm import kb, pool, telemetry, tools
+from vaelii_llm.errors import LLMApiError, LLMTimeout
+from vaelii_llm.protocol import Message, Request, Response, TextBlock, Usage
+from vaelii_llm.providers import anthropic, ollama, stub
+from vaelii_llm.providers.stub import StubProvider
+
+# The backends on this branch still report Ollama's own stop words and counts;
+# the shared HTTP skeleton (issue 11) makes them neutral. Remove after the merge.
+PRE_MERGE = pytest.mark.xfail(
+    strict=True, reason="the Ollama backend reports vendor stop words/counts until issue 11 lands"
+)
+
+SECRET = "sk-ant-api03-TELEMETRY-SECRET-never-recorded-0123456789"
+ASK = Request(messages=[Message(role="user", content="Is a spider an insect? PROMPT-MARK")],
+              max_tokens=77)
+
+
+@dataclass
+class Recorded:
+    spans: InMemorySpanExporter
+    metrics: InMemoryMetricReader
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+
+    def enable(self, capture_content: bool = False) -> None:
+        telemetry.enable(self.tracer_provider, self.meter_provider, capture_content)
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def one(self, name: str) -> ReadableSpan:
+        found = [s for s in self.finished() if s.name == name]
+        assert len(found) == 1, [s.name for s in self.finished()]
+        return found[0]
+
+    def points(self, metric: str) -> list[tuple[str, HistogramDataPoint]]:
+        data = self.metrics.get_metrics_data()
+        out: list[tuple[str, HistogramDataPoint]] = []
+        if data is None:
+            return out
+        for resource in data.resource_metrics:
+            for scope in resource.scope_metrics:
+                for m in scope.metrics:
+                    if m.name == metric:
+                        out.extend((m.unit or "", p) for p in m.data.data_points)  # type: ignore[misc]
+        return out
+
+
+@pytest.fixture
+def otel() -> Iterator[Recorded]:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    metrics = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[metrics])
+    yield Recorded(spans, metrics, tracer_provider, meter_provider)
+    telemetry.disable()
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+async def drain(model: Any, request: Request) -> None:
+    async with aclosing(model.stream(request)) as items:
+        async for _ in items:
+            pass
+
+
+# --------------------------------------------------------------------------
+# Names
+
+
+def test_every_name_is_the_conventions_own() -> None:
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+    from opentelemetry.semconv._incubating.metrics import gen_ai_metrics as gm
+    from opentelemetry.semconv.attributes import error_attributes, server_attributes
+
+    assert telemetry.OPERATION == ga.GEN_AI_OPERATION_NAME
+    assert telemetry.PROVIDER_NAME == ga.GEN_AI_PROVIDER_NAME
+    assert telemetry.REQUEST_MODEL == ga.GEN_AI_REQUEST_MODEL
+    assert telemetry.REQUEST_MAX_TOKENS == ga.GEN_AI_REQUEST_MAX_TOKENS
+    assert telemetry.REQUEST_TEMPERATURE == ga.GEN_AI_REQUEST_TEMPERATURE
+    assert telemetry.REQUEST_STOP_SEQUENCES == ga.GEN_AI_REQUEST_STOP_SEQUENCES
+    assert telemetry.REQUEST_STREAM == ga.GEN_AI_REQUEST_STREAM
+    assert telemetry.RESPONSE_MODEL == ga.GEN_AI_RESPONSE_MODEL
+    assert telemetry.RESPONSE_ID == ga.GEN_AI_RESPONSE_ID
+    assert telemetry.RESPONSE_FINISH_REASONS == ga.GEN_AI_RESPONSE_FINISH_REASONS
+    assert telemetry.RESPONSE_TIME_TO_FIRST_CHUNK == ga.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
+    assert telemetry.USAGE_INPUT_TOKENS == ga.GEN_AI_USAGE_INPUT_TOKENS
+    assert telemetry.USAGE_OUTPUT_TOKENS == ga.GEN_AI_USAGE_OUTPUT_TOKENS
+    assert telemetry.USAGE_CACHE_READ == ga.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS
+    assert telemetry.USAGE_CACHE_CREATION == ga.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS
+    assert telemetry.TOKEN_TYPE == ga.GEN_AI_TOKEN_TYPE
+    assert telemetry.TOOL_NAME == ga.GEN_AI_TOOL_NAME
+    assert telemetry.TOOL_CALL_ARGUMENTS == ga.GEN_AI_TOOL_CALL_ARGUMENTS
+    assert telemetry.TOOL_CALL_RESULT == ga.GEN_AI_TOOL_CALL_RESULT
+    assert telemetry.WORKFLOW_NAME == ga.GEN_AI_WORKFLOW_NAME
+    assert telemetry.INPUT_MESSAGES == ga.GEN_AI_INPUT_MESSAGES
+    assert telemetry.OUTPUT_MESSAGES == ga.GEN_AI_OUTPUT_MESSAGES
+    assert telemetry.SYSTEM_INSTRUCTIONS == ga.GEN_AI_SYSTEM_INSTRUCTIONS
+    assert telemetry.SERVER_ADDRESS == server_attributes.SERVER_ADDRESS
+    assert telemetry.SERVER_PORT == server_attributes.SERVER_PORT
+    assert telemetry.ERROR_TYPE == error_attributes.ERROR_TYPE
+    assert telemetry.METRIC_DURATION == gm.GEN_AI_CLIENT_OPERATION_DURATION
+    assert telemetry.METRIC_TOKEN_USAGE == gm.GEN_AI_CLIENT_TOKEN_USAGE
+    assert telemetry.METRIC_TIME_TO_FIRST_CHUNK == gm.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK
+    operations = {"chat", "execute_tool", "invoke_workflow"}
+    assert operations <= {v.value for v in ga.GenAiOperationNameValues}  # type: ignore[attr-defined]
+    assert "anthropic" in {v.value for v in ga.GenAiProviderNameValues}  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------
+# Off: nothing recorded, nothing imported, nothing in between
+
+
+async def test_nothing_is_recorded_before_enable(otel: Recorded) -> None:
+    built = stub.provider(script=["Yes."])
+    assert type(built) is StubProvider  # off: the provider itself, no wrapper
+    await built.complete(ASK)
+    await tools.call(kb.sample(), "kb_query", {"goal": "(isa ?x Spider)"})
+    async with pool.stub_pool(script=["Yes."] * 3) as voters:
+        await pool.vote(voters, "Is it?")
+    assert otel.finished() == []
+    assert otel.points(telemetry.METRIC_DURATION) == []
+
+    otel.enable()
+    later = stub.provider(script=["Yes."])
+    await later.complete(ASK)
+    assert [s.name for s in otel.finished()] == ["chat stub"]
+
+
+async def test_disable_stops_recording_on_a_provider_built_while_on(otel: Recorded) -> None:
+    otel.enable()
+    built = stub.provider(script=["one", "two", "three"])
+    await built.complete(ASK)
+    telemetry.disable()
+    assert not telemetry.enabled()
+    await built.complete(ASK)
+    async with aclosing(built.stream(ASK)) as items:
+        assert [type(i).__name__ async for i in items] == ["TextBlock", "Response"]
+    assert len(otel.finished()) == 1
+
+
+PROBE_OFF = """
+import asyncio, json, sys
+from contextlib import aclosing
+from vaelii_llm import kb, pool, providers, telemetry, tools
+from vaelii_llm.protocol import Message, Request
+
+async def main():
+    req = Request(messages=[Message(role="user", content="hi")])
+    p = await providers.provider("stub", stub={"script": ["Yes.", "No."]})
+    await p.complete(req)
+    async with aclosing(p.stream(req)) as items:
+        async for _ in items:
+            pass
+    await tools.call(kb.sample(), "kb_query", {"goal": "(isa ?x Spider)"})
+    async with pool.stub_pool(script=["Yes."] * 3) as voters:
+        await pool.vote(voters, "Is it?")
+    return type(p).__name__
+
+name = asyncio.run(main())
+loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
+print(json.dumps([name, telemetry.enabled(), loaded]))
+"""
+
+
+def _probe(env: dict[str, str], prelude: str = "") -> tuple[list[Any], str]:
+    import os
+
+    full = {k: v for k, v in os.environ.items() if k != "VAELII_LLM_OTEL"} | env
+    out = subprocess.run([sys.executable, "-c", prelude + PROBE_OFF], capture_output=True,
+                         text=True, check=True, env=full, cwd=Path(__file__).parent.parent)
+    result: list[Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result, out.stderr
+
+
+def test_off_imports_nothing_of_opentelemetry() -> None:
+    (name, on, loaded), _ = _probe({})
+    assert (name, on, loaded) == ("StubProvider", False, [])
+
+
+def test_the_environment_switch_turns_it_on_when_a_provider_is_built() -> None:
+    (name, on, loaded), _ = _probe({"VAELII_LLM_OTEL": "1"})
+    assert name == "InstrumentedProvider"
+    assert on is True
+    assert "opentelemetry.trace" in loaded
+
+
+def test_the_environment_switch_without_the_package_warns_and_stays_off() -> None:
+    blocked = "import sys\nsys.modules['opentelemetry'] = None\n"
+    (name, on, _), stderr = _probe({"VAELII_LLM_OTEL": "1"}, prelude=blocked)
+    assert (name, on) == ("StubProvider", False)
+    assert stderr.count("opentelemetry-api is not installed") == 1  # once, not per provider
+
+
+def test_enable_without_the_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    with pytest.raises(ImportError, match=r"vaelii-llm\[otel\]"):
+        telemetry.enable()
+    assert not telemetry.enabled()
+
+
+async def test_the_wrapper_delegates_and_closes_what_it_wraps(otel: Recorded) -> None:
+    otel.enable()
+    built = stub.provider(script=["one"])
+    assert isinstance(built, telemetry.InstrumentedProvider)
+    async with built as inside:
+        assert inside is built
+        await inside.complete(ASK)
+        assert [r.messages for r in built.requests()] == [ASK.messages]
+        assert built.last_user_text() == ASK.messages[0].content
+    from vaelii_llm.errors import LLMClosed
+
+    with pytest.raises(LLMClosed):
+        await built.complete(ASK)
+
+
+# --------------------------------------------------------------------------
+# Turns
+
+
+SERVED = Response(
+    content=[TextBlock(text="Yes.")],
+    stop_reason="end_turn",
+    model="stub-served",
+    id="resp_1",
+    usage=Usage(input_tokens=12, output_tokens=3, cache_read_input_tokens=5),
+)
+
+
+async def test_a_stub_turn_is_a_chat_span_with_the_conventions_attributes(otel: Recorded) -> None:
+    otel.enable()
+    await stub.provider(script=[SERVED]).complete(ASK)
+    span = otel.one("chat stub")
+    assert span.kind is SpanKind.CLIENT
+    assert span.status.status_code is StatusCode.UNSET
+    assert attrs(span) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "stub",
+        "gen_ai.request.model": "stub",
+        "gen_ai.request.max_tokens": 77,
+        "gen_ai.request.stream": False,
+        "gen_ai.response.model": "stub-served",
+        "gen_ai.response.id": "resp_1",
+        "gen_ai.response.finish_reasons": ("end_turn",),
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 3,
+        "gen_ai.usage.cache_read.input_tokens": 5,
+    }
+
+
+async def test_a_turn_records_the_client_histograms(otel: Recorded) -> None:
+    otel.enable()
+    await stub.provider(script=[SERVED]).complete(ASK)
+    [(unit, duration)] = otel.points(telemetry.METRIC_DURATION)
+    assert unit == "s"
+    assert duration.count == 1
+    assert duration.explicit_bounds[:3] == (0.01, 0.02, 0.04)
+    assert dict(duration.attributes) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "stub",
+        "gen_ai.request.model": "stub",
+        "gen_ai.response.model": "stub-served",
+    }
+    tokens = {p.attributes["gen_ai.token.type"]: (u, p) for u, p in
+              otel.points(telemetry.METRIC_TOKEN_USAGE)}
+    assert set(tokens) == {"input", "output"}
+    assert tokens["input"][0] == "{token}"
+    assert (tokens["input"][1].sum, tokens["output"][1].sum) == (12, 3)
+    assert tokens["input"][1].explicit_bounds[:4] == (1, 4, 16, 64)
+    assert otel.points(telemetry.METRIC_TIME_TO_FIRST_CHUNK) == []  # not streamed
+
+
+async def test_a_streamed_turns_span_covers_the_whole_stream(otel: Recorded) -> None:
+    otel.enable()
+    built = stub.provider(script=[{"text": "Yes, indeed it is.", "stop_reason": "max_tokens"}])
+    before = time.time_ns()
+    async with aclosing(built.stream(ASK, deltas=True)) as items:
+        async for item in items:
+            if isinstance(item, Response):
+                got_final = time.time_ns()
+                await asyncio.sleep(0.02)  # the caller dawdles before asking for the end
+    span = otel.one("chat stub")
+    assert span.start_time is not None
+    assert span.end_time is not None
+    assert before <= span.start_time
+    assert span.end_time >= got_final + 15_000_000
+    a = attrs(span)
+    assert a["gen_ai.request.stream"] is True
+    assert a["gen_ai.response.finish_reasons"] == ("max_tokens",)
+    assert 0 <= a["gen_ai.response.time_to_first_chunk"] < (span.end_time - span.start_time) / 1e9
+    assert [e.name for e in span.events] == ["vaelii_llm.first_block"]
+    assert "vaelii_llm.stream.closed_early" not in a
+    [(unit, first)] = otel.points(telemetry.METRIC_TIME_TO_FIRST_CHUNK)
+    assert (unit, first.count) == ("s", 1)
+
+
+async def test_a_caller_that_stops_at_the_response_had_the_whole_turn(otel: Recorded) -> None:
+    otel.enable()
+    async with aclosing(stub.provider(script=[SERVED]).stream(ASK)) as items:
+        async for item in items:
+            if isinstance(item, Response):
+                break
+    a = attrs(otel.one("chat stub"))
+    assert "vaelii_llm.stream.closed_early" not in a
+    assert a["gen_ai.usage.output_tokens"] == 3
+    assert len(otel.points(telemetry.METRIC_DURATION)) == 1
+
+
+async def test_a_stream_that_ends_without_its_response_is_an_error(otel: Recorded) -> None:
+    otel.enable()
+
+    class Truncated(StubProvider):
+        async def stream(  # type: ignore[override]
+            self, request: Request, *, deltas: bool = False
+        ) -> AsyncIterator[Any]:
+            yield TextBlock(text="half")
+
+    await drain(telemetry.instrument(Truncated(), "stub"), ASK)
+    span = otel.one("chat")
+    assert span.status.status_code is StatusCode.ERROR
+    assert attrs(span)["error.type"] == "_OTHER"
+
+
+async def test_a_stop_reason_refusal_is_an_answer_not_an_error(otel: Recorded) -> None:
+    otel.enable()
+    await stub.provider(script=[{"refusal": "I won't"}]).complete(ASK)
+    span = otel.one("chat stub")
+    assert attrs(span)["gen_ai.response.finish_reasons"] == ("refusal",)
+    assert span.status.status_code is StatusCode.UNSET
+    assert "error.type" not in attrs(span)
+
+
+async def test_a_refused_turn_ends_in_error_with_the_refusals_type(otel: Recorded) -> None:
+    otel.enable()
+    with pytest.raises(LLMApiError):
+        await stub.provider(script=[{"raise": "llm-api-error"}]).complete(ASK)
+    span = otel.one("chat stub")
+    assert span.status.status_code is StatusCode.ERROR
+    assert attrs(span)["error.type"] == "llm-api-error"
+    assert [e.name for e in span.events] == ["exception"]
+    assert span.events[0].attributes is not None
+    assert span.events[0].attributes["exception.type"].endswith("LLMApiError")
+    [(_, duration)] = otel.points(telemetry.METRIC_DURATION)
+    assert duration.attributes["error.type"] == "llm-api-error"
+    assert otel.points(telemetry.METRIC_TOKEN_USAGE) == []
+
+
+async def test_a_bug_in_a_backend_is_named_by_its_class(otel: Recorded) -> None:
+    otel.enable()
+
+    def broken(_entry: Any) -> Any:
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        await stub.provider(script=[{"x": 1}], expand=broken).complete(ASK)
+    assert attrs(otel.one("chat stub"))["error.type"] == "KeyError"
+
+
+async def test_content_is_recorded_only_when_asked(otel: Recorded) -> None:
+    req = Request(messages=[Message(role="user", content="PROMPT-MARK")], system="SYSTEM-MARK")
+    otel.enable()
+    await stub.provider(script=["ANSWER-MARK"]).complete(req)
+    await tools.call(kb.sample(), "kb_query", {"goal": "(isa ?x Spider)"})
+    plain = json.dumps([s.to_json() for s in otel.finished()])
+    for mark in ("PROMPT-MARK", "SYSTEM-MARK", "ANSWER-MARK", "Spider"):
+        assert mark not in plain
+    otel.spans.clear()
+
+    otel.enable(capture_content=True)
+    await stub.provider(script=["ANSWER-MARK"]).complete(req)
+    await tools.call(kb.sample(), "kb_query", {"goal": "(isa ?x Spider)"})
+    chat = attrs(otel.one("chat stub"))
+    assert json.loads(chat["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "PROMPT-MARK"}]}
+    ]
+    assert json.loads(chat["gen_ai.system_instructions"]) == [
+        {"type": "text", "content": "SYSTEM-MARK"}
+    ]
+    assert json.loads(chat["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "ANSWER-MARK"}],
+         "finish_reason": "end_turn"}
+    ]
+    tool = attrs(otel.one("execute_tool kb_query"))
+    assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"goal": "(isa ?x Spider)"}
+    assert "Muffet" in tool["gen_ai.tool.call.result"]
+
+
+async def test_the_conventions_environment_switch_captures_content(
+    otel: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(telemetry.CAPTURE_ENV, "true")
+    otel.enable()
+    await stub.provider(script=["ANSWER-MARK"]).complete(ASK)
+    assert "ANSWER-MARK" in attrs(otel.one("chat stub"))["gen_ai.output.messages"]
+
+
+# --------------------------------------------------------------------------
+# Loopback backends
+
+
+async def test_an_ollama_turn_on_loopback(otel: Recorded) -> None:
+    otel.enable()
+    fake = await FakeOllama().start()
+    try:
+        async with ollama.provider(host=fake.url) as model:
+            await model.complete(ASK)
+            async with aclosing(model.stream(ASK)) as items:
+                async for _ in items:
+                    pass
+    finally:
+        await fake.stop()
+    port = int(fake.url.rsplit(":", 1)[1])
+    spans = otel.finished()
+    assert [s.name for s in spans] == ["chat phi4:14b", "chat phi4:14b"]
+    for span, streamed in zip(spans, (False, True), strict=True):
+        a = attrs(span)
+        assert a["gen_ai.provider.name"] == "ollama"
+        assert a["gen_ai.request.model"] == "phi4:14b"
+        assert a["gen_ai.response.model"] == "phi4:14b"
+        assert (a["server.address"], a["server.port"]) == ("127.0.0.1", port)
+        assert a["gen_ai.request.stream"] is streamed
+        assert span.status.status_code is StatusCode.UNSET
+    assert "gen_ai.response.time_to_first_chunk" in attrs(spans[1])
+
+
+@PRE_MERGE
+async def test_an_ollama_turn_reports_the_neutral_stop_reason_and_counts(otel: Recorded) -> None:
+    otel.enable()
+    fake = await FakeOllama().start()
+    try:
+        async with ollama.provider(host=fake.url) as model:
+            await model.complete(ASK)
+    finally:
+        await fake.stop()
+    a = attrs(otel.one("chat phi4:14b"))
+    assert a["gen_ai.response.finish_reasons"] == ("end_turn",)
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (26, 282)
+
+
+async def test_a_messages_api_turn_on_loopback(otel: Recorded) -> None:
+    otel.enable()
+    transcript = generate(random.Random(7), kinds=["thinking", "text"], stop_reason="end_turn")
+    fake = FakeMessagesAPI(transcript=transcript)
+    async with (
+        serve(fake.app()) as url,
+        anthropic.provider(credential=SECRET, base_url=url) as model,
+    ):
+        await model.complete(ASK)
+        async with aclosing(model.stream(ASK)) as items:
+            async for _ in items:
+                pass
+    port = int(url.rsplit(":", 1)[1])
+    message = transcript.message
+    spans = otel.finished()
+    assert [s.name for s in spans] == ["chat claude-opus-5-5"] * 2
+    for span in spans:
+        a = attrs(span)
+        assert a["gen_ai.provider.name"] == "anthropic"
+        assert a["gen_ai.request.model"] == "claude-opus-5-5"
+        assert a["gen_ai.response.model"] == message["model"]
+        assert a["gen_ai.response.id"] == message["id"]
+        assert a["gen_ai.response.finish_reasons"] == ("end_turn",)
+        assert a["gen_ai.usage.input_tokens"] == message["usage"]["input_tokens"]
+        assert a["gen_ai.usage.output_tokens"] == message["usage"]["output_tokens"]
+        assert (a["server.address"], a["server.port"]) == ("127.0.0.1", port)
+    assert [e.name for e in spans[1].events] == ["vaelii_llm.first_block"]
+
+
+async def test_a_timeout_ends_the_span_in_error(otel: Recorded) -> None:
+    otel.enable()
+    fake = await FakeOllama(mode="stall").start()
+    started = time.monotonic()
+    try:
+        async with ollama.provider(host=fake.url) as model:
+            with pytest.raises(LLMTimeout):
+                await drain(model, Request(messages=ASK.messages, timeout_ms=300))
+    finally:
+        await fake.stop()
+    assert time.monotonic() - started < 30  # the stall lasts an hour
+    span = otel.one("chat phi4:14b")
+    assert span.status.status_code is StatusCode.ERROR
+    assert attrs(span)["error.type"] == "llm-timeout"
+
+
+async def test_a_stream_its_caller_closes_early_is_not_an_error(otel: Recorded) -> None:
+    otel.enable()
+    fake = await FakeOllama().start()
+    try:
+        async with ollama.provider(host=fake.url) as model:
+            async with aclosing(model.stream(ASK)) as items:
+                async for _ in items:
+                    break
+            span = otel.one("chat phi4:14b")  # ended by the time aclosing returns
+    finally:
+        await fake.stop()
+    assert attrs(span)["vaelii_llm.stream.closed_early"] is True
+    assert span.status.status_code is StatusCode.UNSET
+    assert "error.type" not in attrs(span)
+    assert "gen_ai.response.finish_reasons" not in attrs(span)
+    assert otel.points(telemetry.METRIC_DURATION) == []
+
+
+def thinks_then_says(_body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [chunk(thinking="Let me think."), chunk("Hello"), chunk(" there"), final()]
+
+
+async def test_a_cancelled_stream_is_recorded_as_cancelled(otel: Recorded) -> None:
+    otel.enable()
+    # The thinking block is whole once the text begins; then the host stalls.
+    fake = await FakeOllama(script=thinks_then_says, mode="stall").start()
+    first = asyncio.Event()
+
+    async def read(model: Any) -> None:
+        async with aclosing(model.stream(ASK)) as items:
+            async for _ in items:
+                first.set()
+
+    try:
+        async with ollama.provider(host=fake.url) as model:
+            task = asyncio.create_task(read(model))
+            await asyncio.wait_for(first.wait(), 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    finally:
+        await fake.stop()
+    span = otel.one("chat phi4:14b")
+    assert attrs(span)["vaelii_llm.cancelled"] is True
+    assert span.status.status_code is StatusCode.UNSET
+    assert "error.type" not in attrs(span)
+
+
+async def test_no_credential_in_any_span_event_metric_or_log(
+    otel: Recorded, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    otel.enable(capture_content=True)
+    transcript = generate(random.Random(3), kinds=["text", "tool_use"], stop_reason="tool_use")
+    ok = FakeMessagesAPI(transcript=transcript)
+    busy = FakeMessagesAPI(status=529)
+    async with serve(ok.app()) as url, serve(busy.app()) as busy_url:
+        # The secret travels as the credential and as a gateway URL's password.
+        with_password = url.replace("http://", f"http://gateway:{SECRET}@")
+        async with anthropic.provider(credential=SECRET, base_url=with_password) as model:
+            await model.complete(ASK)
+            async with aclosing(model.stream(ASK)) as items:
+                async for _ in items:
+                    pass
+        async with anthropic.provider(credential=SECRET, base_url=busy_url) as model:
+            with pytest.raises(LLMApiError):
+                await model.complete(ASK)
+    assert ok.seen[0].headers["x-api-key"] == SECRET  # it did travel
+    spans = otel.finished()
+    assert len(spans) == 3
+    exported = json.dumps([s.to_json() for s in spans])
+    data = otel.metrics.get_metrics_data()
+    assert data is not None
+    exported += data.to_json()
+    exported += caplog.text
+    exported += "\n".join(str(r.__dict__) for r in caplog.records)
+    assert "PROMPT-MARK" in exported  # content capture was on
+    assert SECRET not in exported
+    assert "gateway" not in exported
+
+
+# --------------------------------------------------------------------------
+# Tool calls and votes
+
+
+async def test_a_tool_call_is_an_execute_tool_span(otel: Recorded) -> None:
+    otel.enable()
+    result = await tools.call(kb.sample(), "kb_query", {"goal": "(isa ?x Spider)"})
+    assert result.ok
+    span = otel.one("execute_tool kb_query")
+    assert span.kind is SpanKind.INTERNAL
+    assert span.status.status_code is StatusCode.UNSET
+    assert attrs(span) == {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "kb_query"}
+
+
+async def test_a_refused_tool_call_sets_the_refusals_type(otel: Recorded) -> None:
+    otel.enable()
+    toolset = tools.Toolset(kb.sample())
+    result = await toolset.call("kb_query", {"goal": "(isa ?x Spider)", "bogus": 1})
+    assert not result.ok
+    refused = await toolset.call("kb_nonesuch", {})
+    assert refused.error is not None
+    assert refused.error.startswith("unknown-tool")
+    first = otel.one("execute_tool kb_query")
+    assert result.error is not None
+    assert attrs(first)["error.type"] == re.split(r"[:\s]", result.error, maxsplit=1)[0]
+    assert first.status.status_code is StatusCode.ERROR
+    assert attrs(otel.one("execute_tool kb_nonesuch"))["error.type"] == "unknown-tool"
+
+
+async def test_a_vote_span_holds_its_turns(otel: Recorded) -> None:
+    otel.enable()
+    script = ["Yes.", "No.", "Yes.", {"raise": "llm-timeout"}]
+    async with pool.stub_pool(script=script, size=4) as voters:
+        outcome = await pool.vote(voters, "Is a spider an insect?", votes=4)
+    assert (outcome.verdict, outcome.failed) == ("yes", 1)
+    vote = otel.one("invoke_workflow vote")
+    assert attrs(vote) == {
+        "gen_ai.operation.name": "invoke_workflow",
+        "gen_ai.workflow.name": "vote",
+        "vaelii_llm.vote.verdict": "yes",
+        "vaelii_llm.vote.yes": 2,
+        "vaelii_llm.vote.no": 1,
+        "vaelii_llm.vote.failed": 1,
+        "vaelii_llm.vote.calls": 4,
+    }
+    turns = [s for s in otel.finished() if s.name == "chat stub"]
+    assert len(turns) == 4
+    assert vote.context is not None
+    for turn in turns:
+        assert turn.parent is not None
+        assert turn.parent.span_id == vote.context.span_id
+        assert turn.context is not None
+        assert turn.context.trace_id == vote.context.trace_id
+    assert sorted(attrs(t).get("error.type", "") for t in turns) == ["", "", "", "llm-timeout"]
+
+
+async def test_a_cancelled_vote_is_recorded_as_cancelled(otel: Recorded) -> None:
+    otel.enable()
+
+    started: list[None] = []
+    all_started = asyncio.Event()
+
+    class Slow(StubProvider):
+        async def complete(self, request: Request) -> Response:
+            started.append(None)
+            if len(started) == 3:
+                all_started.set()
+            await asyncio.sleep(3600)
+            raise AssertionError
+
+    voters = pool.Pool([telemetry.instrument(Slow(), "stub")] * 3)
+    task = asyncio.create_task(pool.vote(voters, "Is it?"))
+    await asyncio.wait_for(all_started.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await voters.aclose()
+    vote = otel.one("invoke_workflow vote")
+    assert attrs(vote)["vaelii_llm.cancelled"] is True
+    assert vote.status.status_code is StatusCode.UNSET
+    turns = [s for s in otel.finished() if s.name == "chat"]
+    assert len(turns) == 3
+    assert all(attrs(t)["vaelii_llm.cancelled"] is True for t in turns)
+
+
+# --------------------------------------------------------------------------
+# The README's Observability section
+
+
+def test_the_readmes_observability_block_sends_spans(
+    otel: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Observability", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block is not None
+    code = block.group(1)
+    # The OTLP exporter posts to a collector; here it is the SDK's in-memory one.
+    captured = InMemorySpanExporter()
+    otlp = types.ModuleType("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    otlp.OTLPSpanExporter = lambda: captured  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, otlp.__name__, otlp)
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    asyncio.run(stub.provider(script=["Yes."]).complete(ASK))
+    namespace["tracer_provider"].force_flush()
+    assert [s.name for s in captured.get_finished_spans()] == ["chat stub"]
+    namespace["tracer_provider"].shutdown()

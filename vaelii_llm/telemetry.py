@@ -1,0 +1,676 @@
+"""OpenTelemetry GenAI spans and metrics for turns, tool calls and votes.
+
+Off by default, and free when off: nothing of OpenTelemetry is imported, a
+provider is built as it always was, and a turn runs the backend's own code
+with nothing in between. :func:`enable` turns it on (or ``VAELII_LLM_OTEL=1``,
+read when a provider is built, which enables it on the global OpenTelemetry
+providers); it needs the ``opentelemetry-api`` package (``vaelii-llm[otel]``).
+
+What is recorded, after the GenAI semantic conventions:
+
+a turn
+    a CLIENT span ``chat {gen_ai.request.model}`` with ``gen_ai.operation.name``
+    ``chat``, ``gen_ai.provider.name`` (``anthropic``, ``ollama``, ``stub``),
+    ``gen_ai.request.model``/``max_tokens``/``temperature``/``stop_sequences``/
+    ``stream``, ``server.address``/``server.port``, and from the
+    :class:`~vaelii_llm.protocol.Response` ``gen_ai.response.model`` (the model
+    that served), ``gen_ai.response.id``, ``gen_ai.response.finish_reasons``
+    (the neutral stop reason), ``gen_ai.usage.input_tokens``/``output_tokens``
+    and the cache counts. A streamed turn's span covers the whole stream, from
+    the call to the final Response or to the moment the caller closed it; the
+    time to its first content item (a delta with ``deltas=True``, else the first
+    whole block) is the attribute ``gen_ai.response.time_to_first_chunk`` in
+    seconds, and the first whole block is also an event ``vaelii_llm.first_block``.
+a failure
+    the span ends in ERROR with ``error.type`` the refusal's type
+    (``llm-timeout``, ``llm-api-error``…; another exception: its class name)
+    and the exception recorded (its message is bounded and credential-free, as
+    every refusal's is). A cancelled task sets ``vaelii_llm.cancelled``; a
+    stream its caller closed before the final Response sets
+    ``vaelii_llm.stream.closed_early``; neither is an error of the far end, so
+    the status stays unset and no ``error.type`` is written.
+a tool call
+    an INTERNAL span ``execute_tool {tool}`` with ``gen_ai.operation.name``
+    ``execute_tool`` and ``gen_ai.tool.name``; a refused call sets
+    ``error.type`` to the refusal's type (the opening word of its error text).
+a vote
+    an INTERNAL span ``invoke_workflow vote`` (``gen_ai.operation.name``
+    ``invoke_workflow``, ``gen_ai.workflow.name`` ``vote``) whose children are
+    its turns, with ``vaelii_llm.vote.verdict``, ``.yes``, ``.no``,
+    ``.failed`` and ``.calls``.
+metrics
+    the histograms ``gen_ai.client.operation.duration`` (s),
+    ``gen_ai.client.token.usage`` (``{token}``, by ``gen_ai.token.type``) and,
+    for streamed turns, ``gen_ai.client.operation.time_to_first_chunk`` (s),
+    with the convention's attributes and bucket boundaries. A cancelled or
+    closed-early turn records no metric: it neither answered nor failed.
+
+Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
+``gen_ai.system_instructions``, ``gen_ai.tool.call.arguments``/``result``) is
+recorded only with ``capture_content=True`` or
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``. A credential is
+never recorded in any mode: nothing here reads a provider's headers or
+credential, and a server address is the URL's host name with any
+``user:password@`` cut.
+
+A provider built before :func:`enable` is not instrumented (build it after);
+one built while on and used after :func:`disable` records nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import os
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar, cast
+from urllib.parse import urlsplit
+
+import msgspec
+
+from vaelii_llm import config
+from vaelii_llm.errors import LLMError
+from vaelii_llm.protocol import (
+    Block,
+    Message,
+    Provider,
+    ProviderBase,
+    RedactedThinkingBlock,
+    Request,
+    Response,
+    StreamItem,
+    TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
+    ToolResultBlock,
+    ToolUseBlock,
+    ToolUseStart,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Histogram, MeterProvider
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+__all__ = [
+    "CAPTURE_ENV",
+    "InstrumentedProvider",
+    "disable",
+    "enable",
+    "enabled",
+    "instrument",
+    "traced_tool",
+    "traced_vote",
+]
+
+log = logging.getLogger("vaelii_llm.telemetry")
+
+CAPTURE_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The convention's switch for recording message content."""
+_CAPTURE_ON = frozenset({"1", "true", "yes", "span_only", "span_and_event"})
+
+SCOPE: Final = "vaelii_llm"
+
+# Names as the GenAI semantic conventions spell them (tests/test_telemetry.py
+# checks each against the installed opentelemetry-semantic-conventions).
+OPERATION: Final = "gen_ai.operation.name"
+PROVIDER_NAME: Final = "gen_ai.provider.name"
+REQUEST_MODEL: Final = "gen_ai.request.model"
+REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+REQUEST_STOP_SEQUENCES: Final = "gen_ai.request.stop_sequences"
+REQUEST_STREAM: Final = "gen_ai.request.stream"
+RESPONSE_MODEL: Final = "gen_ai.response.model"
+RESPONSE_ID: Final = "gen_ai.response.id"
+RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
+USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+USAGE_CACHE_READ: Final = "gen_ai.usage.cache_read.input_tokens"
+USAGE_CACHE_CREATION: Final = "gen_ai.usage.cache_creation.input_tokens"
+TOKEN_TYPE: Final = "gen_ai.token.type"
+TOOL_NAME: Final = "gen_ai.tool.name"
+TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+WORKFLOW_NAME: Final = "gen_ai.workflow.name"
+INPUT_MESSAGES: Final = "gen_ai.input.messages"
+OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+ERROR_TYPE: Final = "error.type"
+
+METRIC_DURATION: Final = "gen_ai.client.operation.duration"
+METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+METRIC_TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.operation.time_to_first_chunk"
+
+CANCELLED: Final = "vaelii_llm.cancelled"
+CLOSED_EARLY: Final = "vaelii_llm.stream.closed_early"
+FIRST_BLOCK_EVENT: Final = "vaelii_llm.first_block"
+VOTE_PREFIX: Final = "vaelii_llm.vote."
+
+# The convention's advised bucket boundaries.
+_SECONDS_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
+                    10.24, 20.48, 40.96, 81.92)
+_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576,
+                  4194304, 16777216, 67108864)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+P = TypeVar("P")  # a Provider; unbounded so a backend mid-migration still fits
+Params = ParamSpec("Params")
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    """What :func:`enable` set up; None (the module's ``_state``) means off."""
+
+    tracer: Tracer
+    duration: Histogram
+    token_usage: Histogram
+    first_chunk: Histogram
+    capture_content: bool
+
+
+_state: _State | None = None
+
+
+def enable(
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    capture_content: bool = False,
+) -> None:
+    """Record spans and metrics from now on, on the providers given (None: the
+    global OpenTelemetry ones). Content is recorded only with
+    ``capture_content=True`` or :data:`CAPTURE_ENV` set to ``true``. Calling it
+    again replaces the earlier setup. Raises ImportError naming the extra when
+    ``opentelemetry-api`` is not installed."""
+    global _state
+    try:
+        from opentelemetry import metrics, trace
+    except ImportError as exc:
+        raise ImportError(
+            "vaelii_llm.telemetry needs opentelemetry-api: pip install 'vaelii-llm[otel]'"
+        ) from exc
+    from vaelii_llm import __version__
+
+    tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
+    meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
+    capture = capture_content or (os.environ.get(CAPTURE_ENV, "").strip().lower() in _CAPTURE_ON)
+    _state = _State(
+        tracer=tracer,
+        duration=meter.create_histogram(
+            METRIC_DURATION, unit="s", description="GenAI operation duration.",
+            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+        ),
+        token_usage=meter.create_histogram(
+            METRIC_TOKEN_USAGE, unit="{token}",
+            description="Number of input and output tokens used.",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        ),
+        first_chunk=meter.create_histogram(
+            METRIC_TIME_TO_FIRST_CHUNK, unit="s",
+            description="Time to receive the first chunk of a streamed response.",
+            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+        ),
+        capture_content=capture,
+    )
+
+
+def disable() -> None:
+    """Record nothing from now on (spans already open still end)."""
+    global _state
+    _state = None
+
+
+def enabled() -> bool:
+    """Whether spans and metrics are being recorded."""
+    return _state is not None
+
+
+def _enable_from_env() -> bool:
+    """Enable on the global providers when ``VAELII_LLM_OTEL`` asks; a missing
+    ``opentelemetry-api`` is a warning, never a provider that will not build."""
+    if not config.otel_enabled():
+        return False
+    global _warned
+    try:
+        enable()
+    except ImportError:
+        if not _warned:
+            _warned = True
+            log.warning("VAELII_LLM_OTEL is set but opentelemetry-api is not installed; "
+                        "no telemetry is recorded (pip install 'vaelii-llm[otel]')")
+        return False
+    return True
+
+
+_warned = False
+
+
+# --------------------------------------------------------------------------
+# Turns
+
+
+def instrument(
+    provider: P, provider_name: str, *, url: str | None = None, model: str | None = None
+) -> P:
+    """``provider`` itself when telemetry is off; else an
+    :class:`InstrumentedProvider` around it that records each turn.
+
+    Call it where a provider is built. ``provider_name`` is the convention's
+    ``gen_ai.provider.name``; ``url`` the base URL the provider calls (its host
+    name and port become ``server.address``/``server.port``, any userinfo cut);
+    ``model`` the model a request naming none runs (default: the provider's
+    ``model`` attribute, when it has one).
+    """
+    if _state is None and not _enable_from_env():
+        return provider
+    if model is None:
+        found = getattr(provider, "model", None)
+        model = found if isinstance(found, str) else None
+    address, port = _server(url)
+    wrapped = InstrumentedProvider(
+        cast(Provider, provider), provider_name, model=model, address=address, port=port
+    )
+    # Typed as the provider it wraps: every other attribute is delegated to it.
+    return cast(P, wrapped)
+
+
+def _server(url: str | None) -> tuple[str | None, int | None]:
+    if not url:
+        return None, None
+    try:
+        parts = urlsplit(url)
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return None, None
+    return parts.hostname, port
+
+
+class InstrumentedProvider(ProviderBase):
+    """A provider that records each turn as a span and metrics, then hands it
+    to the provider it wraps. Every attribute it does not define (``model``,
+    ``requests()``…) is the wrapped provider's; ``async with`` yields this
+    wrapper and closing it closes the wrapped one."""
+
+    def __init__(
+        self,
+        inner: Provider,
+        provider_name: str,
+        *,
+        model: str | None = None,
+        address: str | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.wrapped = inner
+        self._provider_name = provider_name
+        self._model = model
+        self._address = address
+        self._port = port
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "wrapped":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.wrapped, name)
+
+    def __repr__(self) -> str:
+        return f"InstrumentedProvider({self.wrapped!r})"
+
+    async def aclose(self) -> None:
+        await self.wrapped.aclose()
+
+    async def complete(self, request: Request) -> Response:
+        state = _state
+        if state is None:
+            return await self.wrapped.complete(request)
+        turn = _Turn(state, self, request, streamed=False)
+        from opentelemetry import trace
+
+        try:
+            with trace.use_span(turn.span, record_exception=False, set_status_on_exception=False):
+                response = await self.wrapped.complete(request)
+        except BaseException as exc:
+            turn.fail(exc)
+            raise
+        turn.finish(response)
+        return response
+
+    async def stream(
+        self, request: Request, *, deltas: bool = False
+    ) -> AsyncGenerator[StreamItem, None]:
+        # A backend without the deltas keyword is called without it.
+        inner = (
+            self.wrapped.stream(request, deltas=True) if deltas else self.wrapped.stream(request)
+        )
+        state = _state
+        if state is None:
+            async with aclosing(inner) as items:
+                async for item in items:
+                    yield item
+            return
+        from opentelemetry import context, trace
+
+        turn = _Turn(state, self, request, streamed=True)
+        ctx = trace.set_span_in_context(turn.span)
+        outcome: BaseException | None = None
+        try:
+            while True:
+                token = context.attach(ctx)  # the backend's work runs inside the span
+                try:
+                    item = await anext(inner)
+                except StopAsyncIteration:
+                    break
+                finally:
+                    context.detach(token)
+                turn.saw(item)
+                yield item
+        except BaseException as exc:  # GeneratorExit: the caller closed the stream early
+            outcome = exc
+            raise
+        finally:
+            token = context.attach(ctx)
+            try:
+                await inner.aclose()  # the release is part of the turn
+            finally:
+                context.detach(token)
+                turn.end(outcome)
+
+
+class _Turn:
+    """One turn's span and clock, ended exactly once."""
+
+    __slots__ = ("_attrs", "_block", "_first", "_start", "_state", "response", "span")
+
+    def __init__(
+        self, state: _State, provider: InstrumentedProvider, request: Request, *, streamed: bool
+    ) -> None:
+        from opentelemetry.trace import SpanKind
+
+        self._state = state
+        model = request.model or provider._model
+        attrs: dict[str, Any] = {OPERATION: "chat", PROVIDER_NAME: provider._provider_name}
+        if model:
+            attrs[REQUEST_MODEL] = model
+        if provider._address:
+            attrs[SERVER_ADDRESS] = provider._address
+            if provider._port:
+                attrs[SERVER_PORT] = provider._port
+        self._attrs = dict(attrs)  # the metrics' attributes, before the span's own
+        attrs[REQUEST_MAX_TOKENS] = request.max_tokens
+        attrs[REQUEST_STREAM] = streamed
+        if request.temperature is not None:
+            attrs[REQUEST_TEMPERATURE] = request.temperature
+        if request.stop_sequences:
+            attrs[REQUEST_STOP_SEQUENCES] = list(request.stop_sequences)
+        if state.capture_content:
+            attrs[INPUT_MESSAGES] = _json([_message(m) for m in request.messages])
+            if request.system:
+                attrs[SYSTEM_INSTRUCTIONS] = _json([{"type": "text", "content": request.system}])
+        name = f"chat {model}" if model else "chat"
+        self.span: Span = state.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
+        self._start = time.perf_counter()
+        self._first: float | None = None
+        self._block = False
+        self.response: Response | None = None
+
+    def saw(self, item: StreamItem) -> None:
+        """Note a streamed item: the first content item's time, the first whole
+        block's event, the final Response."""
+        if isinstance(item, Response):
+            self.response = item
+            return
+        if self._first is None:
+            self._first = time.perf_counter() - self._start
+            self.span.set_attribute(RESPONSE_TIME_TO_FIRST_CHUNK, self._first)
+            self._state.first_chunk.record(self._first, self._attrs)
+        if not self._block and not isinstance(item, TextDelta | ThinkingDelta | ToolUseStart):
+            self.span.add_event(FIRST_BLOCK_EVENT)
+            self._block = True
+
+    def end(self, outcome: BaseException | None) -> None:
+        """End a streamed turn: whole (a caller that stops once it has the
+        Response had the whole turn), closed early by its caller, or failed."""
+        if outcome is None or (isinstance(outcome, GeneratorExit) and self.response is not None):
+            self.finish(self.response)
+        elif isinstance(outcome, GeneratorExit):
+            self.span.set_attribute(CLOSED_EARLY, True)
+            self.span.end()
+        else:
+            self.fail(outcome)
+
+    def finish(self, response: Response | None) -> None:
+        from opentelemetry.trace import StatusCode
+
+        elapsed = time.perf_counter() - self._start
+        span = self.span
+        metric_attrs = dict(self._attrs)
+        if response is None:  # a stream that ended without its Response: the backend's bug
+            span.set_attribute(ERROR_TYPE, "_OTHER")
+            span.set_status(StatusCode.ERROR, "the stream ended without its Response")
+            metric_attrs[ERROR_TYPE] = "_OTHER"
+            self._state.duration.record(elapsed, metric_attrs)
+            span.end()
+            return
+        done: dict[str, Any] = {}
+        if response.model:
+            done[RESPONSE_MODEL] = metric_attrs[RESPONSE_MODEL] = response.model
+        if response.id:
+            done[RESPONSE_ID] = response.id
+        if response.stop_reason is not None:
+            done[RESPONSE_FINISH_REASONS] = [response.stop_reason]
+        usage = response.usage
+        for key, value in (
+            (USAGE_INPUT_TOKENS, usage.input_tokens),
+            (USAGE_OUTPUT_TOKENS, usage.output_tokens),
+            (USAGE_CACHE_READ, usage.cache_read_input_tokens),
+            (USAGE_CACHE_CREATION, usage.cache_creation_input_tokens),
+        ):
+            if value is not None:
+                done[key] = value
+        if self._state.capture_content:
+            out: dict[str, Any] = {"role": "assistant", "parts": _parts(response.content)}
+            if response.stop_reason is not None:
+                out["finish_reason"] = response.stop_reason
+            done[OUTPUT_MESSAGES] = _json([out])
+        span.set_attributes(done)
+        self._state.duration.record(elapsed, metric_attrs)
+        for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+            if count is not None:
+                self._state.token_usage.record(count, {**metric_attrs, TOKEN_TYPE: kind})
+        span.end()
+
+    def fail(self, exc: BaseException) -> None:
+        elapsed = time.perf_counter() - self._start
+        if _cancelled(exc, self.span):
+            return
+        kind = _error_type(exc)
+        self._state.duration.record(elapsed, {**self._attrs, ERROR_TYPE: kind})
+
+
+
+def _cancelled(exc: BaseException, span: Span) -> bool:
+    """End ``span`` for ``exc``: a cancellation as such (True), anything else
+    as an error with its ``error.type`` (False)."""
+    from opentelemetry.trace import StatusCode
+
+    if isinstance(exc, asyncio.CancelledError):
+        span.set_attribute(CANCELLED, True)
+        span.end()
+        return True
+    kind = _error_type(exc)
+    span.set_attribute(ERROR_TYPE, kind)
+    span.record_exception(exc)
+    span.set_status(StatusCode.ERROR, kind)
+    span.end()
+    return False
+
+
+def _error_type(exc: BaseException) -> str:
+    if isinstance(exc, LLMError):
+        return exc.type
+    kind = type(exc)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+# --------------------------------------------------------------------------
+# Content, recorded only when asked
+
+
+def _json(value: Any) -> str:
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, ValueError, OverflowError):
+        return msgspec.json.encode(repr(value)).decode()
+
+
+def _message(message: Message) -> dict[str, Any]:
+    content = message.content
+    parts = [{"type": "text", "content": content}] if isinstance(content, str) else _parts(content)
+    return {"role": message.role, "parts": parts}
+
+
+def _parts(blocks: list[Block]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            parts.append({"type": "text", "content": block.text})
+        elif isinstance(block, ThinkingBlock):
+            parts.append({"type": "reasoning", "content": block.thinking})
+        elif isinstance(block, ToolUseBlock):
+            parts.append(
+                {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.input}
+            )
+        elif isinstance(block, ToolResultBlock):
+            parts.append(
+                {"type": "tool_call_response", "id": block.tool_use_id, "response": block.content}
+            )
+        elif isinstance(block, RedactedThinkingBlock):
+            parts.append({"type": "reasoning", "redacted": True})
+        else:
+            parts.append({"type": block.type})
+    return parts
+
+
+# --------------------------------------------------------------------------
+# Tool calls and votes
+
+
+class _ToolResultLike(Protocol):
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def result(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class _VoteLike(Protocol):
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def tally(self) -> Mapping[Any, int]: ...
+    @property
+    def calls(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+
+
+ToolR = TypeVar("ToolR", bound=_ToolResultLike)
+VoteR = TypeVar("VoteR", bound=_VoteLike)
+
+
+def traced_tool(
+    fn: Callable[Params, Awaitable[ToolR]],
+) -> Callable[Params, Coroutine[Any, Any, ToolR]]:
+    """Decorate the one function every tool call goes through (its parameters
+    include ``name`` and ``input``): each call becomes an ``execute_tool``
+    span when telemetry is on. Off, it only awaits ``fn``."""
+    params = list(inspect.signature(fn).parameters)
+    name_at = params.index("name")
+    input_at = params.index("input") if "input" in params else None
+
+    @functools.wraps(fn)
+    async def call(*args: Params.args, **kwargs: Params.kwargs) -> ToolR:
+        state = _state
+        if state is None:
+            return await fn(*args, **kwargs)
+        name = args[name_at] if len(args) > name_at else kwargs.get("name")
+        attrs: dict[str, Any] = {OPERATION: "execute_tool", TOOL_NAME: str(name)}
+        if state.capture_content and input_at is not None:
+            given = args[input_at] if len(args) > input_at else kwargs.get("input")
+            attrs[TOOL_CALL_ARGUMENTS] = _json(given)
+        return await _run_tool(state, f"execute_tool {name}", attrs, fn(*args, **kwargs))
+
+    return call
+
+
+async def _run_tool(
+    state: _State, span_name: str, attrs: dict[str, Any], work: Awaitable[ToolR]
+) -> ToolR:
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    span = state.tracer.start_span(span_name, kind=SpanKind.INTERNAL, attributes=attrs)
+    try:
+        with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+            result = await work
+    except BaseException as exc:
+        _cancelled(exc, span)
+        raise
+    if result.ok:
+        if state.capture_content and result.result is not None:
+            span.set_attribute(TOOL_CALL_RESULT, result.result)
+    else:
+        kind = (result.error or "").split(":", 1)[0].strip() or "_OTHER"
+        span.set_attribute(ERROR_TYPE, kind)
+        span.set_status(StatusCode.ERROR, kind)
+    span.end()
+    return result
+
+
+def traced_vote(
+    fn: Callable[Params, Awaitable[VoteR]],
+) -> Callable[Params, Coroutine[Any, Any, VoteR]]:
+    """Decorate the vote: when telemetry is on it runs inside an
+    ``invoke_workflow vote`` span, so its turns' spans are its children, and
+    the verdict, tally and failed count become the span's attributes."""
+
+    @functools.wraps(fn)
+    async def vote(*args: Params.args, **kwargs: Params.kwargs) -> VoteR:
+        state = _state
+        if state is None:
+            return await fn(*args, **kwargs)
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanKind
+
+        span = state.tracer.start_span(
+            "invoke_workflow vote",
+            kind=SpanKind.INTERNAL,
+            attributes={OPERATION: "invoke_workflow", WORKFLOW_NAME: "vote"},
+        )
+        try:
+            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+                outcome = await fn(*args, **kwargs)
+        except BaseException as exc:
+            _cancelled(exc, span)
+            raise
+        span.set_attributes(
+            {
+                VOTE_PREFIX + "verdict": outcome.verdict,
+                VOTE_PREFIX + "yes": outcome.tally.get("yes", 0),
+                VOTE_PREFIX + "no": outcome.tally.get("no", 0),
+                VOTE_PREFIX + "failed": outcome.failed,
+                VOTE_PREFIX + "calls": outcome.calls,
+            }
+        )
+        span.end()
+        return outcome
+
+    return vote
