@@ -141,11 +141,24 @@ def test_ask_with_nothing_configured_says_so_in_one_line_and_exits_2(
     assert "vaelii-llm status" in line
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["plain", "traced"])
 async def test_ask_on_a_backend_that_fell_back_says_so_in_one_line_and_exits_2(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], traced: bool
 ) -> None:
     ollama_env(monkeypatch, refused_url())
-    code, out, err = await run_cli(capsys, "ask", QUESTION)
+    if traced:  # a traced fallback is still the stub
+        from opentelemetry.sdk.trace import TracerProvider
+
+        from vaelii_llm import telemetry
+
+        telemetry.enable(TracerProvider())
+    try:
+        code, out, err = await run_cli(capsys, "ask", QUESTION)
+    finally:
+        if traced:
+            from vaelii_llm import telemetry
+
+            telemetry.disable()
     assert (code, out) == (2, "")
     [line] = err.splitlines()
     assert line.startswith("only the stub can answer (ollama is configured but cannot answer now)")

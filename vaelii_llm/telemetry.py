@@ -78,8 +78,6 @@ from vaelii_llm.errors import LLMError
 from vaelii_llm.protocol import (
     Block,
     Message,
-    Provider,
-    ProviderBase,
     RedactedThinkingBlock,
     Request,
     Response,
@@ -259,14 +257,16 @@ _warned = False
 def instrument(
     provider: P, provider_name: str, *, url: str | None = None, model: str | None = None
 ) -> P:
-    """``provider`` itself when telemetry is off; else an
-    :class:`InstrumentedProvider` around it that records each turn.
+    """``provider`` itself, unchanged, when telemetry is off; else the same
+    object, now of a traced subclass of its own class, that records each turn.
 
     Call it where a provider is built. ``provider_name`` is the convention's
     ``gen_ai.provider.name``; ``url`` the base URL the provider calls (its host
     name and port become ``server.address``/``server.port``, any userinfo cut);
     ``model`` the model a request naming none runs (default: the provider's
-    ``model`` attribute, when it has one).
+    ``model`` attribute, when it has one). The object stays an instance of its
+    class (``isinstance`` and every method keep working), so nothing about the
+    provider's type is hidden from a caller or from the type checker.
     """
     if _state is None and not _enable_from_env():
         return provider
@@ -274,11 +274,34 @@ def instrument(
         found = getattr(provider, "model", None)
         model = found if isinstance(found, str) else None
     address, port = _server(url)
-    wrapped = InstrumentedProvider(
-        cast(Provider, provider), provider_name, model=model, address=address, port=port
+    provider._vaelii_telemetry = _Target(  # type: ignore[attr-defined]
+        provider_name, model, address, port
     )
-    # Typed as the provider it wraps: every other attribute is delegated to it.
-    return cast(P, wrapped)
+    provider.__class__ = _traced_class(type(provider))
+    return provider
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """What a turn's span names besides the request: who is called, where."""
+
+    provider_name: str
+    model: str | None
+    address: str | None
+    port: int | None
+
+
+_TRACED: dict[type[Any], type[Any]] = {}
+
+
+def _traced_class(cls: type[Any]) -> type[Any]:
+    """``cls`` with :class:`InstrumentedProvider` first in its line, made once per class."""
+    if issubclass(cls, InstrumentedProvider):
+        return cls
+    traced = _TRACED.get(cls)
+    if traced is None:
+        traced = _TRACED[cls] = type(cls.__name__, (InstrumentedProvider, cls), {})
+    return traced
 
 
 def _server(url: str | None) -> tuple[str | None, int | None]:
@@ -292,48 +315,25 @@ def _server(url: str | None) -> tuple[str | None, int | None]:
     return parts.hostname, port
 
 
-class InstrumentedProvider(ProviderBase):
-    """A provider that records each turn as a span and metrics, then hands it
-    to the provider it wraps. Every attribute it does not define (``model``,
-    ``requests()``…) is the wrapped provider's; ``async with`` yields this
-    wrapper and closing it closes the wrapped one."""
+class InstrumentedProvider:
+    """The mixin :func:`instrument` puts in front of a provider's own class:
+    each turn is a span and metrics around the class's own ``complete`` and
+    ``stream``. Test ``isinstance(p, InstrumentedProvider)`` to know whether a
+    provider is traced."""
 
-    def __init__(
-        self,
-        inner: Provider,
-        provider_name: str,
-        *,
-        model: str | None = None,
-        address: str | None = None,
-        port: int | None = None,
-    ) -> None:
-        self.wrapped = inner
-        self._provider_name = provider_name
-        self._model = model
-        self._address = address
-        self._port = port
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "wrapped":  # not set yet (a copy being built): no recursion
-            raise AttributeError(name)
-        return getattr(self.wrapped, name)
-
-    def __repr__(self) -> str:
-        return f"InstrumentedProvider({self.wrapped!r})"
-
-    async def aclose(self) -> None:
-        await self.wrapped.aclose()
+    _vaelii_telemetry: _Target
 
     async def complete(self, request: Request) -> Response:
+        own = super().complete  # type: ignore[misc]  # the provider's class follows in the MRO
         state = _state
         if state is None:
-            return await self.wrapped.complete(request)
-        turn = _Turn(state, self, request, streamed=False)
+            return cast(Response, await own(request))
+        turn = _Turn(state, self._vaelii_telemetry, request, streamed=False)
         from opentelemetry import trace
 
         try:
             with trace.use_span(turn.span, record_exception=False, set_status_on_exception=False):
-                response = await self.wrapped.complete(request)
+                response = cast(Response, await own(request))
         except BaseException as exc:
             turn.fail(exc)
             raise
@@ -343,9 +343,8 @@ class InstrumentedProvider(ProviderBase):
     async def stream(
         self, request: Request, *, deltas: bool = False
     ) -> AsyncGenerator[StreamItem, None]:
-        # A backend without the deltas keyword is called without it.
-        inner = (
-            self.wrapped.stream(request, deltas=True) if deltas else self.wrapped.stream(request)
+        inner: AsyncGenerator[StreamItem, None] = super().stream(  # type: ignore[misc]
+            request, deltas=deltas
         )
         state = _state
         if state is None:
@@ -355,7 +354,7 @@ class InstrumentedProvider(ProviderBase):
             return
         from opentelemetry import context, trace
 
-        turn = _Turn(state, self, request, streamed=True)
+        turn = _Turn(state, self._vaelii_telemetry, request, streamed=True)
         ctx = trace.set_span_in_context(turn.span)
         outcome: BaseException | None = None
         try:
@@ -387,19 +386,19 @@ class _Turn:
     __slots__ = ("_attrs", "_block", "_first", "_start", "_state", "response", "span")
 
     def __init__(
-        self, state: _State, provider: InstrumentedProvider, request: Request, *, streamed: bool
+        self, state: _State, target: _Target, request: Request, *, streamed: bool
     ) -> None:
         from opentelemetry.trace import SpanKind
 
         self._state = state
-        model = request.model or provider._model
-        attrs: dict[str, Any] = {OPERATION: "chat", PROVIDER_NAME: provider._provider_name}
+        model = request.model or target.model
+        attrs: dict[str, Any] = {OPERATION: "chat", PROVIDER_NAME: target.provider_name}
         if model:
             attrs[REQUEST_MODEL] = model
-        if provider._address:
-            attrs[SERVER_ADDRESS] = provider._address
-            if provider._port:
-                attrs[SERVER_PORT] = provider._port
+        if target.address:
+            attrs[SERVER_ADDRESS] = target.address
+            if target.port:
+                attrs[SERVER_PORT] = target.port
         self._attrs = dict(attrs)  # the metrics' attributes, before the span's own
         attrs[REQUEST_MAX_TOKENS] = request.max_tokens
         attrs[REQUEST_STREAM] = streamed
