@@ -962,7 +962,7 @@ def test_the_clocked_reads_include_every_spec_clocked_read() -> None:
     # the spec's eleven clocked reads that are tools (ask-all, variadic, is not one)
     assert {
         "find-sentexes", "sentexes-in-context", "ask", "query", "query?", "why-not",
-        "escalate", "kb-integrity", "query-status", "argue", "search-tree",
+        "escalate", "lookup", "kb-integrity", "query-status", "argue", "search-tree",
         "compare-tacticians", "ask-within", "prove-within",
     } <= set(CLOCKED_READS)
 

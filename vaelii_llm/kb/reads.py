@@ -562,9 +562,14 @@ def _mentions(enc: tuple[Any, ...], tid: int) -> bool:
     return any(x == tid if type(x) is int else _mentions(x, tid) for x in enc)
 
 
-@op("lookup", kind=READ)
-def lookup(kb: KB, handle: Handle) -> Sentex:
-    """The sentex a handle names: its context and sentence."""
+@op("lookup", kind=READ, opts=ClockOpts, clocked=True)
+def lookup(kb: KB, handle: Handle, opts: Opts | None = None) -> Sentex:
+    """The sentex a handle names: its context and sentence.
+
+    opts: max-ms, the budget for reading and printing it (default the ceiling); the
+    lookup itself is one index step.
+    """
+    arg.options(lookup, opts)
     h = arg.handle(kb, handle)
     if kb._state[h - 1] != LIVE:
         raise EngineRefusal("unknown-handle", f"handle {h} was retracted", handle=h)
