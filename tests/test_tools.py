@@ -954,6 +954,7 @@ _SAMPLE_ARG = {
     "string": "x",
     "boolean": False,
     "json": ["(isa Muffet Girl)"],
+    "sentences": ["(isa Muffet Girl)"],
 }
 CLOCKED_READS = sorted(EMBEDDED.clocked & set(tools.read_ops()))
 
@@ -1051,3 +1052,27 @@ def test_a_toolset_answers_what_the_module_functions_answer() -> None:
     assert toolset.write_ops() == tools.write_ops() == tools.WRITE_OPS
     with pytest.raises(AttributeError):
         tools.NOT_A_SET  # noqa: B018
+
+
+async def test_a_list_of_sentences_is_an_array_of_edn_strings() -> None:
+    prop = tools.schema("qualitative-scenarios").input_schema["properties"]["sentences"]
+    assert prop["type"] == "array"
+    assert prop["items"]["type"] == "string"
+    base = kb.sample()
+    pair = ["(isa Humpty Horse)", "(afraidOf Humpty Humpty)"]
+    as_array = await tools.call(
+        base, "kb_qualitative_scenarios", {"sentences": pair, "context": "CxNursery"}
+    )
+    as_edn = await tools.call(
+        base, "kb_qualitative_scenarios",
+        {"sentences": "(" + " ".join(pair) + ")", "context": "CxNursery"},
+    )
+    assert as_array.ok, as_array.error
+    assert as_array.text == as_edn.text
+    assert as_array.text.count(':kind "scenario"') == 3
+    for bad in ([1], [["isa", "A", "B"]], {"a": "(isa A B)"}):
+        refused = await tools.call(
+            base, "kb_qualitative_scenarios", {"sentences": bad, "context": "CxNursery"}
+        )
+        assert not refused.ok
+        assert refused.text.startswith("bad-argument:"), refused.text

@@ -223,6 +223,9 @@ def _kind_of(annotation: object) -> str:
         name = annotation.replace(" ", "").removesuffix("|None").rsplit(".", 1)[-1]
         return _kind_names().get(name, "json")
     origin = typing.get_origin(annotation)
+    if origin is list:
+        (item,) = typing.get_args(annotation) or (object,)
+        return "sentences" if _kind_of(item) == "sentence" else "json"
     if origin is typing.Union or origin is types.UnionType:
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(members) == 1:
@@ -298,12 +301,21 @@ def _shapes(fn: Callable[..., Any]) -> tuple[_Shape, ...]:
     return tuple(shapes)
 
 
+_SENTENCE: Final = {
+    "type": "string",
+    "description": 'A sentence: a string holding one EDN list, e.g. "(isa Muffet Spider)"; '
+    'a symbol starting with ? is a variable, e.g. "(isa ?x Spider)".',
+}
+
+
 def _property(kind: str, opts: type[Options], clocked: bool) -> dict[str, Any]:
     if kind == "sentence":
+        return dict(_SENTENCE)
+    if kind == "sentences":
         return {
-            "type": "string",
-            "description": 'A sentence: a string holding one EDN list, e.g. "(isa Muffet Spider)"; '
-            'a symbol starting with ? is a variable, e.g. "(isa ?x Spider)".',
+            "type": "array",
+            "items": dict(_SENTENCE),
+            "description": 'Sentences: an array of sentence strings, e.g. ["(isa Humpty Egg)"].',
         }
     if kind == "context":
         return {
@@ -457,6 +469,14 @@ def _convert(p: _Param, value: Any) -> Any:
     kind = p.kind
     if kind in _EDN_KINDS:
         return edn.read(value, p.name)
+    if kind == "sentences":
+        if isinstance(value, str):  # one string holding an EDN list of them
+            return edn.read(value, p.name)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ToolRefusal(
+                "bad-argument", f'{p.name} must be an array of sentence strings, e.g. ["(isa A B)"]'
+            )
+        return [edn.read(v, p.name) for v in value]
     if kind in ("handle", "integer"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ToolRefusal("bad-argument", f"{p.name} must be a whole number, e.g. 42")
