@@ -73,6 +73,30 @@ def test_sse_feed_frames_equals_feed(atoms: list[bytes], cuts: list[int], cap: i
     assert sse_run(stream, cuts, True, cap) == sse_run(stream, cuts, False, cap)
 
 
+FRAME_LINES = [
+    b"event: content_block_delta", b"event: ping", b"event: ", b"event:x", b"data: {}",
+    b'data: {"a":"\xc3\xbc"}', b"data:", b"data", b": comment", b"id: 7", b"retry: 1",
+    b"other: 2", b"data: \xff",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(FRAME_LINES), min_size=1, max_size=4), max_size=20),
+    st.sampled_from([b"\n", b"\n", b"\r\n"]),
+    st.lists(st.integers(0, 2000), max_size=8),
+)
+def test_sse_feed_frames_equals_feed_on_frames(
+    frames: list[list[bytes]], end: bytes, cuts: list[int]
+) -> None:
+    """Whole frames as a JSON API sends them (and others around them): the
+    quick loop of feed_frames, and its hand-off to the general rule for a
+    comment, an id or another field, agree with feed at any split."""
+    stream = b"".join(end.join(lines) + end + end for lines in frames)
+    cuts = [c for c in cuts if c < len(stream)]
+    assert sse_run(stream, cuts, True, 10**6) == sse_run(stream, cuts, False, 10**6)
+
+
 def anthropic_run(
     stream: bytes, cuts: list[int], frames: bool, deltas: bool = False
 ) -> list[Any]:
@@ -107,6 +131,46 @@ def test_stream_assembler_feed_batch_equals_feed(seed: int, error: bool, cuts: l
     with_deltas = anthropic_run(stream, cuts, True, deltas=True)
     assert with_deltas == anthropic_run(stream, cuts, False, deltas=True)
     check_deltas(with_deltas, batched)
+
+
+def _sse(*events: tuple[str, str]) -> bytes:
+    return b"".join(f"event: {name}\ndata: {data}\n\n".encode() for name, data in events)
+
+
+_START = ("message_start", '{"type":"message_start","message":{"id":"m","model":"x","usage":{}}}')
+
+
+def _text_delta(index: int) -> tuple[str, str]:
+    return (
+        "content_block_delta",
+        f'{{"type":"content_block_delta","index":{index},'
+        '"delta":{"type":"text_delta","text":"a"}}',
+    )
+
+
+def _block(event: str, index: int, kind: str = "text") -> tuple[str, str]:
+    if event == "content_block_start":
+        body = f'"content_block":{{"type":"{kind}","text":""}}'
+        return (event, f'{{"type":"{event}","index":{index},{body}}}')
+    return (event, f'{{"type":"{event}","index":{index}}}')
+
+
+def test_stream_assembler_a_delta_after_its_block_stopped_in_one_batch() -> None:
+    """The quick step remembers the open text block it last saw; a block
+    closed or opened within the same batch is seen anew, as feed sees it."""
+    for tail in (
+        [_block("content_block_stop", 0), _text_delta(0)],  # refused: block 0 is closed
+        [_block("content_block_stop", 0), _block("content_block_start", 1), _text_delta(1)],
+        [
+            _block("content_block_stop", 0),
+            _block("content_block_start", 1, "thinking"),
+            _text_delta(1),  # a text_delta on a thinking block: skipped, not appended
+            _block("content_block_stop", 1),
+            ("message_stop", '{"type":"message_stop"}'),
+        ],
+    ):
+        stream = _sse(_START, _block("content_block_start", 0), _text_delta(0), *tail)
+        assert anthropic_run(stream, [], True) == anthropic_run(stream, [], False)
 
 
 _CALL = msgspec.Raw(b'{"function":{"name":"f","arguments":{}}}')
