@@ -221,7 +221,9 @@ class SSEDecoder:
         held = self._frame_bytes
         pending = self._data
         event = self._event
-        first = pending[0] if len(pending) == 1 else None
+        first = None  # the frame's data line while it has one (``pending`` is then empty)
+        if len(pending) == 1:
+            first, pending = pending[0], []
         for line in lines:
             if not line:
                 if first is not None:
@@ -229,7 +231,7 @@ class SSEDecoder:
                     first = None
                 elif pending:
                     append((event or _MESSAGE, b"\n".join(pending)))
-                pending = []
+                    pending = []
                 event = None
             elif line.startswith(b"data: "):
                 if first is None and not pending:
@@ -247,7 +249,9 @@ class SSEDecoder:
                 frames += self._lines([line], True, True)
                 pending = self._data
                 event = self._event
-                first = pending[0] if len(pending) == 1 else None
+                first = None
+                if len(pending) == 1:
+                    first, pending = pending[0], []
         self._data = [first] if first is not None else pending
         self._event = event
         self._clean = True
