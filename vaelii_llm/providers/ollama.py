@@ -385,7 +385,8 @@ class ChatAssembler:
     ``deltas`` each piece of text or thinking is also handed back as it
     arrives, and a :class:`~vaelii_llm.protocol.ToolUseStart` before each tool
     call (``index``: the block's position in the final content).
-    :meth:`feed_batch` does the same for a decoder's batch; :attr:`finished`
+    :meth:`feed_batch` does the same for a decoder's batch, and
+    :meth:`feed_lines` for undecoded lines (the streamed path); :attr:`finished`
     says ``done: true`` has arrived; :meth:`result` returns the final
     :class:`Response` (every block, in order).
 
