@@ -1,9 +1,10 @@
 """The streamed paths' batch entry points agree with the one-at-a-time ones.
 
-``SSEDecoder.feed_frames``, ``StreamAssembler.feed_batch`` and
-``ChatAssembler.feed_batch`` exist for speed (see the benchmarks); each must hand
-over exactly what ``feed`` does, refusals included, on any input and any split,
-with deltas and without. With deltas, the blocks and the final Response are
+``SSEDecoder.feed_frames``, ``StreamAssembler.feed_batch``,
+``ChatAssembler.feed_batch``, ``NDJSONDecoder.feed_lines`` and
+``ChatAssembler.feed_lines`` exist for speed (see the benchmarks); each must
+hand over exactly what ``feed`` does, refusals included, on any input and any
+split, with deltas and without. With deltas, the blocks and the final Response are
 what they are without, and each block's deltas, joined, are its text.
 """
 
@@ -13,6 +14,7 @@ import random
 from typing import Any
 
 import msgspec
+import pytest
 from anthropic_fake import generate
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,7 +30,8 @@ from vaelii_llm.protocol import (
     ToolUseStart,
 )
 from vaelii_llm.providers.anthropic import StreamAssembler
-from vaelii_llm.providers.ollama import ChatAssembler, ChatChunk, _InMessage
+from vaelii_llm.providers.ollama import CHUNK_DECODER, ChatAssembler, ChatChunk, _InMessage
+from vaelii_llm.wire.ndjson import NDJSONDecoder, refuse_line
 from vaelii_llm.wire.sse import SSEDecoder
 
 ATOMS = [
@@ -70,6 +73,30 @@ def test_sse_feed_frames_equals_feed(atoms: list[bytes], cuts: list[int], cap: i
     assert sse_run(stream, cuts, True, cap) == sse_run(stream, cuts, False, cap)
 
 
+FRAME_LINES = [
+    b"event: content_block_delta", b"event: ping", b"event: ", b"event:x", b"data: {}",
+    b'data: {"a":"\xc3\xbc"}', b"data:", b"data", b": comment", b"id: 7", b"retry: 1",
+    b"other: 2", b"data: \xff",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(FRAME_LINES), min_size=1, max_size=4), max_size=20),
+    st.sampled_from([b"\n", b"\n", b"\r\n"]),
+    st.lists(st.integers(0, 2000), max_size=8),
+)
+def test_sse_feed_frames_equals_feed_on_frames(
+    frames: list[list[bytes]], end: bytes, cuts: list[int]
+) -> None:
+    """Whole frames as a JSON API sends them (and others around them): the
+    quick loop of feed_frames, and its hand-off to the general rule for a
+    comment, an id or another field, agree with feed at any split."""
+    stream = b"".join(end.join(lines) + end + end for lines in frames)
+    cuts = [c for c in cuts if c < len(stream)]
+    assert sse_run(stream, cuts, True, 10**6) == sse_run(stream, cuts, False, 10**6)
+
+
 def anthropic_run(
     stream: bytes, cuts: list[int], frames: bool, deltas: bool = False
 ) -> list[Any]:
@@ -104,6 +131,46 @@ def test_stream_assembler_feed_batch_equals_feed(seed: int, error: bool, cuts: l
     with_deltas = anthropic_run(stream, cuts, True, deltas=True)
     assert with_deltas == anthropic_run(stream, cuts, False, deltas=True)
     check_deltas(with_deltas, batched)
+
+
+def _sse(*events: tuple[str, str]) -> bytes:
+    return b"".join(f"event: {name}\ndata: {data}\n\n".encode() for name, data in events)
+
+
+_START = ("message_start", '{"type":"message_start","message":{"id":"m","model":"x","usage":{}}}')
+
+
+def _text_delta(index: int) -> tuple[str, str]:
+    return (
+        "content_block_delta",
+        f'{{"type":"content_block_delta","index":{index},'
+        '"delta":{"type":"text_delta","text":"a"}}',
+    )
+
+
+def _block(event: str, index: int, kind: str = "text") -> tuple[str, str]:
+    if event == "content_block_start":
+        body = f'"content_block":{{"type":"{kind}","text":""}}'
+        return (event, f'{{"type":"{event}","index":{index},{body}}}')
+    return (event, f'{{"type":"{event}","index":{index}}}')
+
+
+def test_stream_assembler_a_delta_after_its_block_stopped_in_one_batch() -> None:
+    """The quick step remembers the open text block it last saw; a block
+    closed or opened within the same batch is seen anew, as feed sees it."""
+    for tail in (
+        [_block("content_block_stop", 0), _text_delta(0)],  # refused: block 0 is closed
+        [_block("content_block_stop", 0), _block("content_block_start", 1), _text_delta(1)],
+        [
+            _block("content_block_stop", 0),
+            _block("content_block_start", 1, "thinking"),
+            _text_delta(1),  # a text_delta on a thinking block: skipped, not appended
+            _block("content_block_stop", 1),
+            ("message_stop", '{"type":"message_stop"}'),
+        ],
+    ):
+        stream = _sse(_START, _block("content_block_start", 0), _text_delta(0), *tail)
+        assert anthropic_run(stream, [], True) == anthropic_run(stream, [], False)
 
 
 _CALL = msgspec.Raw(b'{"function":{"name":"f","arguments":{}}}')
@@ -147,6 +214,114 @@ def test_chat_assembler_feed_batch_equals_feed(chunks: list[ChatChunk], batch: i
     with_deltas = ollama_run(chunks, batch, deltas=True)
     assert with_deltas == ollama_run(chunks, 0, deltas=True)
     check_deltas(with_deltas, plain)
+
+
+NDJSON_ATOMS = [
+    b"\n", b"\r\n", b" ", b"\r", b"{}", b"[", b"]", b"1", b",", b"\xff", b'"x"',
+    b'{"done":true}', b'{"message":{"content":"a"}}', b'{"model":5}', b"\x00",
+]
+ANY_JSON: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
+def ndjson_run(stream: bytes, cuts: list[int], lines: bool, cap: int) -> list[Any]:
+    """What the decoder hands over, ``feed`` against ``feed_lines`` with each
+    line decoded after (empty lines skipped, failures to ``refuse_line``):
+    the same values per chunk and the same refusal at the same point."""
+    decoder = NDJSONDecoder(ANY_JSON, "t", max_line_bytes=cap)
+    out: list[Any] = []
+    pos = 0
+    try:
+        for cut in [*sorted(set(cuts)), len(stream), None]:
+            if cut is None:
+                piece = b""
+            else:
+                piece, pos = stream[pos:cut], cut
+                if not piece:
+                    continue
+            if not lines:
+                out.extend(decoder.feed(piece))
+            else:
+                values = []  # feed hands over a chunk's values whole, or refuses
+                for line in decoder.feed_lines(piece):
+                    try:
+                        values.append(ANY_JSON.decode(line))
+                    except Exception as exc:
+                        if line:
+                            refuse_line("t", line, exc)
+                out.extend(values)
+            out.append("|")
+    except LLMBadResponse as exc:
+        out.append(("refused", exc.reason, exc.text))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(NDJSON_ATOMS) | st.binary(max_size=6), max_size=40),
+    st.lists(st.integers(0, 300), max_size=8),
+    st.sampled_from([4, 16, 64, 10**6]),
+)
+def test_ndjson_feed_lines_equals_feed(atoms: list[bytes], cuts: list[int], cap: int) -> None:
+    stream = b"".join(atoms)
+    cuts = [c for c in cuts if c < len(stream)]
+    assert ndjson_run(stream, cuts, True, cap) == ndjson_run(stream, cuts, False, cap)
+
+
+def _line(chunk: ChatChunk) -> bytes:
+    return msgspec.json.encode(chunk)
+
+
+_lines = st.lists(
+    _chunks.map(_line)
+    | st.sampled_from([b"", b" ", b"\r", b"{not json", b'{"message": {"content": 5}}']),
+    max_size=30,
+)
+
+
+def ollama_lines_run(lines: list[bytes], batch: int, deltas: bool = False) -> list[Any]:
+    """``feed_lines`` in batches of ``batch`` against the reference: each line
+    decoded one at a time (as ``NDJSONDecoder.feed`` decodes it), then ``feed``."""
+    assembler = ChatAssembler("t", deltas=deltas)
+    out: list[Any] = []
+    try:
+        if batch:
+            for i in range(0, len(lines), batch):
+                out.extend(assembler.feed_lines(lines[i : i + batch]))
+        else:
+            for line in lines:
+                try:
+                    chunk = CHUNK_DECODER.decode(line)
+                except Exception as exc:
+                    if line:
+                        refuse_line("t", line, exc)
+                    continue
+                out.extend(assembler.feed(chunk))
+        out.append(assembler.result())
+    except LLMError as exc:
+        out.append((type(exc), str(exc)))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(_lines, st.integers(1, 10))
+def test_chat_assembler_feed_lines_equals_feed(lines: list[bytes], batch: int) -> None:
+    plain = ollama_lines_run(lines, 0)
+    assert ollama_lines_run(lines, batch) == plain
+    with_deltas = ollama_lines_run(lines, batch, deltas=True)
+    assert with_deltas == ollama_lines_run(lines, 0, deltas=True)
+    check_deltas(with_deltas, plain)
+
+
+def test_the_streamed_path_decodes_each_line_as_the_decoder_would() -> None:
+    """The provider's stream decoder hands lines to ``feed_lines``; its refusal
+    of a bad line is the decoder's own, word for word."""
+    bad = b'{"done": "yes"}'
+    with pytest.raises(LLMBadResponse) as via_lines:
+        list(ChatAssembler("t").feed_lines([bad]))
+    with pytest.raises(LLMBadResponse) as via_feed:
+        NDJSONDecoder(CHUNK_DECODER, "t").feed(bad + b"\n")
+    assert str(via_lines.value) == str(via_feed.value)
+    assert via_lines.value.text == via_feed.value.text == bad.decode()
 
 
 DELTAS = (TextDelta, ThinkingDelta, ToolUseStart)

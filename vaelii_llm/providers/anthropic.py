@@ -874,10 +874,13 @@ class StreamAssembler:
         opened = self._open
         deltas = self._deltas
         live = not self._stopped and self._top is not None
+        texts: list[str] | None = None  # the pieces of the open text block last seen
+        last = -1  # its index (only feed opens or closes a block)
         for event, data in frames:
             if not live or event != b"content_block_delta":
                 yield from self.feed(event.decode(), data)
                 live = not self._stopped and self._top is not None
+                last = -1
                 continue
             try:
                 parsed = decode(data)
@@ -885,14 +888,18 @@ class StreamAssembler:
                 raise LLMBadResponse(
                     self._label, "streamed a content_block_delta event that will not parse", data
                 ) from exc
-            block = opened.get(parsed.index)
+            index = parsed.index
+            if index != last:
+                block = opened.get(index)
+                texts = block.text if block is not None and block.kind == "text" else None
+                last = index
             delta = parsed.delta
-            if block is not None and delta.type == "text_delta" and block.kind == "text":
+            if texts is not None and delta.type == "text_delta":
                 text = delta.text
                 if type(text) is str:  # else _delta refuses it
-                    block.text.append(text)
+                    texts.append(text)
                     if deltas:
-                        yield TextDelta(index=parsed.index, text=text)
+                        yield TextDelta(index=index, text=text)
                     continue
             item = self._delta(parsed, data)
             if item is not None:

@@ -88,7 +88,7 @@ from vaelii_llm.protocol import (
 )
 from vaelii_llm.providers.hosts import normalize_host
 from vaelii_llm.providers.http import HTTPProvider
-from vaelii_llm.wire.ndjson import NDJSONDecoder
+from vaelii_llm.wire.ndjson import NDJSONDecoder, refuse_line
 
 __all__ = [
     "SHOW_TIMEOUT_MS",
@@ -385,7 +385,8 @@ class ChatAssembler:
     ``deltas`` each piece of text or thinking is also handed back as it
     arrives, and a :class:`~vaelii_llm.protocol.ToolUseStart` before each tool
     call (``index``: the block's position in the final content).
-    :meth:`feed_batch` does the same for a decoder's batch; :attr:`finished`
+    :meth:`feed_batch` does the same for a decoder's batch, and
+    :meth:`feed_lines` for undecoded lines (the streamed path); :attr:`finished`
     says ``done: true`` has arrived; :meth:`result` returns the final
     :class:`Response` (every block, in order).
 
@@ -480,9 +481,9 @@ class ChatAssembler:
         """:meth:`feed` each chunk, yielding as it goes: what came before a
         refused chunk is handed over before the refusal.
 
-        The streamed path: a chunk that only continues the open run of text
-        or thinking (nearly every chunk of a turn) is appended here, in one
-        step; any other goes through :meth:`feed`, so both apply the same rules.
+        A chunk that only continues the open run of text or thinking (nearly
+        every chunk of a turn) is appended here, in one step; any other goes
+        through :meth:`feed`, so both apply the same rules.
         """
         parts = self._parts
         run = self._open
@@ -514,6 +515,61 @@ class ChatAssembler:
                     continue
             yield from self.feed(chunk)
             parts = self._parts
+            run = self._open
+            quick = self._model is not None and not self._done
+
+    def feed_lines(self, lines: Iterable[bytes]) -> Iterator[StreamItem]:
+        """:meth:`feed_batch` for a stream's undecoded lines (as
+        :meth:`NDJSONDecoder.feed_lines <vaelii_llm.wire.ndjson.NDJSONDecoder.feed_lines>`
+        hands them over), each decoded as :data:`CHUNK_DECODER` decodes it and
+        applied before the next is decoded, under the decoder's rules (an
+        empty line skipped, any other that will not decode left to
+        :func:`~vaelii_llm.wire.ndjson.refuse_line`: a blank one skipped, else
+        refused).
+
+        The streamed path: one pass over the lines, no chunk outliving its
+        line (a turn's tens of thousands are never held at once), and the
+        same quick step as :meth:`feed_batch` for a chunk that only continues
+        the open run.
+        """
+        decode = CHUNK_DECODER.decode
+        label = self._label
+        append = self._parts.append
+        run = self._open
+        quick = self._model is not None and not self._done
+        deltas = self._deltas
+        for line in lines:
+            try:
+                chunk = decode(line)
+            except Exception as exc:  # a hostile line may raise anything
+                if line:  # an empty line is skipped; refuse_line skips a blank one
+                    refuse_line(label, line, exc)
+                continue
+            message = chunk.message
+            if (
+                message is not None
+                and quick
+                and not chunk.done
+                and chunk.error is None
+                and not message.tool_calls
+            ):
+                content = message.content
+                if not message.thinking:
+                    if not content:
+                        continue
+                    if run == "text":
+                        append(content)
+                        if deltas:
+                            yield TextDelta(index=len(self._blocks), text=content)
+                        continue
+                elif not content and run == "thinking":
+                    thinking = message.thinking
+                    append(thinking)
+                    if deltas:
+                        yield ThinkingDelta(index=len(self._blocks), thinking=thinking)
+                    continue
+            yield from self.feed(chunk)
+            append = self._parts.append
             run = self._open
             quick = self._model is not None and not self._done
 
@@ -623,14 +679,48 @@ class ChatCodec:
     def whole(self, parsed: ChatChunk) -> Response:
         return _whole(parsed, self.endpoint.label)
 
-    def stream_decoder(self) -> NDJSONDecoder[ChatChunk]:
-        return NDJSONDecoder(CHUNK_DECODER, self.endpoint.label)
+    def stream_decoder(self) -> _Lines:
+        return _Lines(NDJSONDecoder(CHUNK_DECODER, self.endpoint.label))
 
-    def assembler(self, *, deltas: bool) -> ChatAssembler:
-        return ChatAssembler(self.endpoint.label, deltas=deltas)
+    def assembler(self, *, deltas: bool) -> _LineAssembler:
+        return _LineAssembler(ChatAssembler(self.endpoint.label, deltas=deltas))
 
 
-class OllamaProvider(HTTPProvider[ChatChunk, list[ChatChunk]]):
+class _Lines:
+    """The stream's decoder as the skeleton feeds it: whole lines, undecoded
+    (:meth:`~vaelii_llm.wire.ndjson.NDJSONDecoder.feed_lines`), so that each
+    is decoded where it is applied, in one pass."""
+
+    __slots__ = ("_wire",)
+
+    def __init__(self, wire: NDJSONDecoder[ChatChunk]) -> None:
+        self._wire = wire
+
+    def feed(self, data: bytes) -> list[bytes]:
+        return self._wire.feed_lines(data)
+
+
+class _LineAssembler:
+    """A :class:`ChatAssembler` as the skeleton drives it: a batch is lines
+    (:meth:`ChatAssembler.feed_lines`)."""
+
+    __slots__ = ("_assembler",)
+
+    def __init__(self, assembler: ChatAssembler) -> None:
+        self._assembler = assembler
+
+    @property
+    def finished(self) -> bool:
+        return self._assembler.finished
+
+    def feed_batch(self, lines: list[bytes]) -> Iterator[StreamItem]:
+        return self._assembler.feed_lines(lines)
+
+    def result(self) -> Response:
+        return self._assembler.result()
+
+
+class OllamaProvider(HTTPProvider[ChatChunk, list[bytes]]):
     """A provider on one Ollama host and model. Build it with :func:`provider`.
 
     Concurrent turns share the provider's connection pool. ``stream`` releases

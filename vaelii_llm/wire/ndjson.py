@@ -11,7 +11,14 @@ Cost is linear in the bytes fed, also for one huge line arriving in many
 chunks: only the newly fed bytes are searched for LF (never the unfinished
 line again), and an unfinished line grows in one ``bytearray``, in place.
 A line over :data:`~vaelii_llm.wire.sse.MAX_EVENT_BYTES` (16 MiB, reasoned
-there) is refused rather than buffered further.
+there) is refused rather than buffered further; the cap is checked for a whole
+chunk before any of its lines is decoded.
+
+:meth:`NDJSONDecoder.feed_lines` hands the whole lines over undecoded, for a
+backend that decodes each one as it applies it (one pass over the stream, no
+list of values kept alive): it splits and caps as :meth:`~NDJSONDecoder.feed`
+does, and :func:`refuse_line` applies the same rule to a line
+that fails.
 """
 
 from __future__ import annotations
@@ -23,12 +30,24 @@ import msgspec
 from vaelii_llm.errors import LLMBadResponse, excerpt
 from vaelii_llm.wire.sse import MAX_EVENT_BYTES
 
-__all__ = ["NDJSONDecoder"]
+__all__ = ["NDJSONDecoder", "refuse_line"]
 
 T = TypeVar("T")
 
 _OPENING: Final = 4096
 """How much of a line over the cap the error carries: enough to recognise it."""
+
+
+def refuse_line(label: str, line: bytes, exc: BaseException) -> None:
+    """The rule for a line that raised ``exc`` when decoded: nothing for a
+    blank line (CR, spaces: skipped), else
+    :class:`~vaelii_llm.errors.LLMBadResponse` naming ``label``, with the
+    line on ``err.text``."""
+    if line.isspace():
+        return
+    raise LLMBadResponse(
+        label, f"sent a line that is not the expected JSON ({excerpt(str(exc), 120)})", line
+    ) from exc
 
 
 class NDJSONDecoder(Generic[T]):
@@ -66,6 +85,22 @@ class NDJSONDecoder(Generic[T]):
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[T]:
         """Take the next chunk of the stream; return the values of the lines it completed."""
+        return self._decode(self._split(data))
+
+    def feed_lines(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """:meth:`feed`, with each whole line handed over undecoded.
+
+        For a backend that decodes each line as it applies it (one pass, no
+        list of values kept): the lines may include blank ones, which the
+        caller skips (an empty one) or hands to :func:`refuse_line` when it
+        fails to decode, so the same rules and refusals apply as in
+        :meth:`feed`. The cap is checked here, as :meth:`feed` checks it:
+        before any line of the chunk is handed over.
+        """
+        return self._split(data)
+
+    def _split(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Buffer ``data``; return the whole lines it completed (cap checked)."""
         if self._ended:
             raise RuntimeError("NDJSONDecoder.feed() called after the end of the stream")
         buf = self._buf
@@ -73,7 +108,9 @@ class NDJSONDecoder(Generic[T]):
             self._ended = True
             last = bytes(buf)
             buf.clear()
-            return self._decode([last], len(last) > self._max)
+            if len(last) > self._max:
+                self._refuse(last)
+            return [last]
         if not isinstance(data, bytes):
             data = bytes(data)
         # Only the new bytes are searched and split: the unfinished line in
@@ -90,23 +127,24 @@ class NDJSONDecoder(Generic[T]):
             lines[0] = bytes(buf) + lines[0]
             buf.clear()
         buf += partial
-        values = self._decode(lines, held + len(data) > self._max)
+        if held + len(data) > self._max:  # rare: only a chunk that could hold an over-cap line
+            for line in lines:
+                if len(line) > self._max:
+                    self._refuse(line)
         if len(buf) > self._max:
             self._refuse(buf)
-        return values
+        return lines
 
-    def _decode(self, lines: list[bytes], check_cap: bool) -> list[T]:
+    def _decode(self, lines: list[bytes]) -> list[T]:
         """Decode whole lines, skipping blank ones. The hot loop: one test and one call per line.
 
         A line of only whitespace never decodes (it holds no JSON value), so it
         is recognised on that failure, and the loop resumes after it: the
         common line pays no whitespace scan.
         """
-        if check_cap:  # rare: only a chunk that could hold an over-cap line
-            for line in lines:
-                if len(line) > self._max:
-                    self._refuse(line)
         values: list[T] = []
+        if not lines:
+            return values
         append = values.append
         decode = self._decoder.decode
         line = b""
@@ -118,13 +156,7 @@ class NDJSONDecoder(Generic[T]):
                         append(decode(line))
                 return values
             except Exception as exc:  # a hostile line may raise anything: RecursionError…
-                if line.isspace():
-                    continue  # a blank line (CR, spaces): skipped, as the rules say
-                raise LLMBadResponse(
-                    self._label,
-                    f"sent a line that is not the expected JSON ({excerpt(str(exc), 120)})",
-                    line,
-                ) from exc
+                refuse_line(self._label, line, exc)
 
     def _refuse(self, line: bytes | bytearray) -> None:
         raise LLMBadResponse(
