@@ -829,8 +829,8 @@ async def test_cancellation_propagates_and_stops_the_worker(nursery: KB) -> None
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert time.perf_counter() - start < 2.0  # the read itself would run ~20 s
-    assert await asyncio.to_thread(stopped.wait, 2.0)  # the generator was closed
+    assert time.perf_counter() - start < 10.0  # well before the read's own ~20 s
+    assert await asyncio.to_thread(stopped.wait, 10.0)  # the generator was closed
 
 
 # -- never raises --------------------------------------------------------------------
