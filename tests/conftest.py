@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -53,6 +54,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+
+@pytest.fixture
+def ctrl_c_reaches_children() -> Iterator[None]:
+    """Children started in the test meet SIGINT as from a terminal (it stops
+    them), even when this run ignores it.
+
+    A shell without job control starts a background job (``pytest &``, two CI
+    lanes at once) with SIGINT ignored, and a child inherits an ignored signal
+    through exec: a server stopped with SIGINT, as Ctrl-C stops it, would
+    never hear it (uvloop's spawn resets signals, asyncio's does not). With a
+    handler installed here instead, every exec'd child starts with SIGINT at
+    its default; the run's own disposition comes back afterwards.
+    """
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # aioresponses 0.7.9 builds aiohttp.ClientResponse without the `stream_writer`

@@ -52,6 +52,7 @@ from typing import Any
 import jiter
 from anthropic_fake import Event, Transcript
 from hypothesis import strategies as st
+from hypothesis_helpers import recursive
 
 __all__ = [
     "Plan",
@@ -437,7 +438,7 @@ _words = st.text(
     alphabet=st.sampled_from(list(string.ascii_letters + '  ,.é—\n"\\/{}ü😀\u2028')), max_size=60
 )
 _ident = st.text(alphabet=st.sampled_from(string.ascii_lowercase + "_"), min_size=1, max_size=8)
-_json = st.recursive(
+_json = recursive(
     st.none()
     | st.booleans()
     | st.integers(-(10**9), 10**9)

@@ -811,17 +811,26 @@ async def test_choosing_the_backend_and_its_first_turn_run_ant_once(
 async def test_a_turn_waiting_on_the_ant_cli_when_the_provider_closes_is_llm_closed(
     bin_dir: Path, tmp_path: Path
 ) -> None:
-    started = tmp_path / "started"
-    fake_ant(bin_dir, f': > {started}\n{SLEEP} 0.5\nprintf "{SECRET}\\n"\n')
+    started, go = tmp_path / "started", tmp_path / "go"
+    # The CLI answers only once the provider has closed (the test says when,
+    # not a fixed sleep a loaded machine could outrun); 30 s at the most.
+    fake_ant(
+        bin_dir,
+        f": > {started}\ni=0\n"
+        f"while [ ! -e {go} ] && [ $i -lt 3000 ]; do {SLEEP} 0.01; i=$((i+1)); done\n"
+        f'printf "{SECRET}\\n"\n',
+    )
     api = FakeMessagesAPI(transcript=generate(random.Random(21), kinds=["text"]))
     async with serving(api) as url:
         p = AnthropicProvider(base_url=url)
         turn = asyncio.create_task(p.complete(req()))
-        for _ in range(500):  # until the CLI runs
+        for _ in range(1000):  # until the CLI runs
             if started.exists():
                 break
             await asyncio.sleep(0.01)
+        assert started.exists()
         await p.aclose()
+        go.touch()
         with pytest.raises(LLMClosed):
             await turn
     assert api.seen == []  # nothing went out after the close

@@ -20,6 +20,7 @@ import pytest
 from edn_format import Keyword, Symbol
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_helpers import recursive
 
 from vaelii_llm import edn
 from vaelii_llm.edn import CUT_MARKER, MAX_DEPTH, EDNRefusal
@@ -42,14 +43,14 @@ leaves = st.one_of(
     symbols,
     keywords,
 )
-hashables = st.recursive(
+hashables = recursive(
     leaves,
     lambda inner: st.one_of(
         st.lists(inner, max_size=4).map(tuple), st.frozensets(inner, max_size=4)
     ),
     max_leaves=12,
 )
-values = st.recursive(
+values = recursive(
     leaves,
     lambda inner: st.one_of(
         st.lists(inner, max_size=6),

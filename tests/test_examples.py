@@ -188,6 +188,7 @@ async def test_vote_runs_over_configured_loopback_hosts() -> None:
     assert len(server.bodies) == 3
 
 
+@pytest.mark.usefixtures("ctrl_c_reaches_children")
 async def test_web_backend_serves_on_the_stub_and_closes_its_provider_on_ctrl_c() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(EXAMPLES / "web_backend.py"), "--port", "0", env=stub_env(),

@@ -172,6 +172,7 @@ async def test_the_ask_block_prints_what_the_readme_shows(ollama: FakeOllama) ->
     assert out == shown.group("body")
 
 
+@pytest.mark.usefixtures("ctrl_c_reaches_children")
 async def test_the_web_backend_blocks_serve_what_they_say(ollama: FakeOllama) -> None:
     [(_, _, serve_block)] = [b for b in blocks("sh") if "web_backend.py" in b[2]]
     [(_, _, curl_block)] = [b for b in blocks("sh") if "curl" in b[2]]

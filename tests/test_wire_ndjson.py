@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_helpers import recursive
 
 from vaelii_llm.errors import LLMBadResponse
 from vaelii_llm.wire import MAX_EVENT_BYTES, NDJSONDecoder
@@ -138,7 +139,7 @@ def test_one_huge_line_decodes_in_linear_time() -> None:
 
 # --- properties ---------------------------------------------------------------
 
-_json = st.recursive(
+_json = recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**63), max_value=2**63 - 1)

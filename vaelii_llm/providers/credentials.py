@@ -40,6 +40,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -205,13 +206,7 @@ async def from_ant(timeout_s: float = ANT_TIMEOUT_S) -> Credential | None:
 
 async def _run_ant(timeout_s: float) -> Credential | None:
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *ANT_COMMAND,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = await _spawn_ant()
     except OSError as exc:  # not installed, not executable
         log.debug("the ant CLI could not be started (%s)", type(exc).__name__)
         return None
@@ -227,7 +222,7 @@ async def _run_ant(timeout_s: float) -> Credential | None:
         return None
     finally:
         if not finished:
-            await _kill(proc)
+            await _uncancelled(_kill(proc))
     if status != 0:
         log.debug("the ant CLI exited with status %d; treated as no credential", status)
         return None
@@ -235,6 +230,56 @@ async def _run_ant(timeout_s: float) -> Credential | None:
     if not token:
         return None
     return Credential(token, "oauth", "ant CLI")
+
+
+async def _spawn_ant() -> asyncio.subprocess.Process:
+    """Start the CLI; a cancellation mid-spawn still ends with the child reaped.
+
+    The spawn runs in its own task that a cancellation does not reach: cut
+    short, a loop's spawn kills the child but need not reap it (uvloop leaves
+    it a zombie until a later SIGCHLD, or for good once the transport is
+    collected). So on cancellation the spawn is let finish, the child it
+    started is killed and reaped, and the cancellation then propagates.
+    """
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *ANT_COMMAND,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    )
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        await _uncancelled(_reap_spawned(spawn))
+        raise
+
+
+async def _reap_spawned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """Wait for a spawn to finish; kill and reap the child it started, if any."""
+    await asyncio.wait([spawn])
+    if spawn.cancelled() or spawn.exception() is not None:
+        return  # no child was started (an OSError: the CLI is absent)
+    await _kill(spawn.result())
+
+
+async def _uncancelled(cleanup: Coroutine[object, object, None]) -> None:
+    """Run ``cleanup`` to its end even if the awaiting task is cancelled again
+    meanwhile; such a cancellation is passed on once the cleanup is done."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                break
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    task.result()
 
 
 async def _read_capped(stream: asyncio.StreamReader) -> bytes:
@@ -251,8 +296,9 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
     """Kill the child's process group (a wrapper script's own children
     included) and reap the child.
 
-    Runs in ``finally``, so also while a cancellation unwinds: the wait is
-    short, since SIGKILL cannot be ignored, and it leaves no zombie behind.
+    Runs while a cancellation unwinds too (under :func:`_uncancelled`, so a
+    second cancellation cannot cut the reap short): the wait is short, since
+    SIGKILL cannot be ignored, and it leaves no zombie behind.
     """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         if hasattr(os, "killpg"):
