@@ -14,12 +14,22 @@ held to the same deadline.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from vaelii_llm.kb.store import KB, KEY_POSITIONS, Rule, symbol
 
-__all__ = ["Clock", "ClockOut", "Foreign", "Search", "Var", "candidates", "unify"]
+__all__ = [
+    "Clock",
+    "ClockOut",
+    "Foreign",
+    "Search",
+    "Var",
+    "answer_bindings",
+    "candidates",
+    "order_goals",
+    "unify",
+]
 
 
 class ClockOut(Exception):
@@ -185,6 +195,30 @@ def to_edn(kb: KB, x: Any) -> Any:
     return tuple(to_edn(kb, y) for y in x)
 
 
+def order_goals(goals: tuple[Any, ...], b: Bindings, different: int | None) -> tuple[Any, ...]:
+    """``goals`` with the one to work on next first: the goal with the most bound
+    arguments (fewest candidates); a ``(different ...)`` test waits until its
+    arguments are bound. Every search strategy orders goals this one way."""
+    best_i, best_score = 0, -2
+    for i, goal in enumerate(goals):
+        g = subst(goal, b)
+        bound = sum(1 for x in g[1:] if type(x) is not Var)
+        if different is not None and g[0] == different:
+            score = 100 if bound == len(g) - 1 else -1
+        else:
+            score = bound
+        if score > best_score:
+            best_i, best_score = i, score
+    if best_i == 0:
+        return goals
+    return (goals[best_i], *goals[:best_i], *goals[best_i + 1 :])
+
+
+def answer_bindings(kb: KB, names: Mapping[str, Var], b: Mapping[Var, Any]) -> dict[Any, Any]:
+    """An answer's bindings as EDN: each goal variable's name to what it is bound to."""
+    return {symbol(name): to_edn(kb, subst(v, dict(b))) for name, v in names.items()}
+
+
 class Search:
     """One backward-chaining search: contexts, depth bound, clock, an excluded handle."""
 
@@ -224,7 +258,7 @@ class Search:
             return
         self.clock.check()
         if len(goals) > 1:
-            goals = self._order(goals, b)
+            goals = order_goals(goals, b, self.different)
         goal, rest = goals[0], goals[1:]
         g = subst(goal, b)
         if self.different is not None and g and g[0] == self.different:
@@ -257,23 +291,6 @@ class Search:
                 ants, b2, depth + 1, (*support, rule.handle), max(used, depth + 1)
             ):
                 yield from self.solve(rest, b3, depth, sup, u)
-
-    def _order(self, goals: tuple[Any, ...], b: Bindings) -> tuple[Any, ...]:
-        # the goal with the most bound arguments first (fewest candidates); a
-        # (different ...) test waits until its arguments are bound
-        best_i, best_score = 0, -2
-        for i, goal in enumerate(goals):
-            g = subst(goal, b)
-            bound = sum(1 for x in g[1:] if type(x) is not Var)
-            if self.different is not None and g[0] == self.different:
-                score = 100 if bound == len(g) - 1 else -1
-            else:
-                score = bound
-            if score > best_score:
-                best_i, best_score = i, score
-        if best_i == 0:
-            return goals
-        return (goals[best_i], *goals[:best_i], *goals[best_i + 1 :])
 
     def prove(self, goal: tuple[Any, ...], depth: int = 0) -> bool:
         for _ in self.solve((goal,), {}, depth, (), 0):

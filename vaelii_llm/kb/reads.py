@@ -8,7 +8,7 @@ op's name, kind, options and clock are declared at its definition (`op`).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, overload
 
 from vaelii_llm.kb import args as arg
@@ -28,6 +28,7 @@ from vaelii_llm.kb.query import (
     ClockOut,
     Search,
     Var,
+    answer_bindings,
     candidates,
     rename,
     subst,
@@ -38,7 +39,6 @@ from vaelii_llm.kb.store import (
     KEY_POSITIONS,
     LIVE,
     Subscription,
-    symbol,
     term_name,
 )
 from vaelii_llm.kb.types import (
@@ -204,7 +204,7 @@ def _ask(
         for b, support, _ in search.solve(pats, {}, 0, (), 0):
             n += 1
             kb.stats["realized"] += 1
-            yield Answer(_bindings(kb, names, b), support, 0)
+            yield Answer(answer_bindings(kb, names, b), support, 0)
     except ClockOut:
         yield Cut("max-ms", clock.budget_ms or 0, n)
 
@@ -223,10 +223,6 @@ def ask_all(kb: KB, context: Context, *sentences: Sentence) -> Iterator[Answer |
     names: dict[str, Var] = {}
     pats = tuple(arg.pattern(kb, s, names) for s in sents)
     return _ask(kb, pats, names, cids, arg.clock(ask_all))
-
-
-def _bindings(kb: KB, names: Mapping[str, Var], b: Mapping[Var, Any]) -> dict[Any, Any]:
-    return {symbol(name): to_edn(kb, subst(v, dict(b))) for name, v in names.items()}
 
 
 @op("query", kind=READ, opts=ProofOpts, clocked=True)
@@ -274,7 +270,7 @@ def _query(
             seen.add(key)
             n += 1
             kb.stats["realized"] += 1
-            yield Answer(_bindings(kb, names, b), support, used)
+            yield Answer(answer_bindings(kb, names, b), support, used)
     except ClockOut:
         yield Cut("max-ms", clock.budget_ms or 0, n)
         return

@@ -45,7 +45,9 @@ from vaelii_llm.kb.query import (
     ClockOut,
     Search,
     Var,
+    answer_bindings,
     candidates,
+    order_goals,
     rename,
     subst,
     to_edn,
@@ -284,7 +286,7 @@ class Prover:
         frames, b = state[0], state[1]
         goals, depth = frames[0]
         if len(goals) > 1:
-            goals = self._order(goals, b)
+            goals = order_goals(goals, b, self.different)
         rest = goals[1:]
         tail: Frames = (((rest, depth), *frames[1:])) if rest else frames[1:]
         return goals[0], depth, tail
@@ -339,22 +341,6 @@ class Prover:
                 "rule"
             ), rule.handle
 
-    def _order(self, goals: tuple[Any, ...], b: dict[Var, Any]) -> tuple[Any, ...]:
-        # as the engine's Search orders them: the goal with the most bound arguments
-        # first; a (different ...) test waits until its arguments are bound
-        best_i, best_score = 0, -2
-        for i, goal in enumerate(goals):
-            g = subst(goal, b)
-            bound = sum(1 for x in g[1:] if type(x) is not Var)
-            if self.different is not None and g[0] == self.different:
-                score = 100 if bound == len(g) - 1 else -1
-            else:
-                score = bound
-            if score > best_score:
-                best_i, best_score = i, score
-        if best_i == 0:
-            return goals
-        return (goals[best_i], *goals[:best_i], *goals[best_i + 1 :])
 
 
 def _traced(
@@ -435,13 +421,9 @@ def _goal(kb: KB, x: Any, what: str = "goal") -> tuple[Any, ...]:
     return sent
 
 
-def _bindings(kb: KB, names: Mapping[str, Var], b: Mapping[Var, Any]) -> dict[Any, Any]:
-    return {symbol(name): to_edn(kb, subst(v, dict(b))) for name, v in names.items()}
-
-
 def _answer(kb: KB, names: Mapping[str, Var], state: State) -> Answer:
     kb.stats["realized"] += 1
-    return Answer(_bindings(kb, names, state[1]), state[2], state[3])
+    return Answer(answer_bindings(kb, names, state[1]), state[2], state[3])
 
 
 def _is_ground(p: Any) -> bool:
@@ -505,7 +487,7 @@ def query_status(
     try:
         search = Search(kb, cids, depth, clock)
         for b, support, used in search.solve((pat,), {}, 0, (), 0):
-            proof = Answer(_bindings(kb, names, b), support, used)
+            proof = Answer(answer_bindings(kb, names, b), support, used)
             break
         depth_hit = search.depth_hit and proof is None
         if _is_ground(pat):
@@ -513,7 +495,7 @@ def query_status(
             neg = _negation(kb, pat)
             against = Search(kb, cids, depth, clock)
             for b, support, used in against.solve((neg,), {}, 0, (), 0):
-                refutation = Answer(_bindings(kb, neg_names, b), support, used)
+                refutation = Answer(answer_bindings(kb, neg_names, b), support, used)
                 break
             depth_hit = depth_hit or (against.depth_hit and refutation is None)
     except ClockOut:
@@ -680,7 +662,7 @@ def search_tree(
             node.children.append(child)
             if child.goal is None:
                 child.done = True
-                child.bindings = _bindings(kb, names, child_state[1])
+                child.bindings = answer_bindings(kb, names, child_state[1])
                 answers += 1
                 continue
             stack.append((child, prover.expand(child_state)))
@@ -866,7 +848,7 @@ def _within(
                 break
             seen.add(key)
             kb.stats["realized"] += 1
-            out.append(Answer(_bindings(kb, names, b), support, used))
+            out.append(Answer(answer_bindings(kb, names, b), support, used))
     except ClockOut:
         cut = Cut("max-ms", budget, len(out))
     if cut is None and rules and search.depth_hit:
