@@ -6,6 +6,11 @@
 hand over exactly what ``feed`` does, refusals included, on any input and any
 split, with deltas and without. With deltas, the blocks and the final Response are
 what they are without, and each block's deltas, joined, are its text.
+
+One difference is by design and pinned here on its own: ``feed_lines`` does
+not read the fields a line that only continues the open run carries unused
+(its model, ``done_reason``, counts and durations), so a wrong type there is
+not refused, where decoding the whole line refuses it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 from anthropic_fake import generate
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vaelii_llm.errors import LLMBadResponse, LLMError
@@ -271,11 +276,75 @@ def _line(chunk: ChatChunk) -> bytes:
     return msgspec.json.encode(chunk)
 
 
-_lines = st.lists(
-    _chunks.map(_line)
-    | st.sampled_from([b"", b" ", b"\r", b"{not json", b'{"message": {"content": 5}}']),
-    max_size=30,
+_ODD_LINES = [
+    b"", b" ", b"\r", b"{not json", b'{"message": {"content": 5}}',
+    # lines the continuation decoders refuse (each decoded whole instead):
+    b'{"message": {"content": "a", "tool_calls": []}}',
+    b'{"message": {"content": "a", "tool_calls": {}}}',
+    b'{"message": {"content": "a", "thinking": null}}',
+    b'{"message": {"content": "a", "thinking": 5}}',
+    b'{"message": {"thinking": "t", "content": ""}}',
+    b'{"message": {"content": "", "thinking": ""}}',
+    b'{"message": null}',
+    b'{"message": {"content": "a"}, "done": "no"}',
+    b'{"message": {"content": "a"}, "done": null}',
+    b'{"message": {"content": "a"}, "error": "boom"}',
+    b'{"message": {"content": "a"}, "error": 5}',
+    b'{"message": {"content": "a"}, "done": true, "done": false}',
+    b'{"message": {"content": "a"}, "message": {"thinking": "t"}}',
+    b'{"message": {"content": "\\ud800"}}',
+    b'{"message": {"content": "a\xff"}}',
+    b'[{"message": {"content": "a"}}]',
+    # what a continuation carries unused, well typed: accepted either way
+    b'{"model": "x", "message": {"content": "b"}, "eval_count": 3, "done_reason": "stop"}',
+    # unused fields of the wrong type on a line that is never a continuation
+    b'{"done": true, "eval_count": "x"}',
+    b'{"model": 5}',
+]
+_ABSENT = object()
+
+
+def _keys(**choices: list[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Objects with each key drawn from its choices, ``_ABSENT`` leaving it out."""
+    fields = {key: st.sampled_from(values) for key, values in choices.items()}
+    return st.fixed_dictionaries(fields).map(
+        lambda obj: {k: v for k, v in obj.items() if v is not _ABSENT}
+    )
+
+
+_CALLS = [{"function": {"name": "f", "arguments": {}}}]
+_wire_message = _keys(
+    role=["assistant", _ABSENT],
+    content=["a", "b"] * 12 + ["", _ABSENT, _ABSENT, None],
+    thinking=[_ABSENT] * 20 + ["t", "u", "t", "u", ""] + [None],
+    tool_calls=[_ABSENT] * 16 + [None, [], _CALLS],
 )
+_wire_object = st.builds(
+    lambda extra, message: {**extra, **message},
+    _keys(
+        model=[_ABSENT] * 4 + ["m", "n", None],
+        done=[_ABSENT] * 60 + [False] * 6 + [True],
+        error=[_ABSENT] * 60 + [None] * 6 + ["boom"],
+        eval_count=[_ABSENT, 3],
+    ),
+    st.sampled_from([{}, {"message": None}]) | _wire_message.map(lambda m: {"message": m}),
+)
+_wire_done = st.builds(
+    lambda extra, message: {"done": True, **extra, **message},
+    _keys(model=[_ABSENT, "m", "n"], done_reason=["stop", _ABSENT], eval_count=[_ABSENT, 3]),
+    st.sampled_from([{}, {"message": {"role": "assistant", "content": ""}}])
+    | _wire_message.map(lambda m: {"message": m}),
+)
+_wire_lines = st.builds(
+    lambda first, middle, last: [*map(msgspec.json.encode, [first, *middle, *last])],
+    _keys(model=["m", _ABSENT], message=[{"content": "a"}, {"thinking": "t"}]),
+    st.lists(_wire_object, max_size=30),
+    st.builds(lambda done, after: [done, *after], _wire_done, st.lists(_wire_object, max_size=1)),
+)
+"""Lines as Ollama writes them, keys present or absent: after a first line
+that opens a run (naming the model or not), mostly lines that continue or
+change the open run, then mostly a done line."""
+_lines = st.lists(_chunks.map(_line) | st.sampled_from(_ODD_LINES), max_size=30) | _wire_lines
 
 
 def ollama_lines_run(lines: list[bytes], batch: int, deltas: bool = False) -> list[Any]:
@@ -304,12 +373,44 @@ def ollama_lines_run(lines: list[bytes], batch: int, deltas: bool = False) -> li
 
 @settings(max_examples=400, deadline=None)
 @given(_lines, st.integers(1, 10))
+@example(  # the model named first by a line that continues the run
+    [
+        b'{"message": {"content": "a"}}',
+        b'{"model": "m", "message": {"content": "b"}}',
+        b'{"done": true}',
+    ],
+    1,
+)
 def test_chat_assembler_feed_lines_equals_feed(lines: list[bytes], batch: int) -> None:
     plain = ollama_lines_run(lines, 0)
     assert ollama_lines_run(lines, batch) == plain
     with_deltas = ollama_lines_run(lines, batch, deltas=True)
     assert with_deltas == ollama_lines_run(lines, 0, deltas=True)
     check_deltas(with_deltas, plain)
+
+
+@pytest.mark.parametrize(
+    "unused",
+    [b'"model": 5', b'"done_reason": []', b'"eval_count": "x"', b'"total_duration": 1.5'],
+)
+def test_a_continuation_line_is_not_read_for_what_it_carries_unused(unused: bytes) -> None:
+    """The one difference from decoding each line whole, by design: a line that
+    only continues the open run is read for its message alone. Elsewhere (the
+    first line, the done line, a line that changes the run) the same field is
+    refused as the whole decode refuses it."""
+    first = b'{"model": "m", "message": {"content": "a"}}'
+    done = b'{"done": true, "done_reason": "stop"}'
+    odd = b'{"message": {"content": "b"}, ' + unused + b"}"
+    assembler = ChatAssembler("t")
+    assert list(assembler.feed_lines([first, odd, done])) == [TextBlock(text="ab")]
+    assert assembler.result().content == [TextBlock(text="ab")]
+    with pytest.raises(msgspec.ValidationError):  # decoded whole, it is refused
+        CHUNK_DECODER.decode(odd)
+    changes_run = b'{"message": {"thinking": "t"}, ' + unused + b"}"
+    odd_done = done[:-1] + b", " + unused + b"}"
+    for lines in ([odd, done], [first, changes_run, done], [first, odd_done]):
+        with pytest.raises(LLMBadResponse, match="not the expected JSON"):
+            list(ChatAssembler("t").feed_lines(lines))
 
 
 def test_the_streamed_path_decodes_each_line_as_the_decoder_would() -> None:

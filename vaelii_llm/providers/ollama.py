@@ -64,7 +64,7 @@ skeleton's (:mod:`vaelii_llm.providers.http`); this module is the codec
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -354,6 +354,49 @@ _TOOL_CALL_DECODER: Final = msgspec.json.Decoder(_ToolCall)
 _RAW_DECODER: Final = msgspec.json.Decoder(dict[str, Any])
 
 
+class _TextPiece(msgspec.Struct, frozen=True, gc=False,
+                 rename={"piece": "content", "other": "thinking"}):
+    """A message that only continues a text run: text, no thinking, no tool call."""
+
+    piece: str = ""
+    other: Literal[""] = ""
+    tool_calls: None = None
+
+
+class _ThinkingPiece(msgspec.Struct, frozen=True, gc=False,
+                     rename={"piece": "thinking", "other": "content"}):
+    """A message that only continues a thinking run: thinking, no text, no tool call."""
+
+    piece: str = ""
+    other: Literal[""] = ""
+    tool_calls: None = None
+
+
+class _TextLine(msgspec.Struct, frozen=True, gc=False):
+    """A streamed line that only continues the open text run: not done, no error."""
+
+    message: _TextPiece
+    done: Literal[False] = False
+    error: None = None
+
+
+class _ThinkingLine(msgspec.Struct, frozen=True, gc=False):
+    """:class:`_TextLine` for a thinking run."""
+
+    message: _ThinkingPiece
+    done: Literal[False] = False
+    error: None = None
+
+
+_CONTINUATION_DECODERS: Final[dict[str | None, msgspec.json.Decoder[Any]]] = {
+    "text": msgspec.json.Decoder(_TextLine),
+    "thinking": msgspec.json.Decoder(_ThinkingLine),
+}
+"""Per open run, the decoder of a line that only continues it (see
+:meth:`ChatAssembler.feed_lines`): a line it refuses is no plain continuation
+and is decoded whole."""
+
+
 def decode_chunk(data: bytes, ep: transport.Endpoint) -> ChatChunk:
     """One chat object from ``data``; anything that will not decode is
     :class:`~vaelii_llm.errors.LLMBadResponse` with an excerpt."""
@@ -521,57 +564,60 @@ class ChatAssembler:
     def feed_lines(self, lines: Iterable[bytes]) -> Iterator[StreamItem]:
         """:meth:`feed_batch` for a stream's undecoded lines (as
         :meth:`NDJSONDecoder.feed_lines <vaelii_llm.wire.ndjson.NDJSONDecoder.feed_lines>`
-        hands them over), each decoded as :data:`CHUNK_DECODER` decodes it and
-        applied before the next is decoded, under the decoder's rules (an
-        empty line skipped, any other that will not decode left to
-        :func:`~vaelii_llm.wire.ndjson.refuse_line`: a blank one skipped, else
-        refused).
+        hands them over), each applied before the next is decoded: one pass,
+        no chunk outliving its line (a turn's tens of thousands are never
+        held at once).
 
-        The streamed path: one pass over the lines, no chunk outliving its
-        line (a turn's tens of thousands are never held at once), and the
-        same quick step as :meth:`feed_batch` for a chunk that only continues
-        the open run.
+        A line is decoded whole, as :data:`CHUNK_DECODER` decodes it, and
+        under the decoder's rules (an empty line skipped, any other that will
+        not decode left to :func:`~vaelii_llm.wire.ndjson.refuse_line`: a
+        blank one skipped, else refused), except a line that only continues
+        the open run, which is nearly every line of a turn. That one is read
+        by a decoder whose types admit nothing else (a message of the run's
+        kind only, no tool call, not done, no error; any other line fails it
+        and is decoded whole), so its piece is appended with no test in
+        Python. Such a line is read for its message alone: a model,
+        ``done_reason``, count or duration on it is not used (the model is
+        the first line's, the rest the last line's), so it is not read, as
+        ``created_at`` never is.
         """
-        decode = CHUNK_DECODER.decode
+        decode_whole = CHUNK_DECODER.decode
         label = self._label
-        append = self._parts.append
-        run = self._open
-        quick = self._model is not None and not self._done
         deltas = self._deltas
-        for line in lines:
+        rest = iter(lines)
+        while True:
+            run = self._open
+            if run is not None and self._model is not None:
+                decode = _CONTINUATION_DECODERS[run].decode
+                append = self._parts.append
+                index = len(self._blocks)
+                for line in rest:
+                    try:
+                        piece: str = decode(line).message.piece
+                    except Exception:  # no plain continuation: decoded whole below
+                        break
+                    if piece:
+                        append(piece)
+                        if deltas:
+                            yield (
+                                TextDelta(index=index, text=piece)
+                                if run == "text"
+                                else ThinkingDelta(index=index, thinking=piece)
+                            )
+                else:
+                    return
+            else:
+                next_line = next(rest, None)
+                if next_line is None:
+                    return
+                line = next_line
             try:
-                chunk = decode(line)
+                chunk = decode_whole(line)
             except Exception as exc:  # a hostile line may raise anything
                 if line:  # an empty line is skipped; refuse_line skips a blank one
                     refuse_line(label, line, exc)
                 continue
-            message = chunk.message
-            if (
-                message is not None
-                and quick
-                and not chunk.done
-                and chunk.error is None
-                and not message.tool_calls
-            ):
-                content = message.content
-                if not message.thinking:
-                    if not content:
-                        continue
-                    if run == "text":
-                        append(content)
-                        if deltas:
-                            yield TextDelta(index=len(self._blocks), text=content)
-                        continue
-                elif not content and run == "thinking":
-                    thinking = message.thinking
-                    append(thinking)
-                    if deltas:
-                        yield ThinkingDelta(index=len(self._blocks), thinking=thinking)
-                    continue
             yield from self.feed(chunk)
-            append = self._parts.append
-            run = self._open
-            quick = self._model is not None and not self._done
 
     def result(self) -> Response:
         """The whole turn; LLMBadResponse when ``done: true`` never came."""
