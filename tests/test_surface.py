@@ -119,6 +119,7 @@ MODULES = [
     "vaelii_llm.providers.stub", "vaelii_llm.providers.hosts", "vaelii_llm.providers.http",
     "vaelii_llm.providers.ollama",
     "vaelii_llm.providers.anthropic", "vaelii_llm.providers.credentials", "vaelii_llm.transport",
+    "vaelii_llm.timers",
     "vaelii_llm.wire", "vaelii_llm.wire.sse", "vaelii_llm.wire.ndjson", "vaelii_llm.pool",
     "vaelii_llm.engine", "vaelii_llm.tools", "vaelii_llm.edn", "vaelii_llm.kb", "vaelii_llm.cli",
     "vaelii_llm.integrations", "vaelii_llm.integrations.mcp", "vaelii_llm.integrations.pydantic_ai",

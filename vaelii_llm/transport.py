@@ -7,7 +7,8 @@ or through :func:`decode_json` with its own typed decoder.
 
 Deadlines. A turn has one absolute :class:`Deadline`, computed once from its
 ``timeout_ms``. Waiting for the response headers and every read of the body
-happen under ``asyncio.timeout_at(deadline.when)``, so a far end that drips a
+happen under :func:`vaelii_llm.timers.timeout_at` (``asyncio.timeout_at``'s
+behaviour on one loop timer shared by every turn), so a far end that drips a
 byte a second, or sends SSE pings forever, ends in :class:`LLMTimeout` when the
 budget is spent. aiohttp's own read timers are off: ``sock_read`` restarts on
 every chunk, so it never fires on a drip. Connecting has its own fixed bound,
@@ -75,7 +76,7 @@ import aiohttp
 import msgspec
 from multidict import CIMultiDict
 
-from vaelii_llm import __version__
+from vaelii_llm import __version__, timers
 from vaelii_llm.errors import (
     LLMApiError,
     LLMBadCredential,
@@ -273,9 +274,9 @@ async def send_request(
     docstring.
     """
     sent = _outgoing(session, headers, body)
-    timer = asyncio.timeout_at(deadline.when)
+    timer = timers.timeout_at(deadline.when)
     try:
-        async with timer:
+        with timer:
             response = await session.request(
                 method, url, data=body, headers=sent, allow_redirects=False
             )
@@ -325,9 +326,9 @@ async def read_body(
             )
         chunks: list[bytes] = []
         size = 0
-        timer = asyncio.timeout_at(deadline.when)
+        timer = timers.timeout_at(deadline.when)
         try:
-            async with timer:
+            with timer:
                 while chunk := await response.content.readany():
                     size += len(chunk)
                     if size > max_bytes:
@@ -398,11 +399,11 @@ async def request_json(
     """
     sent = _outgoing(session, headers, body)
     label = endpoint.label
-    timer = asyncio.timeout_at(deadline.when)
+    timer = timers.timeout_at(deadline.when)
     response: aiohttp.ClientResponse | None = None
     chunks: list[bytes] = []
     try:
-        async with timer:
+        with timer:
             response = await session.request(
                 method, url, data=body, headers=sent, allow_redirects=False
             )
@@ -499,9 +500,10 @@ async def _chunks(
 ) -> AsyncGenerator[bytes, None]:
     """The body's bytes as they arrive, each wait bounded by the deadline.
 
-    Bytes already buffered are taken without a wait (and without arming a
-    timer); only an actual wait runs under ``asyncio.timeout_at``, which never
-    spans a ``yield``. A body that keeps flowing past the deadline is cut too.
+    Bytes already buffered are taken without a wait (and without entering a
+    timer); only an actual wait runs under
+    :func:`~vaelii_llm.timers.timeout_at`, which never spans a ``yield``. A
+    body that keeps flowing past the deadline is cut too.
     """
     loop = asyncio.get_running_loop()
     content = response.content
@@ -517,8 +519,8 @@ async def _chunks(
         try:
             chunk = content.read_nowait()
             if not chunk:
-                timer = asyncio.timeout_at(deadline.when)
-                async with timer:
+                timer = timers.timeout_at(deadline.when)
+                with timer:
                     chunk = await content.readany()
         except (aiohttp.ClientError, OSError) as exc:
             response.close()

@@ -1,0 +1,220 @@
+"""``timers.timeout_at`` behaves as ``asyncio.timeout_at`` does, on one shared loop timer.
+
+Each behaviour is checked against asyncio's own ``timeout_at`` where the two
+can be run side by side; the rest (the heap kept short, nothing held while
+idle) is what sharing adds. No test here asserts a wall-clock window: a
+deadline that must pass is milliseconds away and the work it cuts would take
+a minute, and a deadline that must not pass is a minute away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import pytest
+
+from vaelii_llm import timers
+
+FAR = 60.0  # seconds: a deadline that never passes in a test, and work that never ends
+NEAR = 0.01
+
+
+def ours(when: float) -> AbstractAsyncContextManager[Any]:
+    @asynccontextmanager
+    async def block() -> Any:
+        with timers.timeout_at(when) as timer:
+            yield timer
+
+    return block()
+
+
+BOTH: list[Callable[[float], AbstractAsyncContextManager[Any]]] = [asyncio.timeout_at, ours]
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+@pytest.mark.parametrize("timeout_at", BOTH, ids=["asyncio", "ours"])
+async def test_the_deadline_cuts_the_block_with_a_timeout_error(
+    timeout_at: Callable[[float], AbstractAsyncContextManager[Any]],
+) -> None:
+    with pytest.raises(TimeoutError) as caught:
+        async with timeout_at(now() + NEAR) as timer:
+            await asyncio.sleep(FAR)
+    assert timer.expired()
+    assert isinstance(caught.value.__cause__, asyncio.CancelledError)
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0  # its cancellation taken back
+
+
+@pytest.mark.parametrize("timeout_at", BOTH, ids=["asyncio", "ours"])
+async def test_a_block_that_ends_in_time_is_untouched(
+    timeout_at: Callable[[float], AbstractAsyncContextManager[Any]],
+) -> None:
+    async with timeout_at(now() + FAR) as timer:
+        await asyncio.sleep(0)
+    assert not timer.expired()
+    await asyncio.sleep(NEAR * 2)  # nothing fires later either
+
+
+@pytest.mark.parametrize("timeout_at", BOTH, ids=["asyncio", "ours"])
+async def test_a_deadline_already_past_cuts_at_the_next_wait(
+    timeout_at: Callable[[float], AbstractAsyncContextManager[Any]],
+) -> None:
+    with pytest.raises(TimeoutError):
+        async with timeout_at(now() - 1):
+            await asyncio.sleep(FAR)
+
+
+@pytest.mark.parametrize("timeout_at", BOTH, ids=["asyncio", "ours"])
+async def test_a_cancellation_from_outside_is_not_a_timeout(
+    timeout_at: Callable[[float], AbstractAsyncContextManager[Any]],
+) -> None:
+    timers_seen: list[Any] = []
+
+    async def body() -> None:
+        async with timeout_at(now() + FAR) as timer:
+            timers_seen.append(timer)
+            await asyncio.sleep(FAR)
+
+    task = asyncio.create_task(body())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not timers_seen[0].expired()
+
+
+@pytest.mark.parametrize("timeout_at", BOTH, ids=["asyncio", "ours"])
+async def test_a_cancellation_from_outside_at_the_deadline_still_propagates(
+    timeout_at: Callable[[float], AbstractAsyncContextManager[Any]],
+) -> None:
+    """The deadline passes and the task is also cancelled from outside: the
+    outer request wins, so the caller's cancellation is never swallowed."""
+    expiring = asyncio.Event()
+
+    async def body() -> None:
+        async with timeout_at(now() - 1):
+            expiring.set()
+            await asyncio.sleep(FAR)
+
+    task = asyncio.create_task(body())
+    await expiring.wait()  # entered: the past deadline is cancelling it at the next step
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.parametrize("timeout_at", BOTH, ids=["asyncio", "ours"])
+async def test_nested_blocks_each_answer_for_their_own_deadline(
+    timeout_at: Callable[[float], AbstractAsyncContextManager[Any]],
+) -> None:
+    async with timeout_at(now() + FAR) as outer:
+        with pytest.raises(TimeoutError):
+            async with timeout_at(now() + NEAR) as inner:
+                await asyncio.sleep(FAR)
+    assert inner.expired()
+    assert not outer.expired()
+
+    outer = timeout_at(now() + NEAR)
+    with pytest.raises(TimeoutError):
+        async with outer as outer_timer, timeout_at(now() + FAR) as inner_timer:
+            await asyncio.sleep(FAR)
+    assert outer_timer.expired()
+    assert not inner_timer.expired()
+
+
+async def test_many_blocks_at_once_each_expire_exactly_when_theirs_passes() -> None:
+    """Four hundred blocks on one loop, deadlines near and far in random order:
+    every one with a near deadline is cut, none with a far one is, and each
+    was cut no earlier than its own deadline (less the loop's clock
+    resolution, by which asyncio runs a timer early)."""
+    loop = asyncio.get_running_loop()
+    rng = random.Random(7)
+    early = getattr(loop, "_clock_resolution", 1e-3)
+    outcomes: dict[int, tuple[str, float, float]] = {}
+
+    async def block(n: int, delay: float, work: float) -> None:
+        when = now() + delay
+        try:
+            with timers.timeout_at(when):
+                await asyncio.sleep(work)
+            outcomes[n] = ("done", when, now())
+        except TimeoutError:
+            outcomes[n] = ("cut", when, now())
+
+    plans = []
+    for n in range(400):
+        if rng.random() < 0.5:
+            plans.append((n, rng.uniform(0, 0.05), FAR))  # near deadline, endless work
+        else:
+            plans.append((n, FAR, rng.uniform(0, 0.05)))  # far deadline, short work
+    async with asyncio.timeout(FAR / 2):
+        await asyncio.gather(*(block(*plan) for plan in plans))
+    for n, delay, _ in plans:
+        kind, when, at = outcomes[n]
+        assert kind == ("cut" if delay < FAR else "done"), n
+        if kind == "cut":
+            assert at >= when - early, (n, at, when)
+
+
+async def test_the_heap_stays_short_while_blocks_come_and_go() -> None:
+    """Ten thousand blocks enter and leave under one that stays: the heap is
+    rebuilt before it is mostly leftovers, so it never holds more than about
+    twice the live blocks (plus the floor under which it is not swept)."""
+    loop = asyncio.get_running_loop()
+    with timers.timeout_at(now() + FAR):
+        watch = timers._watch(loop)
+        longest = 0
+        for _ in range(10_000):
+            with timers.timeout_at(now() + FAR):
+                longest = max(longest, len(watch._heap))
+        assert longest <= timers._COMPACT_AT + 2
+
+
+async def test_an_idle_loop_holds_no_timer_and_no_watch() -> None:
+    """After blocks that ended in time and one that was cut, nothing of ours
+    is left on the loop: the watch is gone, so no timer of it is armed."""
+    loop = asyncio.get_running_loop()
+    with timers.timeout_at(now() + FAR):  # held across the others: one watch throughout
+        held = timers._watches[loop]
+        assert held() is not None
+        with timers.timeout_at(now() + FAR):
+            pass
+        with pytest.raises(TimeoutError), timers.timeout_at(now() + NEAR):
+            await asyncio.sleep(FAR)
+        with timers.timeout_at(now() + FAR):
+            pass
+    gc.collect()
+    assert held() is None  # no armed timer (nor anything else) keeps it
+
+
+async def test_a_block_is_entered_once_and_only_inside_a_task() -> None:
+    block = timers.timeout_at(now() + FAR)
+    with block, pytest.raises(RuntimeError, match="once"), block:
+        pass
+
+    def outside() -> None:
+        with timers.timeout_at(0):
+            pass
+
+    refused: list[BaseException] = []
+
+    def call() -> None:  # a loop callback: a running loop, but no task
+        try:
+            outside()
+        except RuntimeError as exc:
+            refused.append(exc)
+
+    asyncio.get_running_loop().call_soon(call)
+    await asyncio.sleep(0)
+    assert len(refused) == 1
+    assert "inside a task" in str(refused[0])
+

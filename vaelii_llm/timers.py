@@ -1,0 +1,176 @@
+"""Deadlines on one loop timer: :func:`timeout_at`, as ``asyncio.timeout_at`` behaves.
+
+Every turn reads its headers and its body under its deadline. With
+``asyncio.timeout_at`` each of those blocks schedules a timer of its own on
+the loop and cancels it on the way out: a ``TimerHandle`` made, pushed on the
+loop's heap, cancelled and later swept off it. On a small turn that is about
+a tenth of the client's work (9 µs of 87 per turn at concurrency 32, measured
+by ``tests/bench/bench_ollama.py``'s setup). Here the blocks running on a
+loop share one loop timer, armed for the earliest deadline among them: a
+block's entry is a push on a heap of plain tuples, its exit a flag, and the
+loop timer moves only when a block with an earlier deadline enters.
+
+What a block sees is what ``asyncio.timeout_at`` gives: at its deadline its
+task is cancelled; the ``CancelledError`` that ends the block leaves it as
+``TimeoutError`` (``__cause__`` the cancellation), and :meth:`Timeout.expired`
+says so; a cancellation from elsewhere propagates untouched, also when the
+deadline passes at the same moment (``Task.cancelling`` counts the requests).
+A deadline already past cancels at the loop's next step. Unlike asyncio's it
+is a plain (synchronous) context manager: entering and leaving await nothing.
+
+Exited blocks leave their entries on the heap until the heap is more than
+half such entries, then it is rebuilt from the live ones (amortised constant
+per block); when no block is live the heap is emptied and the loop timer
+cancelled, so an idle loop holds no timer of ours, and nothing here keeps a
+loop alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import weakref
+from types import TracebackType
+from typing import Final
+
+__all__ = ["Timeout", "timeout_at"]
+
+_ENTERED: Final = 1
+_EXPIRED: Final = 2
+_EXITED: Final = 3
+
+_COMPACT_AT: Final = 64
+"""A heap shorter than this is never rebuilt: sweeping it would cost more than it holds."""
+
+
+class Timeout:
+    """One block under a deadline (see the module docstring); made by :func:`timeout_at`."""
+
+    __slots__ = ("_cancelling", "_state", "_task", "_watch", "when")
+
+    def __init__(self, when: float) -> None:
+        self.when = when
+        self._state = 0
+        self._task: asyncio.Task[object] | None = None
+        self._cancelling = 0
+        self._watch: _Watch | None = None
+
+    def expired(self) -> bool:
+        """Whether the deadline passed while the block ran (its task was cancelled for it)."""
+        return self._state == _EXPIRED
+
+    def __enter__(self) -> Timeout:
+        if self._state:
+            raise RuntimeError("a Timeout is entered once")
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("timeout_at() must be used inside a task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._state = _ENTERED
+        watch = self._watch = _watch(asyncio.get_running_loop())
+        watch.add(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state == _ENTERED:
+            self._state = _EXITED
+            assert self._watch is not None
+            self._watch.left()
+            return
+        assert self._task is not None
+        # Expired: the cancellation was ours unless another is still pending.
+        if (
+            self._task.uncancel() <= self._cancelling
+            and exc_type is not None
+            and issubclass(exc_type, asyncio.CancelledError)
+        ):
+            raise TimeoutError("the deadline passed") from exc
+
+    def _expire(self) -> None:
+        """Called at the deadline by the loop's watch, for a block still running."""
+        self._state = _EXPIRED
+        assert self._task is not None
+        self._task.cancel()
+
+
+def timeout_at(when: float) -> Timeout:
+    """A block whose task is cancelled at ``when`` (the running loop's clock),
+    the cancellation leaving it as ``TimeoutError``: ``with timeout_at(t) as timer:``."""
+    return Timeout(when)
+
+
+class _Watch:
+    """One loop's deadlines: a heap of ``(when, id, block)`` and one loop timer
+    armed for the earliest entry. Touched only from its loop's thread."""
+
+    __slots__ = ("__weakref__", "_armed", "_handle", "_heap", "_live")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Timeout]] = []
+        self._live = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed = 0.0
+
+    def add(self, block: Timeout) -> None:
+        when = block.when
+        heapq.heappush(self._heap, (when, id(block), block))
+        self._live += 1
+        if self._handle is None or when < self._armed:
+            self._arm(when)
+
+    def left(self) -> None:
+        """A block exited before its deadline; its entry stays until swept."""
+        self._live -= 1
+        if not self._live:
+            self._heap.clear()
+            self._disarm()
+        elif len(self._heap) > _COMPACT_AT and len(self._heap) > 2 * self._live:
+            self._heap = [entry for entry in self._heap if entry[2]._state == _ENTERED]
+            heapq.heapify(self._heap)
+
+    def _arm(self, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._armed = when
+        self._handle = asyncio.get_running_loop().call_at(when, self._fire)
+
+    def _disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fire(self) -> None:
+        """The loop timer: expire every live block whose deadline has come, re-arm for the next."""
+        self._handle = None
+        heap = self._heap
+        now = asyncio.get_running_loop().time()
+        while heap and (heap[0][0] <= now or heap[0][2]._state != _ENTERED):
+            block = heapq.heappop(heap)[2]
+            if block._state == _ENTERED:
+                self._live -= 1
+                block._expire()
+        if heap:
+            self._arm(heap[0][0])
+
+
+_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.ref[_Watch]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each loop's watch, both held weakly: a watch lives while a block holds it
+or its timer is armed (the loop's heap holds the timer), and holds its loop
+only through that timer, so neither keeps the other alive from here."""
+
+
+def _watch(loop: asyncio.AbstractEventLoop) -> _Watch:
+    held = _watches.get(loop)
+    watch = held() if held is not None else None
+    if watch is None:
+        watch = _Watch()
+        _watches[loop] = weakref.ref(watch)
+    return watch
