@@ -21,6 +21,8 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from loopback import cut_connection, refused_url, reset_connection, serve, serve_raw
 
 from vaelii_llm import transport
@@ -583,6 +585,7 @@ def test_public_surfaces_are_frozen() -> None:
         "Deadline",
         "Endpoint",
         "USER_AGENT",
+        "checked_headers",
         "create_session",
         "cut",
         "decode_json",
@@ -719,6 +722,73 @@ async def test_a_header_no_request_can_carry_is_refused(
             session, END, "GET", "http://127.0.0.1:9/", deadline=Deadline.after_ms(500),
             headers=headers,
         )
+
+
+_HEADER_CHARS = "aZ09-_.~!:; \t\r\n\x00\x7f\x85\xa0\u2028\u2029\u00fc"
+
+
+def _rule(headers: dict[str, str]) -> str | None:
+    """The header rule, one header at a time: the first name it refuses."""
+    for name, value in headers.items():
+        if (
+            not name
+            or transport._BAD_HEADER_NAME.search(name)
+            or transport._BAD_HEADER_CHARS.search(value)
+        ):
+            return name
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(_HEADER_CHARS, max_size=4), st.text(_HEADER_CHARS, max_size=4), max_size=4
+    )
+)
+@example({"\u00fc": "v"})  # alphanumeric, but no token
+@example({"a": "v", "": "v"})
+@example({"a": "\t"})  # a tab is allowed, though unprintable
+@example({"a-b": "x\u2028"})
+def test_the_quick_header_check_refuses_what_the_rule_refuses(headers: dict[str, str]) -> None:
+    """The check every request makes first lets through only what the rule
+    allows, and otherwise names the header the rule names."""
+    try:
+        transport._check_headers(headers)
+    except LLMBadCredential as exc:
+        refused: str | None = exc.header
+    else:
+        refused = None
+    assert refused == _rule(headers)
+
+
+async def test_checked_headers_are_refused_once_and_then_sent_as_given() -> None:
+    with pytest.raises(LLMBadCredential) as info:
+        transport.checked_headers({"accept": "a", "x-api-key": "sk-secret\n"})
+    assert info.value.header == "x-api-key"
+    assert "secret" not in str(info.value)
+
+    seen: list[dict[str, str]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({})
+
+    headers = transport.checked_headers({"x-api-key": "sk-1", "Accept": "application/json"})
+    with pytest.raises(TypeError):
+        headers["x-api-key"] = "changed"  # type: ignore[index]
+    async with serve(handler) as url:
+        session = create_session()
+        try:
+            for _ in range(2):
+                await request_json(
+                    session, END, "POST", url, deadline=Deadline.after_ms(2_000),
+                    decoder=ANY, body=b"{}", headers=headers,
+                )
+        finally:
+            await session.close()
+    assert [(h["x-api-key"], h["Accept"], h["Content-Type"]) for h in seen] == [
+        ("sk-1", "application/json", "application/json")
+    ] * 2
 
 
 async def test_create_session_has_only_the_connect_bound() -> None:

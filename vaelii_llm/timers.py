@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import weakref
+from collections.abc import Callable
 from types import TracebackType
 from typing import Final
 
@@ -38,6 +39,10 @@ __all__ = ["Timeout", "timeout_at"]
 _ENTERED: Final = 1
 _EXPIRED: Final = 2
 _EXITED: Final = 3
+
+_current_task: Final = asyncio.current_task
+_heappush: Final = heapq.heappush
+_running_loop: Final = asyncio.get_running_loop
 
 _COMPACT_AT: Final = 64
 """A heap shorter than this is never rebuilt: sweeping it would cost more than it holds."""
@@ -48,12 +53,13 @@ class Timeout:
 
     __slots__ = ("_cancelling", "_state", "_task", "_watch", "when")
 
+    _task: asyncio.Task[object]  # set on entering, as are the two below
+    _cancelling: int
+    _watch: _Watch
+
     def __init__(self, when: float) -> None:
         self.when = when
         self._state = 0
-        self._task: asyncio.Task[object] | None = None
-        self._cancelling = 0
-        self._watch: _Watch | None = None
 
     def expired(self) -> bool:
         """Whether the deadline passed while the block ran (its task was cancelled for it)."""
@@ -62,13 +68,13 @@ class Timeout:
     def __enter__(self) -> Timeout:
         if self._state:
             raise RuntimeError("a Timeout is entered once")
-        task = asyncio.current_task()
+        task = _current_task()
         if task is None:
             raise RuntimeError("timeout_at() must be used inside a task")
         self._task = task
         self._cancelling = task.cancelling()
         self._state = _ENTERED
-        watch = self._watch = _watch(asyncio.get_running_loop())
+        watch = self._watch = _watch(_running_loop())
         watch.add(self)
         return self
 
@@ -80,10 +86,8 @@ class Timeout:
     ) -> None:
         if self._state == _ENTERED:
             self._state = _EXITED
-            assert self._watch is not None
             self._watch.left()
             return
-        assert self._task is not None
         # Expired: the cancellation was ours unless another is still pending.
         if (
             self._task.uncancel() <= self._cancelling
@@ -95,7 +99,6 @@ class Timeout:
     def _expire(self) -> None:
         """Called at the deadline by the loop's watch, for a block still running."""
         self._state = _EXPIRED
-        assert self._task is not None
         self._task.cancel()
 
 
@@ -119,7 +122,7 @@ class _Watch:
 
     def add(self, block: Timeout) -> None:
         when = block.when
-        heapq.heappush(self._heap, (when, id(block), block))
+        _heappush(self._heap, (when, id(block), block))
         self._live += 1
         if self._handle is None or when < self._armed:
             self._arm(when)
@@ -167,10 +170,27 @@ or its timer is armed (the loop's heap holds the timer), and holds its loop
 only through that timer, so neither keeps the other alive from here."""
 
 
+def _nothing() -> None:
+    return None
+
+
+_last: tuple[Callable[[], object], Callable[[], _Watch | None]] = (_nothing, _nothing)
+"""The loop last asked for and its watch (weakly): the lookup every block
+makes, spared the weak dictionary while one loop runs them all."""
+
+
 def _watch(loop: asyncio.AbstractEventLoop) -> _Watch:
+    global _last
+    last_loop, last_watch = _last
+    if last_loop() is loop:
+        watch = last_watch()
+        if watch is not None:
+            return watch
     held = _watches.get(loop)
     watch = held() if held is not None else None
-    if watch is None:
+    if held is None or watch is None:
         watch = _Watch()
-        _watches[loop] = weakref.ref(watch)
+        held = weakref.ref(watch)
+        _watches[loop] = held
+    _last = (weakref.ref(loop), held)
     return watch

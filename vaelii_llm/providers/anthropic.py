@@ -290,6 +290,8 @@ _COUNTS: Final = (
 field goes to ``Usage.extra``."""
 _COUNT_SET: Final = frozenset(_COUNTS)
 _STOP_STRINGS: Final = frozenset({"stop_reason", "stop_sequence"})
+_MESSAGE_STRINGS: Final = _STOP_STRINGS | {"id", "model"}
+"""A message's fields that are strings on the Response (the stop ones also on a delta)."""
 _MESSAGE_OWN: Final = frozenset({"type", "role", "content"})
 """Top-level fields a message carries that are neither on the Response nor extra."""
 _DELTA_EVENT_OWN: Final = frozenset({"type", "delta", "usage"})
@@ -365,15 +367,15 @@ class _Top:
     def take_message(self, message: Mapping[str, Any]) -> None:
         """A whole message's fields, or ``message_start``'s (content aside)."""
         for key, value in message.items():
-            if value is None or key in _MESSAGE_OWN or self._stop(key, value, message):
+            if value is None or key in _MESSAGE_OWN:
                 continue
-            if key == "id" or key == "model":
+            if key in _MESSAGE_STRINGS:
                 if type(value) is not str:
                     raise self._bad(f"answered a message whose {key!r} is not a string", message)
                 setattr(self, key, value)
             elif key == "usage":
                 self.take_usage(value, message)
-            else:
+            elif not self._stop(key, value, message):
                 self.extra[key] = value
 
     def take_delta(self, event: Mapping[str, Any]) -> None:
@@ -1062,7 +1064,7 @@ class MessagesCodec:
         self._lookup = asyncio.Lock()
         self._failed_lookups = 0
         # The turn headers for (credential, streamed, fallbacks dropped): built once each.
-        self._turn_headers: dict[tuple[bool, bool], dict[str, str]] = {}
+        self._turn_headers: dict[tuple[bool, bool], Mapping[str, str]] = {}
 
     def session_headers(self) -> Mapping[str, str]:
         return self._session_headers
@@ -1101,12 +1103,12 @@ class MessagesCodec:
         key = (stream, request.fallbacks is None)
         found = self._turn_headers.get(key)
         if found is None:
-            found = cred.headers()
-            found["accept"] = "text/event-stream" if stream else "application/json"
+            built = cred.headers()
+            built["accept"] = "text/event-stream" if stream else "application/json"
             wanted = betas(request, cred)
             if wanted:
-                found["anthropic-beta"] = ",".join(wanted)
-            self._turn_headers[key] = found
+                built["anthropic-beta"] = ",".join(wanted)
+            found = self._turn_headers[key] = transport.checked_headers(built)
         return found
 
     def whole(self, parsed: dict[str, Any]) -> Response:
