@@ -102,6 +102,47 @@ def test_sse_feed_frames_equals_feed_on_frames(
     assert sse_run(stream, cuts, True, 10**6) == sse_run(stream, cuts, False, 10**6)
 
 
+_REGULAR_FRAME = st.builds(
+    lambda name, data: [b"event: " + name, b"data: " + data],
+    st.sampled_from([b"content_block_delta", b"ping", b"message_stop", b""])
+    | st.integers(0, 90).map(lambda n: b"e%d" % n),
+    st.sampled_from([b"{}", b'{"a":"\xc3\xbc"}', b"", b"x y", b"data: z"]),
+)
+
+
+_ODD_FRAME = st.lists(
+    st.sampled_from(FRAME_LINES).map(lambda line: [line]) | _REGULAR_FRAME, min_size=1, max_size=3
+).map(lambda pieces: [line for piece in pieces for line in piece])
+"""A frame of another shape: lines of any field, regular pairs among them."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(*[_REGULAR_FRAME] * 40, _ODD_FRAME), max_size=80),
+    st.sampled_from([b"\n", b"\n", b"\n", b"\r\n", b"\r"]),
+    st.lists(st.integers(0, 4000), max_size=24),
+    st.sampled_from([64, 10**6]),
+)
+@example(  # a frame of the regular length whose first line is no event line
+    [[b"event: a", b"data: 1"]] * 5
+    + [[b": comment", b"data: {}"]]
+    + [[b"event: b", b"data: 2"]] * 5,
+    b"\n",
+    [],
+    10**6,
+)
+def test_sse_feed_frames_equals_feed_on_runs_of_regular_frames(
+    frames: list[list[bytes]], end: bytes, cuts: list[int], cap: int
+) -> None:
+    """Runs of frames in the one shape a JSON API writes (which feed_frames
+    takes whole, three lines at a time), broken by frames of other shapes, an
+    empty type, more types than the decoder keeps, a frame over the cap or
+    not UTF-8: the same events as feed, at any split."""
+    stream = b"".join(end.join(lines) + end + end for lines in frames)
+    cuts = [c for c in cuts if c < len(stream)]
+    assert sse_run(stream, cuts, True, cap) == sse_run(stream, cuts, False, cap)
+
+
 def anthropic_run(
     stream: bytes, cuts: list[int], frames: bool, deltas: bool = False
 ) -> list[Any]:
@@ -151,6 +192,31 @@ def _text_delta(index: int) -> tuple[str, str]:
         f'{{"type":"content_block_delta","index":{index},'
         '"delta":{"type":"text_delta","text":"a"}}',
     )
+
+
+def test_a_json_api_stream_is_read_three_lines_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quick path is what runs on the shape every frame of the Messages
+    API has, at any split (else the benchmark's figure would rest on nothing)."""
+    taken: list[int] = []
+    regular = SSEDecoder._regular_frames
+
+    def spy(self: SSEDecoder, lines: list[bytes], start: int, end: int) -> Any:
+        found = regular(self, lines, start, end)
+        taken.append(-1 if found is None else len(found))
+        return found
+
+    monkeypatch.setattr(SSEDecoder, "_regular_frames", spy)
+    stream = _sse(*[_text_delta(0)] * 40)
+    decoder = SSEDecoder("t")
+    events = [
+        event
+        for at in range(0, len(stream), 2000)
+        for event in decoder.feed_frames(stream[at : at + 2000])
+    ]
+    assert len(events) == 40
+    assert taken
+    assert -1 not in taken
+    assert sum(taken) > 30  # all but the frames a chunk begins or ends in
 
 
 def _block(event: str, index: int, kind: str = "text") -> tuple[str, str]:
