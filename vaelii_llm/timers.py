@@ -4,8 +4,9 @@ Every turn reads its headers and its body under its deadline. With
 ``asyncio.timeout_at`` each of those blocks schedules a timer of its own on
 the loop and cancels it on the way out: a ``TimerHandle`` made, pushed on the
 loop's heap, cancelled and later swept off it. On a small turn that is about
-a tenth of the client's work (9 µs of 87 per turn at concurrency 32, measured
-by ``tests/bench/bench_ollama.py``'s setup). Here the blocks running on a
+a tenth of the client's work (9 µs of the 87 µs of CPU a small Ollama turn
+took at concurrency 32, against the benchmark's loopback server; 4.4 µs
+alone, where this module's block takes 2.1 µs). Here the blocks running on a
 loop share one loop timer, armed for the earliest deadline among them: a
 block's entry is a push on a heap of plain tuples, its exit a flag, and the
 loop timer moves only when a block with an earlier deadline enters.

@@ -251,14 +251,7 @@ class SSEDecoder:
             frames += regular
             frames += self._frames_by_line(lines[end:])
         self._clean = True
-        tail = 0
-        for line in reversed(lines):
-            if not line:
-                break
-            tail += len(line) + 1
-        else:
-            tail += held
-        self._frame_bytes = tail
+        self._frame_bytes = _unfinished_bytes(lines, held)
         return frames
 
     def _regular_frames(
@@ -400,15 +393,7 @@ class SSEDecoder:
         self._event = event
         # Whether the frame left unfinished is known to be UTF-8 (see _take).
         self._clean = valid or (not data and not event)
-        # The unfinished frame's size so far: its lines at the end of this block.
-        tail = 0
-        for line in reversed(lines):
-            if not line:
-                break
-            tail += len(line) + 1
-        else:
-            tail += self._frame_bytes
-        self._frame_bytes = tail
+        self._frame_bytes = _unfinished_bytes(lines, self._frame_bytes)
         return events
 
     def _check_cap(self, lines: list[bytes]) -> None:
@@ -431,3 +416,14 @@ class SSEDecoder:
             f"sent an event over the {self._max}-byte cap (its opening is kept)",
             opening,
         )
+
+
+def _unfinished_bytes(lines: list[bytes], held: int) -> int:
+    """The unfinished frame's size after ``lines``: its lines at their end,
+    plus the ``held`` bytes it had before them when no blank line came."""
+    tail = 0
+    for line in reversed(lines):
+        if not line:
+            return tail
+        tail += len(line) + 1
+    return tail + held
