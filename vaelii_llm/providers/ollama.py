@@ -19,7 +19,9 @@ What differs from the Messages API backend is the transport, not the protocol:
   :meth:`OllamaProvider.stream` reassembles it into the same :class:`Response`
   :meth:`OllamaProvider.complete` returns; both run through one
   :class:`ChatAssembler`. A stream that ends without ``done: true`` is
-  :class:`~vaelii_llm.errors.LLMBadResponse`. With ``deltas=True`` each
+  :class:`~vaelii_llm.errors.LLMBadResponse`. A streamed line that only
+  continues the open text or thinking run is read for its message alone
+  (:meth:`ChatAssembler.feed_lines`). With ``deltas=True`` each
   chunk's text or thinking is also yielded as a
   :class:`~vaelii_llm.protocol.TextDelta` or
   :class:`~vaelii_llm.protocol.ThinkingDelta`, and a
