@@ -86,8 +86,9 @@ async def tool_loop(
             if not isinstance(block, ToolUseBlock):
                 continue
             if block.partial:
-                results.append(ToolResultBlock(tool_use_id=block.id, content="not run",
-                                               is_error=True))
+                results.append(
+                    ToolResultBlock(tool_use_id=block.id, content="not run", is_error=True)
+                )
                 continue
             result = await toolset.call(block.name, block.input)
             calls.append(f"{block.name} {block.input} -> {'ok' if result.ok else 'refused'}")

@@ -55,8 +55,10 @@ async def demo() -> None:
         print(f"{len(listed)} read tools, e.g. {', '.join(t.name for t in listed[:4])}")
         hints = listed[0].annotations
         assert hints is not None
-        print(f"annotations: readOnly={hints.read_only_hint} idempotent={hints.idempotent_hint} "
-              f"openWorld={hints.open_world_hint}")
+        print(
+            f"annotations: readOnly={hints.read_only_hint} idempotent={hints.idempotent_hint} "
+            f"openWorld={hints.open_world_hint}"
+        )
         read = await client.call_tool("kb_types_of", {"term": "Rex"})
         print(f"kb_types_of Rex -> {first_text(read)} (isError={read.is_error})")
         write = await client.call_tool("kb_assert", {"sentence": "(isa Rex Cat)", "context": "X"})

@@ -39,8 +39,9 @@ async def main(question: str) -> int:
         else pool.stub_pool(script=STUB_VOTES)
     )
     print(f"voting over {voters.size} provider token(s): {question}")
-    request = Request(messages=[Message(role="user", content=question)], max_tokens=64,
-                      timeout_ms=120_000)
+    request = Request(
+        messages=[Message(role="user", content=question)], max_tokens=64, timeout_ms=120_000
+    )
     async with voters:
         outcome = await pool.vote(voters, request, votes=3, on_vote=show_progress)
     print(f"verdict: {outcome.verdict} (votes {outcome.votes}, failed {outcome.failed})")

@@ -54,7 +54,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-
 @pytest.fixture
 def ctrl_c_reaches_children() -> Iterator[None]:
     """Children started in the test meet SIGINT as from a terminal (it stops

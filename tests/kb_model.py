@@ -2,7 +2,7 @@
 Muffet fears, then answer from the names in the engine's result.
 
 ``ollama_reader`` is a :class:`fake_ollama.FakeOllama` script (the real wire);
-:class:`KBModel` is an in-process :class:`~vaelii_llm.protocol.Provider` whose
+:class:`KBModel` is an in-process :class:`~vaelii_llm._protocol.Provider` whose
 turns can be held on an event, refuse, or fail, for the web backend's tests.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from fake_ollama import chunk, final, tool_call
 
 from vaelii_llm import errors
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Message,
     ProviderBase,
     Request,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from vaelii_llm import agent, errors, kb, tools
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Message,
     Request,
     Response,
@@ -32,7 +32,11 @@ async def test_a_tool_turn_then_an_answer(toolset: tools.Toolset) -> None:
     model = stub.provider(script=[QUERY, "She fears Muffet."])
     result = await agent.run(model, toolset, "Who is Miss Muffet afraid of?")
     assert (result.answer, result.stop_reason, result.stopped, result.turns) == (
-        "She fears Muffet.", "end_turn", "answered", 2)
+        "She fears Muffet.",
+        "end_turn",
+        "answered",
+        2,
+    )
     [call] = result.tool_calls
     assert (call.name, call.ok) == ("kb_query", True)
     assert "Muffet" in call.result
@@ -43,19 +47,30 @@ async def test_a_tool_turn_then_an_answer(toolset: tools.Toolset) -> None:
     assert [m.role for m in second] == ["user", "assistant", "user"]
     [back] = second[2].content
     assert isinstance(back, ToolResultBlock)
-    assert (back.tool_use_id, back.content, back.is_error) == (
-        call.id, call.result, False)
+    assert (back.tool_use_id, back.content, back.is_error) == (call.id, call.result, False)
     assert [m.role for m in result.messages] == ["user", "assistant", "user", "assistant"]
 
 
 async def test_assistant_content_goes_back_as_its_blocks_raw_included(
     toolset: tools.Toolset,
 ) -> None:
-    thinking = ThinkingBlock(thinking="look it up", signature="sig",
-                             raw={"type": "thinking", "thinking": "look it up", "signature": "sig"})
-    use = ToolUseBlock(id="tu_1", name="kb_types_of", input={"term": "Muffet"},
-                       raw={"type": "tool_use", "id": "tu_1", "name": "kb_types_of",
-                            "input": {"term": "Muffet"}, "vendor": 1})
+    thinking = ThinkingBlock(
+        thinking="look it up",
+        signature="sig",
+        raw={"type": "thinking", "thinking": "look it up", "signature": "sig"},
+    )
+    use = ToolUseBlock(
+        id="tu_1",
+        name="kb_types_of",
+        input={"term": "Muffet"},
+        raw={
+            "type": "tool_use",
+            "id": "tu_1",
+            "name": "kb_types_of",
+            "input": {"term": "Muffet"},
+            "vendor": 1,
+        },
+    )
     first = Response(content=[thinking, use], stop_reason="tool_use")
     model = stub.provider(script=[first, "A spider."])
     await agent.run(model, toolset, "What is Muffet?")
@@ -66,8 +81,9 @@ async def test_assistant_content_goes_back_as_its_blocks_raw_included(
 
 
 async def test_a_tool_refusal_goes_back_marked_as_an_error(toolset: tools.Toolset) -> None:
-    model = stub.provider(script=[{"tool": "kb_assert", "input": {"sentence": "(isa Me X)"}},
-                                  "I may not write."])
+    model = stub.provider(
+        script=[{"tool": "kb_assert", "input": {"sentence": "(isa Me X)"}}, "I may not write."]
+    )
     result = await agent.run(model, toolset, "Assert something")
     [call] = result.tool_calls
     assert not call.ok
@@ -82,14 +98,20 @@ async def test_a_refusal_stops_the_loop(toolset: tools.Toolset) -> None:
     model = stub.provider(script=[QUERY, {"refusal": "I cannot"}, "never asked"])
     result = await agent.run(model, toolset, "q")
     assert (result.stopped, result.stop_reason, result.answer, result.turns) == (
-        "refusal", "refusal", "I cannot", 2)
+        "refusal",
+        "refusal",
+        "I cannot",
+        2,
+    )
     assert len(model.requests()) == 2
 
 
 async def test_a_partial_tool_call_is_never_run(toolset: tools.Toolset) -> None:
     cut = Response(
-        content=[TextBlock(text="Let me"),
-                 ToolUseBlock(id="t", name="kb_query", input={"goal": "(afr"}, partial=True)],
+        content=[
+            TextBlock(text="Let me"),
+            ToolUseBlock(id="t", name="kb_query", input={"goal": "(afr"}, partial=True),
+        ],
         stop_reason="max_tokens",
     )
     model = stub.provider(script=[cut])
@@ -100,8 +122,10 @@ async def test_a_partial_tool_call_is_never_run(toolset: tools.Toolset) -> None:
 async def test_a_partial_call_under_tool_use_gets_an_error_result_not_a_run(
     toolset: tools.Toolset,
 ) -> None:
-    odd = Response(content=[ToolUseBlock(id="t", name="kb_query", input={}, partial=True)],
-                   stop_reason="tool_use")
+    odd = Response(
+        content=[ToolUseBlock(id="t", name="kb_query", input={}, partial=True)],
+        stop_reason="tool_use",
+    )
     model = stub.provider(script=[odd, "done"])
     result = await agent.run(model, toolset, "q")
     assert result.tool_calls == []
@@ -128,14 +152,19 @@ async def test_pause_turn_sends_the_content_back_and_goes_on(toolset: tools.Tool
 
 
 async def test_usage_is_summed_over_the_turns(toolset: tools.Toolset) -> None:
-    one = Response(content=[ToolUseBlock(id="a", name="kb_sentex_count", input={})],
-                   stop_reason="tool_use", usage=Usage(input_tokens=10, output_tokens=3))
-    two = Response(content=[TextBlock(text="many")], stop_reason="end_turn",
-                   usage=Usage(input_tokens=20, output_tokens=4, eval_duration=7))
+    one = Response(
+        content=[ToolUseBlock(id="a", name="kb_sentex_count", input={})],
+        stop_reason="tool_use",
+        usage=Usage(input_tokens=10, output_tokens=3),
+    )
+    two = Response(
+        content=[TextBlock(text="many")],
+        stop_reason="end_turn",
+        usage=Usage(input_tokens=20, output_tokens=4, eval_duration=7),
+    )
     result = await agent.run(stub.provider(script=[one, two]), toolset, "q")
     assert result.usage == Usage(input_tokens=30, output_tokens=7, eval_duration=7)
-    assert result.summary()["usage"] == {"input_tokens": 30, "output_tokens": 7,
-                                         "eval_duration": 7}
+    assert result.summary()["usage"] == {"input_tokens": 30, "output_tokens": 7, "eval_duration": 7}
 
 
 async def test_events_come_in_order_with_words_as_deltas(toolset: tools.Toolset) -> None:
@@ -176,9 +205,7 @@ async def test_a_whole_request_is_sent_as_given(toolset: tools.Toolset) -> None:
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.5])
-async def test_max_turns_must_be_a_positive_whole_number(
-    toolset: tools.Toolset, bad: Any
-) -> None:
+async def test_max_turns_must_be_a_positive_whole_number(toolset: tools.Toolset, bad: Any) -> None:
     with pytest.raises(ValueError, match="max_turns"):
         await agent.run(stub.provider(), toolset, "q", max_turns=bad)
 

@@ -22,15 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vaelii_llm import providers
-from vaelii_llm.errors import (
-    LLMApiError,
-    LLMBadResponse,
-    LLMClosed,
-    LLMEncode,
-    LLMError,
-    LLMNoCredential,
-)
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Block,
     Message,
     OpaqueBlock,
@@ -46,7 +38,17 @@ from vaelii_llm.protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
+from vaelii_llm._wire.sse import SSEDecoder
+from vaelii_llm.errors import (
+    LLMApiError,
+    LLMBadResponse,
+    LLMClosed,
+    LLMEncode,
+    LLMError,
+    LLMNoCredential,
+)
 from vaelii_llm.providers import anthropic
+from vaelii_llm.providers._credentials import OAUTH_BETA, Credential
 from vaelii_llm.providers.anthropic import (
     FALLBACK_BETA,
     NEVER_SENT,
@@ -56,8 +58,6 @@ from vaelii_llm.providers.anthropic import (
     decode_response,
     encode_block,
 )
-from vaelii_llm.providers.credentials import OAUTH_BETA, Credential
-from vaelii_llm.wire.sse import SSEDecoder
 
 SECRET = "sk-ant-test-SECRET-9876543210"
 SLEEP = shutil.which("sleep") or "/bin/sleep"
@@ -202,7 +202,10 @@ def test_a_tool_call_another_vendor_made_is_rebuilt_not_echoed() -> None:
     ollama_raw = {"id": "call_0", "function": {"name": "kb_ask", "arguments": {"q": 1}}}
     block = ToolUseBlock(id="call_0", name="kb_ask", input={"q": 1}, raw=ollama_raw)
     assert encode_block(block) == {
-        "type": "tool_use", "id": "call_0", "name": "kb_ask", "input": {"q": 1}
+        "type": "tool_use",
+        "id": "call_0",
+        "name": "kb_ask",
+        "input": {"q": 1},
     }
 
 
@@ -434,9 +437,13 @@ def test_deltas_come_before_their_block() -> None:
     feed("message_stop")
     content = asm.result().content
     assert out == [
-        ThinkingDelta(index=0, thinking="Hm."), content[0],
-        TextDelta(index=1, text="A"), TextDelta(index=1, text="nd"), content[1],
-        ToolUseStart(index=2, id="t1", name="kb_ask"), content[2],
+        ThinkingDelta(index=0, thinking="Hm."),
+        content[0],
+        TextDelta(index=1, text="A"),
+        TextDelta(index=1, text="nd"),
+        content[1],
+        ToolUseStart(index=2, id="t1", name="kb_ask"),
+        content[2],
     ]
     assert [type(b) for b in content] == [ThinkingBlock, TextBlock, ToolUseBlock]
 

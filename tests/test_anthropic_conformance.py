@@ -22,7 +22,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from anthropic_fake import FakeMessagesAPI, generate
 
-from vaelii_llm.protocol import Message, Request, Response
+from vaelii_llm._protocol import Message, Request, Response
 from vaelii_llm.providers.anthropic import AnthropicProvider
 
 anthropic_sdk = pytest.importorskip("anthropic")

@@ -39,8 +39,7 @@ from messages_transcripts import (
     web_search_result,
 )
 
-from vaelii_llm.errors import LLMBadResponse
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Block,
     Message,
     OpaqueBlock,
@@ -54,8 +53,9 @@ from vaelii_llm.protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
+from vaelii_llm._wire.sse import SSEDecoder
+from vaelii_llm.errors import LLMBadResponse
 from vaelii_llm.providers.anthropic import AnthropicProvider, StreamAssembler, decode_response
-from vaelii_llm.wire.sse import SSEDecoder
 
 KEY = "sk-ant-test-fidelity-0123456789"
 

@@ -21,7 +21,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_version_runs_as_an_installed_command() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "vaelii_llm.cli", "--version"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.strip() == f"vaelii-llm {__version__}"
 

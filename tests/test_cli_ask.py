@@ -64,8 +64,13 @@ async def test_ask_prints_the_call_then_the_answer_from_the_engine_result(
     """The issue's must-show, as an installed command: a real subprocess."""
     ollama_env(monkeypatch, reader.url)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "vaelii_llm.cli", "ask", QUESTION,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "vaelii_llm.cli",
+        "ask",
+        QUESTION,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     lines = out.decode().splitlines()
@@ -94,7 +99,7 @@ async def test_ask_streams_the_answer_as_it_arrives(
     monkeypatch.setattr(sys, "stdout", Recorder())
     code = await asyncio.to_thread(cli.main, ["ask", QUESTION])
     assert code == 0
-    words = writes[writes.index("   ok: " + writes[1][7:]) + 1:]
+    words = writes[writes.index("   ok: " + writes[1][7:]) + 1 :]
     assert "".join(words).strip() == ANSWER
     assert len([w for w in words if w.strip()]) == len(ANSWER.split())
 
@@ -117,7 +122,9 @@ async def test_ask_json_is_one_object_with_answer_calls_stop_reason_and_usage(
 
 
 async def test_ask_reads_the_kb_file_it_is_given(
-    reader: FakeOllama, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    reader: FakeOllama,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     tmp_path: Any,
 ) -> None:
     ollama_env(monkeypatch, reader.url)
@@ -168,14 +175,21 @@ async def test_ask_on_a_backend_that_fell_back_says_so_in_one_line_and_exits_2(
     ("script", "argv", "code", "message"),
     [
         (ollama_truncated, (), 4, "truncated: the answer ran into max_tokens"),
-        (ollama_keeps_asking, ("--max-turns", "2"), 5,
-         "turn limit: the model was still asking for tools after 2 turns"),
+        (
+            ollama_keeps_asking,
+            ("--max-turns", "2"),
+            5,
+            "turn limit: the model was still asking for tools after 2 turns",
+        ),
     ],
     ids=["max_tokens", "turn-limit"],
 )
 async def test_ask_reports_a_truncation_and_a_turn_limit_with_their_own_codes(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    script: Callable[[dict[str, Any]], list[dict[str, Any]]], argv: tuple[str, ...], code: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    script: Callable[[dict[str, Any]], list[dict[str, Any]]],
+    argv: tuple[str, ...],
+    code: int,
     message: str,
 ) -> None:
     server = await FakeOllama(script=script).start()
@@ -197,16 +211,16 @@ async def test_ask_reports_a_refusal_with_its_own_code(
     from anthropic_fake import FakeMessagesAPI, generate
     from loopback import serve
 
-    fake = FakeMessagesAPI(transcript=generate(random.Random(7), kinds=["text"],
-                                               stop_reason="refusal", unknown=False))
+    fake = FakeMessagesAPI(
+        transcript=generate(random.Random(7), kinds=["text"], stop_reason="refusal", unknown=False)
+    )
     async with serve(fake.app()) as url:
         for name in list(os.environ):
             if name.startswith(("VAELII_", "ANTHROPIC_")):
                 monkeypatch.delenv(name)
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
-        code, out, err = await run_cli(capsys, "ask", QUESTION, "--provider", "anthropic",
-                                       "--json")
+        code, out, err = await run_cli(capsys, "ask", QUESTION, "--provider", "anthropic", "--json")
     assert (code, err.splitlines()[:-1]) == (3, [])
     assert json.loads(out)["stopped"] == "refusal"
     assert err.splitlines()[-1] == "refused: the model declined to answer"
@@ -216,8 +230,13 @@ def test_ask_help_documents_every_exit_status(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit):
         cli.main(["ask", "--help"])
     out = capsys.readouterr().out
-    for code in ("0  answered", "2  only the stub", "3  the model refused",
-                 "4  the answer was truncated", "5  the turn limit"):
+    for code in (
+        "0  answered",
+        "2  only the stub",
+        "3  the model refused",
+        "4  the answer was truncated",
+        "5  the turn limit",
+    ):
         assert code in out
     assert "--kb" in out
 
@@ -272,8 +291,9 @@ async def test_vote_over_a_loopback_host_counts_its_answers(
 ) -> None:
     from fake_ollama import chunk, final
 
-    server = await FakeOllama(script=lambda body: [chunk("No, it is an arachnid."),
-                                                   final()]).start()
+    server = await FakeOllama(
+        script=lambda body: [chunk("No, it is an arachnid."), final()]
+    ).start()
     try:
         ollama_env(monkeypatch, server.url)
         monkeypatch.setenv("VAELII_OLLAMA_HOSTS", f"{server.url}*2")
@@ -285,7 +305,8 @@ async def test_vote_over_a_loopback_host_counts_its_answers(
     assert code == 0
     assert drawn.endswith("\rvotes 3/3: yes 0, no 3, failed 0\n")
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "verdict: no  tally: yes 0, no 3  failed: 0 of 3")
+        "verdict: no  tally: yes 0, no 3  failed: 0 of 3"
+    )
 
 
 async def test_warm_reports_how_long_the_load_took(
@@ -308,8 +329,12 @@ async def test_text_before_a_tool_call_ends_its_line_before_the_call_is_printed(
 
     out = io.StringIO()
     printer = cli._AskPrinter(out)
-    model = stub.provider(script=[{"text": "Let me look.", "tool": "kb_types_of",
-                                   "input": {"term": "Muffet"}}, "A spider."])
+    model = stub.provider(
+        script=[
+            {"text": "Let me look.", "tool": "kb_types_of", "input": {"term": "Muffet"}},
+            "A spider.",
+        ]
+    )
     await agent.run(model, tools.Toolset(kb.sample()), "q", deltas=True, on_event=printer)
     printer.end()
     lines = out.getvalue().splitlines()

@@ -1,4 +1,4 @@
-"""vaelii_llm.edn: the safe reader and the bounded, lazy writer."""
+"""vaelii_llm._edn: the safe reader and the bounded, lazy writer."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_helpers import recursive
 
-from vaelii_llm import edn
-from vaelii_llm.edn import CUT_MARKER, MAX_DEPTH, EDNRefusal
+from vaelii_llm import _edn as edn
+from vaelii_llm._edn import CUT_MARKER, MAX_DEPTH, EDNRefusal
 
 # -- strategies ------------------------------------------------------------------------
 
@@ -349,7 +349,7 @@ def test_any_text_reads_or_is_refused(text: str) -> None:
 
 def test_import_does_not_load_edn_format() -> None:
     code = (
-        "import sys, vaelii_llm.edn as e; assert 'edn_format' not in sys.modules;"
+        "import sys, vaelii_llm._edn as e; assert 'edn_format' not in sys.modules;"
         " print(e.write([1, 'a'], 100).text)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,25 +12,60 @@ import edn_format
 import pytest
 
 from vaelii_llm import engine, kb
-from vaelii_llm.kb import audits, ops, reads, writes
+from vaelii_llm.kb import _audits as audits
+from vaelii_llm.kb import _ops as ops
+from vaelii_llm.kb import _reads as reads
+from vaelii_llm.kb import _writes as writes
 
 S = edn_format.Symbol
 E = engine.embedded()
 
 READS = {
-    "find-sentexes", "sentexes-in-context", "ask?", "ask", "ask-all", "query", "query?",
-    "why-not", "types-of", "types", "contexts", "sentex-count", "term-count", "find-terms",
-    "describe", "lookup", "escalate", "kb-integrity",
-    "query-status", "argue", "search-tree", "compare-tacticians", "ask-within", "prove-within",
+    "find-sentexes",
+    "sentexes-in-context",
+    "ask?",
+    "ask",
+    "ask-all",
+    "query",
+    "query?",
+    "why-not",
+    "types-of",
+    "types",
+    "contexts",
+    "sentex-count",
+    "term-count",
+    "find-terms",
+    "describe",
+    "lookup",
+    "escalate",
+    "kb-integrity",
+    "query-status",
+    "argue",
+    "search-tree",
+    "compare-tacticians",
+    "ask-within",
+    "prove-within",
     "qualitative-scenarios",
 }
 UNBOUNDED = {
-    "handles", "terms", "kb-quality", "exposed-clashes",
-    "explain-levels", "all-specified-violations", "all-functional-at-instant-violations",
+    "handles",
+    "terms",
+    "kb-quality",
+    "exposed-clashes",
+    "explain-levels",
+    "all-specified-violations",
+    "all-functional-at-instant-violations",
 }
 WRITES = {
-    "assert", "retract", "edit", "edit-with-consequences", "forward-chain", "preview",
-    "clear-caches", "abduce", "abduce-discard",
+    "assert",
+    "retract",
+    "edit",
+    "edit-with-consequences",
+    "forward-chain",
+    "preview",
+    "clear-caches",
+    "abduce",
+    "abduce-discard",
 }
 
 
@@ -124,7 +159,8 @@ def test_signatures_are_readable() -> None:
     assert all(k in engine.ARG_KINDS for k in (kb.Sentence, kb.Context, kb.Term, kb.Handle))
     shapes = typing.get_overloads(reads.why_not)
     assert [list(inspect.signature(s).parameters) for s in shapes] == [
-        ["kb", "handle"], ["kb", "sentence", "context", "opts"]
+        ["kb", "handle"],
+        ["kb", "sentence", "context", "opts"],
     ]
     params = inspect.signature(reads.ask_all).parameters
     assert any(p.kind is p.VAR_POSITIONAL for p in params.values())
@@ -160,14 +196,20 @@ def test_reads(k: kb.KB) -> None:
     assert [str(a.bindings[S("?o")]) for a in conj] == ["Mary"]
     assert reads.query_p(k, "(hasLegs Muffet 8)", "CxNursery")
     assert [str(t) for t in reads.types_of(k, S("Muffet"))] == [
-        "Animal", "Arachnid", "Arthropod", "Invertebrate", "Organism", "Spider"
+        "Animal",
+        "Arachnid",
+        "Arthropod",
+        "Invertebrate",
+        "Organism",
+        "Spider",
     ]
     assert S("Mammal") in reads.types(k)
     assert reads.sentex_count(k) == sum(c.sentexes for c in reads.contexts(k))
     assert reads.sentex_count(k, "CxPets") == len(in_ctx)
     assert reads.term_count(k) > 100
     assert [t for t in reads.find_terms(k, "muff") if isinstance(t, S)] == [
-        S("MissMuffet"), S("Muffet")
+        S("MissMuffet"),
+        S("Muffet"),
     ]
     assert len(reads.find_terms(k, "", {"limit": 5})) == 5
     desc = reads.describe(k, S("Muffet"))
@@ -288,7 +330,7 @@ def test_refusals(k: kb.KB) -> None:
     assert refusal(reads.query, k, "(isa ?x", "CxPets").type == "malformed-sentence"
     assert refusal(reads.query, k, "[isa ?x Dog]", "CxPets").type == "malformed-sentence"
     assert refusal(reads.query, k, "(:isa ?x Dog)", "CxPets").type == "malformed-sentence"
-    assert refusal(reads.query, k, "(isa ?x #inst \"2020\")", None).type == "malformed-sentence"
+    assert refusal(reads.query, k, '(isa ?x #inst "2020")', None).type == "malformed-sentence"
     assert refusal(reads.query, k, "(" * 100_000, None).type == "malformed-sentence"
     assert refusal(reads.query, k, "(isa ?x Dog)", "CxNope").type == "unknown-context"
     assert refusal(reads.query, k, "(isa ?x Dog)", "(x)").type == "malformed-context"
@@ -390,7 +432,5 @@ def test_changes_since_and_subscribe(k: kb.KB) -> None:
         writes.retract(k, h)
     writes.assert_sentence(k, "(isa Bolt2 Dog)", "CxPets")
     feed = list(reads.changes_since(k, start))
-    assert [(c.kind, c.handle) for c in feed] == [
-        ("assert", h), ("retract", h), ("assert", h + 2)
-    ]
+    assert [(c.kind, c.handle) for c in feed] == [("assert", h), ("retract", h), ("assert", h + 2)]
     assert seen == feed[:2]

@@ -39,7 +39,7 @@ def test_the_error_type_literal_names_every_class_and_nothing_else() -> None:
 
 def test_the_drawing_shows_the_tree_as_it_is() -> None:
     doc = errors.__doc__ or ""
-    drawn = list(re.finditer(r"^[ │├└─]*(LLM\w+)", doc, re.M))
+    drawn = list(re.finditer(r"^[ │├└─]*(LLM\w+)", doc, re.MULTILINE))
     names = [m.group(1) for m in drawn]
     assert sorted(names) == sorted(["LLMError", *(c.__name__ for c in SPEC_TYPES.values())])
     # Each class is drawn one level (four columns) right of its base, below it.
@@ -125,5 +125,5 @@ def test_excerpt_of_a_huge_bytes_body_decodes_only_the_slice() -> None:
 
 def test_the_readme_errors_table_has_one_row_per_class() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `(llm-[a-z-]+)` \| `(LLM\w+)` \|", readme, re.M))
+    rows = dict(re.findall(r"^\| `(llm-[a-z-]+)` \| `(LLM\w+)` \|", readme, re.MULTILINE))
     assert rows == {kind: cls.__name__ for kind, cls in SPEC_TYPES.items()}

@@ -30,7 +30,11 @@ def test_quickstart_runs_on_the_stub_against_the_sample_kb() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VAELII_", "ANTHROPIC_"))}
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py")],
-        capture_output=True, text=True, env=env, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
     )
     lines = out.stdout.splitlines()
     assert any(line.startswith("  tool kb_query(") and "Muffet" in line for line in lines)
@@ -47,8 +51,11 @@ EXAMPLES = ROOT / "examples"
 
 
 def stub_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("VAELII_", "ANTHROPIC_", "OLLAMA_"))}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VAELII_", "ANTHROPIC_", "OLLAMA_"))
+    }
 
 
 def load_example(name: str) -> ModuleType:
@@ -64,7 +71,11 @@ def load_example(name: str) -> ModuleType:
 def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> list[str]:
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py"), *args],
-        capture_output=True, text=True, env=env or stub_env(), timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        env=env or stub_env(),
+        timeout=120,
+        check=True,
     )
     assert out.stderr == ""
     return out.stdout.splitlines()
@@ -92,9 +103,11 @@ def test_agent_loop_runs_on_the_stub_against_the_sample_kb() -> None:
 
 
 SCRIPTS = {
-    "answers": [{"tool": "kb_query", "input": {"goal": "(afraidOf MissMuffet ?who)"}},
-                {"tool": "kb_assert", "input": {"sentence": "(isa Me Spider)"}},
-                "Three spiders."],
+    "answers": [
+        {"tool": "kb_query", "input": {"goal": "(afraidOf MissMuffet ?who)"}},
+        {"tool": "kb_assert", "input": {"sentence": "(isa Me Spider)"}},
+        "Three spiders.",
+    ],
     "refuses": [{"tool": "kb_types_of", "input": {"term": "Muffet"}}, {"refusal": "No"}],
     "truncated": [{"text": "Miss Muffet is", "stop_reason": "max_tokens"}],
     "keeps asking": [{"tool": "kb_sentex_count", "input": {}}] * 5,
@@ -111,10 +124,12 @@ async def test_the_hand_written_loop_and_the_library_loop_agree(name: str) -> No
     answer, stopped, calls = await example.tool_loop(by_hand_model, toolset, "q", max_turns=3)
     result = await agent.run(library_model, toolset, "q", max_turns=3)
     assert (answer, stopped) == (result.answer, result.stopped)
-    assert calls == [f"{c.name} {c.input} -> {'ok' if c.ok else 'refused'}"
-                     for c in result.tool_calls]
+    assert calls == [
+        f"{c.name} {c.input} -> {'ok' if c.ok else 'refused'}" for c in result.tool_calls
+    ]
     assert [r.messages for r in by_hand_model.requests()] == [
-        r.messages for r in library_model.requests()]
+        r.messages for r in library_model.requests()
+    ]
 
 
 def test_structured_output_decodes_the_stub_answer_into_its_struct() -> None:
@@ -142,9 +157,11 @@ async def test_structured_output_sends_the_schema_to_a_loopback_ollama(
 
     def fill(body: dict[str, Any]) -> list[dict[str, Any]]:
         prompt = body["messages"][-1]["content"]
-        answer = {"name": "Muffet",
-                  "types": re.search(r"types: \[(.*?)\]", prompt).group(1).split(),  # type: ignore[union-attr]
-                  "feared_by": re.findall(r"\?who (\w+)\}", prompt)}
+        answer = {
+            "name": "Muffet",
+            "types": re.search(r"types: \[(.*?)\]", prompt).group(1).split(),  # type: ignore[union-attr]
+            "feared_by": re.findall(r"\?who (\w+)\}", prompt),
+        }
         return [chunk(json.dumps(answer)), final()]
 
     server = await FakeOllama(script=fill).start()
@@ -172,11 +189,18 @@ async def test_vote_runs_over_configured_loopback_hosts() -> None:
 
     server = await FakeOllama(script=lambda body: [chunk("Yes, by this fake."), final()]).start()
     try:
-        env = {**stub_env(), "VAELII_LLM_PROVIDER": "ollama",
-               "VAELII_OLLAMA_HOSTS": f"{server.url}*3"}
+        env = {
+            **stub_env(),
+            "VAELII_LLM_PROVIDER": "ollama",
+            "VAELII_OLLAMA_HOSTS": f"{server.url}*3",
+        }
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(EXAMPLES / "vote.py"), "Is this a test?", env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            str(EXAMPLES / "vote.py"),
+            "Is this a test?",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     finally:
@@ -191,8 +215,13 @@ async def test_vote_runs_over_configured_loopback_hosts() -> None:
 @pytest.mark.usefixtures("ctrl_c_reaches_children")
 async def test_web_backend_serves_on_the_stub_and_closes_its_provider_on_ctrl_c() -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(EXAMPLES / "web_backend.py"), "--port", "0", env=stub_env(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        str(EXAMPLES / "web_backend.py"),
+        "--port",
+        "0",
+        env=stub_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         assert proc.stdout is not None

@@ -32,7 +32,7 @@ def faces_section() -> str:
 
 
 def test_the_readme_agent_block_runs_on_the_stub(capsys: pytest.CaptureFixture[str]) -> None:
-    found = re.findall(r"```python\n(.*?)```", faces_section(), re.S)
+    found = re.findall(r"```python\n(.*?)```", faces_section(), re.DOTALL)
     assert len(found) == 1
     exec(compile(found[0], "README.md", "exec"), {"__name__": "__main__"})
     out, err = capsys.readouterr()

@@ -24,8 +24,7 @@ from anthropic_fake import generate
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from vaelii_llm.errors import LLMBadResponse, LLMError
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Response,
     TextBlock,
     TextDelta,
@@ -34,15 +33,35 @@ from vaelii_llm.protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
+from vaelii_llm._wire.ndjson import NDJSONDecoder, refuse_line
+from vaelii_llm._wire.sse import SSEDecoder
+from vaelii_llm.errors import LLMBadResponse, LLMError
 from vaelii_llm.providers.anthropic import StreamAssembler
 from vaelii_llm.providers.ollama import CHUNK_DECODER, ChatAssembler, ChatChunk, _InMessage
-from vaelii_llm.wire.ndjson import NDJSONDecoder, refuse_line
-from vaelii_llm.wire.sse import SSEDecoder
 
 ATOMS = [
-    b"data: ", b"event: ", b"id: ", b":", b"\n", b"\r", b"\r\n", b"\n\n", b"x", b"\xc3\xbc",
-    b"\xc3", b"\xbc", b"\xff", b"\xef\xbb\xbf", b"data:", b"event:e\xff\n", b"\0", b" ",
-    b"ping", b"message_stop", b"{}", b"data: \xe2\x80\x94\n\n",
+    b"data: ",
+    b"event: ",
+    b"id: ",
+    b":",
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b"\n\n",
+    b"x",
+    b"\xc3\xbc",
+    b"\xc3",
+    b"\xbc",
+    b"\xff",
+    b"\xef\xbb\xbf",
+    b"data:",
+    b"event:e\xff\n",
+    b"\0",
+    b" ",
+    b"ping",
+    b"message_stop",
+    b"{}",
+    b"data: \xe2\x80\x94\n\n",
 ]
 
 
@@ -79,9 +98,19 @@ def test_sse_feed_frames_equals_feed(atoms: list[bytes], cuts: list[int], cap: i
 
 
 FRAME_LINES = [
-    b"event: content_block_delta", b"event: ping", b"event: ", b"event:x", b"data: {}",
-    b'data: {"a":"\xc3\xbc"}', b"data:", b"data", b": comment", b"id: 7", b"retry: 1",
-    b"other: 2", b"data: \xff",
+    b"event: content_block_delta",
+    b"event: ping",
+    b"event: ",
+    b"event:x",
+    b"data: {}",
+    b'data: {"a":"\xc3\xbc"}',
+    b"data:",
+    b"data",
+    b": comment",
+    b"id: 7",
+    b"retry: 1",
+    b"other: 2",
+    b"data: \xff",
 ]
 
 
@@ -143,9 +172,7 @@ def test_sse_feed_frames_equals_feed_on_runs_of_regular_frames(
     assert sse_run(stream, cuts, True, cap) == sse_run(stream, cuts, False, cap)
 
 
-def anthropic_run(
-    stream: bytes, cuts: list[int], frames: bool, deltas: bool = False
-) -> list[Any]:
+def anthropic_run(stream: bytes, cuts: list[int], frames: bool, deltas: bool = False) -> list[Any]:
     decoder = SSEDecoder("t")
     assembler = StreamAssembler("t", deltas=deltas)
     out: list[Any] = []
@@ -189,8 +216,10 @@ _START = ("message_start", '{"type":"message_start","message":{"id":"m","model":
 def _text_delta(index: int) -> tuple[str, str]:
     return (
         "content_block_delta",
-        f'{{"type":"content_block_delta","index":{index},'
-        '"delta":{"type":"text_delta","text":"a"}}',
+        (
+            f'{{"type":"content_block_delta","index":{index},'
+            '"delta":{"type":"text_delta","text":"a"}}'
+        ),
     )
 
 
@@ -288,8 +317,21 @@ def test_chat_assembler_feed_batch_equals_feed(chunks: list[ChatChunk], batch: i
 
 
 NDJSON_ATOMS = [
-    b"\n", b"\r\n", b" ", b"\r", b"{}", b"[", b"]", b"1", b",", b"\xff", b'"x"',
-    b'{"done":true}', b'{"message":{"content":"a"}}', b'{"model":5}', b"\x00",
+    b"\n",
+    b"\r\n",
+    b" ",
+    b"\r",
+    b"{}",
+    b"[",
+    b"]",
+    b"1",
+    b",",
+    b"\xff",
+    b'"x"',
+    b'{"done":true}',
+    b'{"message":{"content":"a"}}',
+    b'{"model":5}',
+    b"\x00",
 ]
 ANY_JSON: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
@@ -343,7 +385,11 @@ def _line(chunk: ChatChunk) -> bytes:
 
 
 _ODD_LINES = [
-    b"", b" ", b"\r", b"{not json", b'{"message": {"content": 5}}',
+    b"",
+    b" ",
+    b"\r",
+    b"{not json",
+    b'{"message": {"content": 5}}',
     # lines the continuation decoders refuse (each decoded whole instead):
     b'{"message": {"content": "a", "tool_calls": []}}',
     b'{"message": {"content": "a", "tool_calls": {}}}',

@@ -23,9 +23,8 @@ from anthropic_fake import FakeMessagesAPI, generate
 from fake_ollama import FakeOllama, chunk, final, tool_call
 from loopback import serve
 
-from vaelii_llm import transport
-from vaelii_llm.errors import LLMClosed, LLMTimeout
-from vaelii_llm.protocol import (
+from vaelii_llm import _transport as transport
+from vaelii_llm._protocol import (
     Message,
     Request,
     Response,
@@ -37,8 +36,9 @@ from vaelii_llm.protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
+from vaelii_llm.errors import LLMClosed, LLMTimeout
 from vaelii_llm.providers import anthropic, ollama
-from vaelii_llm.providers.http import HTTPProvider
+from vaelii_llm.providers._http import HTTPProvider
 
 BACKENDS = ["ollama", "anthropic"]
 DELTAS = (TextDelta, ThinkingDelta, ToolUseStart)
@@ -50,7 +50,10 @@ def ask() -> Request:
 
 def thinking_text_and_a_call(_body: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        chunk(thinking="Let me "), chunk(thinking="look."), chunk("Asking"), chunk(" the KB."),
+        chunk(thinking="Let me "),
+        chunk(thinking="look."),
+        chunk("Asking"),
+        chunk(" the KB."),
         chunk(tool_calls=[tool_call("kb_query", {"goal": "(dog ?x)"})]),
         final(),
     ]
@@ -141,9 +144,7 @@ async def test_ollama_probes_carry_the_user_agent() -> None:
 
 @pytest.mark.parametrize("kind", BACKENDS)
 @pytest.mark.parametrize("seed", [3, 5, 8])
-async def test_deltas_only_add_and_the_final_response_equals_complete(
-    kind: str, seed: int
-) -> None:
+async def test_deltas_only_add_and_the_final_response_equals_complete(kind: str, seed: int) -> None:
     async with backend(kind, seed=seed) as (p, _):
         whole = await p.complete(ask())
         plain = await collect(p)

@@ -9,7 +9,11 @@ import sys
 
 HEAVY = ("aiohttp", "edn_format", "anyio", "anthropic", "ollama", "mcp", "mcp_types", "pydantic_ai")
 FRAMEWORKS = ("mcp", "mcp_types", "pydantic_ai", "uvicorn", "starlette")
-BACKENDS = ("vaelii_llm.providers.ollama", "vaelii_llm.providers.anthropic", "vaelii_llm.transport")
+BACKENDS = (
+    "vaelii_llm.providers.ollama",
+    "vaelii_llm.providers.anthropic",
+    "vaelii_llm._transport",
+)
 
 
 def loaded_after(code: str) -> list[str]:
@@ -42,7 +46,7 @@ def test_import_providers_and_choosing_the_stub_loads_no_backend() -> None:
 
 
 def test_protocol_and_config_modules_name_no_vendor_library() -> None:
-    modules = loaded_after("import vaelii_llm.protocol, vaelii_llm.errors, vaelii_llm.config")
+    modules = loaded_after("import vaelii_llm._protocol, vaelii_llm.errors, vaelii_llm.config")
     assert offenders(modules) == []
 
 

@@ -107,11 +107,21 @@ class MessagesModel:
         last = body["messages"][-1]["content"]
         results = [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"]
         usage = {"input_tokens": 10, "output_tokens": 5}
-        base = {"id": f"msg_{len(self.bodies)}", "type": "message", "role": "assistant",
-                "model": body["model"], "stop_sequence": None, "usage": usage}
+        base = {
+            "id": f"msg_{len(self.bodies)}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "stop_sequence": None,
+            "usage": usage,
+        }
         if not results:
-            block = {"type": "tool_use", "id": "toolu_1", "name": "kb_query",
-                     "input": {"goal": GOAL}}
+            block = {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "kb_query",
+                "input": {"goal": GOAL},
+            }
             return web.json_response({**base, "content": [block], "stop_reason": "tool_use"})
         text = "From the KB: " + results[0]["content"][:60]
         return web.json_response(
@@ -138,7 +148,10 @@ async def test_a_messages_api_model_reads_the_kb_through_its_tools(
     assert {"kb_query", "kb_ask_p"} <= {t["name"] for t in first["tools"]}
     assistant, tool_turn = second["messages"][-2:]
     assert assistant["content"][0] == {  # echoed back exactly as it came
-        "type": "tool_use", "id": "toolu_1", "name": "kb_query", "input": {"goal": GOAL}
+        "type": "tool_use",
+        "id": "toolu_1",
+        "name": "kb_query",
+        "input": {"goal": GOAL},
     }
     (result,) = tool_turn["content"]
     assert (result["type"], result["tool_use_id"]) == ("tool_result", "toolu_1")

@@ -12,8 +12,11 @@ import msgspec
 import pytest
 
 from vaelii_llm import kb
-from vaelii_llm.kb import EngineRefusal, audits, reads, writes
-from vaelii_llm.kb.store import KB
+from vaelii_llm.kb import EngineRefusal
+from vaelii_llm.kb import _audits as audits
+from vaelii_llm.kb import _reads as reads
+from vaelii_llm.kb import _writes as writes
+from vaelii_llm.kb._store import KB
 
 S = edn_format.Symbol
 
@@ -99,7 +102,7 @@ def test_synthetic_shape() -> None:
     assert reads.sentex_count(k) == 1000
     counts = {str(c.name): c.sentexes for c in reads.contexts(k)}
     assert counts["CxSynthetic"] >= 980
-    hits = [r for r in reads.find_sentexes(k, (S("?p"), S("E7"), S("?x")))]
+    hits = list(reads.find_sentexes(k, (S("?p"), S("E7"), S("?x"))))
     assert len(hits) == 10
 
 
@@ -153,7 +156,7 @@ def test_many_readers_one_writer() -> None:
     def reader() -> None:
         try:
             while not stop.is_set():
-                answers = [r for r in reads.query(k, "(afraidOf MissMuffet ?y)", "CxNursery")]
+                answers = list(reads.query(k, "(afraidOf MissMuffet ?y)", "CxNursery"))
                 assert any(isinstance(a, kb.Answer) for a in answers)
                 list(reads.find_sentexes(k, "(isa ?x Dog)"))
                 reads.types(k)
@@ -209,14 +212,14 @@ def test_a_missing_file_is_refused_as_a_path_not_read_as_text(tmp_path: Path) ->
 
 def test_a_refused_form_names_its_type_once() -> None:
     with pytest.raises(EngineRefusal) as info:
-        kb.load_edn("(isa A B)\n(\"str\" A)\n")
+        kb.load_edn('(isa A B)\n("str" A)\n')
     message = str(info.value)
     assert message.count(info.value.type) == 1, message
     assert "form 2" in message
 
 
 def test_a_damaged_snapshot_is_refused(tmp_path: Path) -> None:
-    from vaelii_llm.kb import io as kb_io
+    from vaelii_llm.kb import _io as kb_io
 
     damaged = tmp_path / "damaged.snapshot"
     damaged.write_bytes(msgspec.msgpack.encode({"format": kb_io.SNAPSHOT_FORMAT}))

@@ -10,10 +10,13 @@ import edn_format
 import pytest
 
 from vaelii_llm import kb, tools
-from vaelii_llm.kb import Problem, audits_whole, ops, reads
-from vaelii_llm.kb.declare import MAX_DEPTH_CEILING, declared
-from vaelii_llm.kb.query import Clock, Search
-from vaelii_llm.kb.store import KB
+from vaelii_llm.kb import Problem
+from vaelii_llm.kb import _audits_whole as audits_whole
+from vaelii_llm.kb import _ops as ops
+from vaelii_llm.kb import _reads as reads
+from vaelii_llm.kb._declare import MAX_DEPTH_CEILING, declared
+from vaelii_llm.kb._query import Clock, Search
+from vaelii_llm.kb._store import KB
 
 S = edn_format.Symbol
 UNBOUNDED = ("explain-levels", "all-specified-violations", "all-functional-at-instant-violations")
@@ -184,7 +187,7 @@ def test_the_unbounded_ops_are_engine_ops_and_never_tools(sample: KB) -> None:
         d = declared(fn)
         assert d is not None
         assert (d.name, d.kind) == (name, "unbounded")
-        assert fn.__module__ == "vaelii_llm.kb.audits_whole"
+        assert fn.__module__ == "vaelii_llm.kb._audits_whole"
         assert name in tools.UNBOUNDED_OPS
         assert name not in read_ops
         assert tools.op_of(tools.tool_name(name)) is None
@@ -205,13 +208,22 @@ async def test_calling_an_unbounded_op_as_a_tool_is_refused(sample: KB) -> None:
         ("kb_sentex_count", {}, "count"),
         ("kb_term_count", {}, "count"),
         ("kb_find_terms", {"search": "Muffet"}, "MissMuffet"),
-        ("kb_escalate", {"goal": "(afraidOf MissMuffet Muffet)", "context": "CxNursery"},
-         ":depth 2"),
+        (
+            "kb_escalate",
+            {"goal": "(afraidOf MissMuffet Muffet)", "context": "CxNursery"},
+            ":depth 2",
+        ),
         ("kb_kb_integrity", {}, "()"),
-        ("kb_argue", {"sentence": "(hasLegs MissMuffet 4)", "context": "CxNursery"},
-         "(hasLegs MissMuffet 2)"),
-        ("kb_why_not", {"sentence": "(fearsKind Humpty Horse)", "context": "CxNursery"},
-         ":holds true"),
+        (
+            "kb_argue",
+            {"sentence": "(hasLegs MissMuffet 4)", "context": "CxNursery"},
+            "(hasLegs MissMuffet 2)",
+        ),
+        (
+            "kb_why_not",
+            {"sentence": "(fearsKind Humpty Horse)", "context": "CxNursery"},
+            ":holds true",
+        ),
     ],
 )
 async def test_the_narrower_bounded_reads_keep_answering(

@@ -9,7 +9,8 @@ import edn_format
 import pytest
 
 from vaelii_llm import kb
-from vaelii_llm.kb import declare, reads
+from vaelii_llm.kb import _declare as declare
+from vaelii_llm.kb import _reads as reads
 
 S = edn_format.Symbol
 

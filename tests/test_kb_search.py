@@ -15,10 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vaelii_llm import kb, tools
-from vaelii_llm.kb import Answer, Cut, EngineRefusal, args, ops, reads, search
-from vaelii_llm.kb.declare import MAX_MS_CEILING, declared
-from vaelii_llm.kb.query import Clock, Search
-from vaelii_llm.kb.store import KB
+from vaelii_llm.kb import Answer, Cut, EngineRefusal
+from vaelii_llm.kb import _args as args
+from vaelii_llm.kb import _ops as ops
+from vaelii_llm.kb import _reads as reads
+from vaelii_llm.kb import _search as search
+from vaelii_llm.kb._declare import MAX_MS_CEILING, declared
+from vaelii_llm.kb._query import Clock, Search
+from vaelii_llm.kb._store import KB
 
 S = edn_format.Symbol
 
@@ -292,8 +296,11 @@ def small_kbs(draw: st.DrawFn) -> tuple[str, str, int]:
     rules = draw(st.lists(st.sampled_from(RULES), min_size=1, max_size=4, unique=True))
     pred = draw(st.sampled_from(["p", "q", "r", "s"]))
     arity = 1 if pred == "s" else 2
-    goal = "(" + " ".join([pred, *draw(st.lists(st.sampled_from(TERMS), min_size=arity,
-                                                 max_size=arity))]) + ")"
+    goal = (
+        "("
+        + " ".join([pred, *draw(st.lists(st.sampled_from(TERMS), min_size=arity, max_size=arity))])
+        + ")"
+    )
     text = "(in-context CxR)\n" + "\n".join([*facts, *rules])
     return text, goal, draw(st.integers(min_value=0, max_value=4))
 
@@ -315,8 +322,10 @@ def test_the_strategies_search_the_same_tree_as_the_engine(case: tuple[str, str,
     assert sorted(wide) == sorted(mine)  # the same tree, level by level
     assert bfs.steps == dfs.steps
     provers: list[search.Prover] = []
-    ids = [(st_[2], st_[3]) for st_ in
-           search.iterative_deepening(k, cids, (pat,), depth, Clock(None), provers)]
+    ids = [
+        (st_[2], st_[3])
+        for st_ in search.iterative_deepening(k, cids, (pat,), depth, Clock(None), provers)
+    ]
     assert set(ids) <= set(mine)
     if mine:  # the shallowest proofs, and only those
         assert ids
@@ -445,18 +454,14 @@ def test_qualitative_scenarios_drop_the_inconsistent_assignment(sample: KB) -> N
 def test_qualitative_scenarios_respect_negations_and_proofs(sample: KB) -> None:
     # CxWell states (not (isa Moby Fish)); CxNursery proves (isa Muffet Animal)
     got = scenario_set(
-        search.qualitative_scenarios(
-            sample, "((isa Moby Fish) (isa Muffet Animal))", "CxNursery"
-        )
+        search.qualitative_scenarios(sample, "((isa Moby Fish) (isa Muffet Animal))", "CxNursery")
     )
     assert got == [(["(isa Muffet Animal)"], ["(isa Moby Fish)"])]
 
 
 def test_qualitative_scenarios_respect_functional_predicates(sample: KB) -> None:
     got = scenario_set(
-        search.qualitative_scenarios(
-            sample, ["(legCount Egg 2)", "(legCount Egg 3)"], "CxNursery"
-        )
+        search.qualitative_scenarios(sample, ["(legCount Egg 2)", "(legCount Egg 3)"], "CxNursery")
     )
     assert (["(legCount Egg 2)", "(legCount Egg 3)"], []) not in got
     assert len(got) == 3
@@ -516,8 +521,14 @@ TOOL_INPUTS: dict[str, dict[str, Any]] = {
     "prove-within": {"goal": "(isa ?x Animal)", "context": "CxNursery"},
     "qualitative-scenarios": {"sentences": ["(isa Humpty Horse)"], "context": "CxNursery"},
 }
-HAS_DEPTH = ["query-status", "argue", "search-tree", "compare-tacticians", "prove-within",
-             "qualitative-scenarios"]
+HAS_DEPTH = [
+    "query-status",
+    "argue",
+    "search-tree",
+    "compare-tacticians",
+    "prove-within",
+    "qualitative-scenarios",
+]
 HAS_LIMIT = ["argue", "search-tree", "ask-within", "prove-within", "qualitative-scenarios"]
 
 
@@ -531,7 +542,7 @@ def test_every_read_is_declared_a_clocked_read_in_the_op_table() -> None:
         d = declared(fn)
         assert d is not None
         assert (d.name, d.kind, d.clocked) == (name, "read", True)
-        assert fn.__module__ == "vaelii_llm.kb.search"
+        assert fn.__module__ == "vaelii_llm.kb._search"
         assert fn.__doc__
         assert len(fn.__doc__) > 200
 
@@ -620,19 +631,36 @@ async def test_a_tool_past_a_ceiling_is_refused(
     ("tool", "given", "expect"),
     [
         ("kb_query_status", {"goal": "(isa Moby Fish)", "context": "CxWell"}, ':status "refuted"'),
-        ("kb_argue", {"sentence": "(hasLegs MissMuffet 4)", "context": "CxNursery"},
-         ':sentence (hasLegs MissMuffet 2)'),
-        ("kb_search_tree", {"goal": "(isa ?x Spider)", "context": "CxNursery"},
-         ":bindings {?x ItsyBitsy}"),
-        ("kb_compare_tacticians", {"goal": "(isa Muffet Animal)", "context": "CxNursery"},
-         ':strategy "iterative-deepening", :status "proved"'),
-        ("kb_ask_within", {"sentence": "(isa ?x Spider)", "context": "CxNursery"},
-         ":bindings {?x Muffet}"),
-        ("kb_prove_within", {"goal": "(afraidOf ?who Muffet)", "context": "CxNursery"},
-         ":bindings {?who TheFly}"),
-        ("kb_qualitative_scenarios",
-         {"sentences": "((isa Humpty Horse) (afraidOf Humpty Humpty))", "context": "CxNursery"},
-         ':kind "scenario", :true ((afraidOf Humpty Humpty)), :false ((isa Humpty Horse))'),
+        (
+            "kb_argue",
+            {"sentence": "(hasLegs MissMuffet 4)", "context": "CxNursery"},
+            ":sentence (hasLegs MissMuffet 2)",
+        ),
+        (
+            "kb_search_tree",
+            {"goal": "(isa ?x Spider)", "context": "CxNursery"},
+            ":bindings {?x ItsyBitsy}",
+        ),
+        (
+            "kb_compare_tacticians",
+            {"goal": "(isa Muffet Animal)", "context": "CxNursery"},
+            ':strategy "iterative-deepening", :status "proved"',
+        ),
+        (
+            "kb_ask_within",
+            {"sentence": "(isa ?x Spider)", "context": "CxNursery"},
+            ":bindings {?x Muffet}",
+        ),
+        (
+            "kb_prove_within",
+            {"goal": "(afraidOf ?who Muffet)", "context": "CxNursery"},
+            ":bindings {?who TheFly}",
+        ),
+        (
+            "kb_qualitative_scenarios",
+            {"sentences": "((isa Humpty Horse) (afraidOf Humpty Humpty))", "context": "CxNursery"},
+            ':kind "scenario", :true ((afraidOf Humpty Humpty)), :false ((isa Humpty Horse))',
+        ),
     ],
 )
 async def test_each_read_answers_through_its_tool(

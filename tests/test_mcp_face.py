@@ -128,7 +128,7 @@ def readme_entry() -> tuple[str, list[str]]:
     KB's file and its command at the console script this venv installed."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Faces:") :]
-    found = re.search(r"```json\n(.*?)```", section, re.S)
+    found = re.search(r"```json\n(.*?)```", section, re.DOTALL)
     assert found is not None
     entry = json.loads(found.group(1))["mcpServers"]["vaelii-kb"]
     assert entry["command"] == "vaelii-llm"
@@ -150,7 +150,10 @@ async def test_the_readme_stdio_entry_serves_the_read_surface_and_refuses_the_re
 async def http_server(*extra: str) -> AsyncIterator[str]:
     """``vaelii-llm mcp --http :0`` in a subprocess; yields the URL it printed."""
     proc = await asyncio.create_subprocess_exec(
-        *COMMAND, "--http", ":0", *extra,  # no host named: loopback
+        *COMMAND,
+        "--http",
+        ":0",
+        *extra,  # no host named: loopback
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
@@ -232,22 +235,36 @@ async def test_stdio_server_survives_malformed_requests_and_cancelled_reads(
     answer. Without the cancellation the quick read would wait for a worker, so it
     would answer after the slow ones' cut records."""
     proc = await asyncio.create_subprocess_exec(
-        *COMMAND, "--kb", slow_kb(tmp_path / "slow.edn"),
+        *COMMAND,
+        "--kb",
+        slow_kb(tmp_path / "slow.edn"),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         env=_env(),
     )
     wire = _Line(proc)
-    slow_goal = {"goal": "(path N0 Nobody)", "context": "CxG",
-                 "opts": {"max-depth": 12, "max-ms": 10000}}
+    slow_goal = {
+        "goal": "(path N0 Nobody)",
+        "context": "CxG",
+        "opts": {"max-depth": 12, "max-ms": 10000},
+    }
     try:
         await wire.send("this line is not JSON")
         await wire.send({"jsonrpc": "2.0", "id": 1, "method": "no/such/method"})
         assert (await wire.answer(1))["error"]["code"] == types.METHOD_NOT_FOUND
-        await wire.send({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}})
+        await wire.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
+        )
         assert (await wire.answer(2))["result"]["serverInfo"]["name"] == "vaelii-llm"
         await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         await wire.send(_call(3, {"name": "kb_query", "arguments": "(path N0 N1)"}))
@@ -263,8 +280,13 @@ async def test_stdio_server_survives_malformed_requests_and_cancelled_reads(
             await wire.send(_call(request_id, {"name": "kb_query", "arguments": slow_goal}))
         await asyncio.sleep(0.5)  # let them reach their workers (either order passes)
         for request_id in slow_ids:
-            await wire.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                             "params": {"requestId": request_id, "reason": "test"}})
+            await wire.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": request_id, "reason": "test"},
+                }
+            )
         await wire.send(_call(6, {"name": "kb_sentex_count", "arguments": {}}))
         assert proc.stdout is not None
         first = json.loads(await asyncio.wait_for(proc.stdout.readline(), CALL_TIMEOUT_S))

@@ -27,7 +27,7 @@ from fake_ollama import FakeOllama, chunk, final, tool_call
 from loopback import serve
 
 from vaelii_llm import kb, providers, tools
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Message,
     Provider,
     Request,
@@ -159,9 +159,14 @@ def messages_transcript(n: int, blocks: list[dict[str, Any]], stop_reason: str) 
             {
                 "type": "message_start",
                 "message": {
-                    "id": msg_id, "type": "message", "role": "assistant",
-                    "model": "claude-opus-5-5", "content": [], "stop_reason": None,
-                    "stop_sequence": None, "usage": {"input_tokens": 40, "output_tokens": 1},
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude-opus-5-5",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 40, "output_tokens": 1},
                 },
             },
         )
@@ -201,8 +206,13 @@ def messages_transcript(n: int, blocks: list[dict[str, Any]], stop_reason: str) 
     )
     events.append(("message_stop", {"type": "message_stop"}))
     message = {
-        "id": msg_id, "type": "message", "role": "assistant", "model": "claude-opus-5-5",
-        "content": blocks, "stop_reason": stop_reason, "stop_sequence": None,
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-5-5",
+        "content": blocks,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
         "usage": {"input_tokens": 40, "output_tokens": 12},
     }
     return Transcript(events, message)

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vaelii_llm import errors, providers
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Message,
     OpaqueBlock,
     Provider,
@@ -70,8 +70,11 @@ def assemble(objs: list[dict[str, Any]]) -> tuple[list[list[Any]], Response]:
 TOOL = ToolSchema(
     name="kb_types_of",
     description="The types a term belongs to.",
-    input_schema={"type": "object", "properties": {"term": {"type": "string"}},
-                  "required": ["term"]},
+    input_schema={
+        "type": "object",
+        "properties": {"term": {"type": "string"}},
+        "required": ["term"],
+    },
     strict=True,
 )
 
@@ -91,8 +94,16 @@ def test_body_always_sends_keep_alive_num_ctx_num_predict_and_temperature_zero()
 
 
 def test_request_values_beat_the_provider_defaults() -> None:
-    req = ask("hi", model="llama3.2", num_ctx=2048, keep_alive="5m", temperature=0.7,
-              stop_sequences=["\n\n"], format={"type": "object"}, system="Be brief.")
+    req = ask(
+        "hi",
+        model="llama3.2",
+        num_ctx=2048,
+        keep_alive="5m",
+        temperature=0.7,
+        stop_sequences=["\n\n"],
+        format={"type": "object"},
+        system="Be brief.",
+    )
     body = body_of(req, stream=False)
     assert body["model"] == "llama3.2"
     assert body["stream"] is False
@@ -106,39 +117,60 @@ def test_request_values_beat_the_provider_defaults() -> None:
 
 def test_tools_are_reshaped_and_strict_is_dropped() -> None:
     body = body_of(ask("hi", tools=[TOOL]))
-    assert body["tools"] == [{
-        "type": "function",
-        "function": {"name": "kb_types_of", "description": "The types a term belongs to.",
-                     "parameters": TOOL.input_schema},
-    }]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "kb_types_of",
+                "description": "The types a term belongs to.",
+                "parameters": TOOL.input_schema,
+            },
+        }
+    ]
     assert "strict" not in json.dumps(body["tools"])
 
 
 def test_a_tool_round_trip_maps_to_assistant_tool_calls_and_tool_messages() -> None:
-    raw_call = {"id": "abc", "function": {"index": 0, "name": "kb_types_of",
-                                          "arguments": {"term": "Muffet"}}}
-    req = Request(messages=[
-        Message(role="user", content="What is Muffet?"),
-        Message(role="assistant", content=[
-            ThinkingBlock(thinking="Look it up."),
-            TextBlock(text="Let me check."),
-            ToolUseBlock(id="call_0", name="kb_types_of", input={"term": "Muffet"}),
-            ToolUseBlock(id="abc", name="kb_types_of", input={"term": "Muffet"}, raw=raw_call),
-        ]),
-        Message(role="user", content=[
-            ToolResultBlock(tool_use_id="call_0", content="(Spider)"),
-            ToolResultBlock(tool_use_id="abc", content="oops", is_error=True),
-            TextBlock(text="And so?"),
-        ]),
-    ])
+    raw_call = {
+        "id": "abc",
+        "function": {"index": 0, "name": "kb_types_of", "arguments": {"term": "Muffet"}},
+    }
+    req = Request(
+        messages=[
+            Message(role="user", content="What is Muffet?"),
+            Message(
+                role="assistant",
+                content=[
+                    ThinkingBlock(thinking="Look it up."),
+                    TextBlock(text="Let me check."),
+                    ToolUseBlock(id="call_0", name="kb_types_of", input={"term": "Muffet"}),
+                    ToolUseBlock(
+                        id="abc", name="kb_types_of", input={"term": "Muffet"}, raw=raw_call
+                    ),
+                ],
+            ),
+            Message(
+                role="user",
+                content=[
+                    ToolResultBlock(tool_use_id="call_0", content="(Spider)"),
+                    ToolResultBlock(tool_use_id="abc", content="oops", is_error=True),
+                    TextBlock(text="And so?"),
+                ],
+            ),
+        ]
+    )
     messages = body_of(req)["messages"]
     assert messages == [
         {"role": "user", "content": "What is Muffet?"},
-        {"role": "assistant", "content": "Let me check.", "thinking": "Look it up.",
-         "tool_calls": [
-             {"function": {"name": "kb_types_of", "arguments": {"term": "Muffet"}}},
-             raw_call,
-         ]},
+        {
+            "role": "assistant",
+            "content": "Let me check.",
+            "thinking": "Look it up.",
+            "tool_calls": [
+                {"function": {"name": "kb_types_of", "arguments": {"term": "Muffet"}}},
+                raw_call,
+            ],
+        },
         {"role": "tool", "content": "(Spider)", "tool_name": "kb_types_of"},
         {"role": "tool", "content": "oops", "tool_name": "kb_types_of"},
         {"role": "user", "content": "And so?"},
@@ -146,18 +178,24 @@ def test_a_tool_round_trip_maps_to_assistant_tool_calls_and_tool_messages() -> N
 
 
 def test_a_tool_call_another_vendor_made_is_rebuilt_not_echoed() -> None:
-    foreign = ToolUseBlock(id="toolu_1", name="kb_ask", input={"q": "x"},
-                           raw={"type": "tool_use", "id": "toolu_1", "name": "kb_ask",
-                                "input": {"q": "x"}})
+    foreign = ToolUseBlock(
+        id="toolu_1",
+        name="kb_ask",
+        input={"q": "x"},
+        raw={"type": "tool_use", "id": "toolu_1", "name": "kb_ask", "input": {"q": "x"}},
+    )
     req = Request(messages=[Message(role="assistant", content=[foreign])])
     (message,) = body_of(req)["messages"]
     assert message["tool_calls"] == [{"function": {"name": "kb_ask", "arguments": {"q": "x"}}}]
 
 
-@pytest.mark.parametrize("block", [
-    RedactedThinkingBlock(data="xyz"),
-    OpaqueBlock(type="server_tool_use", raw={"type": "server_tool_use"}),
-])
+@pytest.mark.parametrize(
+    "block",
+    [
+        RedactedThinkingBlock(data="xyz"),
+        OpaqueBlock(type="server_tool_use", raw={"type": "server_tool_use"}),
+    ],
+)
 def test_a_block_with_no_ollama_shape_is_refused(block: Any) -> None:
     req = Request(messages=[Message(role="assistant", content=[block])])
     with pytest.raises(errors.LLMEncode) as info:
@@ -166,8 +204,9 @@ def test_a_block_with_no_ollama_shape_is_refused(block: Any) -> None:
 
 
 def test_a_tool_use_in_a_user_message_is_refused() -> None:
-    req = Request(messages=[Message(role="user", content=[
-        ToolUseBlock(id="x", name="n", input={})])])
+    req = Request(
+        messages=[Message(role="user", content=[ToolUseBlock(id="x", name="n", input={})])]
+    )
     with pytest.raises(errors.LLMEncode):
         ollama.chat_body(req, model="m", num_ctx=1, keep_alive="0", stream=False)
 
@@ -178,29 +217,49 @@ def test_a_tool_use_in_a_user_message_is_refused() -> None:
 def test_a_non_streamed_answer_maps_content_usage_and_stop_reason() -> None:
     obj = merged([chunk("Hello", thinking="Greet them."), chunk(" there."), final()])
     closed, response = assemble([obj])
-    assert response.content == [ThinkingBlock(thinking="Greet them."),
-                                TextBlock(text="Hello there.")]
+    assert response.content == [
+        ThinkingBlock(thinking="Greet them."),
+        TextBlock(text="Hello there."),
+    ]
     assert closed == [response.content]
     assert (response.stop_reason, response.vendor_stop_reason) == ("end_turn", "stop")
     assert response.model == "phi4:14b"
     assert response.usage == Usage(
-        input_tokens=26, output_tokens=282,
-        prompt_eval_count=26, eval_count=282, total_duration=4883583458,
-        load_duration=1334875, prompt_eval_duration=342546000, eval_duration=4535599000)
+        input_tokens=26,
+        output_tokens=282,
+        prompt_eval_count=26,
+        eval_count=282,
+        total_duration=4883583458,
+        load_duration=1334875,
+        prompt_eval_duration=342546000,
+        eval_duration=4535599000,
+    )
 
 
 def test_a_stream_closes_a_block_when_the_next_kind_begins() -> None:
-    closed, response = assemble([
-        chunk(thinking="Hm"), chunk(thinking="m."), chunk("The"),
-        chunk(" answer", tool_calls=[tool_call("kb_ask", {"q": "(dog ?x)"})]),
-        chunk(tool_calls=[tool_call("kb_ask", {"q": "(cat ?x)"}, id="given")]),
-        final(done_reason="stop"),
-    ])
+    closed, response = assemble(
+        [
+            chunk(thinking="Hm"),
+            chunk(thinking="m."),
+            chunk("The"),
+            chunk(" answer", tool_calls=[tool_call("kb_ask", {"q": "(dog ?x)"})]),
+            chunk(tool_calls=[tool_call("kb_ask", {"q": "(cat ?x)"}, id="given")]),
+            final(done_reason="stop"),
+        ]
+    )
     think, text = ThinkingBlock(thinking="Hmm."), TextBlock(text="The answer")
-    first = ToolUseBlock(id="call_0", name="kb_ask", input={"q": "(dog ?x)"},
-                         raw=tool_call("kb_ask", {"q": "(dog ?x)"}))
-    second = ToolUseBlock(id="given", name="kb_ask", input={"q": "(cat ?x)"},
-                          raw=tool_call("kb_ask", {"q": "(cat ?x)"}, id="given"))
+    first = ToolUseBlock(
+        id="call_0",
+        name="kb_ask",
+        input={"q": "(dog ?x)"},
+        raw=tool_call("kb_ask", {"q": "(dog ?x)"}),
+    )
+    second = ToolUseBlock(
+        id="given",
+        name="kb_ask",
+        input={"q": "(cat ?x)"},
+        raw=tool_call("kb_ask", {"q": "(cat ?x)"}, id="given"),
+    )
     assert closed == [[], [], [think], [text, first], [second], []]
     assert response.content == [think, text, first, second]
     assert (response.stop_reason, response.vendor_stop_reason) == ("tool_use", "stop")
@@ -241,30 +300,43 @@ def test_deltas_come_before_their_block_at_its_index() -> None:
     items = [
         item
         for o in [
-            chunk(thinking="Hm"), chunk(thinking="m."), chunk("The"),
+            chunk(thinking="Hm"),
+            chunk(thinking="m."),
+            chunk("The"),
             chunk(" answer", tool_calls=[tool_call("kb_ask", {"q": "(dog ?x)"})]),
             final(),
         ]
         for item in asm.feed(decode(o))
     ]
     think, text = ThinkingBlock(thinking="Hmm."), TextBlock(text="The answer")
-    call = ToolUseBlock(id="call_0", name="kb_ask", input={"q": "(dog ?x)"},
-                        raw=tool_call("kb_ask", {"q": "(dog ?x)"}))
+    call = ToolUseBlock(
+        id="call_0",
+        name="kb_ask",
+        input={"q": "(dog ?x)"},
+        raw=tool_call("kb_ask", {"q": "(dog ?x)"}),
+    )
     assert items == [
-        ThinkingDelta(index=0, thinking="Hm"), ThinkingDelta(index=0, thinking="m."),
-        think, TextDelta(index=1, text="The"), TextDelta(index=1, text=" answer"), text,
-        ToolUseStart(index=2, id="call_0", name="kb_ask"), call,
+        ThinkingDelta(index=0, thinking="Hm"),
+        ThinkingDelta(index=0, thinking="m."),
+        think,
+        TextDelta(index=1, text="The"),
+        TextDelta(index=1, text=" answer"),
+        text,
+        ToolUseStart(index=2, id="call_0", name="kb_ask"),
+        call,
     ]
     assert asm.result().content == [think, text, call]
 
 
 def test_tool_ids_count_positions_across_a_turns_chunks() -> None:
-    _, response = assemble([
-        chunk(tool_calls=[tool_call("a", {})]),
-        chunk(tool_calls=[tool_call("b", {}, id="keep"), tool_call("c", {})]),
-        chunk(tool_calls=[tool_call("d", {})]),
-        final(),
-    ])
+    _, response = assemble(
+        [
+            chunk(tool_calls=[tool_call("a", {})]),
+            chunk(tool_calls=[tool_call("b", {}, id="keep"), tool_call("c", {})]),
+            chunk(tool_calls=[tool_call("d", {})]),
+            final(),
+        ]
+    )
     ids = [b.id for b in response.content if isinstance(b, ToolUseBlock)]
     assert ids == ["call_0", "keep", "call_2", "call_3"]
 
@@ -310,7 +382,8 @@ _text = st.text(alphabet=st.characters(codec="utf-8"), min_size=0, max_size=12)
 _args = st.dictionaries(
     st.text(alphabet="abcdefgh_", min_size=1, max_size=6),
     st.one_of(st.integers(), st.text(max_size=8), st.booleans(), st.none()),
-    max_size=3)
+    max_size=3,
+)
 
 
 @st.composite
@@ -319,8 +392,11 @@ def transcripts(draw: st.DrawFn) -> Transcript:
     whole tool calls (some with ids), then the done object."""
     thinking = draw(st.lists(_text, max_size=4))
     content = draw(st.lists(_text, max_size=6))
-    calls = draw(st.lists(st.tuples(st.sampled_from(["kb_ask", "kb_types_of"]), _args,
-                                    st.booleans()), max_size=3))
+    calls = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["kb_ask", "kb_types_of"]), _args, st.booleans()), max_size=3
+        )
+    )
     objs = [chunk(thinking=t) for t in thinking] + [chunk(c) for c in content]
     for n, (name, args, with_id) in enumerate(calls):
         extra = {"id": f"id{n}"} if with_id else {}
@@ -342,22 +418,25 @@ def test_reassembled_stream_equals_the_non_streamed_answer(objs: Transcript) -> 
 # ---------------------------------------------------------------- hosts
 
 
-@pytest.mark.parametrize(("host", "url"), [
-    ("127.0.0.1", "http://127.0.0.1:11434"),
-    ("10.0.0.5:8080", "http://10.0.0.5:8080"),
-    ("localhost", "http://localhost:11434"),
-    ("gpu1:11434", "http://gpu1:11434"),
-    ("http://gpu1", "http://gpu1:80"),
-    ("https://ollama.example.com", "https://ollama.example.com:443"),
-    ("http://gpu1:9000/", "http://gpu1:9000"),
-    ("HTTPS://gpu1:8443", "https://gpu1:8443"),
-    ("::1", "http://[::1]:11434"),
-    ("[::1]", "http://[::1]:11434"),
-    ("[::1]:8080", "http://[::1]:8080"),
-    ("http://[fe80::1]", "http://[fe80::1]:80"),
-    ("  example.com  ", "http://example.com:11434"),
-    ("https://proxy.example.com/ollama/", "https://proxy.example.com:443/ollama"),
-])
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:11434"),
+        ("10.0.0.5:8080", "http://10.0.0.5:8080"),
+        ("localhost", "http://localhost:11434"),
+        ("gpu1:11434", "http://gpu1:11434"),
+        ("http://gpu1", "http://gpu1:80"),
+        ("https://ollama.example.com", "https://ollama.example.com:443"),
+        ("http://gpu1:9000/", "http://gpu1:9000"),
+        ("HTTPS://gpu1:8443", "https://gpu1:8443"),
+        ("::1", "http://[::1]:11434"),
+        ("[::1]", "http://[::1]:11434"),
+        ("[::1]:8080", "http://[::1]:8080"),
+        ("http://[fe80::1]", "http://[fe80::1]:80"),
+        ("  example.com  ", "http://example.com:11434"),
+        ("https://proxy.example.com/ollama/", "https://proxy.example.com:443/ollama"),
+    ],
+)
 def test_normalize_host_reads_a_host_as_ollama_does(host: str, url: str) -> None:
     assert ollama.normalize_host(host) == url
 
@@ -375,18 +454,21 @@ def test_normalize_host_refuses_a_password_without_quoting_it(host: str) -> None
     assert "s3cret" not in str(info.value)
 
 
-@pytest.mark.parametrize(("ours", "theirs", "url"), [
-    (None, None, "http://localhost:11434"),
-    ("gpu1", "gpu2", "http://gpu1:11434"),
-    (None, "gpu2:9000", "http://gpu2:9000"),
-    (None, "0.0.0.0", "http://localhost:11434"),
-    (None, "0.0.0.0:11434", "http://localhost:11434"),
-    (None, "::", "http://localhost:11434"),
-    (None, "[::]:11434", "http://localhost:11434"),
-    (None, "*", "http://localhost:11434"),
-    (None, "http://0.0.0.0:11434", "http://localhost:11434"),
-    ("  ", "10.1.2.3", "http://10.1.2.3:11434"),
-])
+@pytest.mark.parametrize(
+    ("ours", "theirs", "url"),
+    [
+        (None, None, "http://localhost:11434"),
+        ("gpu1", "gpu2", "http://gpu1:11434"),
+        (None, "gpu2:9000", "http://gpu2:9000"),
+        (None, "0.0.0.0", "http://localhost:11434"),
+        (None, "0.0.0.0:11434", "http://localhost:11434"),
+        (None, "::", "http://localhost:11434"),
+        (None, "[::]:11434", "http://localhost:11434"),
+        (None, "*", "http://localhost:11434"),
+        (None, "http://0.0.0.0:11434", "http://localhost:11434"),
+        ("  ", "10.1.2.3", "http://10.1.2.3:11434"),
+    ],
+)
 def test_base_url_skips_bind_addresses(
     monkeypatch: pytest.MonkeyPatch, ours: str | None, theirs: str | None, url: str
 ) -> None:
@@ -460,8 +542,16 @@ async def test_the_wire_body_carries_keep_alive_num_ctx_temperature_and_tools(
     assert sent["keep_alive"] == "1h"
     assert sent["options"]["num_ctx"] == 16384
     assert sent["options"]["temperature"] == 0
-    assert sent["tools"] == [{"type": "function", "function": {
-        "name": TOOL.name, "description": TOOL.description, "parameters": TOOL.input_schema}}]
+    assert sent["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": TOOL.name,
+                "description": TOOL.description,
+                "parameters": TOOL.input_schema,
+            },
+        }
+    ]
     assert default["keep_alive"] == "30m"
     assert default["options"]["num_ctx"] == 8192
     assert default["options"]["temperature"] == 0
@@ -470,10 +560,13 @@ async def test_the_wire_body_carries_keep_alive_num_ctx_temperature_and_tools(
 
 async def test_tool_calls_stream_as_blocks(fake: FakeOllama) -> None:
     def script(_body: dict[str, Any]) -> Transcript:
-        return [chunk(thinking="I should look."), chunk("Checking."),
-                chunk(tool_calls=[tool_call("kb_types_of", {"term": "Muffet"})]),
-                chunk(tool_calls=[tool_call("kb_types_of", {"term": "Tom"})]),
-                final()]
+        return [
+            chunk(thinking="I should look."),
+            chunk("Checking."),
+            chunk(tool_calls=[tool_call("kb_types_of", {"term": "Muffet"})]),
+            chunk(tool_calls=[tool_call("kb_types_of", {"term": "Tom"})]),
+            final(),
+        ]
 
     fake.script = script
     async with ollama.provider(host=fake.url, model="llama3.2") as p:
@@ -481,8 +574,10 @@ async def test_tool_calls_stream_as_blocks(fake: FakeOllama) -> None:
         whole = await p.complete(ask("who?", tools=[TOOL]))
     assert items[-1] == whole
     uses = [b for b in whole.content if isinstance(b, ToolUseBlock)]
-    assert [(u.id, u.input) for u in uses] == [("call_0", {"term": "Muffet"}),
-                                             ("call_1", {"term": "Tom"})]
+    assert [(u.id, u.input) for u in uses] == [
+        ("call_0", {"term": "Muffet"}),
+        ("call_1", {"term": "Tom"}),
+    ]
 
 
 async def test_an_error_mid_stream_is_an_api_error(fake: FakeOllama) -> None:
@@ -594,8 +689,10 @@ async def test_concurrent_turns_reuse_the_providers_connection_pool(fake: FakeOl
     async with ollama.provider(host=fake.url) as p:
 
         async def wave() -> None:
-            await asyncio.gather(*(p.complete(ask("hi")) for _ in range(turns // 2)),
-                                 *(collect(p, ask("hi")) for _ in range(turns // 2)))
+            await asyncio.gather(
+                *(p.complete(ask("hi")) for _ in range(turns // 2)),
+                *(collect(p, ask("hi")) for _ in range(turns // 2)),
+            )
 
         await wave()
         first = fake.connections
@@ -615,8 +712,9 @@ async def test_sequential_streams_reuse_one_connection(fake: FakeOllama) -> None
 
 
 async def test_breaking_out_of_a_stream_releases_its_response(fake: FakeOllama) -> None:
-    fake.script = lambda _b: [chunk(thinking="t"), chunk("x" * 10)] + [
-        chunk("y") for _ in range(2000)] + [final()]
+    fake.script = lambda _b: (
+        [chunk(thinking="t"), chunk("x" * 10)] + [chunk("y") for _ in range(2000)] + [final()]
+    )
     fake.chunk_delay = 0.001
     async with ollama.provider(host=fake.url) as p:
         async with aclosing(p.stream(ask("hi"))) as items:
@@ -700,7 +798,8 @@ async def test_selection_builds_ollama_or_falls_back_to_the_stub(
     assert g.model == "qwen3-coder:30b"
     await g.aclose()
     fallback = await providers.provider(
-        "ollama", host=f"127.0.0.1:{unused_tcp_port}", stub={"script": ["from the stub"]})
+        "ollama", host=f"127.0.0.1:{unused_tcp_port}", stub={"script": ["from the stub"]}
+    )
     async with fallback:
         assert not isinstance(fallback, ollama.OllamaProvider)
         assert (await fallback.complete(ask("hi"))).content == [TextBlock(text="from the stub")]
@@ -717,8 +816,9 @@ async def test_a_closed_provider_refuses_a_turn(fake: FakeOllama) -> None:
 # ---------------------------------------------------------------- many transcripts, on the wire
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(objs=transcripts())
 async def test_stream_and_complete_are_equal_on_the_wire(
     fake: FakeOllama, objs: Transcript

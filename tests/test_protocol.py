@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     UNSET,
     Message,
     OpaqueBlock,
@@ -109,7 +109,7 @@ def test_stub_satisfies_the_protocol() -> None:
 
 
 def test_module_docstring_lists_every_request_and_response_field() -> None:
-    from vaelii_llm import protocol
+    from vaelii_llm import _protocol as protocol
 
     doc = protocol.__doc__ or ""
     for struct in (Request, Response):

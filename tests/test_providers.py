@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from vaelii_llm import providers
-from vaelii_llm.protocol import Message, Request, TextBlock
+from vaelii_llm._protocol import Message, Request, TextBlock
 from vaelii_llm.providers import stub
 
 SECRET = "sk-ant-SECRET-do-not-print-0123456789"

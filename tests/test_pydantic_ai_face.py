@@ -76,8 +76,11 @@ async def engine_answer() -> str:
 
 async def test_a_tool_call_returns_the_engines_answer_and_the_prose_is_the_output() -> None:
     provider = stub.provider(script=[QUERY, ANSWER])
-    agent = Agent(VaeliiModel(provider), toolsets=[KBToolset(kb.sample())],
-                  system_prompt="Answer from the KB.")
+    agent = Agent(
+        VaeliiModel(provider),
+        toolsets=[KBToolset(kb.sample())],
+        system_prompt="Answer from the KB.",
+    )
     result = await agent.run("Who is Miss Muffet afraid of?")
     assert result.output == ANSWER
     returns = [
@@ -161,10 +164,22 @@ async def test_thinking_travels_back_with_its_raw_block_and_signature() -> None:
 
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_usage_finish_reason_and_model_name(streamed: bool) -> None:
-    usage = Usage(input_tokens=11, output_tokens=7, cache_read_input_tokens=3,
-                  cache_creation_input_tokens=2, eval_count=7, total_duration=1234)
-    turn = Response(content=[TextBlock(text=ANSWER)], stop_reason="end_turn",
-                    vendor_stop_reason="stop", model="served-model", id="msg_1", usage=usage)
+    usage = Usage(
+        input_tokens=11,
+        output_tokens=7,
+        cache_read_input_tokens=3,
+        cache_creation_input_tokens=2,
+        eval_count=7,
+        total_duration=1234,
+    )
+    turn = Response(
+        content=[TextBlock(text=ANSWER)],
+        stop_reason="end_turn",
+        vendor_stop_reason="stop",
+        model="served-model",
+        id="msg_1",
+        usage=usage,
+    )
     model = VaeliiModel(stub.provider(script=[turn]))
     agent = Agent(model)
     if streamed:
@@ -195,7 +210,10 @@ async def test_settings_reach_the_request_and_an_ignored_guarantee_warns() -> No
     await agent.run("Who?", model_settings=settings)  # type: ignore[arg-type]
     sent = provider.requests()[0]
     assert (sent.max_tokens, sent.temperature, sent.stop_sequences, sent.timeout_ms) == (
-        321, 0.5, ["STOP"], 2500
+        321,
+        0.5,
+        ["STOP"],
+        2500,
     )
     assert sent.model == "llama3.2"
     with pytest.warns(pai_errors.UnsupportedSettingWarning, match="extra_headers"):
@@ -220,7 +238,9 @@ async def test_a_structured_output_travels_as_an_output_tool() -> None:
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_a_refusal_stop_reason_raises_content_filter_error(streamed: bool) -> None:
     refusal = Response(
-        content=[], stop_reason="refusal", model="stub",
+        content=[],
+        stop_reason="refusal",
+        model="stub",
         stop_details={"type": "refusal", "category": "cyber", "explanation": "declined here"},
     )
     agent = Agent(VaeliiModel(stub.provider(script=[refusal])))
@@ -288,35 +308,74 @@ async def test_streaming_on_the_stub_yields_the_words_as_deltas() -> None:
 def messages_turn(blocks: list[dict[str, Any]], stop_reason: str, msg_id: str) -> Transcript:
     """One Messages API turn, streamed as the API documents it and whole."""
     usage = {"input_tokens": 30, "output_tokens": 12}
-    events: list[Event] = [("message_start", {"type": "message_start", "message": {
-        "id": msg_id, "type": "message", "role": "assistant", "model": "claude-opus-5-5",
-        "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": 30, "output_tokens": 1}}})]
+    events: list[Event] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude-opus-5-5",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 30, "output_tokens": 1},
+                },
+            },
+        )
+    ]
     for index, block in enumerate(blocks):
         start = {**block}
         if block["type"] == "text":
             start["text"] = ""
             deltas = [{"type": "text_delta", "text": w} for w in block["text"].split(" ")]
-            deltas = [{"type": "text_delta", "text": " " + d["text"]} if i else d
-                      for i, d in enumerate(deltas)]
+            deltas = [
+                {"type": "text_delta", "text": " " + d["text"]} if i else d
+                for i, d in enumerate(deltas)
+            ]
         elif block["type"] == "thinking":
             start.update(thinking="", signature="")
-            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
-                      {"type": "signature_delta", "signature": block["signature"]}]
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
         else:
             start["input"] = {}
             deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
-        events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                               "content_block": start}))
-        events.extend(("content_block_delta", {"type": "content_block_delta", "index": index,
-                                               "delta": d}) for d in deltas)
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        )
+        events.extend(
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(("message_delta", {"type": "message_delta", "delta": {
-        "stop_reason": stop_reason, "stop_sequence": None}, "usage": {"output_tokens": 12}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": 12},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
-    message = {"id": msg_id, "type": "message", "role": "assistant", "model": "claude-opus-5-5",
-               "content": blocks, "stop_reason": stop_reason, "stop_sequence": None,
-               "usage": usage}
+    message = {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-5-5",
+        "content": blocks,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
     return Transcript(events, message)
 
 
@@ -338,10 +397,12 @@ class ScriptedMessagesAPI(FakeMessagesAPI):
 
 @pytest.fixture
 async def messages_api() -> AsyncIterator[tuple[ScriptedMessagesAPI, str]]:
-    fake = ScriptedMessagesAPI([
-        messages_turn([THINKING, TOOL_USE], "tool_use", "msg_1"),
-        messages_turn([{"type": "text", "text": ANSWER}], "end_turn", "msg_2"),
-    ])
+    fake = ScriptedMessagesAPI(
+        [
+            messages_turn([THINKING, TOOL_USE], "tool_use", "msg_1"),
+            messages_turn([{"type": "text", "text": ANSWER}], "end_turn", "msg_2"),
+        ]
+    )
     async with serve(fake.app()) as url:
         yield fake, url
 
@@ -352,8 +413,11 @@ async def test_an_agent_on_a_loopback_messages_api(
 ) -> None:
     fake, url = messages_api
     async with anthropic.provider(credential="sk-test", base_url=url) as provider:
-        agent = Agent(VaeliiModel(provider), toolsets=[KBToolset(kb.sample())],
-                      system_prompt="Answer from the KB.")
+        agent = Agent(
+            VaeliiModel(provider),
+            toolsets=[KBToolset(kb.sample())],
+            system_prompt="Answer from the KB.",
+        )
         output = await run_agent(agent, "Who is Miss Muffet afraid of?", streamed)
     assert output == ANSWER
     assert [s.body.get("stream", False) for s in fake.seen] == [streamed, streamed]
@@ -372,9 +436,10 @@ async def test_an_agent_on_a_loopback_messages_api(
 
 async def test_a_429_from_the_messages_api_is_a_rate_limit_http_error() -> None:
     fake = FakeMessagesAPI(status=429)
-    async with serve(fake.app()) as url, anthropic.provider(
-        credential="sk-test", base_url=url
-    ) as provider:
+    async with (
+        serve(fake.app()) as url,
+        anthropic.provider(credential="sk-test", base_url=url) as provider,
+    ):
         with pytest.raises(pai_errors.ModelRateLimitError) as caught:
             await Agent(VaeliiModel(provider)).run("Who?")
     assert isinstance(caught.value, pai_errors.ModelHTTPError)
@@ -390,9 +455,10 @@ async def test_an_error_inside_a_200_gets_the_status_of_its_type(streamed: bool)
         [messages_turn([], "end_turn", "msg_0").events[0], ("error", overloaded)], overloaded
     )
     fake = FakeMessagesAPI(transcript=transcript)
-    async with serve(fake.app()) as url, anthropic.provider(
-        credential="sk-test", base_url=url
-    ) as provider:
+    async with (
+        serve(fake.app()) as url,
+        anthropic.provider(credential="sk-test", base_url=url) as provider,
+    ):
         agent = Agent(VaeliiModel(provider))
         with pytest.raises(pai_errors.ModelOverloadedError) as caught:
             await run_agent(agent, "Who?", streamed)
@@ -409,12 +475,16 @@ async def test_an_error_inside_a_200_gets_the_status_of_its_type(streamed: bool)
 def ollama_script(body: dict[str, Any]) -> fake_ollama.Transcript:
     """A tool call first; prose once the tool's result is in the conversation."""
     if any(m.get("role") == "tool" for m in body["messages"]):
-        return [fake_ollama.chunk("Miss Muffet is afraid of"),
-                fake_ollama.chunk(" Muffet, ItsyBitsy and Fang."),
-                fake_ollama.final(model="llama3.2")]
+        return [
+            fake_ollama.chunk("Miss Muffet is afraid of"),
+            fake_ollama.chunk(" Muffet, ItsyBitsy and Fang."),
+            fake_ollama.final(model="llama3.2"),
+        ]
     call = fake_ollama.tool_call("kb_query", {"goal": GOAL})
-    return [fake_ollama.chunk("", tool_calls=[call], model="llama3.2"),
-            fake_ollama.final(model="llama3.2")]
+    return [
+        fake_ollama.chunk("", tool_calls=[call], model="llama3.2"),
+        fake_ollama.final(model="llama3.2"),
+    ]
 
 
 @pytest.mark.parametrize("streamed", [False, True])

@@ -25,7 +25,7 @@ README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
 
 def test_readme_opens_with_exactly_two_commands() -> None:
-    block = re.search(r"```sh\n(.*?)```", README, re.S)
+    block = re.search(r"```sh\n(.*?)```", README, re.DOTALL)
     assert block is not None
     assert README.index("```sh") < README.index("## ")
     lines = [line for line in block.group(1).splitlines() if line.strip()]
@@ -39,7 +39,7 @@ def test_readme_configuration_table_matches_the_code() -> None:
     rows = {
         m.group(1): (m.group(2), m.group(3))
         for m in re.finditer(
-            r"^\| `([A-Z_]+)` \| `config\.(\w+)\(\)` \| [^|]* \| ([^|]*) \|", README, re.M
+            r"^\| `([A-Z_]+)` \| `config\.(\w+)\(\)` \| [^|]* \| ([^|]*) \|", README, re.MULTILINE
         )
     }
     assert set(rows) == {s.name for s in config.SWITCHES}
@@ -67,7 +67,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 BLOCK = re.compile(
-    r"(?:<!-- before: (?P<before>.*?) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```", re.S
+    r"(?:<!-- before: (?P<before>.*?) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```", re.DOTALL
 )
 NOT_RUN = {
     0: "the two commands make a fresh .venv and run this suite: .ci/run runs them",
@@ -83,8 +83,8 @@ if asyncio.iscoroutine(result):
     asyncio.run(result)
 """
 
-MY_BACKEND = '''
-from vaelii_llm.protocol import ProviderBase, Response, TextBlock
+MY_BACKEND = """
+from vaelii_llm._protocol import ProviderBase, Response, TextBlock
 
 PROBE_OPTS = frozenset()
 
@@ -100,28 +100,39 @@ def provider():
 
 async def available():
     return True
-'''
+"""
 
 
 def blocks(lang: str) -> list[tuple[int, str, str]]:
     """(position among all fenced blocks, the ``before`` code, the body) for ``lang``."""
-    return [(n, m.group("before") or "", m.group("body"))
-            for n, m in enumerate(BLOCK.finditer(README)) if m.group("lang") == lang]
+    return [
+        (n, m.group("before") or "", m.group("body"))
+        for n, m in enumerate(BLOCK.finditer(README))
+        if m.group("lang") == lang
+    ]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("VAELII_", "ANTHROPIC_", "OLLAMA_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VAELII_", "ANTHROPIC_", "OLLAMA_"))
+    }
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra)
     return env
 
 
-async def run(argv: list[str], env: dict[str, str], stdin: bytes | None = None,
-              cwd: Path = ROOT) -> tuple[int, str, str]:
+async def run(
+    argv: list[str], env: dict[str, str], stdin: bytes | None = None, cwd: Path = ROOT
+) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *argv,
+        env=env,
+        cwd=cwd,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(stdin), 120)
     assert proc.returncode is not None
@@ -130,8 +141,11 @@ async def run(argv: list[str], env: dict[str, str], stdin: bytes | None = None,
 
 def sh(body: str) -> list[str]:
     """The block's commands, with ``python`` meaning this interpreter."""
-    return [re.sub(r"^python ", f"{sys.executable} ", line)
-            for line in body.splitlines() if line.strip()]
+    return [
+        re.sub(r"^python ", f"{sys.executable} ", line)
+        for line in body.splitlines()
+        if line.strip()
+    ]
 
 
 @pytest.fixture
@@ -157,8 +171,9 @@ async def test_every_python_block_runs(ollama: FakeOllama, tmp_path: Path) -> No
     found = blocks("python")
     assert len(found) >= 4
     for n, before, body in found:
-        code, _, err = await run([sys.executable, "-c", HARNESS], env,
-                                   stdin=(before + "\n" + body).encode())
+        code, _, err = await run(
+            [sys.executable, "-c", HARNESS], env, stdin=(before + "\n" + body).encode()
+        )
         assert code == 0, f"python block {n} failed:\n{body}\n{err}"
         assert "Traceback" not in err, n
 
@@ -177,11 +192,15 @@ async def test_the_web_backend_blocks_serve_what_they_say(ollama: FakeOllama) ->
     [(_, _, serve_block)] = [b for b in blocks("sh") if "web_backend.py" in b[2]]
     [(_, _, curl_block)] = [b for b in blocks("sh") if "curl" in b[2]]
     [command] = sh(serve_block)
-    env = clean_env(VAELII_LLM_PROVIDER="ollama", VAELII_OLLAMA_HOST=ollama.url,
-                    VAELII_OLLAMA_MODEL="llama3.2")
+    env = clean_env(
+        VAELII_LLM_PROVIDER="ollama", VAELII_OLLAMA_HOST=ollama.url, VAELII_OLLAMA_MODEL="llama3.2"
+    )
     proc = await asyncio.create_subprocess_exec(
-        *command.replace("--port 8080", "--port 0").split(), env=env, cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *command.replace("--port 8080", "--port 0").split(),
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         assert proc.stdout is not None
@@ -216,8 +235,9 @@ async def test_every_other_shell_block_runs_or_says_why_not() -> None:
             assert code == 0, f"{line}\n{err}"
 
 
-def test_inline_commands_run_on_the_stub(capsys: pytest.CaptureFixture[str],
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inline_commands_run_on_the_stub(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in list(os.environ):
         if name.startswith(("VAELII_", "ANTHROPIC_", "OLLAMA_")):
             monkeypatch.delenv(name)
@@ -238,7 +258,7 @@ def test_inline_commands_run_on_the_stub(capsys: pytest.CaptureFixture[str],
 
 
 def test_the_exit_status_table_is_the_commands() -> None:
-    rows = dict(re.findall(r"^\| (\d) \| (.*?) \|$", README, re.M))
+    rows = dict(re.findall(r"^\| (\d) \| (.*?) \|$", README, re.MULTILINE))
     assert set(cli.ASK_EXIT.values()) | {1, 2} == {int(code) for code in rows}
     for stopped, code in cli.ASK_EXIT.items():
         assert str(code) in rows, stopped

@@ -8,7 +8,7 @@ from typing import Any, get_args
 import pytest
 
 from vaelii_llm import errors
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Message,
     Request,
     Response,

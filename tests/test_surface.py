@@ -12,7 +12,8 @@ from typing import get_args
 import pytest
 
 import vaelii_llm
-from vaelii_llm import config, protocol
+from vaelii_llm import _protocol as protocol
+from vaelii_llm import config
 
 PROVIDER_METHODS = {
     "complete": "(self, request: 'Request') -> 'Response'",
@@ -33,7 +34,8 @@ def test_provider_method_set_is_frozen() -> None:
     declared = {
         name
         for name, member in vars(protocol.Provider).items()
-        if inspect.isfunction(member) and not name.startswith("_abc")
+        if inspect.isfunction(member)
+        and not name.startswith("_abc")
         and name not in {"__init__", "_proto_hook", "__subclasshook__"}
     }
     assert declared == set(PROVIDER_METHODS)
@@ -46,7 +48,12 @@ def test_provider_signatures_are_frozen(name: str, signature: str) -> None:
 
 def test_the_neutral_vocabulary_and_the_delta_items_are_frozen() -> None:
     assert get_args(protocol.StopReason) == (
-        "end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn",
+        "end_turn",
+        "tool_use",
+        "max_tokens",
+        "stop_sequence",
+        "refusal",
+        "pause_turn",
     )
     deltas = get_args(protocol.Delta)
     assert {cls.__name__: (cls.type, cls.__struct_fields__) for cls in deltas} == {
@@ -68,11 +75,33 @@ def test_complete_and_aclose_are_coroutines_stream_is_not() -> None:
 def test_package_exports_are_frozen() -> None:
     assert sorted(vaelii_llm.__all__) == sorted(
         [
-            "Block", "Delta", "Message", "OpaqueBlock", "Provider", "RedactedThinkingBlock",
-            "Request", "Response", "StopReason", "TextBlock", "TextDelta", "ThinkingBlock",
-            "ThinkingDelta", "ToolResultBlock", "ToolSchema", "ToolUseBlock", "ToolUseStart",
-            "Usage", "__version__", "agent", "config", "engine", "errors", "kb", "pool",
-            "providers", "tools",
+            "Block",
+            "Delta",
+            "Message",
+            "OpaqueBlock",
+            "Provider",
+            "RedactedThinkingBlock",
+            "Request",
+            "Response",
+            "StopReason",
+            "TextBlock",
+            "TextDelta",
+            "ThinkingBlock",
+            "ThinkingDelta",
+            "ToolResultBlock",
+            "ToolSchema",
+            "ToolUseBlock",
+            "ToolUseStart",
+            "Usage",
+            "__version__",
+            "agent",
+            "config",
+            "engine",
+            "errors",
+            "kb",
+            "pool",
+            "providers",
+            "tools",
         ]
     )
     for name in vaelii_llm.__all__:
@@ -115,14 +144,30 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
 
 
 MODULES = [
-    "vaelii_llm.protocol", "vaelii_llm.errors", "vaelii_llm.config", "vaelii_llm.providers",
-    "vaelii_llm.providers.stub", "vaelii_llm.providers.hosts", "vaelii_llm.providers.http",
+    "vaelii_llm._protocol",
+    "vaelii_llm.errors",
+    "vaelii_llm.config",
+    "vaelii_llm.providers",
+    "vaelii_llm.providers.stub",
+    "vaelii_llm.providers._hosts",
+    "vaelii_llm.providers._http",
     "vaelii_llm.providers.ollama",
-    "vaelii_llm.providers.anthropic", "vaelii_llm.providers.credentials", "vaelii_llm.transport",
-    "vaelii_llm.timers",
-    "vaelii_llm.wire", "vaelii_llm.wire.sse", "vaelii_llm.wire.ndjson", "vaelii_llm.pool",
-    "vaelii_llm.engine", "vaelii_llm.tools", "vaelii_llm.edn", "vaelii_llm.kb", "vaelii_llm.cli",
-    "vaelii_llm.integrations", "vaelii_llm.integrations.mcp", "vaelii_llm.integrations.pydantic_ai",
+    "vaelii_llm.providers.anthropic",
+    "vaelii_llm.providers._credentials",
+    "vaelii_llm._transport",
+    "vaelii_llm._timers",
+    "vaelii_llm._wire",
+    "vaelii_llm._wire.sse",
+    "vaelii_llm._wire.ndjson",
+    "vaelii_llm.pool",
+    "vaelii_llm.engine",
+    "vaelii_llm.tools",
+    "vaelii_llm._edn",
+    "vaelii_llm.kb",
+    "vaelii_llm.cli",
+    "vaelii_llm.integrations",
+    "vaelii_llm.integrations.mcp",
+    "vaelii_llm.integrations.pydantic_ai",
     "vaelii_llm.agent",
     "vaelii_llm.telemetry",
 ]

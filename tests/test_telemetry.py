@@ -31,14 +31,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from vaelii_llm import kb, pool, telemetry, tools
+from vaelii_llm._protocol import Message, Request, Response, TextBlock, Usage
 from vaelii_llm.errors import LLMApiError, LLMTimeout
-from vaelii_llm.protocol import Message, Request, Response, TextBlock, Usage
 from vaelii_llm.providers import anthropic, ollama, stub
 from vaelii_llm.providers.stub import StubProvider
 
 SECRET = "sk-ant-api03-TELEMETRY-SECRET-never-recorded-0123456789"
-ASK = Request(messages=[Message(role="user", content="Is a spider an insect? PROMPT-MARK")],
-              max_tokens=77)
+ASK = Request(
+    messages=[Message(role="user", content="Is a spider an insect? PROMPT-MARK")], max_tokens=77
+)
 
 
 @dataclass
@@ -174,7 +175,7 @@ PROBE_OFF = """
 import asyncio, json, sys
 from contextlib import aclosing
 from vaelii_llm import kb, pool, providers, telemetry, tools
-from vaelii_llm.protocol import Message, Request
+from vaelii_llm._protocol import Message, Request
 
 async def main():
     req = Request(messages=[Message(role="user", content="hi")])
@@ -199,8 +200,14 @@ def _probe(env: dict[str, str], prelude: str = "") -> tuple[list[Any], str]:
     import os
 
     full = {k: v for k, v in os.environ.items() if k != "VAELII_LLM_OTEL"} | env
-    out = subprocess.run([sys.executable, "-c", prelude + PROBE_OFF], capture_output=True,
-                         text=True, check=True, env=full, cwd=Path(__file__).parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", prelude + PROBE_OFF],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=full,
+        cwd=Path(__file__).parent.parent,
+    )
     result: list[Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result, out.stderr
 
@@ -294,8 +301,10 @@ async def test_a_turn_records_the_client_histograms(otel: Recorded) -> None:
         "gen_ai.request.model": "stub",
         "gen_ai.response.model": "stub-served",
     }
-    tokens = {p.attributes["gen_ai.token.type"]: (u, p) for u, p in
-              otel.points(telemetry.METRIC_TOKEN_USAGE)}
+    tokens = {
+        p.attributes["gen_ai.token.type"]: (u, p)
+        for u, p in otel.points(telemetry.METRIC_TOKEN_USAGE)
+    }
     assert set(tokens) == {"input", "output"}
     assert tokens["input"][0] == "{token}"
     assert (tokens["input"][1].sum, tokens["output"][1].sum) == (12, 3)
@@ -410,8 +419,11 @@ async def test_content_is_recorded_only_when_asked(otel: Recorded) -> None:
         {"type": "text", "content": "SYSTEM-MARK"}
     ]
     assert json.loads(chat["gen_ai.output.messages"]) == [
-        {"role": "assistant", "parts": [{"type": "text", "content": "ANSWER-MARK"}],
-         "finish_reason": "end_turn"}
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "ANSWER-MARK"}],
+            "finish_reason": "end_turn",
+        }
     ]
     tool = attrs(otel.one("execute_tool kb_query"))
     assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"goal": "(isa ?x Spider)"}
@@ -689,7 +701,7 @@ def test_the_readmes_observability_block_sends_spans(
 ) -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("## Observability", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```python\n(.*?)```", section, re.S)
+    block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert block is not None
     code = block.group(1)
     # The OTLP exporter posts to a collector; here it is the SDK's in-memory one.

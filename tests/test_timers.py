@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from vaelii_llm import timers
+from vaelii_llm import _timers as timers
 
 FAR = 60.0  # seconds: a deadline that never passes in a test, and work that never ends
 NEAR = 0.01
@@ -217,4 +217,3 @@ async def test_a_block_is_entered_once_and_only_inside_a_task() -> None:
     await asyncio.sleep(0)
     assert len(refused) == 1
     assert "inside a task" in str(refused[0])
-

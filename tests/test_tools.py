@@ -26,8 +26,9 @@ from hypothesis_helpers import recursive
 
 from vaelii_llm import Message, Request, kb, tools
 from vaelii_llm import engine as engine_mod
-from vaelii_llm.edn import CLOCK_MARKER, CUT_MARKER
-from vaelii_llm.kb import KB, Context, Handle, Opts, Sentence, declare
+from vaelii_llm._edn import CLOCK_MARKER, CUT_MARKER
+from vaelii_llm.kb import KB, Context, Handle, Opts, Sentence
+from vaelii_llm.kb import _declare as declare
 from vaelii_llm.tools import MAX_LIMIT, ToolResult
 
 NURSERY = """
@@ -68,9 +69,7 @@ def _with_ops(
 async def _call(
     eng: engine_mod.Engine, kb_: Any, name: str, input: Any = None, max_result_chars: int = 4000
 ) -> ToolResult:
-    return await tools.Toolset(kb_, engine=eng, max_result_chars=max_result_chars).call(
-        name, input
-    )
+    return await tools.Toolset(kb_, engine=eng, max_result_chars=max_result_chars).call(name, input)
 
 
 #: Every op the spec keeps from a model, by name: the writes (``preview`` and
@@ -79,13 +78,27 @@ async def _call(
 #: so a write mis-declared a read still fails the suite.
 SPEC_EXCLUDED = frozenset(
     {
-        "assert", "retract", "edit", "edit-with-consequences", "forward-chain", "preview",
-        "clear-caches", "abduce", "abduce-discard",
+        "assert",
+        "retract",
+        "edit",
+        "edit-with-consequences",
+        "forward-chain",
+        "preview",
+        "clear-caches",
+        "abduce",
+        "abduce-discard",
         "kb-diff",
-        "handles", "terms", "kb-quality", "exposed-clashes",
-        "explain-levels", "all-specified-violations", "all-functional-at-instant-violations",
-        "changes-since", "subscribe",
-        "version", "op-names",
+        "handles",
+        "terms",
+        "kb-quality",
+        "exposed-clashes",
+        "explain-levels",
+        "all-specified-violations",
+        "all-functional-at-instant-violations",
+        "changes-since",
+        "subscribe",
+        "version",
+        "op-names",
     }
 )
 
@@ -183,8 +196,11 @@ def test_no_excluded_op_is_a_tool(excluded: frozenset[str]) -> None:
 
 def test_the_spec_exclusions_are_the_engine_declarations() -> None:
     declared = (
-        EMBEDDED.write_ops | EMBEDDED.feed_ops | EMBEDDED.host_path_ops
-        | EMBEDDED.unbounded_ops | EMBEDDED.kbless_ops
+        EMBEDDED.write_ops
+        | EMBEDDED.feed_ops
+        | EMBEDDED.host_path_ops
+        | EMBEDDED.unbounded_ops
+        | EMBEDDED.kbless_ops
     )
     assert declared == SPEC_EXCLUDED
     assert _leaks(tools.Toolset(None)) == set()
@@ -196,10 +212,12 @@ def test_an_excluded_op_declared_a_read_is_caught(op: str) -> None:
     # is re-declared a read (a copy of its function, so the real one is untouched).
     real = EMBEDDED.ops[op]
     if op in ("version", "op-names"):
+
         def leaked(kb: KB) -> Any:
             """A kb-less op given a KB parameter, declared a read."""
             return real()
     else:
+
         @functools.wraps(real)
         def leaked(*args: Any, **kwargs: Any) -> Any:
             return real(*args, **kwargs)
@@ -463,9 +481,7 @@ async def test_dispatch_calls_the_chosen_shape_positionally() -> None:
 
     eng = _with_ops(probe=probe)
     assert (await _call(eng, None, "kb_probe", {"goal": "(a ?x)"})).ok
-    assert (
-        await _call(eng, None, "kb_probe", {"goal": "(a)", "context": "Cx", "opts": None})
-    ).ok
+    assert (await _call(eng, None, "kb_probe", {"goal": "(a)", "context": "Cx", "opts": None})).ok
     assert seen == [
         (edn_format.loads("(a ?x)"), None, None),
         (edn_format.loads("(a)"), edn_format.Symbol("Cx"), None),
@@ -981,9 +997,21 @@ CLOCKED_READS = sorted(EMBEDDED.clocked & set(tools.read_ops()))
 def test_the_clocked_reads_include_every_spec_clocked_read() -> None:
     # the spec's eleven clocked reads that are tools (ask-all, variadic, is not one)
     assert {
-        "find-sentexes", "sentexes-in-context", "ask", "query", "query?", "why-not",
-        "escalate", "lookup", "kb-integrity", "query-status", "argue", "search-tree",
-        "compare-tacticians", "ask-within", "prove-within",
+        "find-sentexes",
+        "sentexes-in-context",
+        "ask",
+        "query",
+        "query?",
+        "why-not",
+        "escalate",
+        "lookup",
+        "kb-integrity",
+        "query-status",
+        "argue",
+        "search-tree",
+        "compare-tacticians",
+        "ask-within",
+        "prove-within",
     } <= set(CLOCKED_READS)
 
 
@@ -1083,7 +1111,8 @@ async def test_a_list_of_sentences_is_an_array_of_edn_strings() -> None:
         base, "kb_qualitative_scenarios", {"sentences": pair, "context": "CxNursery"}
     )
     as_edn = await tools.call(
-        base, "kb_qualitative_scenarios",
+        base,
+        "kb_qualitative_scenarios",
         {"sentences": "(" + " ".join(pair) + ")", "context": "CxNursery"},
     )
     assert as_array.ok, as_array.error

@@ -25,16 +25,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from loopback import cut_connection, refused_url, reset_connection, serve, serve_raw
 
-from vaelii_llm import transport
-from vaelii_llm.errors import (
-    LLMApiError,
-    LLMBadCredential,
-    LLMBadResponse,
-    LLMError,
-    LLMTimeout,
-    LLMUnreachable,
-)
-from vaelii_llm.transport import (
+from vaelii_llm import _transport as transport
+from vaelii_llm._transport import (
     Deadline,
     Endpoint,
     create_session,
@@ -44,7 +36,15 @@ from vaelii_llm.transport import (
     request_json,
     send_request,
 )
-from vaelii_llm.wire import NDJSONDecoder, SSEDecoder, SSEEvent
+from vaelii_llm._wire import NDJSONDecoder, SSEDecoder, SSEEvent
+from vaelii_llm.errors import (
+    LLMApiError,
+    LLMBadCredential,
+    LLMBadResponse,
+    LLMError,
+    LLMTimeout,
+    LLMUnreachable,
+)
 
 END = Endpoint("Test server at loopback", "test")
 ANY = msgspec.json.Decoder()
@@ -577,7 +577,7 @@ async def test_a_body_over_the_cap_is_refused(
 
 
 def test_public_surfaces_are_frozen() -> None:
-    import vaelii_llm.wire as wire
+    import vaelii_llm._wire as wire
 
     assert sorted(transport.__all__) == [
         "CONNECT_TIMEOUT_MS",
@@ -699,11 +699,10 @@ def test_failures_before_the_headers_map_to_unreachable(exc: Exception, phrase: 
 
 
 @pytest.mark.parametrize(
-    "url", ["alice:s3cret@host/v1/messages", "ftp://alice:s3cret@host/x", "http://alice:s3cret@h:x/"]
+    "url",
+    ["alice:s3cret@host/v1/messages", "ftp://alice:s3cret@host/x", "http://alice:s3cret@h:x/"],
 )
-async def test_a_bad_url_never_shows_its_password(
-    session: aiohttp.ClientSession, url: str
-) -> None:
+async def test_a_bad_url_never_shows_its_password(session: aiohttp.ClientSession, url: str) -> None:
     with pytest.raises(LLMUnreachable) as info:
         await send_request(session, END, "GET", url, deadline=Deadline.after_ms(1_000))
     assert "not a valid http(s) URL" in str(info.value)
@@ -719,7 +718,11 @@ async def test_a_header_no_request_can_carry_is_refused(
 ) -> None:
     with pytest.raises(LLMBadCredential):
         await send_request(
-            session, END, "GET", "http://127.0.0.1:9/", deadline=Deadline.after_ms(500),
+            session,
+            END,
+            "GET",
+            "http://127.0.0.1:9/",
+            deadline=Deadline.after_ms(500),
             headers=headers,
         )
 
@@ -781,8 +784,14 @@ async def test_checked_headers_are_refused_once_and_then_sent_as_given() -> None
         try:
             for _ in range(2):
                 await request_json(
-                    session, END, "POST", url, deadline=Deadline.after_ms(2_000),
-                    decoder=ANY, body=b"{}", headers=headers,
+                    session,
+                    END,
+                    "POST",
+                    url,
+                    deadline=Deadline.after_ms(2_000),
+                    decoder=ANY,
+                    body=b"{}",
+                    headers=headers,
                 )
         finally:
             await session.close()

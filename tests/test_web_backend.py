@@ -47,8 +47,9 @@ class Served:
         self.session = session
         self.model = model
 
-    async def post(self, path: str, body: Any = None, *, data: bytes | None = None
-                   ) -> tuple[int, Any]:
+    async def post(
+        self, path: str, body: Any = None, *, data: bytes | None = None
+    ) -> tuple[int, Any]:
         kwargs: dict[str, Any] = {"data": data} if data is not None else {"json": body}
         async with self.session.post(self.url + path, **kwargs) as resp:
             assert resp.content_type == "application/json"
@@ -78,10 +79,12 @@ def serving(open_provider: Callable[[], Any]) -> Callable[[], Any]:
         await server.start_server()
         try:
             async with aiohttp.ClientSession() as session:
-                yield Served(str(server.make_url("")).rstrip("/"), session,
-                             server.app[web_backend.PROVIDER])
+                yield Served(
+                    str(server.make_url("")).rstrip("/"), session, server.app[web_backend.PROVIDER]
+                )
         finally:
             await server.close()
+
     return fixture
 
 
@@ -128,15 +131,15 @@ async def test_the_provider_is_opened_on_startup_and_closed_on_cleanup() -> None
 async def test_fast_questions_answer_while_slow_ones_are_in_flight(app: Served) -> None:
     model = app.model
     assert isinstance(model, KBModel)
-    slow = [asyncio.create_task(app.post("/ask", {"question": f"slow question {n}"}))
-            for n in range(5)]
+    slow = [
+        asyncio.create_task(app.post("/ask", {"question": f"slow question {n}"})) for n in range(5)
+    ]
     async with asyncio.timeout(30):
         for _ in slow:  # all five are held inside the model
             await model.arrivals.get()
     started = time.monotonic()
     async with asyncio.timeout(30):  # a server that queued them behind the slow ones hangs here
-        fast = await asyncio.gather(*(app.post("/ask", {"question": QUESTION})
-                                      for _ in range(20)))
+        fast = await asyncio.gather(*(app.post("/ask", {"question": QUESTION}) for _ in range(20)))
     took = time.monotonic() - started
     assert [status for status, _ in fast] == [200] * 20
     assert {got["answer"] for _, got in fast} == {ANSWER}
@@ -150,9 +153,16 @@ async def test_fast_questions_answer_while_slow_ones_are_in_flight(app: Served) 
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b"[1, 2]", b'"a question"', b"{}", b'{"question": 42}',
-     b'{"question": "q", "timeout_ms": "soon"}', b'{"question": "q", "timeout_ms": 0}',
-     b'{"question": "q", "timeout_ms": true}'],
+    [
+        b"not json",
+        b"[1, 2]",
+        b'"a question"',
+        b"{}",
+        b'{"question": 42}',
+        b'{"question": "q", "timeout_ms": "soon"}',
+        b'{"question": "q", "timeout_ms": 0}',
+        b'{"question": "q", "timeout_ms": true}',
+    ],
 )
 @pytest.mark.parametrize("path", ["/ask", "/ask/stream"])
 async def test_a_body_that_is_not_a_question_is_400(app: Served, path: str, body: bytes) -> None:
@@ -226,6 +236,7 @@ async def test_the_stream_delivers_the_calls_then_the_answer_word_by_word(app: S
 def ollama_app(fake: FakeOllama) -> Callable[[], Any]:
     async def open_model() -> Provider:
         return ollama.provider(host=fake.url, model="llama3.2")
+
     return serving(open_model)
 
 
@@ -248,16 +259,17 @@ def many_words(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [chunk("Miss "), chunk("Muffet "), chunk("is "), chunk("afraid"), final()]
 
 
-@pytest.mark.parametrize(("mode", "status", "kind"),
-                         [("stall", 504, "llm-timeout"), ("bad_gateway", 502, "llm-api-error")])
+@pytest.mark.parametrize(
+    ("mode", "status", "kind"),
+    [("stall", 504, "llm-timeout"), ("bad_gateway", 502, "llm-api-error")],
+)
 async def test_an_ollama_that_stalls_or_fails_maps_to_504_or_502(
     mode: str, status: int, kind: str
 ) -> None:
     fake = await FakeOllama(script=many_words, mode=mode).start()
     try:
         async for served in ollama_app(fake)():
-            got_status, got = await served.post("/ask", {"question": QUESTION,
-                                                         "timeout_ms": 300})
+            got_status, got = await served.post("/ask", {"question": QUESTION, "timeout_ms": 300})
             assert (got_status, got["error"]) == (status, kind)
     finally:
         await fake.stop()

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis_helpers import recursive
 
+from vaelii_llm._wire import MAX_EVENT_BYTES, NDJSONDecoder
 from vaelii_llm.errors import LLMBadResponse
-from vaelii_llm.wire import MAX_EVENT_BYTES, NDJSONDecoder
 
 ANY: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 

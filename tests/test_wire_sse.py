@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vaelii_llm._wire import MAX_EVENT_BYTES, SSEDecoder, SSEEvent
 from vaelii_llm.errors import LLMBadResponse
-from vaelii_llm.wire import MAX_EVENT_BYTES, SSEDecoder, SSEEvent
 
 
 def decode(*chunks: bytes, max_event_bytes: int = MAX_EVENT_BYTES) -> list[SSEEvent]:

@@ -18,7 +18,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Block,
     Delta,
     Message,

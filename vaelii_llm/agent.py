@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Block,
     Message,
     Provider,

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
 from vaelii_llm import __version__, config, errors
-from vaelii_llm.kb.types import EngineRefusal
+from vaelii_llm.kb._types import EngineRefusal
 
 if TYPE_CHECKING:
     from vaelii_llm import agent, pool
@@ -175,7 +175,11 @@ async def _ask(
         printer = None if as_json else _AskPrinter(sys.stdout)
         try:
             result = await agent.run(
-                model, toolset, question, max_turns=max_turns, deltas=not as_json,
+                model,
+                toolset,
+                question,
+                max_turns=max_turns,
+                deltas=not as_json,
                 on_event=printer,
             )
         finally:  # a failure's line on stderr starts on a line of its own
@@ -210,7 +214,8 @@ def _add_ask(commands: Any) -> None:
     ask.add_argument("--provider", help="a backend kind, instead of VAELII_LLM_PROVIDER")
     ask.add_argument("--max-turns", type=_turns, default=8, help="model turns allowed (default 8)")
     ask.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="print one JSON object at the end: answer, tool calls, stop reason, usage",
     )
 
@@ -262,7 +267,7 @@ async def _vote(question: str, votes: int) -> int:
 
 async def _warm() -> int:
     from vaelii_llm import providers
-    from vaelii_llm.protocol import Response
+    from vaelii_llm._protocol import Response
 
     started = time.perf_counter()
     result = await providers.warm()

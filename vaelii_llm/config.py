@@ -59,37 +59,100 @@ DEFAULT_OLLAMA_KEEP_ALIVE = "30m"
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 
 SWITCHES: tuple[Switch, ...] = (
-    Switch("VAELII_LLM_PROVIDER", "provider_kind", "stub ollama anthropic", None,
-           "Which backend providers.provider() builds (unset: the stub). "
-           "An explicit kind argument is read first."),
-    Switch("VAELII_OLLAMA_HOST", "ollama_host", "a base URL, or a host read as Ollama reads one",
-           DEFAULT_OLLAMA_HOST, "Where the Ollama backend connects."),
-    Switch("OLLAMA_HOST", "ollama_host", "a base URL; a bind address (0.0.0.0, ::, *) is ignored",
-           None, "Ollama's own variable, read after VAELII_OLLAMA_HOST."),
-    Switch("VAELII_OLLAMA_MODEL", "ollama_model", "a model name", DEFAULT_OLLAMA_MODEL,
-           "The model a turn runs."),
-    Switch("VAELII_OLLAMA_GENERATION_MODEL", "ollama_generation_model", "a model name",
-           DEFAULT_OLLAMA_GENERATION_MODEL, "The model a generation turn runs."),
-    Switch("VAELII_OLLAMA_NUM_CTX", "ollama_num_ctx", "a whole number of tokens",
-           str(DEFAULT_OLLAMA_NUM_CTX),
-           "The context length a request asks for. An unparseable value yields the default."),
-    Switch("VAELII_OLLAMA_KEEP_ALIVE", "ollama_keep_alive", "an Ollama duration (30m, 0)",
-           DEFAULT_OLLAMA_KEEP_ALIVE,
-           "How long the host is asked to hold the model resident after a turn."),
-    Switch("VAELII_OLLAMA_HOSTS", "ollama_hosts", "host[*n],…", None,
-           "The hosts a vote pool spreads its calls over, n calls at once per host "
-           "(unset: the one host above; blank: no hosts)."),
-    Switch("ANTHROPIC_API_KEY", "anthropic_api_key", "an API key", None,
-           "The credential sent as x-api-key, tried first."),
-    Switch("ANTHROPIC_AUTH_TOKEN", "anthropic_auth_token", "a bearer token", None,
-           "The credential sent as Authorization: Bearer, tried when there is no key."),
-    Switch("ANTHROPIC_BASE_URL", "anthropic_base_url", "a base URL", DEFAULT_ANTHROPIC_BASE_URL,
-           "The host the Messages API backend calls."),
-    Switch("VAELII_LLM_LIVE", "live_llm", "1 true yes", None,
-           "The consent to call a real model from a test; the llm mark is the other half."),
-    Switch("VAELII_LLM_OTEL", "otel_enabled", "1 true yes", None,
-           "Whether a provider built now records OpenTelemetry spans and metrics on the "
-           "global providers; telemetry.enable() is the explicit switch."),
+    Switch(
+        "VAELII_LLM_PROVIDER",
+        "provider_kind",
+        "stub ollama anthropic",
+        None,
+        "Which backend providers.provider() builds (unset: the stub). "
+        "An explicit kind argument is read first.",
+    ),
+    Switch(
+        "VAELII_OLLAMA_HOST",
+        "ollama_host",
+        "a base URL, or a host read as Ollama reads one",
+        DEFAULT_OLLAMA_HOST,
+        "Where the Ollama backend connects.",
+    ),
+    Switch(
+        "OLLAMA_HOST",
+        "ollama_host",
+        "a base URL; a bind address (0.0.0.0, ::, *) is ignored",
+        None,
+        "Ollama's own variable, read after VAELII_OLLAMA_HOST.",
+    ),
+    Switch(
+        "VAELII_OLLAMA_MODEL",
+        "ollama_model",
+        "a model name",
+        DEFAULT_OLLAMA_MODEL,
+        "The model a turn runs.",
+    ),
+    Switch(
+        "VAELII_OLLAMA_GENERATION_MODEL",
+        "ollama_generation_model",
+        "a model name",
+        DEFAULT_OLLAMA_GENERATION_MODEL,
+        "The model a generation turn runs.",
+    ),
+    Switch(
+        "VAELII_OLLAMA_NUM_CTX",
+        "ollama_num_ctx",
+        "a whole number of tokens",
+        str(DEFAULT_OLLAMA_NUM_CTX),
+        "The context length a request asks for. An unparseable value yields the default.",
+    ),
+    Switch(
+        "VAELII_OLLAMA_KEEP_ALIVE",
+        "ollama_keep_alive",
+        "an Ollama duration (30m, 0)",
+        DEFAULT_OLLAMA_KEEP_ALIVE,
+        "How long the host is asked to hold the model resident after a turn.",
+    ),
+    Switch(
+        "VAELII_OLLAMA_HOSTS",
+        "ollama_hosts",
+        "host[*n],…",
+        None,
+        "The hosts a vote pool spreads its calls over, n calls at once per host "
+        "(unset: the one host above; blank: no hosts).",
+    ),
+    Switch(
+        "ANTHROPIC_API_KEY",
+        "anthropic_api_key",
+        "an API key",
+        None,
+        "The credential sent as x-api-key, tried first.",
+    ),
+    Switch(
+        "ANTHROPIC_AUTH_TOKEN",
+        "anthropic_auth_token",
+        "a bearer token",
+        None,
+        "The credential sent as Authorization: Bearer, tried when there is no key.",
+    ),
+    Switch(
+        "ANTHROPIC_BASE_URL",
+        "anthropic_base_url",
+        "a base URL",
+        DEFAULT_ANTHROPIC_BASE_URL,
+        "The host the Messages API backend calls.",
+    ),
+    Switch(
+        "VAELII_LLM_LIVE",
+        "live_llm",
+        "1 true yes",
+        None,
+        "The consent to call a real model from a test; the llm mark is the other half.",
+    ),
+    Switch(
+        "VAELII_LLM_OTEL",
+        "otel_enabled",
+        "1 true yes",
+        None,
+        "Whether a provider built now records OpenTelemetry spans and metrics on the "
+        "global providers; telemetry.enable() is the explicit switch.",
+    ),
 )
 
 

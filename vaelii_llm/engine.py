@@ -3,7 +3,7 @@
 An engine is described by an `Engine`: its op table (op name such as
 ``"find-sentexes"`` or ``"ask?"`` -> the engine function), its refusal type and its
 version. Everything else is read off each function's own declaration (`op`, from
-`vaelii_llm.kb.declare`): its kind (read, write, irreversible, host-path, unbounded,
+`vaelii_llm.kb._declare`): its kind (read, write, irreversible, host-path, unbounded,
 feed, kb-less), its options Struct (whose bounds are the ceilings) and whether the
 clock holds it. `embedded()` describes the engine this package ships
 (`vaelii_llm.kb`); any other engine whose functions carry the same declarations
@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from vaelii_llm.kb import ops as _kb_ops
-from vaelii_llm.kb.declare import (
+from vaelii_llm.kb import _ops as _kb_ops
+from vaelii_llm.kb._declare import (
     FEED,
     HOST_PATH,
     IRREVERSIBLE,
@@ -40,7 +40,7 @@ from vaelii_llm.kb.declare import (
     op,
     option_specs,
 )
-from vaelii_llm.kb.types import (
+from vaelii_llm.kb._types import (
     IRREVERSIBLE_ATTR,
     Context,
     EngineRefusal,
@@ -88,7 +88,7 @@ def irreversible(fn: F) -> F:
 
     The tools exclude an op whose function carries the mark whatever its declaration
     says; the mark is a backstop (``@op(..., kind=IRREVERSIBLE)`` sets it too). It is
-    the function attribute `vaelii_llm.kb.types.IRREVERSIBLE_ATTR`, so an engine
+    the function attribute `vaelii_llm.kb._types.IRREVERSIBLE_ATTR`, so an engine
     package can set it without importing this module.
     """
     setattr(fn, IRREVERSIBLE_ATTR, True)

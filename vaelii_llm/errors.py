@@ -203,9 +203,7 @@ class LLMTimeout(LLMError):
         self.label = label
         self.timeout_ms = timeout_ms
         self.phase: TimeoutPhase = phase
-        super().__init__(
-            f"{label} did not {_PHASE_WORDS[phase]} inside the turn's {timeout_ms} ms"
-        )
+        super().__init__(f"{label} did not {_PHASE_WORDS[phase]} inside the turn's {timeout_ms} ms")
 
 
 class LLMPoolTimeout(LLMTimeout):

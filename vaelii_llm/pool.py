@@ -39,9 +39,9 @@ from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, TypeVar
 
 from vaelii_llm import config, telemetry
+from vaelii_llm._protocol import Message, Provider, Request, Response, StopReason, TextBlock
 from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMError, LLMPoolTimeout
-from vaelii_llm.protocol import Message, Provider, Request, Response, StopReason, TextBlock
-from vaelii_llm.providers.hosts import normalize_host
+from vaelii_llm.providers._hosts import normalize_host
 from vaelii_llm.providers.stub import MODEL as STUB_MODEL
 from vaelii_llm.providers.stub import Entry, StubProvider
 
@@ -441,7 +441,7 @@ async def vote(
 ) -> Vote:
     """Ask ``votes`` times at once, bounded by the pool's tokens, and count.
 
-    ``question`` is the user message, or a whole :class:`~vaelii_llm.protocol.Request`
+    ``question`` is the user message, or a whole :class:`~vaelii_llm._protocol.Request`
     when the caller sets the system prompt, ``max_tokens`` or the turn's
     ``timeout_ms``. Ask for yes or no first: the first word decides.
 

@@ -13,7 +13,7 @@ a turn
     ``chat``, ``gen_ai.provider.name`` (``anthropic``, ``ollama``, ``stub``),
     ``gen_ai.request.model``/``max_tokens``/``temperature``/``stop_sequences``/
     ``stream``, ``server.address``/``server.port``, and from the
-    :class:`~vaelii_llm.protocol.Response` ``gen_ai.response.model`` (the model
+    :class:`~vaelii_llm._protocol.Response` ``gen_ai.response.model`` (the model
     that served), ``gen_ai.response.id``, ``gen_ai.response.finish_reasons``
     (the neutral stop reason), ``gen_ai.usage.input_tokens``/``output_tokens``
     and the cache counts. A streamed turn's span covers the whole stream, from
@@ -74,8 +74,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from vaelii_llm import config
-from vaelii_llm.errors import LLMError
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Block,
     Message,
     RedactedThinkingBlock,
@@ -90,6 +89,7 @@ from vaelii_llm.protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
+from vaelii_llm.errors import LLMError
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
@@ -153,10 +153,38 @@ FIRST_BLOCK_EVENT: Final = "vaelii_llm.first_block"
 VOTE_PREFIX: Final = "vaelii_llm.vote."
 
 # The convention's advised bucket boundaries.
-_SECONDS_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
-                    10.24, 20.48, 40.96, 81.92)
-_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576,
-                  4194304, 16777216, 67108864)
+_SECONDS_BUCKETS = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
+_TOKEN_BUCKETS = (
+    1,
+    4,
+    16,
+    64,
+    256,
+    1024,
+    4096,
+    16384,
+    65536,
+    262144,
+    1048576,
+    4194304,
+    16777216,
+    67108864,
+)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 P = TypeVar("P")  # a Provider; unbounded so a backend mid-migration still fits
@@ -202,16 +230,20 @@ def enable(
     _state = _State(
         tracer=tracer,
         duration=meter.create_histogram(
-            METRIC_DURATION, unit="s", description="GenAI operation duration.",
+            METRIC_DURATION,
+            unit="s",
+            description="GenAI operation duration.",
             explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
         ),
         token_usage=meter.create_histogram(
-            METRIC_TOKEN_USAGE, unit="{token}",
+            METRIC_TOKEN_USAGE,
+            unit="{token}",
             description="Number of input and output tokens used.",
             explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
         ),
         first_chunk=meter.create_histogram(
-            METRIC_TIME_TO_FIRST_CHUNK, unit="s",
+            METRIC_TIME_TO_FIRST_CHUNK,
+            unit="s",
             description="Time to receive the first chunk of a streamed response.",
             explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
         ),
@@ -241,8 +273,10 @@ def _enable_from_env() -> bool:
     except ImportError:
         if not _warned:
             _warned = True
-            log.warning("VAELII_LLM_OTEL is set but opentelemetry-api is not installed; "
-                        "no telemetry is recorded (pip install 'vaelii-llm[otel]')")
+            log.warning(
+                "VAELII_LLM_OTEL is set but opentelemetry-api is not installed; "
+                "no telemetry is recorded (pip install 'vaelii-llm[otel]')"
+            )
         return False
     return True
 
@@ -385,9 +419,7 @@ class _Turn:
 
     __slots__ = ("_attrs", "_block", "_first", "_start", "_state", "response", "span")
 
-    def __init__(
-        self, state: _State, target: _Target, request: Request, *, streamed: bool
-    ) -> None:
+    def __init__(self, state: _State, target: _Target, request: Request, *, streamed: bool) -> None:
         from opentelemetry.trace import SpanKind
 
         self._state = state
@@ -463,14 +495,13 @@ class _Turn:
         if response.stop_reason is not None:
             done[RESPONSE_FINISH_REASONS] = [response.stop_reason]
         usage = response.usage
-        for key, value in (
+        counts = (
             (USAGE_INPUT_TOKENS, usage.input_tokens),
             (USAGE_OUTPUT_TOKENS, usage.output_tokens),
             (USAGE_CACHE_READ, usage.cache_read_input_tokens),
             (USAGE_CACHE_CREATION, usage.cache_creation_input_tokens),
-        ):
-            if value is not None:
-                done[key] = value
+        )
+        done.update((key, value) for key, value in counts if value is not None)
         if self._state.capture_content:
             out: dict[str, Any] = {"role": "assistant", "parts": _parts(response.content)}
             if response.stop_reason is not None:
@@ -489,7 +520,6 @@ class _Turn:
             return
         kind = _error_type(exc)
         self._state.duration.record(elapsed, {**self._attrs, ERROR_TYPE: kind})
-
 
 
 def _cancelled(exc: BaseException, span: Span) -> bool:

@@ -2,7 +2,7 @@
 
 Nothing here is transcribed. The tools are the ops the engine
 (:func:`vaelii_llm.engine.embedded` by default) declares reads (``@op(...,
-kind=READ)``, :mod:`vaelii_llm.kb.declare`), and each tool's parameters, shapes and
+kind=READ)``, :mod:`vaelii_llm.kb._declare`), and each tool's parameters, shapes and
 description come from the engine function's own signature (``typing.overload``
 shapes included), docstring and declared options Struct. A read added to the engine
 becomes a tool with no edit here; an op declared anything else, or declared
@@ -30,7 +30,7 @@ Options are checked by the engine's own :func:`vaelii_llm.engine.check_options`
 against the op's declared Struct, the one place a ceiling is checked. The engine
 read and the printing of its answer run in a worker thread, at most ``workers``
 at once per toolset, so a slow read never blocks the loop. The answer is printed
-by :func:`vaelii_llm.edn.write`, which realizes a lazy answer only as far as
+by :func:`vaelii_llm._edn.write`, which realizes a lazy answer only as far as
 ``max_result_chars`` reaches. The module functions (:func:`call`,
 :func:`schemas`, …) are thin wrappers over a default toolset of the embedded
 engine.
@@ -54,10 +54,11 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from vaelii_llm import edn, telemetry
+from vaelii_llm import _edn as edn
 from vaelii_llm import engine as engine_mod
+from vaelii_llm import telemetry
+from vaelii_llm._protocol import ToolResultBlock, ToolSchema
 from vaelii_llm.engine import MAX_LIMIT, READ, EngineRefusal, Options
-from vaelii_llm.protocol import ToolResultBlock, ToolSchema
 
 __all__ = [
     "HOST_PATH_OPS",
@@ -527,9 +528,7 @@ class _Call:
     deadline: float | None
 
 
-def _prepare(
-    tool: _Tool, shape: _Shape, given: Mapping[str, Any], eng: engine_mod.Engine
-) -> _Call:
+def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any], eng: engine_mod.Engine) -> _Call:
     """Read the arguments; check the options against the op's declared Struct (the
     engine's `check_options`: keys, types, ceilings; a clocked read's ``max-ms`` and
     a declared default such as ``limit`` filled in when the call names none)."""
@@ -598,7 +597,6 @@ def _run(
         answer, max_chars, deadline=prepared.deadline, stop=stop, checkpoint=_GilYield()
     )
     return written.text
-
 
 
 def _refused(message: str, max_chars: int) -> ToolResult:
@@ -700,7 +698,7 @@ class Toolset:
         option past its declared ceiling (``max-depth``, ``max-ms``, ``limit``:
         :data:`MAX_LIMIT`) is refused ``over-ceiling``; a clocked read that names no
         ``max-ms`` runs under the ceiling. The answer is printed as EDN, at most
-        ``max_result_chars`` of it plus :data:`vaelii_llm.edn.CUT_MARKER` when cut.
+        ``max_result_chars`` of it plus :data:`vaelii_llm._edn.CUT_MARKER` when cut.
 
         Every failure (unknown tool, bad input, a refusal of the engine's, an engine
         bug) is ``ToolResult(ok=False, error=…)`` whose message starts with the
@@ -799,9 +797,7 @@ def op_of(name: str) -> str | None:
     return _default().op_of(name)
 
 
-async def call(
-    kb: Any, name: str, input: Any = None, max_result_chars: int = 4000
-) -> ToolResult:
+async def call(kb: Any, name: str, input: Any = None, max_result_chars: int = 4000) -> ToolResult:
     """Run one tool call against ``kb`` on the embedded engine (see
     :meth:`Toolset.call`); never raises. Calls share the default toolset's
     :data:`READ_WORKERS` slots."""

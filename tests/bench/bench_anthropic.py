@@ -468,10 +468,10 @@ async def floor_stream(session: aiohttp.ClientSession, url: str, text: str) -> d
     }
 
 
-async def main(url: str) -> None:
+async def main(url: str) -> None:  # noqa: C901
     import anthropic as official
 
-    from vaelii_llm.protocol import Message, Request, Response, TextBlock
+    from vaelii_llm._protocol import Message, Request, Response, TextBlock
     from vaelii_llm.providers import anthropic as ours
 
     def ask(text: str) -> Request:
@@ -518,7 +518,7 @@ async def main(url: str) -> None:
             big_floor: list[float] = []
             big_theirs: list[float] = []
             for n in range(BIG_RUNS):  # ours and the floor in turn, order alternating
-                for first in ((True, False) if n % 2 else (False, True)):
+                for first in (True, False) if n % 2 else (False, True):
                     if first:
                         big_ours.append(await timed(lambda: ours_stream(p, "big")))
                     else:
@@ -539,7 +539,7 @@ async def main(url: str) -> None:
             paired: list[float] = []
             for n in range(PAIRED_RUNS):
                 ours_fig = floor_fig = 0.0
-                for first in ((True, False) if n % 2 else (False, True)):
+                for first in (True, False) if n % 2 else (False, True):
                     if first:
                         ours_fig = await small_turns_per_s(lambda: ours_small(p))
                     else:

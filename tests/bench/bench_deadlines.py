@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loopback import serve
 
+from vaelii_llm._transport import Deadline, Endpoint, create_session, open_stream, request_json
 from vaelii_llm.errors import LLMTimeout
-from vaelii_llm.transport import Deadline, Endpoint, create_session, open_stream, request_json
 
 END = Endpoint("bench", "bench")
 ANY = msgspec.json.Decoder()
@@ -108,8 +108,10 @@ async def main() -> None:
             figures: list[float] = []
             for _ in range(RUNS):
                 figures.append(await overshoot_ms(url, path, budget))
-        print(f"  {name:32s} budget {budget:5d} ms   "
-              f"{statistics.median(figures):6.1f} / {max(figures):6.1f}")
+        print(
+            f"  {name:32s} budget {budget:5d} ms   "
+            f"{statistics.median(figures):6.1f} / {max(figures):6.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -55,9 +55,7 @@ async def bench_mcp() -> None:
     direct = await median_ms(lambda: toolset.call(*READ), CALLS)
     async with Client(mcp_face.server(toolset)) as client:
         inproc = await median_ms(lambda: client.call_tool(*READ), CALLS)
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "vaelii_llm.cli", "mcp"]
-    )
+    params = StdioServerParameters(command=sys.executable, args=["-m", "vaelii_llm.cli", "mcp"])
     async with Client(params) as client:
         stdio = await median_ms(lambda: client.call_tool(*READ), CALLS)
     print(f"Toolset.call kb_types_of        {direct:8.3f} ms")
@@ -101,8 +99,10 @@ async def bench_agent() -> None:
     floor = await median_ms(by_function_model, RUNS)
     print(f"tool loop by hand on the stub   {hand:8.3f} ms")
     print(f"Agent.run over FunctionModel    {floor:8.3f} ms  {floor / hand:6.2f}x")
-    print(f"Agent.run over VaeliiModel      {agent:8.3f} ms  {agent / hand:6.2f}x"
-          f"  ({agent / floor:.2f}x pydantic-ai's FunctionModel)")
+    print(
+        f"Agent.run over VaeliiModel      {agent:8.3f} ms  {agent / hand:6.2f}x"
+        f"  ({agent / floor:.2f}x pydantic-ai's FunctionModel)"
+    )
 
 
 async def main() -> None:

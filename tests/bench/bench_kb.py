@@ -22,7 +22,7 @@ from typing import Any
 import edn_format
 
 from vaelii_llm import kb
-from vaelii_llm.kb import reads
+from vaelii_llm.kb import _reads as reads
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 7, number: int = 200) -> float:
@@ -57,8 +57,10 @@ def main() -> None:
 
     sample_text = resources.files("vaelii_llm.kb").joinpath("data/sample.edn").read_text("utf-8")
     parse_ms = best_of(lambda: kb.load_edn(sample_text), repeat=5, number=5) * 1000
-    print(f"sample KB load:  {sample_ms:6.1f} ms median; fresh parse of its text {parse_ms:6.1f} ms"
-          " (target < 100)")
+    print(
+        f"sample KB load:  {sample_ms:6.1f} ms median; fresh parse of its text {parse_ms:6.1f} ms"
+        " (target < 100)"
+    )
 
     # memory: tracemalloc around building n three-term sentences
     gc.collect()

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fake_ollama import BIG, BIG_TOKENS
 from timing import throughput, timed
 
-from vaelii_llm.protocol import Message, Request, Response, TextBlock
+from vaelii_llm._protocol import Message, Request, Response, TextBlock
 from vaelii_llm.providers import ollama as ours
 
 MODEL = "phi4:14b"
@@ -77,8 +77,13 @@ async def ours_big(p: ours.OllamaProvider) -> str:
 
 async def theirs_big(client: official.AsyncClient) -> str:
     parts: list[str] = []
-    stream = await client.chat(model=MODEL, messages=[{"role": "user", "content": "big"}],
-                               stream=True, options=OPTIONS, keep_alive="30m")
+    stream = await client.chat(
+        model=MODEL,
+        messages=[{"role": "user", "content": "big"}],
+        stream=True,
+        options=OPTIONS,
+        keep_alive="30m",
+    )
     async for part in stream:
         parts.append(part.message.content or "")
     return "".join(parts)
@@ -165,8 +170,13 @@ async def ours_small(p: ours.OllamaProvider) -> None:
 
 
 async def theirs_small(client: official.AsyncClient) -> None:
-    await client.chat(model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                      stream=False, options=OPTIONS, keep_alive="30m")
+    await client.chat(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        stream=False,
+        options=OPTIONS,
+        keep_alive="30m",
+    )
 
 
 async def main(url: str) -> None:
@@ -184,7 +194,7 @@ async def main(url: str) -> None:
             big_floor: list[float] = []
             big_theirs: list[float] = []
             for n in range(BIG_RUNS):  # ours and the floor in turn, order alternating
-                for first in ((True, False) if n % 2 else (False, True)):
+                for first in (True, False) if n % 2 else (False, True):
                     if first:
                         big_ours.append(await timed(lambda: ours_big(p)))
                     else:
@@ -199,7 +209,7 @@ async def main(url: str) -> None:
             paired: list[float] = []
             for n in range(PAIRED_RUNS):
                 ours_fig = floor_fig = 0.0
-                for first in ((True, False) if n % 2 else (False, True)):
+                for first in (True, False) if n % 2 else (False, True):
                     if first:
                         ours_fig = await small_turns_per_s(lambda: ours_small(p))
                     else:
@@ -215,20 +225,27 @@ async def main(url: str) -> None:
     so, st = statistics.median(small_ours), statistics.median(small_theirs)
     sf = statistics.median(small_floor)
     wire = sum(len(json.dumps(obj)) + 1 for obj in BIG)
-    print(f"big streamed turn ({wire / 1e6:.1f} MB of NDJSON, {BIG_TOKENS:,} chunks, "
-          f"{size:,} characters of text), median of {BIG_RUNS}:")
-    print(f"  vaelii_llm {mo * 1e3:8.1f} ms   floor {mf * 1e3:8.1f} ms   "
-          f"ollama {mt * 1e3:8.1f} ms")
+    print(
+        f"big streamed turn ({wire / 1e6:.1f} MB of NDJSON, {BIG_TOKENS:,} chunks, "
+        f"{size:,} characters of text), median of {BIG_RUNS}:"
+    )
+    print(f"  vaelii_llm {mo * 1e3:8.1f} ms   floor {mf * 1e3:8.1f} ms   ollama {mt * 1e3:8.1f} ms")
     ratio = statistics.median(o / f for o, f in zip(big_ours, big_floor, strict=True))
-    print(f"  vaelii_llm/floor x{ratio:.2f} (median of the runs' ratios)   "
-          f"ollama/floor x{mt / mf:.2f}   "
-          f"speed-up over ollama x{mt / mo:.2f}")
-    print(f"small turns at concurrency {CONCURRENCY} ({SMALL_TURNS} turns), "
-          f"medians ({PAIRED_RUNS} runs; ollama {SMALL_RUNS}):")
+    print(
+        f"  vaelii_llm/floor x{ratio:.2f} (median of the runs' ratios)   "
+        f"ollama/floor x{mt / mf:.2f}   "
+        f"speed-up over ollama x{mt / mo:.2f}"
+    )
+    print(
+        f"small turns at concurrency {CONCURRENCY} ({SMALL_TURNS} turns), "
+        f"medians ({PAIRED_RUNS} runs; ollama {SMALL_RUNS}):"
+    )
     print(f"  vaelii_llm {so:8.0f} /s   floor {sf:8.0f} /s   ollama {st:8.0f} /s")
-    print(f"  vaelii_llm/floor x{statistics.median(paired):.2f} of its turns/s "
-          f"(median of {PAIRED_RUNS} paired runs)   "
-          f"speed-up over ollama x{so / st:.2f}")
+    print(
+        f"  vaelii_llm/floor x{statistics.median(paired):.2f} of its turns/s "
+        f"(median of {PAIRED_RUNS} paired runs)   "
+        f"speed-up over ollama x{so / st:.2f}"
+    )
 
 
 def run() -> None:

@@ -23,8 +23,7 @@ import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from vaelii_llm.pool import Pool, read_response, vote
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Message,
     ProviderBase,
     Request,
@@ -32,6 +31,7 @@ from vaelii_llm.protocol import (
     StreamItem,
     TextBlock,
 )
+from vaelii_llm.pool import Pool, read_response, vote
 
 VOTES = 3
 REQUEST = Request(messages=[Message(role="user", content="Is a spider an insect?")])
@@ -44,9 +44,7 @@ class Instant(ProviderBase):
     async def complete(self, request: Request) -> Response:
         return ANSWER
 
-    async def stream(
-        self, request: Request, *, deltas: bool = False
-    ) -> AsyncIterator[StreamItem]:
+    async def stream(self, request: Request, *, deltas: bool = False) -> AsyncIterator[StreamItem]:
         yield ANSWER
 
 

@@ -1,4 +1,4 @@
-"""Benchmark: the proof-search reads (`vaelii_llm.kb.search`) through the tools.
+"""Benchmark: the proof-search reads (`vaelii_llm.kb._search`) through the tools.
 
 Two measurements:
 
@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from vaelii_llm import kb, tools
-from vaelii_llm.kb import search
+from vaelii_llm.kb import _search as search
 
 CALLS = 100
 WARMUP = 30
@@ -78,8 +78,10 @@ def _strategies() -> None:
                 runs.setdefault(run.strategy, []).append(run)
         for strategy, done in runs.items():
             ms = statistics.median(r.ms for r in done)
-            print(f"{goal + ' ' + context:34} {strategy:20} {done[0].steps:6} {ms:10.3f}"
-                  f"  {done[0].status}")
+            print(
+                f"{goal + ' ' + context:34} {strategy:20} {done[0].steps:6} {ms:10.3f}"
+                f"  {done[0].status}"
+            )
 
 
 def main() -> None:

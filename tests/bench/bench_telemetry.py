@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_ollama import FakeOllama
 
 from vaelii_llm import kb, pool, telemetry, tools
-from vaelii_llm.protocol import Message, Request, Response, TextBlock, Usage
+from vaelii_llm._protocol import Message, Request, Response, TextBlock, Usage
 from vaelii_llm.providers import ollama, stub
 from vaelii_llm.providers.stub import StubProvider
 
@@ -130,26 +130,50 @@ async def main(rounds: int, batch: int) -> None:
     telemetry.disable()
 
     print(f"medians over {rounds} rounds of {batch} calls; telemetry off unless 'on'")
-    await compare("stub turn (complete)", {
-        "baseline": lambda: plain.complete(REQUEST),
-        "off": lambda: off.complete(REQUEST),
-        "on": lambda: on.complete(REQUEST),
-    }, rounds, batch, switch)
-    await compare("stub turn (stream)", {
-        "baseline": lambda: drain(plain),
-        "off": lambda: drain(off),
-        "on": lambda: drain(on),
-    }, rounds, batch, switch)
-    await compare("tool call (kb_query)", {
-        "baseline": lambda: call_plain(base_kb, "kb_query", GOAL),
-        "off": lambda: tools.call(base_kb, "kb_query", GOAL),
-        "on": lambda: tools.call(base_kb, "kb_query", GOAL),
-    }, rounds, max(1, batch // 10), switch)
-    await compare("3-turn stub vote", {
-        "baseline": lambda: vote_plain(voters, REQUEST),
-        "off": lambda: pool.vote(voters, REQUEST),
-        "on": lambda: pool.vote(on_voters, REQUEST),
-    }, rounds, max(1, batch // 4), switch)
+    await compare(
+        "stub turn (complete)",
+        {
+            "baseline": lambda: plain.complete(REQUEST),
+            "off": lambda: off.complete(REQUEST),
+            "on": lambda: on.complete(REQUEST),
+        },
+        rounds,
+        batch,
+        switch,
+    )
+    await compare(
+        "stub turn (stream)",
+        {
+            "baseline": lambda: drain(plain),
+            "off": lambda: drain(off),
+            "on": lambda: drain(on),
+        },
+        rounds,
+        batch,
+        switch,
+    )
+    await compare(
+        "tool call (kb_query)",
+        {
+            "baseline": lambda: call_plain(base_kb, "kb_query", GOAL),
+            "off": lambda: tools.call(base_kb, "kb_query", GOAL),
+            "on": lambda: tools.call(base_kb, "kb_query", GOAL),
+        },
+        rounds,
+        max(1, batch // 10),
+        switch,
+    )
+    await compare(
+        "3-turn stub vote",
+        {
+            "baseline": lambda: vote_plain(voters, REQUEST),
+            "off": lambda: pool.vote(voters, REQUEST),
+            "on": lambda: pool.vote(on_voters, REQUEST),
+        },
+        rounds,
+        max(1, batch // 4),
+        switch,
+    )
 
     fake = await FakeOllama(cache=True).start()
     try:
@@ -159,11 +183,17 @@ async def main(rounds: int, batch: int) -> None:
         telemetry.enable(tracer_provider, meter_provider)
         http_on = ollama.provider(host=fake.url)
         telemetry.disable()
-        await compare("loopback Ollama turn (complete)", {
-            "baseline": lambda: http_plain.complete(REQUEST),
-            "off": lambda: http_off.complete(REQUEST),
-            "on": lambda: http_on.complete(REQUEST),
-        }, rounds, max(1, batch // 20), switch)
+        await compare(
+            "loopback Ollama turn (complete)",
+            {
+                "baseline": lambda: http_plain.complete(REQUEST),
+                "off": lambda: http_off.complete(REQUEST),
+                "on": lambda: http_on.complete(REQUEST),
+            },
+            rounds,
+            max(1, batch // 20),
+            switch,
+        )
         for p in (http_plain, http_off, http_on):
             await p.aclose()
     finally:

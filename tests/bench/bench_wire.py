@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from vaelii_llm.wire import NDJSONDecoder, SSEDecoder
+from vaelii_llm._wire import NDJSONDecoder, SSEDecoder
 
 TARGET_BYTES = 4_000_000
 RUNS = 15

@@ -60,7 +60,7 @@ ANNOTATIONS: Final = types.ToolAnnotations(
 
 INSTRUCTIONS: Final = (
     "Read-only tools over a knowledge base. Sentence, context and term arguments are "
-    "strings holding EDN, e.g. \"(isa ?x Spider)\". Answers are EDN, bounded in length; "
+    'strings holding EDN, e.g. "(isa ?x Spider)". Answers are EDN, bounded in length; '
     "a refused call answers an error whose text starts with the refusal's type."
 )
 

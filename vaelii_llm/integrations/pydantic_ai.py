@@ -66,8 +66,7 @@ from pydantic_ai.usage import RequestUsage
 from pydantic_core import SchemaValidator, core_schema
 
 from vaelii_llm import errors
-from vaelii_llm.errors import excerpt
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Block,
     Message,
     OpaqueBlock,
@@ -86,6 +85,7 @@ from vaelii_llm.protocol import (
     ToolUseStart,
     Usage,
 )
+from vaelii_llm.errors import excerpt
 from vaelii_llm.tools import Toolset
 
 __all__ = ["FINISH_REASONS", "KBToolset", "VaeliiModel"]
@@ -112,7 +112,7 @@ than a schema validator's, and never spend a retry."""
 
 
 class VaeliiModel(Model):
-    """A pydantic-ai ``Model`` over any vaelii :class:`~vaelii_llm.protocol.Provider`.
+    """A pydantic-ai ``Model`` over any vaelii :class:`~vaelii_llm._protocol.Provider`.
 
     ``model_name`` names the model in each request (``None``: the backend's
     configured model, and the name reported is the provider's ``model`` when it
@@ -582,9 +582,11 @@ def _usage(usage: Usage) -> RequestUsage:
         for k, v in fields.items()
         if k not in _COUNTED and isinstance(v, int) and not isinstance(v, bool)
     }
-    for key, value in (usage.extra or {}).items():
-        if isinstance(value, int) and not isinstance(value, bool):
-            details[key] = value
+    details.update(
+        (k, v)
+        for k, v in (usage.extra or {}).items()
+        if isinstance(v, int) and not isinstance(v, bool)
+    )
     return RequestUsage(
         input_tokens=usage.input_tokens or 0,
         output_tokens=usage.output_tokens or 0,
@@ -617,7 +619,10 @@ def _framework_error(
                 in_stream=in_stream,
             )
         return pai_errors.ModelAPIError(
-            model_name, str(exc), body=excerpt(exc.body), provider_error_type=kind,
+            model_name,
+            str(exc),
+            body=excerpt(exc.body),
+            provider_error_type=kind,
             in_stream=in_stream,
         )
     if isinstance(exc, errors.LLMTimeout):

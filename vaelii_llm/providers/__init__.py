@@ -40,7 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from vaelii_llm import config
-from vaelii_llm.protocol import Provider
+from vaelii_llm._protocol import Provider
 
 __all__ = [
     "BACKENDS",
@@ -131,9 +131,7 @@ def _check(kind: str, backend: ModuleType, opts: Iterable[str]) -> None:
 def _for(fn: Callable[..., Any], opts: Mapping[str, Any]) -> dict[str, Any]:
     """The options of the bag that ``fn`` takes."""
     names, var_keyword = _named(fn)
-    return {
-        k: v for k, v in opts.items() if k != _STUB_NAMESPACE and (var_keyword or k in names)
-    }
+    return {k: v for k, v in opts.items() if k != _STUB_NAMESPACE and (var_keyword or k in names)}
 
 
 def _fallback(opts: Mapping[str, Any]) -> Provider:

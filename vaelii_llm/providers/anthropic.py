@@ -22,7 +22,7 @@ Blocks
     (the API rejects an edited thinking block, and an unmodelled vendor block
     round-trips this way). A built block, or one whose ``raw`` another backend
     wrote, is written from its fields; one of a type the encoder
-    has no shape for (an :class:`~vaelii_llm.protocol.OpaqueBlock` with an
+    has no shape for (an :class:`~vaelii_llm._protocol.OpaqueBlock` with an
     empty ``raw``, a foreign class) is refused with
     :class:`~vaelii_llm.errors.LLMEncode`.
 
@@ -32,7 +32,7 @@ What comes back
     empty or partial content: nothing is fabricated. ``stream`` reassembles
     the SSE events (:class:`StreamAssembler`) and yields each block when its
     ``content_block_stop`` arrives, its ``raw`` equal to what the non-streamed
-    API returns for it, then the same :class:`~vaelii_llm.protocol.Response`
+    API returns for it, then the same :class:`~vaelii_llm._protocol.Response`
     ``complete`` returns; with ``deltas=True`` the text and thinking pieces and
     each tool call's start come before their block. An ``error`` event is an
     :class:`~vaelii_llm.errors.LLMApiError`; a stream ending before
@@ -94,8 +94,8 @@ Stop reasons
 Credentials
     An explicit ``credential``, or one in the environment, is read and checked
     when the provider is built (no I/O). With neither, the first turn runs
-    :func:`~vaelii_llm.providers.credentials.resolve` (the environment again,
-    then the ``ant`` CLI, at most :data:`~vaelii_llm.providers.credentials.ANT_TIMEOUT_S`
+    :func:`~vaelii_llm.providers._credentials.resolve` (the environment again,
+    then the ``ant`` CLI, at most :data:`~vaelii_llm.providers._credentials.ANT_TIMEOUT_S`
     seconds, outside the turn's ``timeout_ms``) and the provider keeps what it
     found. Concurrent first turns share one lookup; a lookup that finds nothing
     fails the turns waiting on it, and the next turn looks again. Cancelling
@@ -104,7 +104,7 @@ Credentials
 
 There is no retry: a 429 or 529 is an ``LLMApiError`` carrying its status.
 The session, the closed state, the turn and the stream pump are the shared
-skeleton's (:mod:`vaelii_llm.providers.http`); this module is the codec
+skeleton's (:mod:`vaelii_llm.providers._http`); this module is the codec
 (:class:`MessagesCodec`) and the credential lookup.
 """
 
@@ -117,15 +117,9 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import config, telemetry, transport
-from vaelii_llm.errors import (
-    LLMApiError,
-    LLMBadCredential,
-    LLMBadResponse,
-    LLMEncode,
-    LLMNoCredential,
-)
-from vaelii_llm.protocol import (
+from vaelii_llm import _transport as transport
+from vaelii_llm import config, telemetry
+from vaelii_llm._protocol import (
     UNSET,
     Block,
     Delta,
@@ -145,10 +139,17 @@ from vaelii_llm.protocol import (
     ToolUseStart,
     Usage,
 )
-from vaelii_llm.providers import credentials
-from vaelii_llm.providers.credentials import Credential
-from vaelii_llm.providers.http import HTTPProvider
-from vaelii_llm.wire.sse import SSEDecoder
+from vaelii_llm._wire.sse import SSEDecoder
+from vaelii_llm.errors import (
+    LLMApiError,
+    LLMBadCredential,
+    LLMBadResponse,
+    LLMEncode,
+    LLMNoCredential,
+)
+from vaelii_llm.providers import _credentials as credentials
+from vaelii_llm.providers._credentials import Credential
+from vaelii_llm.providers._http import HTTPProvider
 
 __all__ = [
     "API_VERSION",
@@ -286,7 +287,7 @@ _COUNTS: Final = (
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
 )
-"""The usage counts :class:`~vaelii_llm.protocol.Usage` models; any other usage
+"""The usage counts :class:`~vaelii_llm._protocol.Usage` models; any other usage
 field goes to ``Usage.extra``."""
 _COUNT_SET: Final = frozenset(_COUNTS)
 _STOP_STRINGS: Final = frozenset({"stop_reason", "stop_sequence"})
@@ -708,7 +709,7 @@ class _OpenBlock:
 class StreamAssembler:
     """Turns the Messages API's SSE events into whole blocks and a Response.
 
-    Sans-IO, in the words every assembler speaks (:mod:`vaelii_llm.providers.http`):
+    Sans-IO, in the words every assembler speaks (:mod:`vaelii_llm.providers._http`):
     :meth:`feed` takes one event (its name and data) and returns what it
     completed; :meth:`feed_batch` does the same for the decoder's
     ``(event, data)`` pairs; :attr:`finished` says ``message_stop`` has
@@ -733,9 +734,9 @@ class StreamAssembler:
 
     With ``deltas`` a ``text_delta`` or ``thinking_delta`` (and a block
     start's own opening text) is also handed back as a
-    :class:`~vaelii_llm.protocol.TextDelta` or
-    :class:`~vaelii_llm.protocol.ThinkingDelta`, and a ``tool_use`` block's
-    start as a :class:`~vaelii_llm.protocol.ToolUseStart`; ``index`` is the
+    :class:`~vaelii_llm._protocol.TextDelta` or
+    :class:`~vaelii_llm._protocol.ThinkingDelta`, and a ``tool_use`` block's
+    start as a :class:`~vaelii_llm._protocol.ToolUseStart`; ``index`` is the
     event's block index, which the API numbers by position in the content.
     """
 
@@ -864,7 +865,7 @@ class StreamAssembler:
 
     def feed_batch(self, frames: Iterable[tuple[bytes, bytes]]) -> Iterator[StreamItem]:
         """:meth:`feed` for each ``(event, data)`` pair of UTF-8 bytes (as
-        :meth:`SSEDecoder.feed_frames <vaelii_llm.wire.sse.SSEDecoder.feed_frames>`
+        :meth:`SSEDecoder.feed_frames <vaelii_llm._wire.sse.SSEDecoder.feed_frames>`
         hands them over), yielding as it goes: what came before a refused
         event is handed over before the refusal.
 

@@ -23,9 +23,9 @@ What differs from the Messages API backend is the transport, not the protocol:
   continues the open text or thinking run is read for its message alone
   (:meth:`ChatAssembler.feed_lines`). With ``deltas=True`` each
   chunk's text or thinking is also yielded as a
-  :class:`~vaelii_llm.protocol.TextDelta` or
-  :class:`~vaelii_llm.protocol.ThinkingDelta`, and a
-  :class:`~vaelii_llm.protocol.ToolUseStart` comes just before each tool call
+  :class:`~vaelii_llm._protocol.TextDelta` or
+  :class:`~vaelii_llm._protocol.ThinkingDelta`, and a
+  :class:`~vaelii_llm._protocol.ToolUseStart` comes just before each tool call
   (Ollama sends a call whole, in one chunk).
 * An ``error`` field in a 200 body or in a streamed chunk is
   :class:`~vaelii_llm.errors.LLMApiError`, as a failing status is.
@@ -57,7 +57,7 @@ What differs from the Messages API backend is the transport, not the protocol:
   back as it came.
 
 The session, the closed state, the turn and the stream pump are the shared
-skeleton's (:mod:`vaelii_llm.providers.http`); this module is the codec
+skeleton's (:mod:`vaelii_llm.providers._http`); this module is the codec
 (:class:`ChatCodec`) and the probes. The probes (:func:`version`,
 :func:`capabilities`, :func:`supports_tools`, :func:`context_length`,
 :func:`warm`) send on the one shared probe session of the running loop.
@@ -70,8 +70,9 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from vaelii_llm import config, errors, telemetry, transport
-from vaelii_llm.protocol import (
+from vaelii_llm import _transport as transport
+from vaelii_llm import config, errors, telemetry
+from vaelii_llm._protocol import (
     Block,
     Message,
     Request,
@@ -88,9 +89,9 @@ from vaelii_llm.protocol import (
     ToolUseStart,
     Usage,
 )
-from vaelii_llm.providers.hosts import normalize_host
-from vaelii_llm.providers.http import HTTPProvider
-from vaelii_llm.wire.ndjson import NDJSONDecoder, refuse_line
+from vaelii_llm._wire.ndjson import NDJSONDecoder, refuse_line
+from vaelii_llm.providers._hosts import normalize_host
+from vaelii_llm.providers._http import HTTPProvider
 
 __all__ = [
     "SHOW_TIMEOUT_MS",
@@ -193,9 +194,7 @@ _ENCODER: Final = msgspec.json.Encoder()
 
 
 def _wire_tool(tool: ToolSchema) -> _Tool:
-    spec = _FunctionSpec(
-        name=tool.name, description=tool.description, parameters=tool.input_schema
-    )
+    spec = _FunctionSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
     return _Tool(type="function", function=spec)
 
 
@@ -356,8 +355,9 @@ _TOOL_CALL_DECODER: Final = msgspec.json.Decoder(_ToolCall)
 _RAW_DECODER: Final = msgspec.json.Decoder(dict[str, Any])
 
 
-class _TextPiece(msgspec.Struct, frozen=True, gc=False,
-                 rename={"piece": "content", "other": "thinking"}):
+class _TextPiece(
+    msgspec.Struct, frozen=True, gc=False, rename={"piece": "content", "other": "thinking"}
+):
     """A message that only continues a text run: text, no thinking, no tool call."""
 
     piece: str = ""
@@ -365,8 +365,9 @@ class _TextPiece(msgspec.Struct, frozen=True, gc=False,
     tool_calls: None = None
 
 
-class _ThinkingPiece(msgspec.Struct, frozen=True, gc=False,
-                     rename={"piece": "thinking", "other": "content"}):
+class _ThinkingPiece(
+    msgspec.Struct, frozen=True, gc=False, rename={"piece": "thinking", "other": "content"}
+):
     """A message that only continues a thinking run: thinking, no text, no tool call."""
 
     piece: str = ""
@@ -428,7 +429,7 @@ class ChatAssembler:
     a run of thinking or of text closes when the other kind, a tool call, or
     ``done: true`` arrives; a tool call is whole in its chunk. With
     ``deltas`` each piece of text or thinking is also handed back as it
-    arrives, and a :class:`~vaelii_llm.protocol.ToolUseStart` before each tool
+    arrives, and a :class:`~vaelii_llm._protocol.ToolUseStart` before each tool
     call (``index``: the block's position in the final content).
     :meth:`feed_batch` does the same for a decoder's batch, and
     :meth:`feed_lines` for undecoded lines (the streamed path); :attr:`finished`
@@ -565,14 +566,14 @@ class ChatAssembler:
 
     def feed_lines(self, lines: Iterable[bytes]) -> Iterator[StreamItem]:
         """:meth:`feed_batch` for a stream's undecoded lines (as
-        :meth:`NDJSONDecoder.feed_lines <vaelii_llm.wire.ndjson.NDJSONDecoder.feed_lines>`
+        :meth:`NDJSONDecoder.feed_lines <vaelii_llm._wire.ndjson.NDJSONDecoder.feed_lines>`
         hands them over), each applied before the next is decoded: one pass,
         no chunk outliving its line (a turn's tens of thousands are never
         held at once).
 
         A line is decoded whole, as :data:`CHUNK_DECODER` decodes it, and
         under the decoder's rules (an empty line skipped, any other that will
-        not decode left to :func:`~vaelii_llm.wire.ndjson.refuse_line`: a
+        not decode left to :func:`~vaelii_llm._wire.ndjson.refuse_line`: a
         blank one skipped, else refused), except a line that only continues
         the open run, which is nearly every line of a turn. That one is read
         by a decoder whose types admit nothing else (a message of the run's
@@ -644,8 +645,8 @@ class ChatAssembler:
         if self._open is None:
             return
         text = "".join(self._parts)
-        block: Block = ThinkingBlock(thinking=text) if self._open == "thinking" else TextBlock(
-            text=text
+        block: Block = (
+            ThinkingBlock(thinking=text) if self._open == "thinking" else TextBlock(text=text)
         )
         self._blocks.append(block)
         if self._deltas:
@@ -736,7 +737,7 @@ class ChatCodec:
 
 class _Lines:
     """The stream's decoder as the skeleton feeds it: whole lines, undecoded
-    (:meth:`~vaelii_llm.wire.ndjson.NDJSONDecoder.feed_lines`), so that each
+    (:meth:`~vaelii_llm._wire.ndjson.NDJSONDecoder.feed_lines`), so that each
     is decoded where it is applied, in one pass."""
 
     __slots__ = ("_wire",)

@@ -2,7 +2,7 @@
 
 A test drives a caller's loop through ``script``, the turns to hand back, one per
 call (``complete`` and ``stream`` both take a turn). Each entry is a
-:class:`~vaelii_llm.protocol.Response` or a shorthand:
+:class:`~vaelii_llm._protocol.Response` or a shorthand:
 
 ``"prose"``
     a text block, ``stop_reason="end_turn"``.
@@ -11,7 +11,7 @@ call (``complete`` and ``stream`` both take a turn). Each entry is a
     ``stop_reason="tool_use"``. ``{"tools": [{...}, {...}]}`` asks for several.
 ``{"text": "…", "stop_reason": "max_tokens"}``
     a text block with the stop reason given (one of
-    :data:`~vaelii_llm.protocol.StopReason`; another word is a ValueError).
+    :data:`~vaelii_llm._protocol.StopReason`; another word is a ValueError).
 ``{"refusal": "partial text"}``
     ``stop_reason="refusal"`` with that partial text, or no block when empty.
 ``{"raise": "llm-timeout"}``
@@ -36,7 +36,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mappin
 from typing import Any, get_args
 
 from vaelii_llm import errors, telemetry
-from vaelii_llm.protocol import (
+from vaelii_llm._protocol import (
     Block,
     ProviderBase,
     Request,
@@ -60,6 +60,7 @@ _WORDS = re.compile(r"\S+\s*|\s+")
 
 Entry = Any
 """A script entry: a Response, a shorthand string or mapping, or an LLMError."""
+
 
 def _scripted_error(kind: str) -> errors.LLMError:
     """An instance of the error class named by its spec ``type``."""

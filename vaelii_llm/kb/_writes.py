@@ -2,7 +2,6 @@
 state) is declared ``write``, or ``irreversible`` when it cannot be undone.
 """
 
-
 from __future__ import annotations
 
 import threading
@@ -11,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from vaelii_llm.kb import args as arg
-from vaelii_llm.kb.declare import (
+from vaelii_llm.kb import _args as arg
+from vaelii_llm.kb._declare import (
     DEFAULT_MAX_DEPTH,
     IRREVERSIBLE,
     MAX_MS_CEILING,
@@ -20,7 +19,7 @@ from vaelii_llm.kb.declare import (
     ProofOpts,
     op,
 )
-from vaelii_llm.kb.query import (
+from vaelii_llm.kb._query import (
     Clock,
     ClockOut,
     Foreign,
@@ -30,10 +29,10 @@ from vaelii_llm.kb.query import (
     subst,
     to_edn,
 )
-from vaelii_llm.kb.reads import (
+from vaelii_llm.kb._reads import (
     _query,
 )
-from vaelii_llm.kb.store import (
+from vaelii_llm.kb._store import (
     KB,
     LIVE,
     PENDING,
@@ -41,7 +40,7 @@ from vaelii_llm.kb.store import (
     is_symbol,
     symbol,
 )
-from vaelii_llm.kb.types import (
+from vaelii_llm.kb._types import (
     Answer,
     Context,
     Cut,
@@ -101,9 +100,7 @@ def _check_rule(kb: KB, sent: tuple[Any, ...], enc: tuple[Any, ...]) -> None:
 
 def _assert(kb: KB, sentence: Any, cid: int, *, pending: bool = False) -> tuple[int, bool]:
     sent = arg.sentence(sentence)
-    if any(is_symbol(x) and str(x).startswith("?") for x in sent) and sent[0] != symbol(
-        "implies"
-    ):
+    if any(is_symbol(x) and str(x).startswith("?") for x in sent) and sent[0] != symbol("implies"):
         raise EngineRefusal("malformed-sentence", "a stored fact cannot hold a variable")
     arg.check_arity(kb, sent)
     enc = arg.encode(kb, sent)
@@ -304,7 +301,7 @@ def _explain(
 ) -> list[Any] | None:
     g = subst(goal, b)
     head = g[0] if type(g[0]) is int else -1
-    from vaelii_llm.kb.query import unify
+    from vaelii_llm.kb._query import unify
 
     for rule in kb.rules_for(head, cids):
         clock.check()
@@ -333,7 +330,7 @@ def _explain(
                     break
                 a = subst(todo.pop(ground[0]), b2)
                 deeper = _explain(kb, a, b2, cids, depth - 1, clock) if depth > 1 else None
-                hyps.extend(deeper if deeper else [a])
+                hyps.extend(deeper or [a])
         if not todo and hyps:
             return hyps
     return None
@@ -358,5 +355,3 @@ def abduce_discard(kb: KB, context: Context) -> int:
                     n += 1
         kb._scratch.discard(sid)
         return n
-
-

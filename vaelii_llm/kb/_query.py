@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from vaelii_llm.kb.store import KB, KEY_POSITIONS, Rule, symbol
+from vaelii_llm.kb._store import KB, KEY_POSITIONS, Rule, symbol
 
 __all__ = [
     "Clock",

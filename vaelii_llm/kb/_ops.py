@@ -1,7 +1,7 @@
 """The embedded engine's op table, read off the ops' own declarations.
 
 ``OPS`` maps an op name (as the daemon names it: writes without ``!``) to its engine
-function: every function carrying `vaelii_llm.kb.declare.op` defined in one of
+function: every function carrying `vaelii_llm.kb._declare.op` defined in one of
 `OP_MODULES`. Each function's declaration says its kind, options and clock; its
 parameters, their annotations (`Sentence`, `Context`, `Term`, `Handle`, `Opts`,
 ``int``, ``str``) and its docstring are what a model reads when the op is published
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, Final
 
-from vaelii_llm.kb.declare import KBLESS, declared, op
+from vaelii_llm.kb._declare import KBLESS, declared, op
 
 __all__ = ["OPS", "OP_MODULES", "VERSION", "op_names", "version"]
 
@@ -24,11 +24,11 @@ VERSION: Final = "0.1.0"
 
 #: The modules whose declared functions make up the op table.
 OP_MODULES: Final = (
-    "vaelii_llm.kb.reads",
-    "vaelii_llm.kb.audits",
-    "vaelii_llm.kb.writes",
-    "vaelii_llm.kb.search",
-    "vaelii_llm.kb.audits_whole",
+    "vaelii_llm.kb._reads",
+    "vaelii_llm.kb._audits",
+    "vaelii_llm.kb._writes",
+    "vaelii_llm.kb._search",
+    "vaelii_llm.kb._audits_whole",
     __name__,
 )
 

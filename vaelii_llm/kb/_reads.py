@@ -5,14 +5,15 @@ as they are consumed) and plain values or lists where the answer is small or bui
 whole. A read the clock or the depth bound stopped ends with a `Cut` record. Each
 op's name, kind, options and clock are declared at its definition (`op`).
 """
+
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
 from typing import Any, overload
 
-from vaelii_llm.kb import args as arg
-from vaelii_llm.kb.declare import (
+from vaelii_llm.kb import _args as arg
+from vaelii_llm.kb._declare import (
     DEFAULT_MAX_DEPTH,
     FEED,
     MAX_DEPTH_CEILING,
@@ -23,7 +24,7 @@ from vaelii_llm.kb.declare import (
     ProofOpts,
     op,
 )
-from vaelii_llm.kb.query import (
+from vaelii_llm.kb._query import (
     Clock,
     ClockOut,
     Search,
@@ -34,14 +35,14 @@ from vaelii_llm.kb.query import (
     subst,
     to_edn,
 )
-from vaelii_llm.kb.store import (
+from vaelii_llm.kb._store import (
     KB,
     KEY_POSITIONS,
     LIVE,
     Subscription,
     term_name,
 )
-from vaelii_llm.kb.types import (
+from vaelii_llm.kb._types import (
     Answer,
     Change,
     Context,
@@ -103,7 +104,7 @@ def find_sentexes(
 
 
 def _find(kb: KB, pat: Any, cids: tuple[int, ...] | None, clock: Clock) -> Iterator[Sentex | Cut]:
-    from vaelii_llm.kb.query import unify
+    from vaelii_llm.kb._query import unify
 
     n = 0
     try:
@@ -344,8 +345,8 @@ def why_not(
     if type(target) is int:
         if context is not None or opts is not None:
             raise EngineRefusal(
-                "bad-argument", "why-not with a handle takes nothing else: (handle) or "
-                "(sentence, context, opts)"
+                "bad-argument",
+                "why-not with a handle takes nothing else: (handle) or (sentence, context, opts)",
             )
         h = arg.handle(kb, target)
         sent = kb.to_edn(kb.row(h))
@@ -385,7 +386,7 @@ def _why_not(
                 continue
             clock.check()
             ants, cons = rename(kb, rule)
-            from vaelii_llm.kb.query import unify
+            from vaelii_llm.kb._query import unify
 
             b = unify(cons, pat, {})
             if b is None:
@@ -488,9 +489,7 @@ def sentex_count(kb: KB, context: Context | None = None) -> int:
     (not counting those it inherits).
     """
     if context is None:
-        return sum(
-            c.live for cid in kb.context_ids() if (c := kb.context_index(cid)) is not None
-        )
+        return sum(c.live for cid in kb.context_ids() if (c := kb.context_index(cid)) is not None)
     c = kb.context_index(arg.read_context(kb, context))
     return 0 if c is None else c.live
 
@@ -613,7 +612,6 @@ def _escalate(
     yield Cut("max-depth", top, 0)
 
 
-
 @op("changes-since", kind=FEED)
 def changes_since(kb: KB, handle: Handle) -> Iterator[Change]:
     """The changes (asserts and retracts) after the handle counter stood at `handle`,
@@ -630,4 +628,3 @@ def subscribe(kb: KB, callback: Callable[[Change], None]) -> Subscription:
     answers a subscription to close.
     """
     return kb.subscribe(callback)
-

@@ -29,8 +29,8 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm.kb import args as arg
-from vaelii_llm.kb.store import (
+from vaelii_llm.kb import _args as arg
+from vaelii_llm.kb._store import (
     DEFAULT_CONTEXT,
     KB,
     _Ctx,
@@ -38,8 +38,8 @@ from vaelii_llm.kb.store import (
     is_symbol,
     symbol,
 )
-from vaelii_llm.kb.types import EngineRefusal
-from vaelii_llm.kb.writes import _assert
+from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.kb._writes import _assert
 
 __all__ = ["load_edn", "open", "sample", "save", "synthetic"]
 
@@ -262,7 +262,7 @@ def _open(path: str | os.PathLike[str]) -> KB:
         c.all = array("q", all_b)
         c.live = live
         kb._contexts[cid] = c
-    kb._retract_ticks = {t: h for t, h in doc["retract_ticks"]}
+    kb._retract_ticks = dict(doc["retract_ticks"])
     kb._derived = {h: tuple(s) for h, s in doc["derived"]}
     kb._scratch = set(doc["scratch"])
     # derived tables: only the special predicates' rows are replayed
@@ -270,7 +270,6 @@ def _open(path: str | os.PathLike[str]) -> KB:
         pid = kb.sid(name)
         for cid, c in kb._contexts.items():
             for h in c.mentioning(pid, 0):
-                if kb._state[h - 1] in (1,):
+                if kb._state[h - 1] == 1:
                     kb._note_special(h, cid, kb.row(h), added=True)
     return kb
-

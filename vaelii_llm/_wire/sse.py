@@ -158,7 +158,7 @@ class SSEDecoder:
             self._refuse(self._buf)
         return frames
 
-    def _take(self, data: bytes | bytearray | memoryview, validate: bool) -> list[bytes]:
+    def _take(self, data: bytes | bytearray | memoryview, validate: bool) -> list[bytes]:  # noqa: C901
         """Buffer ``data``; return the whole lines it completed (cap checked).
 
         With ``validate``, ``_valid`` says whether those lines are UTF-8 as a
@@ -183,7 +183,7 @@ class SSEDecoder:
             buf += data
             if len(buf) < len(_BOM) and _BOM.startswith(buf):
                 return []
-            data = bytes(buf[len(_BOM) :] if buf.startswith(_BOM) else buf)
+            data = bytes(buf.removeprefix(_BOM))
             buf.clear()
             self._bom_checked = True
         if not data:
@@ -333,7 +333,7 @@ class SSEDecoder:
         self._event = event
         return frames
 
-    def _lines(self, lines: list[bytes], raw: bool, valid: bool) -> list[Any]:
+    def _lines(self, lines: list[bytes], raw: bool, valid: bool) -> list[Any]:  # noqa: C901
         """Apply whole lines to the frame being built; return the events dispatched,
         as :class:`SSEEvent` values or, with ``raw``, ``(type, data)`` pairs
         (``valid``: the lines are known to be UTF-8, so no event is checked).

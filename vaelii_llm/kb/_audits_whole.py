@@ -25,12 +25,12 @@ from typing import Any
 
 import msgspec
 
-from vaelii_llm.kb import args as arg
-from vaelii_llm.kb.declare import MAX_DEPTH_CEILING, UNBOUNDED, op
-from vaelii_llm.kb.query import Clock, Search, Var, candidates, subst, to_edn
-from vaelii_llm.kb.search import Prover, depth_first
-from vaelii_llm.kb.store import KB, symbol, term_name
-from vaelii_llm.kb.types import Context, Problem, Sentence
+from vaelii_llm.kb import _args as arg
+from vaelii_llm.kb._declare import MAX_DEPTH_CEILING, UNBOUNDED, op
+from vaelii_llm.kb._query import Clock, Search, Var, candidates, subst, to_edn
+from vaelii_llm.kb._search import Prover, depth_first
+from vaelii_llm.kb._store import KB, symbol, term_name
+from vaelii_llm.kb._types import Context, Problem, Sentence
 
 __all__ = [
     "Explanation",

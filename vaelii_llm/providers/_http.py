@@ -5,7 +5,7 @@ fix made here holds for every backend at once:
 
 * the session: one ``aiohttp`` session per provider, made on the first turn
   (with the codec's :meth:`~Codec.session_headers` and the package's
-  User-Agent, see :data:`vaelii_llm.transport.USER_AGENT`), made again if
+  User-Agent, see :data:`vaelii_llm._transport.USER_AGENT`), made again if
   something closed it, shared by any number of concurrent turns;
 * the closed state: after :meth:`~HTTPProvider.aclose` every turn, streamed
   or not, raises :class:`~vaelii_llm.errors.LLMClosed`, also a turn that was
@@ -35,7 +35,7 @@ What a new backend supplies is a :class:`Codec`, no I/O in it:
     the turn's own headers (a credential, ``accept``, a beta list), or None;
 ``whole_decoder`` and ``whole(parsed)``
     the typed msgspec decoder for a non-streamed 200 and the
-    :class:`~vaelii_llm.protocol.Response` built from what it decoded;
+    :class:`~vaelii_llm._protocol.Response` built from what it decoded;
 ``stream_decoder()`` and ``assembler(deltas=...)``
     a fresh sans-IO wire decoder (``feed(bytes)`` returns a batch;
     ``feed(b"")`` marks the end) and a fresh :class:`Assembler` for one turn.
@@ -46,10 +46,10 @@ same for a decoder's whole batch, yielding as it goes (the streamed path,
 where a backend keeps its fast loop); ``finished`` says the terminal event
 has arrived; ``result()`` is the final Response, or the refusal of a stream
 cut short. With ``deltas=True`` an assembler also hands back
-:data:`~vaelii_llm.protocol.Delta` items before the block they belong to.
+:data:`~vaelii_llm._protocol.Delta` items before the block they belong to.
 
 A vendor module imports no HTTP library: it subclasses :class:`HTTPProvider`
-with its codec, and its probes go through :mod:`vaelii_llm.transport`.
+with its codec, and its probes go through :mod:`vaelii_llm._transport`.
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ from typing import Generic, Protocol, TypeVar
 import aiohttp
 import msgspec
 
-from vaelii_llm import transport
+from vaelii_llm import _transport as transport
+from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
 from vaelii_llm.errors import LLMClosed, LLMError
-from vaelii_llm.protocol import ProviderBase, Request, Response, StreamItem
 
 __all__ = ["Assembler", "Codec", "HTTPProvider", "WireDecoder"]
 

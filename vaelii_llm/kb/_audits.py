@@ -2,6 +2,7 @@
 audits no call can bound (declared ``unbounded``, so never a tool), and the host-path
 diff against a directory of .edn files (declared ``host-path``).
 """
+
 from __future__ import annotations
 
 import os
@@ -11,27 +12,27 @@ from typing import Any
 
 import msgspec
 
-from vaelii_llm.kb import args as arg
-from vaelii_llm.kb.declare import (
+from vaelii_llm.kb import _args as arg
+from vaelii_llm.kb._declare import (
     HOST_PATH,
     READ,
     UNBOUNDED,
     ClockOpts,
     op,
 )
-from vaelii_llm.kb.query import (
+from vaelii_llm.kb._query import (
     Clock,
     ClockOut,
     candidates,
 )
-from vaelii_llm.kb.store import (
+from vaelii_llm.kb._store import (
     KB,
     LIVE,
     is_symbol,
     symbol,
     term_name,
 )
-from vaelii_llm.kb.types import (
+from vaelii_llm.kb._types import (
     Context,
     Cut,
     EngineRefusal,
@@ -72,15 +73,12 @@ class Diff(msgspec.Struct, frozen=True):
     only_in_path: tuple[tuple[Any, tuple[Any, ...]], ...]
 
 
-
 def _integrity(kb: KB, cids: tuple[int, ...] | None, clock: Clock) -> Iterator[Problem | Cut]:
     n = 0
     try:
         for cid in arg.context_ids(kb) if cids is None else cids:
             clock.check()
-            if cid in kb.ancestors(cid)[1:] or any(
-                cid in kb.ancestors(p) for p in kb.parents(cid)
-            ):
+            if cid in kb.ancestors(cid)[1:] or any(cid in kb.ancestors(p) for p in kb.parents(cid)):
                 n += 1
                 yield Problem("context-cycle", f"{kb.terms[cid]} inherits from itself")
         rules = kb.all_rules() if cids is None else kb.rules_for(-1, cids)
@@ -95,7 +93,8 @@ def _integrity(kb: KB, cids: tuple[int, ...] | None, clock: Clock) -> Iterator[P
                 n += 1
                 names = ", ".join(sorted(str(kb.terms[v]) for v in free - bound))
                 yield Problem(
-                    "unsafe-rule", f"the conclusion's {names} is bound by no condition",
+                    "unsafe-rule",
+                    f"the conclusion's {names} is bound by no condition",
                     (rule.handle,),
                 )
             for a in rule.antecedents:
@@ -176,9 +175,7 @@ def kb_quality(kb: KB) -> list[Problem]:
                 continue
             row = kb.row(h)
             if row in seen:
-                out.append(
-                    Problem("duplicate", f"stored twice in {kb.terms[cid]}", (seen[row], h))
-                )
+                out.append(Problem("duplicate", f"stored twice in {kb.terms[cid]}", (seen[row], h)))
             seen[row] = h
             if type(row[0]) is int:
                 arities.setdefault(row[0], set()).add(len(row) - 1)
@@ -235,13 +232,12 @@ def exposed_clashes(kb: KB) -> list[Problem]:
     return out
 
 
-
 @op("kb-diff", kind=HOST_PATH)
 def kb_diff(kb: KB, path: str, context: Context | None = None) -> Diff:
     """Compare the KB with a directory of .edn files on this host: what only the KB
     holds and what only the files hold (optionally one context only).
     """
-    from vaelii_llm.kb.io import load_edn
+    from vaelii_llm.kb._io import load_edn
 
     p = Path(os.fspath(path))
     if not p.is_dir():
@@ -266,8 +262,10 @@ def kb_diff(kb: KB, path: str, context: Context | None = None) -> Diff:
 
     mine, theirs = pairs(kb), pairs(other)
     return Diff(
-        tuple(arg.sentex(kb, h) for key, h in sorted(mine.items(), key=lambda kv: kv[1])
-              if key not in theirs),
+        tuple(
+            arg.sentex(kb, h)
+            for key, h in sorted(mine.items(), key=lambda kv: kv[1])
+            if key not in theirs
+        ),
         tuple(key for key, h in sorted(theirs.items(), key=lambda kv: kv[1]) if key not in mine),
     )
-

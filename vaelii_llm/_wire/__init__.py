@@ -8,12 +8,12 @@ time or in random splits and compare the events (the h11 shape). Whatever the
 bytes, the only error a decoder raises is :class:`vaelii_llm.errors.LLMBadResponse`.
 
 Both decoders cap what they buffer for one event or line at
-:data:`MAX_EVENT_BYTES` (16 MiB): see :mod:`vaelii_llm.wire.sse` for why.
+:data:`MAX_EVENT_BYTES` (16 MiB): see :mod:`vaelii_llm._wire.sse` for why.
 """
 
 from __future__ import annotations
 
-from vaelii_llm.wire.ndjson import NDJSONDecoder
-from vaelii_llm.wire.sse import MAX_EVENT_BYTES, SSEDecoder, SSEEvent
+from vaelii_llm._wire.ndjson import NDJSONDecoder
+from vaelii_llm._wire.sse import MAX_EVENT_BYTES, SSEDecoder, SSEEvent
 
 __all__ = ["MAX_EVENT_BYTES", "NDJSONDecoder", "SSEDecoder", "SSEEvent"]

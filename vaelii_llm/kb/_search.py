@@ -15,7 +15,7 @@ other arguments, so a proof of ``(P a 2)`` argues against ``(P a 4)``.
 `Prover` is SLD resolution one state at a time: a state is the goals still to prove
 (in frames, the antecedents of the newest rule first, each frame at its rule depth),
 the bindings, the support and the depth used. Driven depth-first it makes the same
-search, in the same order, as `vaelii_llm.kb.query.Search` (its goal ordering
+search, in the same order, as `vaelii_llm.kb._query.Search` (its goal ordering
 included); `breadth_first` and `iterative_deepening` drive the same states in other
 orders. Every loop checks the cooperative clock.
 """
@@ -30,8 +30,8 @@ from typing import Annotated, Any, Final
 import msgspec
 from msgspec import Meta
 
-from vaelii_llm.kb import args as arg
-from vaelii_llm.kb.declare import (
+from vaelii_llm.kb import _args as arg
+from vaelii_llm.kb._declare import (
     DEFAULT_MAX_DEPTH,
     MAX_LIMIT,
     READ,
@@ -40,7 +40,7 @@ from vaelii_llm.kb.declare import (
     ProofOpts,
     op,
 )
-from vaelii_llm.kb.query import (
+from vaelii_llm.kb._query import (
     Clock,
     ClockOut,
     Search,
@@ -53,8 +53,8 @@ from vaelii_llm.kb.query import (
     to_edn,
     unify,
 )
-from vaelii_llm.kb.store import KB, symbol
-from vaelii_llm.kb.types import Answer, Context, Cut, EngineRefusal, Opts, Sentence
+from vaelii_llm.kb._store import KB, symbol
+from vaelii_llm.kb._types import Answer, Context, Cut, EngineRefusal, Opts, Sentence
 
 __all__ = [
     "MAX_FRONTIER",
@@ -213,21 +213,21 @@ class TreeOpts(ProofOpts, frozen=True):
 
 class AskWithinOpts(Options, frozen=True):
     max_ms: MaxMs | None = None
-    limit: Annotated[
-        int, Meta(ge=0, le=MAX_LIMIT, description="How many answers to build.")
-    ] = DEFAULT_WITHIN
+    limit: Annotated[int, Meta(ge=0, le=MAX_LIMIT, description="How many answers to build.")] = (
+        DEFAULT_WITHIN
+    )
 
 
 class ProveWithinOpts(ProofOpts, frozen=True):
-    limit: Annotated[
-        int, Meta(ge=0, le=MAX_LIMIT, description="How many answers to build.")
-    ] = DEFAULT_WITHIN
+    limit: Annotated[int, Meta(ge=0, le=MAX_LIMIT, description="How many answers to build.")] = (
+        DEFAULT_WITHIN
+    )
 
 
 class ScenarioOpts(ProofOpts, frozen=True):
-    limit: Annotated[
-        int, Meta(ge=0, le=MAX_LIMIT, description="How many scenarios to build.")
-    ] = MAX_LIMIT
+    limit: Annotated[int, Meta(ge=0, le=MAX_LIMIT, description="How many scenarios to build.")] = (
+        MAX_LIMIT
+    )
 
 
 # -- the prover ------------------------------------------------------------------------
@@ -249,7 +249,7 @@ class Prover:
 
     ``hypotheses`` are ground patterns treated as extra stored facts (a scenario's
     assumptions); ``traced`` keeps, in each state, the steps that led to it (goal,
-    depth, by, handle), which `vaelii_llm.kb.audits_whole` reads as an explanation.
+    depth, by, handle), which `vaelii_llm.kb._audits_whole` reads as an explanation.
     ``steps`` counts the states the strategies expanded; ``depth_cuts`` counts the
     states whose rules the depth bound kept from being tried (``depth_hit``: any).
     """
@@ -304,23 +304,29 @@ class Prover:
         if self.different is not None and g and g[0] == self.different:
             args = g[1:]
             if not any(type(a) is Var for a in args) and len(set(args)) == len(args):
-                yield (tail, b, support, used, _traced(trace, goal, depth, "builtin", 0)), (
-                    "builtin"
-                ), 0
+                yield (
+                    (tail, b, support, used, _traced(trace, goal, depth, "builtin", 0)),
+                    ("builtin"),
+                    0,
+                )
             return
         for h in candidates(kb, g, self.cids):
             clock.check()
             got = unify(g, kb.row(h), b)
             if got is not None:
-                yield (tail, got, (*support, h), used, _traced(trace, goal, depth, "fact", h)), (
-                    "fact"
-                ), h
+                yield (
+                    (tail, got, (*support, h), used, _traced(trace, goal, depth, "fact", h)),
+                    ("fact"),
+                    h,
+                )
         for i, hyp in enumerate(self.hypotheses):
             got = unify(g, hyp, b)
             if got is not None:
-                yield (tail, got, support, used, _traced(trace, goal, depth, "hypothesis", 0)), (
-                    "hypothesis"
-                ), i + 1
+                yield (
+                    (tail, got, support, used, _traced(trace, goal, depth, "hypothesis", 0)),
+                    ("hypothesis"),
+                    i + 1,
+                )
         head = g[0] if g and type(g[0]) is int else -1
         rules = kb.rules_for(head, self.cids)
         if not rules:
@@ -337,10 +343,11 @@ class Prover:
                 continue
             frames: Frames = ((ants, depth + 1), *tail)
             step = _traced(trace, goal, depth, "rule", rule.handle)
-            yield (frames, got, (*support, rule.handle), max(used, depth + 1), step), (
-                "rule"
-            ), rule.handle
-
+            yield (
+                (frames, got, (*support, rule.handle), max(used, depth + 1), step),
+                ("rule"),
+                rule.handle,
+            )
 
 
 def _traced(
@@ -869,8 +876,8 @@ def _sentence_list(x: Any) -> list[tuple[Any, ...]]:
         return [arg.sentence(s) for s in x]
     raise EngineRefusal(
         "bad-argument",
-        "sentences is a list of sentences, e.g. [\"(isa Humpty Horse)\", \"(canFly Humpty)\"] "
-        "or \"((isa Humpty Horse) (canFly Humpty))\"",
+        'sentences is a list of sentences, e.g. ["(isa Humpty Horse)", "(canFly Humpty)"] '
+        'or "((isa Humpty Horse) (canFly Humpty))"',
     )
 
 

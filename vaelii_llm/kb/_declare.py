@@ -25,7 +25,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
-from vaelii_llm.kb.types import IRREVERSIBLE_ATTR, EngineRefusal
+from vaelii_llm.kb._types import IRREVERSIBLE_ATTR, EngineRefusal
 
 __all__ = [
     "DECLARATION_ATTR",
@@ -203,9 +203,7 @@ def option_specs(cls: type[Options]) -> tuple[OptionSpec, ...]:
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: an option is an int, bool, str or float")
         default = None if f.default is msgspec.NODEFAULT else f.default
-        specs.append(
-            OptionSpec(f.encode_name, f.name, kind, least, ceiling, default, description)
-        )
+        specs.append(OptionSpec(f.encode_name, f.name, kind, least, ceiling, default, description))
     out = tuple(sorted(specs, key=lambda s: s.key))
     _SPECS[cls] = out
     return out

@@ -2,7 +2,7 @@
 handles as the ops take them, and each op's options checked against its declaration.
 
 An op names itself to `options` and `clock` by its own function, so its declaration
-(`vaelii_llm.kb.declare.op`) is the only place its options, ceilings and clock live.
+(`vaelii_llm.kb._declare.op`) is the only place its options, ceilings and clock live.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from vaelii_llm.kb.declare import MAX_MS_CEILING, check_options, declared
-from vaelii_llm.kb.query import Clock, Foreign, Var
-from vaelii_llm.kb.store import KB, edn_module, is_symbol, symbol, term_name
-from vaelii_llm.kb.types import EngineRefusal, Sentex
+from vaelii_llm.kb._declare import MAX_MS_CEILING, check_options, declared
+from vaelii_llm.kb._query import Clock, Foreign, Var
+from vaelii_llm.kb._store import KB, edn_module, is_symbol, symbol, term_name
+from vaelii_llm.kb._types import EngineRefusal, Sentex
 
 __all__ = [
     "MAX_NESTING",
@@ -164,7 +164,6 @@ def pattern(kb: KB, sent: tuple[Any, ...], names: dict[str, Var] | None = None) 
     return tuple(out)
 
 
-
 def sentex(kb: KB, h: int) -> Sentex:
     kb.stats["realized"] += 1
     return Sentex(h, kb.terms[kb.row_context(h)], kb.to_edn(kb.row(h)))
@@ -182,10 +181,9 @@ def context_ids(kb: KB) -> list[int]:
     return sorted(ids)
 
 
-
 def options(fn: Callable[..., Any], raw: Any) -> dict[str, Any]:
     """The options of a call to the declared op `fn`, checked against its declaration
-    (`vaelii_llm.kb.declare.check_options`): by key, defaults filled, and a clocked
+    (`vaelii_llm.kb._declare.check_options`): by key, defaults filled, and a clocked
     op's ``max-ms`` the ceiling when none is named."""
     d = declared(fn)
     if d is None:

@@ -10,7 +10,7 @@ by line is what keeps the result independent of how the bytes were split.
 Cost is linear in the bytes fed, also for one huge line arriving in many
 chunks: only the newly fed bytes are searched for LF (never the unfinished
 line again), and an unfinished line grows in one ``bytearray``, in place.
-A line over :data:`~vaelii_llm.wire.sse.MAX_EVENT_BYTES` (16 MiB, reasoned
+A line over :data:`~vaelii_llm._wire.sse.MAX_EVENT_BYTES` (16 MiB, reasoned
 there) is refused rather than buffered further; the cap is checked for a whole
 chunk before any of its lines is decoded.
 
@@ -27,8 +27,8 @@ from typing import Final, Generic, TypeVar
 
 import msgspec
 
+from vaelii_llm._wire.sse import MAX_EVENT_BYTES
 from vaelii_llm.errors import LLMBadResponse, excerpt
-from vaelii_llm.wire.sse import MAX_EVENT_BYTES
 
 __all__ = ["NDJSONDecoder", "refuse_line"]
 

@@ -2,12 +2,12 @@
 
 Every turn and probe of every HTTP backend goes through :func:`send_request`
 (or :func:`request_json` / :func:`open_stream` above it). This module parses no
-vendor format: a backend pumps its bytes into a :mod:`vaelii_llm.wire` decoder
+vendor format: a backend pumps its bytes into a :mod:`vaelii_llm._wire` decoder
 or through :func:`decode_json` with its own typed decoder.
 
 Deadlines. A turn has one absolute :class:`Deadline`, computed once from its
 ``timeout_ms``. Waiting for the response headers and every read of the body
-happen under :func:`vaelii_llm.timers.timeout_at` (``asyncio.timeout_at``'s
+happen under :func:`vaelii_llm._timers.timeout_at` (``asyncio.timeout_at``'s
 behaviour on one loop timer shared by every turn), so a far end that drips a
 byte a second, or sends SSE pings forever, ends in :class:`LLMTimeout` when the
 budget is spent. aiohttp's own read timers are off: ``sock_read`` restarts on
@@ -76,7 +76,8 @@ import aiohttp
 import msgspec
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from vaelii_llm import __version__, timers
+from vaelii_llm import __version__
+from vaelii_llm import _timers as timers
 from vaelii_llm.errors import (
     LLMApiError,
     LLMBadCredential,
@@ -532,7 +533,7 @@ async def _chunks(
 
     Bytes already buffered are taken without a wait (and without entering a
     timer); only an actual wait runs under
-    :func:`~vaelii_llm.timers.timeout_at`, which never spans a ``yield``. A
+    :func:`~vaelii_llm._timers.timeout_at`, which never spans a ``yield``. A
     body that keeps flowing past the deadline is cut too.
     """
     loop = asyncio.get_running_loop()

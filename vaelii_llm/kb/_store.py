@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from vaelii_llm.kb.types import Change, EngineRefusal
+from vaelii_llm.kb._types import Change, EngineRefusal
 
 __all__ = ["KB", "Rule", "edn_module", "handles_in", "is_symbol", "symbol"]
 
@@ -163,7 +163,7 @@ class KB:
 
     Build one with `vaelii_llm.kb.load_edn`, `vaelii_llm.kb.sample`,
     `vaelii_llm.kb.synthetic` or `vaelii_llm.kb.open`; read and write it through the
-    op table (`vaelii_llm.kb.ops.OPS`).
+    op table (`vaelii_llm.kb._ops.OPS`).
     """
 
     def __init__(self) -> None:
@@ -207,9 +207,7 @@ class KB:
                 if i is None:
                     i = len(self.terms)
                     self.terms.append(x)
-                    self._is_var.append(
-                        1 if is_symbol(x) and str(x).startswith("?") else 0
-                    )
+                    self._is_var.append(1 if is_symbol(x) and str(x).startswith("?") else 0)
                     self._ids[k] = i
         return i
 
@@ -342,9 +340,7 @@ class KB:
         """Make `h` gone; returns (context id, sentence). Takes one tick."""
         with self._wlock:
             if not self.exists(h) or self._state[h - 1] != LIVE:
-                raise EngineRefusal(
-                    "unknown-handle", f"no live sentex has handle {h}", handle=h
-                )
+                raise EngineRefusal("unknown-handle", f"no live sentex has handle {h}", handle=h)
             cid = self._ctx[h - 1]
             enc = self.row(h)
             self._state[h - 1] = GONE
@@ -408,7 +404,7 @@ class KB:
                 else:
                     rows.pop(h, None)
                 self._arity_rows = rows
-                self._arity = {p: k for p, k in rows.values()}
+                self._arity = dict(rows.values())
         if pred in (sp["isa"], sp["genls"]) and len(enc) == 3:
             counts = self._type_counts
             places = (enc[2],) if pred == sp["isa"] else (enc[1], enc[2])

@@ -385,7 +385,7 @@ _SIMPLE: dict[type, Callable[[Any], str]] = {
 }
 
 
-def write(
+def write(  # noqa: C901
     value: object,
     max_chars: int,
     *,
