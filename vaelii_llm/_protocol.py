@@ -205,6 +205,15 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
 
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn"]
+
+
+def nearest_stop_reason(called_tools: bool) -> StopReason:
+    """The neutral stop reason for a vendor word outside a backend's table:
+    the turn that called a tool waits for its results (``tool_use``); any other
+    ended (``end_turn``). Every backend falls back by this one rule."""
+    return "tool_use" if called_tools else "end_turn"
+
+
 """Why a turn ended, in one vocabulary on every backend."""
 
 

@@ -16,15 +16,14 @@ fix made here holds for every backend at once:
 * the stream pump (:meth:`~HTTPProvider.stream`): the body's bytes into the
   codec's wire decoder, its batches into the codec's assembler, every item
   the assembler hands back yielded at once; at the terminal event what
-  follows is drained for at most :attr:`Codec.drain_s` (the answer is whole,
+  follows is drained for at most :data:`DRAIN_S` (the answer is whole,
   so nothing there may delay or spoil it); a body that ends first has the
   decoder's end-of-stream batch fed, then the assembler's verdict.
 
 What a new backend supplies is a :class:`Codec`, no I/O in it:
 
-``endpoint``, ``url``, ``drain_s``
-    how the far end is named in messages, where turns are POSTed, how long
-    a stream may take to end after its terminal event;
+``endpoint``, ``url``
+    how the far end is named in messages and where turns are POSTed;
 ``session_headers()``
     headers sent on every request of the session (an API version, a gateway's
     own headers);
@@ -55,7 +54,7 @@ with its codec, and its probes go through :mod:`vaelii_llm._transport`.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterable, Mapping
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 import aiohttp
 import msgspec
@@ -64,7 +63,12 @@ from vaelii_llm import _transport as transport
 from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
 from vaelii_llm.errors import LLMClosed, LLMError
 
-__all__ = ["Assembler", "Codec", "HTTPProvider", "WireDecoder"]
+__all__ = ["DRAIN_S", "Assembler", "Codec", "HTTPProvider", "WireDecoder"]
+
+DRAIN_S: Final = 0.05
+"""How long a stream may take to end after its terminal event before its
+connection is closed rather than reused: every backend's far end ends it at
+once, and the answer is already whole."""
 
 W = TypeVar("W")
 """What a non-streamed 200 decodes to."""
@@ -107,9 +111,6 @@ class Codec(Protocol[W, B]):
 
     @property
     def url(self) -> str: ...
-
-    @property
-    def drain_s(self) -> float: ...
 
     @property
     def whole_decoder(self) -> msgspec.json.Decoder[W]: ...
@@ -209,7 +210,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                     if assembler.finished:
                         # The answer is whole: what follows cannot change it, nor
                         # a far end holding the body open make the caller wait.
-                        await transport.drain(chunks, codec.drain_s)
+                        await transport.drain(chunks, DRAIN_S)
                         break
         except LLMError as exc:
             if self._closed:  # the close cut the turn: that is the news, not the cut

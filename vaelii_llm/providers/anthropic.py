@@ -138,6 +138,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     ToolUseStart,
     Usage,
+    nearest_stop_reason,
 )
 from vaelii_llm._wire.sse import SSEDecoder
 from vaelii_llm.errors import (
@@ -181,9 +182,6 @@ reasoning sends ``effort``."""
 FALLBACK_BETA: Final = "server-side-fallback-2026-07-01"
 NEVER_SENT: Final = frozenset({"temperature", "top_p", "top_k", "tool_choice"})
 MESSAGES_PATH: Final = "/v1/messages"
-_DRAIN_S: Final = 0.05
-"""How long a stream may take to end after ``message_stop`` before its
-connection is closed rather than reused: the API ends it at once."""
 _NOT_SSE_KEPT: Final = 64 * 1024
 """How much of a streamed answer that holds no SSE event is kept for the error:
 a gateway's JSON error or a proxy's HTML page, recognisable from its opening."""
@@ -522,7 +520,7 @@ def stop_reason(word: str | None, content: Iterable[Block]) -> StopReason | None
     neutral = _STOP_REASONS.get(word)
     if neutral is not None:
         return neutral
-    return "tool_use" if any(isinstance(b, ToolUseBlock) for b in content) else "end_turn"
+    return nearest_stop_reason(any(isinstance(b, ToolUseBlock) for b in content))
 
 
 def decode_response(data: bytes, label: str = "the Messages API") -> Response:
@@ -1035,7 +1033,6 @@ class MessagesCodec:
     headers (the credential, resolved once, see the module docstring), the
     decoders and the assembler. No I/O but the credential lookup."""
 
-    drain_s: Final = _DRAIN_S
     whole_decoder: Final = _WHOLE_DECODER
 
     def __init__(

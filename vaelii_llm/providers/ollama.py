@@ -88,6 +88,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     ToolUseStart,
     Usage,
+    nearest_stop_reason,
 )
 from vaelii_llm._wire.ndjson import NDJSONDecoder, refuse_line
 from vaelii_llm.providers._hosts import normalize_host
@@ -129,9 +130,6 @@ milliseconds, a busy one in a few seconds."""
 WARM_TIMEOUT_MS: Final = 300_000
 """A cold load of a 30B model from disk can take minutes."""
 
-_DRAIN_S: Final = 0.05
-"""How long a stream may take to end after ``done: true`` before its
-connection is closed rather than reused: Ollama ends it at once."""
 
 # --------------------------------------------------------------------------
 # Hosts
@@ -419,7 +417,7 @@ def stop_reason(done_reason: str | None, called_tools: bool) -> StopReason | Non
     neutral = _STOP_REASONS.get(done_reason)
     if neutral == "max_tokens":
         return neutral
-    return "tool_use" if called_tools else "end_turn"
+    return nearest_stop_reason(called_tools)
 
 
 class ChatAssembler:
@@ -686,7 +684,6 @@ def _whole(chunk: ChatChunk, label: str) -> Response:
 class ChatCodec:
     """``/api/chat`` as the shared HTTP skeleton drives it (no I/O here)."""
 
-    drain_s: Final = _DRAIN_S
     whole_decoder: Final = CHUNK_DECODER
 
     def __init__(
