@@ -10,7 +10,6 @@ import asyncio
 import importlib.util
 import json
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import ModuleType
@@ -137,13 +136,12 @@ async def test_fast_questions_answer_while_slow_ones_are_in_flight(app: Served) 
     async with asyncio.timeout(30):
         for _ in slow:  # all five are held inside the model
             await model.arrivals.get()
-    started = time.monotonic()
-    async with asyncio.timeout(30):  # a server that queued them behind the slow ones hangs here
+    # A server that queued them behind the slow ones hangs here: the slow ones
+    # wait on the gate, which opens only after the fast ones have answered.
+    async with asyncio.timeout(30):
         fast = await asyncio.gather(*(app.post("/ask", {"question": QUESTION}) for _ in range(20)))
-    took = time.monotonic() - started
     assert [status for status, _ in fast] == [200] * 20
     assert {got["answer"] for _, got in fast} == {ANSWER}
-    assert took < 5  # about a second's worth on a loaded machine, generously bounded
     assert not any(task.done() for task in slow)
     assert model.waiting == 5
     model.gate.set()

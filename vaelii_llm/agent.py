@@ -50,8 +50,6 @@ from vaelii_llm._protocol import (
 from vaelii_llm.tools import Toolset
 
 __all__ = [
-    "DEFAULT_MAX_TURNS",
-    "SYSTEM",
     "AgentResult",
     "Event",
     "Stopped",
@@ -62,7 +60,6 @@ __all__ = [
     "events",
     "request",
     "run",
-    "summarize",
 ]
 
 DEFAULT_MAX_TURNS = 8

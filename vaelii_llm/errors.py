@@ -45,7 +45,6 @@ __all__ = [
     "LLMTimeout",
     "LLMUnreachable",
     "TimeoutPhase",
-    "excerpt",
 ]
 
 ErrorType = Literal[

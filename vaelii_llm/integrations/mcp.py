@@ -41,10 +41,7 @@ from vaelii_llm import __version__
 from vaelii_llm.tools import Toolset
 
 __all__ = [
-    "ANNOTATIONS",
     "DEFAULT_PORT",
-    "INSTRUCTIONS",
-    "parse_address",
     "serve_http",
     "serve_stdio",
     "server",

@@ -88,7 +88,7 @@ from vaelii_llm._protocol import (
 from vaelii_llm.errors import excerpt
 from vaelii_llm.tools import Toolset
 
-__all__ = ["FINISH_REASONS", "KBToolset", "VaeliiModel"]
+__all__ = ["KBToolset", "VaeliiModel"]
 
 FINISH_REASONS: Final[dict[StopReason, pai.FinishReason | None]] = {
     "end_turn": "stop",
