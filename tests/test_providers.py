@@ -78,7 +78,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
     module.generation_provider = build("generation_provider")  # type: ignore[attr-defined]
     module.warm = warm  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fake_backend_for_tests", module)
-    providers.register("fake", "fake_backend_for_tests", FAKE_OPTIONS)
+    providers.register("fake", "fake_backend_for_tests", options=FAKE_OPTIONS)
     monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
     return state
 
@@ -195,11 +195,13 @@ async def test_register_adds_a_kind_imported_only_when_chosen(
 ) -> None:
     monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
     providers.register(
-        "mine", "no_such_module_for_vaelii_tests", [Option("zone", "str", "a", ("provider",))]
+        " Mine ",
+        "no_such_module_for_vaelii_tests",
+        options=[Option("zone", "str", "a", ("provider",))],
     )
     await providers.provider(zone="b")  # the stub is chosen; "mine" is not imported
     with pytest.raises(ModuleNotFoundError, match="no_such_module_for_vaelii_tests"):
-        await providers.provider("mine")
+        await providers.provider("MINE")  # a kind is read as configured: trimmed, any case
 
 
 @pytest.mark.parametrize(
@@ -220,7 +222,7 @@ def test_a_record_that_cannot_route_is_refused_when_declared(
 def test_a_kind_declaring_one_option_twice_is_refused() -> None:
     twice = [Option("zone", "str", "a", ("provider",)), Option("zone", "str", "b", ("warm",))]
     with pytest.raises(ValueError, match="declares an option twice"):
-        providers.register("twice", "anywhere", twice)
+        providers.register("twice", "anywhere", options=twice)
     assert "twice" not in providers._registry
 
 
@@ -311,7 +313,9 @@ async def test_a_registered_kind_adds_its_options_to_the_bag(
     with pytest.raises(TypeError, match="'region'"):
         await providers.provider("fake", region="us")
     providers.register(
-        "regional", "regional_backend_for_tests", [Option("region", "str", "eu", ("provider",))]
+        "regional",
+        "regional_backend_for_tests",
+        options=[Option("region", "str", "eu", ("provider",))],
     )
     p = await providers.provider("fake", region="us")  # known now; the fake never sees it
     assert fake.built == [("provider", {})]
@@ -339,7 +343,7 @@ async def test_a_backend_receives_what_its_record_declares_and_nothing_else(
     module.available = up  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "kwargs_backend_for_tests", module)
     providers.register(
-        "loose", "kwargs_backend_for_tests", [Option("zone", "str", "a", ("provider",))]
+        "loose", "kwargs_backend_for_tests", options=[Option("zone", "str", "a", ("provider",))]
     )
     await providers.provider("loose", zone="b", credential=SECRET, host="h", stub={"script": []})
     assert seen == [("available", {}), ("provider", {"zone": "b"})]
@@ -351,7 +355,9 @@ async def test_a_kind_that_will_not_import_still_lends_its_options_to_the_bag(
     fake: FakeBackend,
 ) -> None:
     providers.register(
-        "broken", "no_such_module_for_vaelii_tests", [Option("region", "str", "eu", ("provider",))]
+        "broken",
+        "no_such_module_for_vaelii_tests",
+        options=[Option("region", "str", "eu", ("provider",))],
     )
     p = await providers.provider("fake", region="us")  # checked from the record, not the module
     assert await answer(p) == "from the provider fake"
@@ -365,7 +371,9 @@ async def test_choosing_the_stub_imports_no_other_backend_whatever_the_bag(
 ) -> None:
     monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
     providers.register(
-        "never", "module_that_must_not_be_imported", [Option("zone", "str", "a", ("available",))]
+        "never",
+        "module_that_must_not_be_imported",
+        options=[Option("zone", "str", "a", ("available",))],
     )
     imported: list[str] = []
     real_import = providers.importlib.import_module

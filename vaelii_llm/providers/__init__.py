@@ -56,15 +56,17 @@ _registry: dict[str, Backend] = {backend.kind: backend for backend in BUILTIN}
 """Kind → its record: the built-in kinds, then those :func:`register` adds."""
 
 
-def register(kind: str, module: str, options: Iterable[Option] = ()) -> None:
+def register(kind: str, module: str, *, options: Iterable[Option] = ()) -> None:
     """Make ``kind`` name the backend in ``module`` (imported when chosen),
     whose functions take ``options``; those names join the bag from now on.
 
     ``module`` offers ``provider`` and ``async available`` (and
     ``generation_provider`` and ``async warm`` where it has them); each
-    receives only the options whose :class:`Option` record names it.
+    receives only the options whose :class:`Option` record names it. The kind
+    is read as a configured one is (trimmed, lower case).
     """
-    _registry[kind] = Backend(kind, module, tuple(options))
+    chosen_as = config.provider_kind(kind)
+    _registry[chosen_as] = Backend(chosen_as, module, tuple(options))
 
 
 def _chosen(kind: str | None, opts: Iterable[str]) -> Backend:
