@@ -177,3 +177,11 @@ def test_the_default_host_is_where_a_bare_host_name_reaches() -> None:
     default = config.ollama_host()
     assert normalize_host(default) == normalize_host("localhost") == default
     assert normalize_host("https://gw") == "https://gw:443"
+
+
+def test_the_credentials_are_the_secret_rows() -> None:
+    # `vaelii-llm config` shows a secret row only as set or unset.
+    assert {s.name for s in config.SWITCHES if s.secret} == {
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+    }

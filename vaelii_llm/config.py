@@ -40,13 +40,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Switch:
-    """One row of the configuration table."""
+    """One row of the configuration table. A ``secret`` one's value is never
+    shown, only whether it is set."""
 
     name: str
     reader: str
     legal: str
     default: str | None
     decides: str
+    secret: bool = False
 
 
 TRUTHY: Final = frozenset({"1", "true", "yes"})
@@ -132,6 +134,7 @@ _ANTHROPIC_API_KEY = Switch(
     "an API key",
     None,
     "The credential sent as x-api-key, tried first.",
+    secret=True,
 )
 _ANTHROPIC_AUTH_TOKEN = Switch(
     "ANTHROPIC_AUTH_TOKEN",
@@ -139,6 +142,7 @@ _ANTHROPIC_AUTH_TOKEN = Switch(
     "a bearer token",
     None,
     "The credential sent as Authorization: Bearer, tried when there is no key.",
+    secret=True,
 )
 _ANTHROPIC_BASE_URL = Switch(
     "ANTHROPIC_BASE_URL",
