@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from vaelii_llm import config
+from vaelii_llm.providers._hosts import normalize_host
 
 ALL_VARS = [s.name for s in config.SWITCHES]
 
@@ -124,3 +127,61 @@ def test_base_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> N
 )
 def test_hide_userinfo(value: str, shown: str) -> None:
     assert config.hide_userinfo(value) == shown
+
+
+# A distinctive value each switch's variable can hold, and what its reader then reads.
+SET_TO = {
+    "VAELII_LLM_PROVIDER": ("Ollama", "ollama"),
+    "VAELII_OLLAMA_HOST": ("mine:1", "mine:1"),
+    "OLLAMA_HOST": ("theirs:2", "theirs:2"),
+    "VAELII_OLLAMA_MODEL": ("m:1b", "m:1b"),
+    "VAELII_OLLAMA_GENERATION_MODEL": ("g:2b", "g:2b"),
+    "VAELII_OLLAMA_NUM_CTX": ("1234", 1234),
+    "VAELII_OLLAMA_KEEP_ALIVE": ("5m", "5m"),
+    "VAELII_OLLAMA_HOSTS": ("a*2,b", "a*2,b"),
+    "ANTHROPIC_API_KEY": ("sk-1", "sk-1"),
+    "ANTHROPIC_AUTH_TOKEN": ("tok-1", "tok-1"),
+    "ANTHROPIC_BASE_URL": ("http://gw:1/", "http://gw:1"),
+    "VAELII_LLM_LIVE": ("yes", True),
+    "VAELII_LLM_OTEL": ("TRUE", True),
+}
+
+
+@pytest.mark.parametrize("switch", config.SWITCHES, ids=lambda s: s.name)
+def test_each_reader_reads_the_variable_its_row_names(
+    monkeypatch: pytest.MonkeyPatch, switch: config.Switch
+) -> None:
+    reader = getattr(config, switch.reader)
+    unset = reader()
+    raw, read = SET_TO[switch.name]
+    monkeypatch.setenv(switch.name, raw)
+    assert reader() == read != unset
+
+
+@pytest.mark.parametrize("reader", [config.live_llm, config.otel_enabled])
+def test_yes_no_switches_take_the_same_words(
+    monkeypatch: pytest.MonkeyPatch, reader: Callable[[], bool]
+) -> None:
+    row = next(s for s in config.SWITCHES if s.reader == reader.__name__)
+    for word in row.legal.split():
+        for spelt in (word, word.upper(), f" {word}\n"):
+            monkeypatch.setenv(row.name, spelt)
+            assert reader() is True, spelt
+    for word in ("0", "no", "off", "2", "y"):
+        monkeypatch.setenv(row.name, word)
+        assert reader() is False, word
+
+
+def test_the_default_host_is_where_a_bare_host_name_reaches() -> None:
+    # One Ollama port: the default host and the port a portless host gets agree.
+    default = config.ollama_host()
+    assert normalize_host(default) == normalize_host("localhost") == default
+    assert normalize_host("https://gw") == "https://gw:443"
+
+
+def test_the_credentials_are_the_secret_rows() -> None:
+    # `vaelii-llm config` shows a secret row only as set or unset.
+    assert {s.name for s in config.SWITCHES if s.secret} == {
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+    }

@@ -45,6 +45,18 @@ def test_import_providers_and_choosing_the_stub_loads_no_backend() -> None:
     assert offenders(loaded_after(code)) == []
 
 
+def test_checking_the_bag_for_the_stub_imports_no_other_backend_and_no_aiohttp() -> None:
+    # Options only other backends take are checked against their records, not their modules.
+    code = (
+        "import sys, asyncio\n"
+        "from vaelii_llm import providers\n"
+        "asyncio.run(providers.provider('stub', host='x', credential='y'))\n"
+        "asyncio.run(providers.available('stub', base_url='u', timeout_ms=1))\n"
+    )
+    loaded = [m for m in loaded_after(code) if m.startswith(("aiohttp", "vaelii_llm.providers."))]
+    assert loaded == ["vaelii_llm.providers.stub"]
+
+
 def test_protocol_and_config_modules_name_no_vendor_library() -> None:
     modules = loaded_after("import vaelii_llm._protocol, vaelii_llm.errors, vaelii_llm.config")
     assert offenders(modules) == []

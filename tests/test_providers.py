@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import logging
 import random
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from vaelii_llm import providers
+from vaelii_llm import _backends, providers
 from vaelii_llm._protocol import Message, Request, TextBlock
-from vaelii_llm.providers import stub
+from vaelii_llm.providers import Option, stub
 
 SECRET = "sk-ant-SECRET-do-not-print-0123456789"
+
+FAKE_OPTIONS = (
+    Option("credential", "str | None", None, ("provider", "generation_provider", "available")),
+    Option("model", "str | None", None, ("provider", "generation_provider")),
+    Option("host", "str | None", None, ("warm",)),
+)
+"""What the fake backend below declares: its functions' keyword parameters."""
+
+
+@pytest.fixture(autouse=True)
+def _registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the registry, so the kinds a test registers leave with it."""
+    monkeypatch.setattr(providers, "_registry", dict(providers._registry))
 
 
 class FakeBackend:
@@ -63,9 +78,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
     module.generation_provider = build("generation_provider")  # type: ignore[attr-defined]
     module.warm = warm  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fake_backend_for_tests", module)
-    # A copy, so the kinds a test registers leave with it.
-    monkeypatch.setattr(providers, "BACKENDS", dict(providers.BACKENDS))
-    monkeypatch.setitem(providers.BACKENDS, "fake", "fake_backend_for_tests")
+    providers.register("fake", "fake_backend_for_tests", options=FAKE_OPTIONS)
     monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
     return state
 
@@ -177,10 +190,40 @@ async def test_unknown_kind_is_refused() -> None:
         await providers.available("gpt")
 
 
-def test_register_adds_a_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(providers, "BACKENDS", dict(providers.BACKENDS))
-    providers.register("mine", "my.module")
-    assert providers.BACKENDS["mine"] == "my.module"
+async def test_register_adds_a_kind_imported_only_when_chosen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
+    providers.register(
+        " Mine ",
+        "no_such_module_for_vaelii_tests",
+        options=[Option("zone", "str", "a", ("provider",))],
+    )
+    await providers.provider(zone="b")  # the stub is chosen; "mine" is not imported
+    with pytest.raises(ModuleNotFoundError, match="no_such_module_for_vaelii_tests"):
+        await providers.provider("MINE")  # a kind is read as configured: trimmed, any case
+
+
+@pytest.mark.parametrize(
+    ("name", "read_by", "refused"),
+    [
+        ("x", (), "name one or more"),
+        ("x", ("provider", "build"), "name one or more"),
+        ("stub", ("provider",), "namespace"),
+    ],
+)
+def test_a_record_that_cannot_route_is_refused_when_declared(
+    name: str, read_by: tuple[str, ...], refused: str
+) -> None:
+    with pytest.raises(ValueError, match=refused):
+        Option(name, "int", 0, read_by)
+
+
+def test_a_kind_declaring_one_option_twice_is_refused() -> None:
+    twice = [Option("zone", "str", "a", ("provider",)), Option("zone", "str", "b", ("warm",))]
+    with pytest.raises(ValueError, match="declares an option twice"):
+        providers.register("twice", "anywhere", options=twice)
+    assert "twice" not in providers._registry
 
 
 def test_backend_attribute_access_is_lazy_and_checked() -> None:
@@ -269,7 +312,11 @@ async def test_a_registered_kind_adds_its_options_to_the_bag(
     monkeypatch.setitem(sys.modules, "regional_backend_for_tests", module)
     with pytest.raises(TypeError, match="'region'"):
         await providers.provider("fake", region="us")
-    providers.register("regional", "regional_backend_for_tests")
+    providers.register(
+        "regional",
+        "regional_backend_for_tests",
+        options=[Option("region", "str", "eu", ("provider",))],
+    )
     p = await providers.provider("fake", region="us")  # known now; the fake never sees it
     assert fake.built == [("provider", {})]
     assert await answer(p) == "from the provider fake"
@@ -278,44 +325,56 @@ async def test_a_registered_kind_adds_its_options_to_the_bag(
     assert built == ["us"]
 
 
-async def test_a_backend_taking_kwargs_gets_the_whole_bag_but_names_nothing(
+async def test_a_backend_receives_what_its_record_declares_and_nothing_else(
     fake: FakeBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     module = types.ModuleType("kwargs_backend_for_tests")
-    seen: list[dict[str, Any]] = []
+    seen: list[tuple[str, dict[str, Any]]] = []
 
     def anything(**opts: Any) -> stub.StubProvider:
-        seen.append(opts)
+        seen.append(("provider", opts))
         return stub.provider()
 
     async def up(**opts: Any) -> bool:
+        seen.append(("available", opts))
         return True
 
     module.provider = anything  # type: ignore[attr-defined]
     module.available = up  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "kwargs_backend_for_tests", module)
-    providers.register("loose", "kwargs_backend_for_tests")
-    await providers.provider("loose", credential=SECRET, host="h", stub={"script": []})
-    assert seen == [{"credential": SECRET, "host": "h"}]
+    providers.register(
+        "loose", "kwargs_backend_for_tests", options=[Option("zone", "str", "a", ("provider",))]
+    )
+    await providers.provider("loose", zone="b", credential=SECRET, host="h", stub={"script": []})
+    assert seen == [("available", {}), ("provider", {"zone": "b"})]
     with pytest.raises(TypeError, match="'hots'"):  # **kwargs does not swallow a misspelling
         await providers.provider("loose", hots="h")
 
 
-async def test_a_backend_that_will_not_import_is_named_when_an_option_is_unknown(
+async def test_a_kind_that_will_not_import_still_lends_its_options_to_the_bag(
     fake: FakeBackend,
 ) -> None:
-    providers.register("broken", "no_such_module_for_vaelii_tests")
-    with pytest.raises(TypeError, match=r"'region'.*not imported: broken"):
-        await providers.provider("fake", region="us")
-    p = await providers.provider("fake", host="h")  # host is named by an importable backend
+    providers.register(
+        "broken",
+        "no_such_module_for_vaelii_tests",
+        options=[Option("region", "str", "eu", ("provider",))],
+    )
+    p = await providers.provider("fake", region="us")  # checked from the record, not the module
     assert await answer(p) == "from the provider fake"
+    assert fake.built == [("provider", {})]
+    with pytest.raises(TypeError, match=r"'regoin'; the stub's own"):
+        await providers.provider("fake", regoin="us")
 
 
-async def test_choosing_the_stub_with_no_foreign_option_imports_no_backend(
+async def test_choosing_the_stub_imports_no_other_backend_whatever_the_bag(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
-    monkeypatch.setitem(providers.BACKENDS, "never", "module_that_must_not_be_imported")
+    providers.register(
+        "never",
+        "module_that_must_not_be_imported",
+        options=[Option("zone", "str", "a", ("available",))],
+    )
     imported: list[str] = []
     real_import = providers.importlib.import_module
 
@@ -324,9 +383,82 @@ async def test_choosing_the_stub_with_no_foreign_option_imports_no_backend(
         return real_import(name, package)
 
     monkeypatch.setattr(providers.importlib, "import_module", watch)
-    await providers.provider(stub={"script": ["x"]})
-    await providers.available()
-    assert imported == ["vaelii_llm.providers.stub"] * 2
+    bag = {"zone": "z", "host": "h", "credential": SECRET, "timeout_ms": 1}
+    await providers.provider(**bag, stub={"script": ["x"]})
+    await providers.available(**bag)
+    await providers.warm(**bag)
+    assert await providers.active_kind(**bag) == "stub"
+    assert set(imported) == {"vaelii_llm.providers.stub"}
+
+
+# ---------------------------------------------------------------------------
+# The drift guard: each built-in record against its backend's real signatures
+
+
+def drift(backend: _backends.Backend, module: types.ModuleType) -> list[str]:
+    """Where ``backend``'s record and ``module``'s functions disagree."""
+    found: list[str] = []
+    for entry in _backends.ENTRY_POINTS:
+        fn: Callable[..., Any] | None = getattr(module, entry, None)
+        declared = {o.name: o for o in backend.options if entry in o.read_by}
+        if fn is None:
+            if entry in ("provider", "available"):
+                found.append(f"{entry}: missing")
+            found.extend(f"{entry}: no such function reads {name!r}" for name in declared)
+            continue
+        if backend.kind == _backends.STUB and entry == "provider":
+            continue  # the stub's constructor options are its namespace, not the bag's
+        params = inspect.signature(fn, eval_str=True).parameters.values()
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            found.append(f"{entry}: takes **kwargs, which no record can declare")
+        taken = {p.name: p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        found.extend(f"{entry}: takes {name!r}, undeclared" for name in taken.keys() - declared)
+        found.extend(f"{entry}: lacks declared {name!r}" for name in declared.keys() - taken)
+        for name in declared.keys() & taken.keys():
+            option, param = declared[name], taken[name]
+            if param.default != option.default:
+                found.append(
+                    f"{entry}: {name} defaults to {param.default!r}, not {option.default!r}"
+                )
+            if param.annotation != eval(option.type, fn.__globals__):  # the backend's own names
+                found.append(f"{entry}: {name} is {param.annotation}, not {option.type}")
+    return found
+
+
+@pytest.mark.parametrize("backend", _backends.BUILTIN, ids=lambda b: b.kind)
+def test_each_builtin_record_matches_its_backends_signatures(backend: _backends.Backend) -> None:
+    assert drift(backend, importlib.import_module(backend.module)) == []
+    assert providers._registry[backend.kind] is backend
+
+
+def test_the_drift_guard_sees_each_kind_of_drift() -> None:
+    module = types.ModuleType("drifted_backend_for_tests")
+
+    def provider(*, region: int = 1, extra: str | None = None) -> None: ...
+
+    async def warm(**opts: Any) -> None: ...
+
+    module.provider = provider  # type: ignore[attr-defined]
+    module.warm = warm  # type: ignore[attr-defined]
+    record = _backends.Backend(
+        "drifted",
+        module.__name__,
+        (
+            Option("region", "str", "eu", ("provider",)),
+            Option("gone", "str | None", None, ("provider", "generation_provider")),
+        ),
+    )
+    assert sorted(drift(record, module)) == sorted(
+        [
+            "available: missing",
+            "generation_provider: no such function reads 'gone'",
+            "provider: takes 'extra', undeclared",
+            "provider: lacks declared 'gone'",
+            "provider: region defaults to 1, not 'eu'",
+            "provider: region is <class 'int'>, not str",
+            "warm: takes **kwargs, which no record can declare",
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -365,7 +497,7 @@ async def test_one_call_serves_whichever_kind_the_environment_names(
             }
             assert await providers.active_kind(**opts) == kind
             async with await providers.provider(**opts) as p:
-                assert type(p).__module__ == providers.BACKENDS[kind]
+                assert type(p).__module__.startswith(providers._registry[kind].module)
                 assert await answer(p) == answers
             with pytest.raises(TypeError, match="'base_ulr'"):
                 await providers.provider(host=ollama_host.url, base_ulr=api_url)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
+import tomllib
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -15,6 +18,7 @@ import vaelii_llm
 from vaelii_llm import _protocol as protocol
 from vaelii_llm import config
 
+ROOT = Path(__file__).resolve().parent.parent
 PROVIDER_METHODS = {
     "complete": "(self, request: 'Request') -> 'Response'",
     "stream": (
@@ -110,6 +114,60 @@ def test_package_exports_are_frozen() -> None:
         assert getattr(vaelii_llm, name) is not None
 
 
+def test_the_version_is_written_once_and_the_build_reads_it() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"]
+    assert project["project"]["dynamic"] == ["version"]
+    source = project["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    module, _, name = source.rpartition(".")
+    assert getattr(importlib.import_module(module), name) == vaelii_llm.__version__
+    # A line assigning a version literal anywhere else would be a second place.
+    literal = re.compile(
+        r"""^\s*\w*VERSION\w*\s*(?::[^=]*)?=\s*["']\d+\.\d+""", re.IGNORECASE | re.MULTILINE
+    )
+    written = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "vaelii_llm").rglob("*.py")
+        if literal.search(path.read_text())
+    ]
+    assert written == ["vaelii_llm/_version.py"]
+
+
+def test_config_exports_are_frozen() -> None:
+    assert sorted(config.__all__) == [
+        "SWITCHES",
+        "Switch",
+        "anthropic_api_key",
+        "anthropic_auth_token",
+        "anthropic_base_url",
+        "live_llm",
+        "ollama_generation_model",
+        "ollama_host",
+        "ollama_hosts",
+        "ollama_keep_alive",
+        "ollama_model",
+        "ollama_num_ctx",
+        "otel_enabled",
+        "provider_kind",
+    ]
+    # Every switch's reader is exported: the table and the surface name the same readers.
+    assert {s.reader for s in config.SWITCHES} | {"SWITCHES", "Switch"} == set(config.__all__)
+
+
+def test_providers_exports_are_frozen() -> None:
+    from vaelii_llm import providers
+
+    assert sorted(providers.__all__) == [
+        "Option",
+        "active_kind",
+        "available",
+        "generation_provider",
+        "provider",
+        "register",
+        "warm",
+    ]
+
+
 SPEC_DEFAULTS = {
     "VAELII_LLM_PROVIDER": None,
     "VAELII_OLLAMA_HOST": "http://localhost:11434",
@@ -146,6 +204,8 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
 
 
 MODULES = [
+    "vaelii_llm._backends",
+    "vaelii_llm._version",
     "vaelii_llm._protocol",
     "vaelii_llm.errors",
     "vaelii_llm.config",

@@ -40,11 +40,10 @@ from vaelii_llm._protocol import (
     ToolUseStart,
     Usage,
 )
+from vaelii_llm._version import __version__
 
 if TYPE_CHECKING:
     from vaelii_llm import agent, config, engine, errors, kb, pool, providers, tools
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Block",

@@ -31,13 +31,11 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-SECRET_SWITCHES = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"})
-
 
 def _print_config() -> int:
     for switch in config.SWITCHES:
         raw = os.environ.get(switch.name)
-        if switch.name in SECRET_SWITCHES:
+        if switch.secret:
             shown = "set" if raw and raw.strip() else "unset"
         elif raw is None:
             shown = f"unset (default {switch.default})" if switch.default else "unset"

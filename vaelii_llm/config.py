@@ -6,7 +6,9 @@ and the next call sees it. An explicit argument beats the environment: every
 reader takes ``explicit`` and uses it when it is given (not None; for a name
 or a duration, not empty either). A provider kind is read case-insensitively.
 
-The engine reads none of these.
+The engine reads none of these. The names this module does not export (the
+defaults, :data:`TRUTHY`, :data:`SCHEME_PORTS`, :func:`hide_userinfo`) are the
+package's own, each written here once for the modules that share it.
 """
 
 from __future__ import annotations
@@ -14,16 +16,16 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Final
+
+from vaelii_llm._backends import BUILTIN, STUB
 
 __all__ = [
-    "BIND_ADDRESSES",
-    "PROVIDER_KINDS",
     "SWITCHES",
     "Switch",
     "anthropic_api_key",
     "anthropic_auth_token",
     "anthropic_base_url",
-    "hide_userinfo",
     "live_llm",
     "ollama_generation_model",
     "ollama_host",
@@ -38,131 +40,164 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Switch:
-    """One row of the configuration table."""
+    """One row of the configuration table. A ``secret`` one's value is never
+    shown, only whether it is set."""
 
     name: str
     reader: str
     legal: str
     default: str | None
     decides: str
+    secret: bool = False
 
 
-PROVIDER_KINDS = ("stub", "ollama", "anthropic")
-BIND_ADDRESSES = frozenset({"0.0.0.0", "::", "[::]", "*"})
+TRUTHY: Final = frozenset({"1", "true", "yes"})
+"""The words that turn a yes/no switch on, read case-insensitively."""
+
+SCHEME_PORTS: Final = {"http": 80, "https": 443}
+"""The port a URL naming none reaches, by scheme."""
+
+BIND_ADDRESSES: Final = frozenset({"0.0.0.0", "::", "[::]", "*"})
 """Values of ``OLLAMA_HOST`` that name an address to bind, not one to connect to."""
 
-DEFAULT_OLLAMA_HOST = "http://localhost:11434"
-DEFAULT_OLLAMA_MODEL = "phi4:14b"
-DEFAULT_OLLAMA_GENERATION_MODEL = "qwen3-coder:30b"
-DEFAULT_OLLAMA_NUM_CTX = 8192
-DEFAULT_OLLAMA_KEEP_ALIVE = "30m"
-DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+DEFAULT_OLLAMA_PORT: Final = 11434
+"""Ollama's own port, for a host that names no scheme and no port."""
 
-SWITCHES: tuple[Switch, ...] = (
-    Switch(
-        "VAELII_LLM_PROVIDER",
-        "provider_kind",
-        "stub ollama anthropic",
-        None,
-        "Which backend providers.provider() builds (unset: the stub). "
-        "An explicit kind argument is read first.",
-    ),
-    Switch(
-        "VAELII_OLLAMA_HOST",
-        "ollama_host",
-        "a base URL, or a host read as Ollama reads one",
-        DEFAULT_OLLAMA_HOST,
-        "Where the Ollama backend connects.",
-    ),
-    Switch(
-        "OLLAMA_HOST",
-        "ollama_host",
-        "a base URL; a bind address (0.0.0.0, ::, *) is ignored",
-        None,
-        "Ollama's own variable, read after VAELII_OLLAMA_HOST.",
-    ),
-    Switch(
-        "VAELII_OLLAMA_MODEL",
-        "ollama_model",
-        "a model name",
-        DEFAULT_OLLAMA_MODEL,
-        "The model a turn runs.",
-    ),
-    Switch(
-        "VAELII_OLLAMA_GENERATION_MODEL",
-        "ollama_generation_model",
-        "a model name",
-        DEFAULT_OLLAMA_GENERATION_MODEL,
-        "The model a generation turn runs.",
-    ),
-    Switch(
-        "VAELII_OLLAMA_NUM_CTX",
-        "ollama_num_ctx",
-        "a whole number of tokens",
-        str(DEFAULT_OLLAMA_NUM_CTX),
-        "The context length a request asks for. An unparseable value yields the default.",
-    ),
-    Switch(
-        "VAELII_OLLAMA_KEEP_ALIVE",
-        "ollama_keep_alive",
-        "an Ollama duration (30m, 0)",
-        DEFAULT_OLLAMA_KEEP_ALIVE,
-        "How long the host is asked to hold the model resident after a turn.",
-    ),
-    Switch(
-        "VAELII_OLLAMA_HOSTS",
-        "ollama_hosts",
-        "host[*n],…",
-        None,
-        "The hosts a vote pool spreads its calls over, n calls at once per host "
-        "(unset: the one host above; blank: no hosts).",
-    ),
-    Switch(
-        "ANTHROPIC_API_KEY",
-        "anthropic_api_key",
-        "an API key",
-        None,
-        "The credential sent as x-api-key, tried first.",
-    ),
-    Switch(
-        "ANTHROPIC_AUTH_TOKEN",
-        "anthropic_auth_token",
-        "a bearer token",
-        None,
-        "The credential sent as Authorization: Bearer, tried when there is no key.",
-    ),
-    Switch(
-        "ANTHROPIC_BASE_URL",
-        "anthropic_base_url",
-        "a base URL",
-        DEFAULT_ANTHROPIC_BASE_URL,
-        "The host the Messages API backend calls.",
-    ),
-    Switch(
-        "VAELII_LLM_LIVE",
-        "live_llm",
-        "1 true yes",
-        None,
-        "The consent to call a real model from a test; the llm mark is the other half.",
-    ),
-    Switch(
-        "VAELII_LLM_OTEL",
-        "otel_enabled",
-        "1 true yes",
-        None,
-        "Whether a provider built now records OpenTelemetry spans and metrics on the "
-        "global providers; telemetry.enable() is the explicit switch.",
-    ),
+DEFAULT_OLLAMA_HOST: Final = f"http://localhost:{DEFAULT_OLLAMA_PORT}"
+DEFAULT_OLLAMA_MODEL: Final = "phi4:14b"
+DEFAULT_OLLAMA_GENERATION_MODEL: Final = "qwen3-coder:30b"
+DEFAULT_OLLAMA_NUM_CTX: Final = 8192
+DEFAULT_OLLAMA_KEEP_ALIVE: Final = "30m"
+DEFAULT_ANTHROPIC_BASE_URL: Final = "https://api.anthropic.com"
+
+_PROVIDER = Switch(
+    "VAELII_LLM_PROVIDER",
+    "provider_kind",
+    " ".join(backend.kind for backend in BUILTIN),
+    None,
+    "Which backend providers.provider() builds (unset: the stub). "
+    "An explicit kind argument is read first.",
+)
+_OLLAMA_HOST = Switch(
+    "VAELII_OLLAMA_HOST",
+    "ollama_host",
+    "a base URL, or a host read as Ollama reads one",
+    DEFAULT_OLLAMA_HOST,
+    "Where the Ollama backend connects.",
+)
+_OLLAMAS_OWN_HOST = Switch(
+    "OLLAMA_HOST",
+    "ollama_host",
+    "a base URL; a bind address (0.0.0.0, ::, *) is ignored",
+    None,
+    "Ollama's own variable, read after VAELII_OLLAMA_HOST.",
+)
+_OLLAMA_MODEL = Switch(
+    "VAELII_OLLAMA_MODEL",
+    "ollama_model",
+    "a model name",
+    DEFAULT_OLLAMA_MODEL,
+    "The model a turn runs.",
+)
+_OLLAMA_GENERATION_MODEL = Switch(
+    "VAELII_OLLAMA_GENERATION_MODEL",
+    "ollama_generation_model",
+    "a model name",
+    DEFAULT_OLLAMA_GENERATION_MODEL,
+    "The model a generation turn runs.",
+)
+_OLLAMA_NUM_CTX = Switch(
+    "VAELII_OLLAMA_NUM_CTX",
+    "ollama_num_ctx",
+    "a whole number of tokens",
+    str(DEFAULT_OLLAMA_NUM_CTX),
+    "The context length a request asks for. An unparseable value yields the default.",
+)
+_OLLAMA_KEEP_ALIVE = Switch(
+    "VAELII_OLLAMA_KEEP_ALIVE",
+    "ollama_keep_alive",
+    "an Ollama duration (30m, 0)",
+    DEFAULT_OLLAMA_KEEP_ALIVE,
+    "How long the host is asked to hold the model resident after a turn.",
+)
+_OLLAMA_HOSTS = Switch(
+    "VAELII_OLLAMA_HOSTS",
+    "ollama_hosts",
+    "host[*n],…",
+    None,
+    "The hosts a vote pool spreads its calls over, n calls at once per host "
+    "(unset: the one host above; blank: no hosts).",
+)
+_ANTHROPIC_API_KEY = Switch(
+    "ANTHROPIC_API_KEY",
+    "anthropic_api_key",
+    "an API key",
+    None,
+    "The credential sent as x-api-key, tried first.",
+    secret=True,
+)
+_ANTHROPIC_AUTH_TOKEN = Switch(
+    "ANTHROPIC_AUTH_TOKEN",
+    "anthropic_auth_token",
+    "a bearer token",
+    None,
+    "The credential sent as Authorization: Bearer, tried when there is no key.",
+    secret=True,
+)
+_ANTHROPIC_BASE_URL = Switch(
+    "ANTHROPIC_BASE_URL",
+    "anthropic_base_url",
+    "a base URL",
+    DEFAULT_ANTHROPIC_BASE_URL,
+    "The host the Messages API backend calls.",
+)
+_LIVE = Switch(
+    "VAELII_LLM_LIVE",
+    "live_llm",
+    " ".join(sorted(TRUTHY)),
+    None,
+    "The consent to call a real model from a test; the llm mark is the other half.",
+)
+_OTEL = Switch(
+    "VAELII_LLM_OTEL",
+    "otel_enabled",
+    " ".join(sorted(TRUTHY)),
+    None,
+    "Whether a provider built now records OpenTelemetry spans and metrics on the "
+    "global providers; telemetry.enable() is the explicit switch.",
 )
 
+SWITCHES: tuple[Switch, ...] = (
+    _PROVIDER,
+    _OLLAMA_HOST,
+    _OLLAMAS_OWN_HOST,
+    _OLLAMA_MODEL,
+    _OLLAMA_GENERATION_MODEL,
+    _OLLAMA_NUM_CTX,
+    _OLLAMA_KEEP_ALIVE,
+    _OLLAMA_HOSTS,
+    _ANTHROPIC_API_KEY,
+    _ANTHROPIC_AUTH_TOKEN,
+    _ANTHROPIC_BASE_URL,
+    _LIVE,
+    _OTEL,
+)
+"""The table, in the spec's order; each reader below takes its variable's
+name from its row."""
 
-def _env(name: str) -> str | None:
-    """The variable trimmed, or None when unset or blank."""
-    value = os.environ.get(name)
+
+def _read(switch: Switch) -> str | None:
+    """The switch's variable trimmed, or None when unset or blank."""
+    value = os.environ.get(switch.name)
     if value is None:
         return None
     value = value.strip()
     return value or None
+
+
+def _on(switch: Switch) -> bool:
+    """Whether the switch's variable is one of the :data:`TRUTHY` words."""
+    return (_read(switch) or "").lower() in TRUTHY
 
 
 def provider_kind(explicit: str | None = None) -> str:
@@ -172,7 +207,7 @@ def provider_kind(explicit: str | None = None) -> str:
     """
     if explicit is not None:
         return explicit.strip().lower()
-    return (_env("VAELII_LLM_PROVIDER") or "stub").lower()
+    return (_read(_PROVIDER) or STUB).lower()
 
 
 def ollama_host(explicit: str | None = None) -> str:
@@ -180,10 +215,10 @@ def ollama_host(explicit: str | None = None) -> str:
     then ``OLLAMA_HOST`` unless it names a bind address, then the default."""
     if explicit is not None:
         return explicit
-    ours = _env("VAELII_OLLAMA_HOST")
+    ours = _read(_OLLAMA_HOST)
     if ours is not None:
         return ours
-    theirs = _env("OLLAMA_HOST")
+    theirs = _read(_OLLAMAS_OWN_HOST)
     if theirs is not None and not _is_bind_address(theirs):
         return theirs
     return DEFAULT_OLLAMA_HOST
@@ -202,19 +237,19 @@ def _is_bind_address(value: str) -> bool:
 
 def ollama_model(explicit: str | None = None) -> str:
     """The model an Ollama turn runs."""
-    return explicit or _env("VAELII_OLLAMA_MODEL") or DEFAULT_OLLAMA_MODEL
+    return explicit or _read(_OLLAMA_MODEL) or DEFAULT_OLLAMA_MODEL
 
 
 def ollama_generation_model(explicit: str | None = None) -> str:
     """The model an Ollama generation turn runs."""
-    return explicit or _env("VAELII_OLLAMA_GENERATION_MODEL") or DEFAULT_OLLAMA_GENERATION_MODEL
+    return explicit or _read(_OLLAMA_GENERATION_MODEL) or DEFAULT_OLLAMA_GENERATION_MODEL
 
 
 def ollama_num_ctx(explicit: int | None = None) -> int:
     """The context length asked for; an unparseable or non-positive value yields the default."""
     if explicit is not None:
         return explicit
-    raw = _env("VAELII_OLLAMA_NUM_CTX")
+    raw = _read(_OLLAMA_NUM_CTX)
     try:
         value = int(raw) if raw is not None else DEFAULT_OLLAMA_NUM_CTX
     except ValueError:
@@ -224,7 +259,7 @@ def ollama_num_ctx(explicit: int | None = None) -> int:
 
 def ollama_keep_alive(explicit: str | None = None) -> str:
     """How long the host holds the model after a turn (always sent)."""
-    return explicit or _env("VAELII_OLLAMA_KEEP_ALIVE") or DEFAULT_OLLAMA_KEEP_ALIVE
+    return explicit or _read(_OLLAMA_KEEP_ALIVE) or DEFAULT_OLLAMA_KEEP_ALIVE
 
 
 def ollama_hosts(explicit: str | None = None) -> str | None:
@@ -232,23 +267,23 @@ def ollama_hosts(explicit: str | None = None) -> str | None:
     (no hosts, which the pool refuses rather than building one nobody answers)."""
     if explicit is not None:
         return explicit
-    value = os.environ.get("VAELII_OLLAMA_HOSTS")
+    value = os.environ.get(_OLLAMA_HOSTS.name)
     return None if value is None else value.strip()
 
 
 def anthropic_api_key(explicit: str | None = None) -> str | None:
     """``ANTHROPIC_API_KEY``, trimmed of the stray CR/LF a .env file leaves."""
-    return explicit if explicit is not None else _env("ANTHROPIC_API_KEY")
+    return explicit if explicit is not None else _read(_ANTHROPIC_API_KEY)
 
 
 def anthropic_auth_token(explicit: str | None = None) -> str | None:
     """``ANTHROPIC_AUTH_TOKEN``, trimmed likewise."""
-    return explicit if explicit is not None else _env("ANTHROPIC_AUTH_TOKEN")
+    return explicit if explicit is not None else _read(_ANTHROPIC_AUTH_TOKEN)
 
 
 def anthropic_base_url(explicit: str | None = None) -> str:
     """The Messages API base URL, without a trailing slash."""
-    value = explicit or _env("ANTHROPIC_BASE_URL") or DEFAULT_ANTHROPIC_BASE_URL
+    value = explicit or _read(_ANTHROPIC_BASE_URL) or DEFAULT_ANTHROPIC_BASE_URL
     return value.rstrip("/")
 
 
@@ -262,11 +297,11 @@ def hide_userinfo(value: str) -> str:
 
 
 def live_llm() -> bool:
-    """Whether a test may call a real model (``VAELII_LLM_LIVE`` is 1, true or yes)."""
-    return (_env("VAELII_LLM_LIVE") or "").lower() in {"1", "true", "yes"}
+    """Whether a test may call a real model (``VAELII_LLM_LIVE`` is a :data:`TRUTHY` word)."""
+    return _on(_LIVE)
 
 
 def otel_enabled() -> bool:
-    """Whether ``VAELII_LLM_OTEL`` (1, true or yes) asks a provider being built
+    """Whether ``VAELII_LLM_OTEL`` (a :data:`TRUTHY` word) asks a provider being built
     to record OpenTelemetry spans and metrics."""
-    return (_env("VAELII_LLM_OTEL") or "").lower() in {"1", "true", "yes"}
+    return _on(_OTEL)

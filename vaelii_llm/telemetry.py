@@ -110,7 +110,7 @@ log = logging.getLogger("vaelii_llm.telemetry")
 
 CAPTURE_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """The convention's switch for recording message content."""
-_CAPTURE_ON = frozenset({"1", "true", "yes", "span_only", "span_and_event"})
+_CAPTURE_ON = config.TRUTHY | {"span_only", "span_and_event"}
 
 SCOPE: Final = "vaelii_llm"
 
@@ -185,7 +185,7 @@ _TOKEN_BUCKETS = (
     16777216,
     67108864,
 )
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+_DEFAULT_PORTS = config.SCHEME_PORTS
 
 P = TypeVar("P")  # a Provider; unbounded so a backend mid-migration still fits
 Params = ParamSpec("Params")

@@ -16,11 +16,12 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, Final
 
+from vaelii_llm._version import __version__
 from vaelii_llm.kb._declare import KBLESS, declared, op
 
 __all__ = ["OPS", "OP_MODULES", "VERSION", "op_names", "version"]
 
-VERSION: Final = "0.1.0"
+VERSION: Final = __version__
 
 #: The modules whose declared functions make up the op table.
 OP_MODULES: Final = (

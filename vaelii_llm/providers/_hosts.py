@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from vaelii_llm.config import hide_userinfo
+from vaelii_llm.config import DEFAULT_OLLAMA_PORT, SCHEME_PORTS, hide_userinfo
 
 __all__ = ["DEFAULT_PORT", "normalize_host"]
 
-DEFAULT_PORT = 11434
-_SCHEME_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORT = DEFAULT_OLLAMA_PORT
+_SCHEME_PORTS = SCHEME_PORTS
 
 
 def normalize_host(host: str) -> str:
