@@ -176,7 +176,6 @@ _TOKEN_BUCKETS = (
     16777216,
     67108864,
 )
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 P = TypeVar("P")
 Params = ParamSpec("Params")
@@ -309,13 +308,15 @@ class _Target:
 def _target(provider_name: str, url: str | None, model: str | None) -> _Target:
     """The span's naming of a provider: the URL's host name and port (any
     ``user:password@`` cut), made once per distinct provider."""
+    from vaelii_llm.providers._hosts import SCHEME_PORTS
+
     address: str | None = None
     port: int | None = None
     if url:
         try:
             parts = urlsplit(url)
             address = parts.hostname
-            port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+            port = parts.port or SCHEME_PORTS.get(parts.scheme)
         except ValueError:
             address = port = None
     return _Target(provider_name, model, address, port)
