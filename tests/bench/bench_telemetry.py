@@ -4,15 +4,17 @@ without the hooks (the baseline), and on against off.
 Run: ``.venv/bin/python tests/bench/bench_telemetry.py [--rounds 21] [--batch 2000]``
 
 baseline
-    the hooks bypassed: a ``StubProvider`` built directly, ``tools.call`` and
-    ``pool.vote`` through ``__wrapped__`` (the undecorated functions);
+    the same path with no hook at all: a provider's ``_complete`` and
+    ``_stream`` (the turn itself, which ``complete`` and ``stream`` run after
+    their one-attribute check), ``Toolset._call`` and ``pool.vote`` through
+    ``__wrapped__`` (the undecorated functions);
 off
-    what a caller gets with telemetry off: ``stub.provider()`` (which is the
-    same ``StubProvider``), the decorated ``tools.call`` and ``pool.vote``;
+    what a caller gets with telemetry off: ``complete`` and ``stream``, the
+    decorated ``Toolset.call`` and ``pool.vote``;
 on
-    ``telemetry.enable`` with the real SDK: a tracer provider whose processor
-    hands each span to an exporter that drops it, and a meter provider with an
-    in-memory reader.
+    the same provider after ``telemetry.enable`` with the real SDK: a tracer
+    provider whose processor hands each span to an exporter that drops it, and
+    a meter provider with an in-memory reader.
 
 The stub answers without I/O, so a turn's own cost is the least it can be and
 the hooks' share the largest it can be; a loopback Ollama turn (a real HTTP
@@ -28,7 +30,7 @@ import asyncio
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -98,19 +100,19 @@ async def compare(
     return medians
 
 
-async def drain(provider: Any) -> None:
-    async with aclosing(provider.stream(REQUEST)) as items:
-        async for _ in items:
+async def drain(items: AsyncGenerator[Any, None]) -> None:
+    async with aclosing(items) as open_items:
+        async for _ in open_items:
             pass
 
 
 async def main(rounds: int, batch: int) -> None:
     base_kb = kb.sample()
     assert not telemetry.enabled()
-    plain = StubProvider(default=ANSWER)
-    off = stub.provider(default=ANSWER)
-    assert type(off) is StubProvider  # off, the factory hands back the provider itself
-    call_plain: Callable[..., Awaitable[object]] = tools.call.__wrapped__  # type: ignore[attr-defined]
+    turn = stub.provider(default=ANSWER)
+    assert type(turn) is StubProvider  # no wrapper, on or off
+    toolset = tools.Toolset(base_kb)
+    call_plain: Callable[..., Awaitable[object]] = tools.Toolset._call.__wrapped__  # type: ignore[attr-defined]
     vote_plain: Callable[..., Awaitable[object]] = pool.vote.__wrapped__  # type: ignore[attr-defined]
     voters = pool.stub_pool(default="Yes.", size=3)
 
@@ -124,18 +126,13 @@ async def main(rounds: int, batch: int) -> None:
         else:
             telemetry.disable()
 
-    telemetry.enable(tracer_provider, meter_provider)
-    on = stub.provider(default=ANSWER)
-    on_voters = pool.stub_pool(default="Yes.", size=3)
-    telemetry.disable()
-
     print(f"medians over {rounds} rounds of {batch} calls; telemetry off unless 'on'")
     await compare(
         "stub turn (complete)",
         {
-            "baseline": lambda: plain.complete(REQUEST),
-            "off": lambda: off.complete(REQUEST),
-            "on": lambda: on.complete(REQUEST),
+            "baseline": lambda: turn._complete(REQUEST),
+            "off": lambda: turn.complete(REQUEST),
+            "on": lambda: turn.complete(REQUEST),
         },
         rounds,
         batch,
@@ -144,9 +141,9 @@ async def main(rounds: int, batch: int) -> None:
     await compare(
         "stub turn (stream)",
         {
-            "baseline": lambda: drain(plain),
-            "off": lambda: drain(off),
-            "on": lambda: drain(on),
+            "baseline": lambda: drain(turn._stream(REQUEST, deltas=False)),
+            "off": lambda: drain(turn.stream(REQUEST)),
+            "on": lambda: drain(turn.stream(REQUEST)),
         },
         rounds,
         batch,
@@ -155,9 +152,9 @@ async def main(rounds: int, batch: int) -> None:
     await compare(
         "tool call (kb_query)",
         {
-            "baseline": lambda: call_plain(base_kb, "kb_query", GOAL),
-            "off": lambda: tools.call(base_kb, "kb_query", GOAL),
-            "on": lambda: tools.call(base_kb, "kb_query", GOAL),
+            "baseline": lambda: call_plain(toolset, base_kb, "kb_query", GOAL, 4000),
+            "off": lambda: toolset.call("kb_query", GOAL),
+            "on": lambda: toolset.call("kb_query", GOAL),
         },
         rounds,
         max(1, batch // 10),
@@ -168,7 +165,7 @@ async def main(rounds: int, batch: int) -> None:
         {
             "baseline": lambda: vote_plain(voters, REQUEST),
             "off": lambda: pool.vote(voters, REQUEST),
-            "on": lambda: pool.vote(on_voters, REQUEST),
+            "on": lambda: pool.vote(voters, REQUEST),
         },
         rounds,
         max(1, batch // 4),
@@ -177,25 +174,30 @@ async def main(rounds: int, batch: int) -> None:
 
     fake = await FakeOllama(cache=True).start()
     try:
-        http_plain = ollama.OllamaProvider(host=fake.url)
-        http_off = ollama.provider(host=fake.url)
-        assert type(http_off) is ollama.OllamaProvider
-        telemetry.enable(tracer_provider, meter_provider)
-        http_on = ollama.provider(host=fake.url)
-        telemetry.disable()
+        http = ollama.provider(host=fake.url)
         await compare(
             "loopback Ollama turn (complete)",
             {
-                "baseline": lambda: http_plain.complete(REQUEST),
-                "off": lambda: http_off.complete(REQUEST),
-                "on": lambda: http_on.complete(REQUEST),
+                "baseline": lambda: http._complete(REQUEST),
+                "off": lambda: http.complete(REQUEST),
+                "on": lambda: http.complete(REQUEST),
             },
             rounds,
             max(1, batch // 20),
             switch,
         )
-        for p in (http_plain, http_off, http_on):
-            await p.aclose()
+        await compare(
+            "loopback Ollama turn (stream)",
+            {
+                "baseline": lambda: drain(http._stream(REQUEST, deltas=False)),
+                "off": lambda: drain(http.stream(REQUEST)),
+                "on": lambda: drain(http.stream(REQUEST)),
+            },
+            rounds,
+            max(1, batch // 20),
+            switch,
+        )
+        await http.aclose()
     finally:
         await fake.stop()
     tracer_provider.shutdown()
