@@ -254,12 +254,21 @@ def enabled() -> bool:
     return active is not None
 
 
-def _enable_from_env() -> bool:
-    """Enable on the global providers when ``VAELII_LLM_OTEL`` asks; a missing
-    ``opentelemetry-api`` is a warning, never a provider that will not build."""
-    if not config.otel_enabled():
-        return False
+_warned = False
+
+
+# --------------------------------------------------------------------------
+# Turns: the hooks the skeleton and the stub call
+
+
+def on_build() -> None:
+    """What building a provider does: when telemetry is off and
+    ``VAELII_LLM_OTEL`` (read here, at the build) asks, enable it on the global
+    OpenTelemetry providers. A missing ``opentelemetry-api`` is a warning,
+    logged once, never a provider that will not build."""
     global _warned
+    if active is not None or not config.otel_enabled():
+        return
     try:
         enable()
     except ImportError:
@@ -269,22 +278,6 @@ def _enable_from_env() -> bool:
                 "VAELII_LLM_OTEL is set but opentelemetry-api is not installed; "
                 "no telemetry is recorded (pip install 'vaelii-llm[otel]')"
             )
-        return False
-    return True
-
-
-_warned = False
-
-
-# --------------------------------------------------------------------------
-# Turns: the hooks the skeleton and the stub call
-
-
-def on_build() -> None:
-    """What building a provider does: enable on the global OpenTelemetry
-    providers when ``VAELII_LLM_OTEL`` asks (read here, at the build)."""
-    if active is None:
-        _enable_from_env()
 
 
 def instrument(provider: P, *_name: object, **_where: object) -> P:

@@ -76,10 +76,15 @@ async def per_call(op: Op, batch: int) -> float:
     return (time.perf_counter() - started) / batch
 
 
+Switch = Callable[[bool], None]
+
+
 async def compare(
-    label: str, variants: dict[str, Op], rounds: int, batch: int, switch: Callable[[bool], None]
-) -> dict[str, float]:
-    """Time each variant; ``on`` runs with ``switch(True)`` in force."""
+    label: str, baseline: Op, hooked: Op, rounds: int, batch: int, switch: Switch
+) -> None:
+    """Time ``baseline``, then ``hooked`` off, then ``hooked`` with
+    ``switch(True)`` in force (on), interleaved round by round."""
+    variants = {"baseline": baseline, "off": hooked, "on": hooked}
     seen: dict[str, list[float]] = {name: [] for name in variants}
     for warm_up in [True] + [False] * rounds:
         for name, op in variants.items():
@@ -91,19 +96,36 @@ async def compare(
             if not warm_up:
                 seen[name].append(taken)
     medians = {name: statistics.median(times) for name, times in seen.items()}
-    base = medians["baseline"]
     shown = "  ".join(f"{name} {t * 1e6:8.2f} µs" for name, t in medians.items())
-    ratios = f"off/baseline {medians['off'] / base:.3f}×"
-    if "on" in medians:
-        ratios += f"  on/off {medians['on'] / medians['off']:.2f}×"
-    print(f"{label:<34} {shown}  {ratios}")
-    return medians
+    base, off, on = medians["baseline"], medians["off"], medians["on"]
+    print(f"{label:<34} {shown}  off/baseline {off / base:.3f}×  on/off {on / off:.2f}×")
 
 
 async def drain(items: AsyncGenerator[Any, None]) -> None:
     async with aclosing(items) as open_items:
         async for _ in open_items:
             pass
+
+
+async def compare_turns(label: str, provider: Any, rounds: int, batch: int, switch: Switch) -> None:
+    """A turn and a streamed turn: ``complete``/``stream`` (the hook) against
+    ``_complete``/``_stream`` (the same turn with no hook at all)."""
+    await compare(
+        f"{label} (complete)",
+        lambda: provider._complete(REQUEST),
+        lambda: provider.complete(REQUEST),
+        rounds,
+        batch,
+        switch,
+    )
+    await compare(
+        f"{label} (stream)",
+        lambda: drain(provider._stream(REQUEST, deltas=False)),
+        lambda: drain(provider.stream(REQUEST)),
+        rounds,
+        batch,
+        switch,
+    )
 
 
 async def main(rounds: int, batch: int) -> None:
@@ -127,77 +149,27 @@ async def main(rounds: int, batch: int) -> None:
             telemetry.disable()
 
     print(f"medians over {rounds} rounds of {batch} calls; telemetry off unless 'on'")
-    await compare(
-        "stub turn (complete)",
-        {
-            "baseline": lambda: turn._complete(REQUEST),
-            "off": lambda: turn.complete(REQUEST),
-            "on": lambda: turn.complete(REQUEST),
-        },
-        rounds,
-        batch,
-        switch,
-    )
-    await compare(
-        "stub turn (stream)",
-        {
-            "baseline": lambda: drain(turn._stream(REQUEST, deltas=False)),
-            "off": lambda: drain(turn.stream(REQUEST)),
-            "on": lambda: drain(turn.stream(REQUEST)),
-        },
-        rounds,
-        batch,
-        switch,
-    )
+    await compare_turns("stub turn", turn, rounds, batch, switch)
     await compare(
         "tool call (kb_query)",
-        {
-            "baseline": lambda: call_plain(toolset, base_kb, "kb_query", GOAL, 4000),
-            "off": lambda: toolset.call("kb_query", GOAL),
-            "on": lambda: toolset.call("kb_query", GOAL),
-        },
+        lambda: call_plain(toolset, base_kb, "kb_query", GOAL, 4000),
+        lambda: toolset.call("kb_query", GOAL),
         rounds,
         max(1, batch // 10),
         switch,
     )
     await compare(
         "3-turn stub vote",
-        {
-            "baseline": lambda: vote_plain(voters, REQUEST),
-            "off": lambda: pool.vote(voters, REQUEST),
-            "on": lambda: pool.vote(voters, REQUEST),
-        },
+        lambda: vote_plain(voters, REQUEST),
+        lambda: pool.vote(voters, REQUEST),
         rounds,
         max(1, batch // 4),
         switch,
     )
-
     fake = await FakeOllama(cache=True).start()
     try:
-        http = ollama.provider(host=fake.url)
-        await compare(
-            "loopback Ollama turn (complete)",
-            {
-                "baseline": lambda: http._complete(REQUEST),
-                "off": lambda: http.complete(REQUEST),
-                "on": lambda: http.complete(REQUEST),
-            },
-            rounds,
-            max(1, batch // 20),
-            switch,
-        )
-        await compare(
-            "loopback Ollama turn (stream)",
-            {
-                "baseline": lambda: drain(http._stream(REQUEST, deltas=False)),
-                "off": lambda: drain(http.stream(REQUEST)),
-                "on": lambda: drain(http.stream(REQUEST)),
-            },
-            rounds,
-            max(1, batch // 20),
-            switch,
-        )
-        await http.aclose()
+        async with ollama.provider(host=fake.url) as http:
+            await compare_turns("loopback Ollama turn", http, rounds, max(1, batch // 20), switch)
     finally:
         await fake.stop()
     tracer_provider.shutdown()
