@@ -20,7 +20,8 @@ The stub answers without I/O, so a turn's own cost is the least it can be and
 the hooks' share the largest it can be; a loopback Ollama turn (a real HTTP
 round trip, the fake host in this process) shows the same with I/O. Each
 figure is the median over ``--rounds`` rounds of a round's time divided by its
-batch; the variants interleave within each round.
+batch, and each ratio the median of the rounds' ratios; the variants
+interleave within each round.
 """
 
 from __future__ import annotations
@@ -97,8 +98,11 @@ async def compare(
                 seen[name].append(taken)
     medians = {name: statistics.median(times) for name, times in seen.items()}
     shown = "  ".join(f"{name} {t * 1e6:8.2f} µs" for name, t in medians.items())
-    base, off, on = medians["baseline"], medians["off"], medians["on"]
-    print(f"{label:<34} {shown}  off/baseline {off / base:.3f}×  on/off {on / off:.2f}×")
+    # Each ratio is the median of the rounds' own ratios: a round's variants
+    # ran back to back, so a burst of load elsewhere moves both sides of it.
+    off_base = statistics.median(o / b for o, b in zip(seen["off"], seen["baseline"], strict=True))
+    on_off = statistics.median(n / o for n, o in zip(seen["on"], seen["off"], strict=True))
+    print(f"{label:<34} {shown}  off/baseline {off_base:.3f}×  on/off {on_off:.2f}×")
 
 
 async def drain(items: AsyncGenerator[Any, None]) -> None:
