@@ -1,5 +1,7 @@
-"""Shared test plumbing: the live-model consent gate, the event loop lane, and
-the aioresponses shim."""
+"""Shared test plumbing: the live-model consent gate, the event loop lane, the
+aioresponses shim, and the fixtures several test files use (telemetry read back
+from the real OpenTelemetry SDK, a stream collected whole, a host-free
+environment)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,23 @@ import asyncio
 import os
 import signal
 import types
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import pytest
 
 from vaelii_llm import config as vconfig
+from vaelii_llm import telemetry
+from vaelii_llm._protocol import Request, StreamItem
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 pytest_plugins = ["pytester"]
 
@@ -87,3 +99,97 @@ class MockedResponse(aiohttp.ClientResponse):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("stream_writer", types.SimpleNamespace(output_size=0))
         super().__init__(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------
+# Telemetry, read back from the real SDK (never a global provider)
+
+
+@dataclass
+class Recorded:
+    """The SDK's in-memory span exporter and metric reader behind the tracer
+    and meter providers a test hands to :func:`vaelii_llm.telemetry.enable`."""
+
+    spans: InMemorySpanExporter
+    metrics: InMemoryMetricReader
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+
+    def enable(self, capture_content: bool = False) -> None:
+        telemetry.enable(self.tracer_provider, self.meter_provider, capture_content)
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.finished()]
+
+    def one(self, name: str) -> ReadableSpan:
+        found = [s for s in self.finished() if s.name == name]
+        assert len(found) == 1, self.names()
+        return found[0]
+
+    def points(self, metric: str) -> list[tuple[str, HistogramDataPoint]]:
+        data = self.metrics.get_metrics_data()
+        out: list[tuple[str, HistogramDataPoint]] = []
+        if data is None:
+            return out
+        for resource in data.resource_metrics:
+            for scope in resource.scope_metrics:
+                for m in scope.metrics:
+                    if m.name == metric:
+                        out.extend((m.unit or "", p) for p in m.data.data_points)  # type: ignore[misc]
+        return out
+
+
+@pytest.fixture
+def otel() -> Iterator[Recorded]:
+    """Spans and metrics recorded in memory; telemetry is off again afterwards."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    metrics = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[metrics])
+    try:
+        yield Recorded(spans, metrics, tracer_provider, meter_provider)
+    finally:
+        telemetry.disable()
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+
+# --------------------------------------------------------------------------
+# Streams and hosts
+
+
+class _Streams(Protocol):
+    def stream(self, request: Request, *, deltas: bool = False) -> AsyncIterator[StreamItem]: ...
+
+
+Collect = Callable[..., Awaitable[list[StreamItem]]]
+
+
+@pytest.fixture
+def collect() -> Collect:
+    """``await collect(provider, request, deltas=False)``: every item of one
+    streamed turn, read under ``aclosing`` as the docs say to."""
+
+    async def read(provider: _Streams, request: Request, deltas: bool = False) -> list[StreamItem]:
+        async with aclosing(provider.stream(request, deltas=deltas)) as items:  # type: ignore[type-var]
+            return [item async for item in items]
+
+    return read
+
+
+@pytest.fixture
+def no_host_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No Ollama host variable set: what the unset rows of the table read."""
+    for name in ("VAELII_OLLAMA_HOSTS", "VAELII_OLLAMA_HOST", "OLLAMA_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch

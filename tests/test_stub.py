@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import aclosing
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import pytest
 
@@ -13,7 +12,6 @@ from vaelii_llm._protocol import (
     Request,
     Response,
     StopReason,
-    StreamItem,
     TextBlock,
     TextDelta,
     ThinkingBlock,
@@ -24,14 +22,12 @@ from vaelii_llm._protocol import (
 )
 from vaelii_llm.providers import stub
 
+if TYPE_CHECKING:
+    from conftest import Collect
+
 
 def ask(text: str) -> Request:
     return Request(messages=[Message(role="user", content=text)])
-
-
-async def collect(p: stub.StubProvider, req: Request, deltas: bool = False) -> list[StreamItem]:
-    async with aclosing(p.stream(req, deltas=deltas)) as items:
-        return [item async for item in items]
 
 
 async def test_script_is_answered_in_order_then_default() -> None:
@@ -119,7 +115,7 @@ async def test_raise_shorthand_raises_the_typed_error(kind: str) -> None:
     assert info.value.type == kind
 
 
-async def test_an_error_instance_is_raised_as_is_on_both_paths() -> None:
+async def test_an_error_instance_is_raised_as_is_on_both_paths(collect: Collect) -> None:
     err = errors.LLMUnreachable("host", "refused")
     p = stub.provider(script=[err, err])
     with pytest.raises(errors.LLMUnreachable) as info:
@@ -167,7 +163,7 @@ async def test_full_response_passes_through() -> None:
     assert await p.complete(ask("q")) is resp
 
 
-async def test_stream_yields_blocks_then_the_response_complete_returns() -> None:
+async def test_stream_yields_blocks_then_the_response_complete_returns(collect: Collect) -> None:
     script: list[Any] = ["prose", {"tool": "kb_ask", "input": {"sentence": "(a b)"}, "id": "t1"}]
     via_complete = stub.provider(script=script)
     via_stream = stub.provider(script=script)
@@ -204,7 +200,7 @@ async def test_stub_is_always_available_and_closes() -> None:
         assert isinstance(p, stub.StubProvider)
 
 
-async def test_a_closed_stub_refuses_both_paths_with_llm_closed() -> None:
+async def test_a_closed_stub_refuses_both_paths_with_llm_closed(collect: Collect) -> None:
     p = stub.provider(script=["never answered"])
     await p.aclose()
     await p.aclose()  # closing twice is harmless
@@ -216,7 +212,9 @@ async def test_a_closed_stub_refuses_both_paths_with_llm_closed() -> None:
     assert p.requests() == []  # a refused turn is not recorded and takes no script entry
 
 
-async def test_deltas_come_before_each_block_and_the_response_is_unchanged() -> None:
+async def test_deltas_come_before_each_block_and_the_response_is_unchanged(
+    collect: Collect,
+) -> None:
     turn = Response(
         content=[
             ThinkingBlock(thinking="Muffet is a spider", signature="sig"),

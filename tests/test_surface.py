@@ -222,6 +222,8 @@ MODULES = [
     "vaelii_llm._wire.sse",
     "vaelii_llm._wire.ndjson",
     "vaelii_llm.pool",
+    "vaelii_llm._pool",
+    "vaelii_llm._vote",
     "vaelii_llm.engine",
     "vaelii_llm.tools",
     "vaelii_llm._edn",

@@ -1,10 +1,13 @@
 """OpenTelemetry GenAI spans and metrics for turns, tool calls and votes.
 
-Off by default, and free when off: nothing of OpenTelemetry is imported, a
-provider is built as it always was, and a turn runs the backend's own code
-with nothing in between. :func:`enable` turns it on (or ``VAELII_LLM_OTEL=1``,
-read when a provider is built, which enables it on the global OpenTelemetry
-providers); it needs the ``opentelemetry-api`` package (``vaelii-llm[otel]``).
+Off by default, and free when off: nothing of OpenTelemetry is imported,
+and a turn's hook (in the HTTP skeleton's and the stub's ``complete`` and
+``stream``) reads one module attribute, :data:`active`, and runs the backend's
+own code. :func:`enable` turns it on for every provider, built before or
+after (or ``VAELII_LLM_OTEL=1``, read when a provider is built, which enables
+it on the global OpenTelemetry providers); it needs the ``opentelemetry-api``
+package (``vaelii-llm[otel]``). :func:`disable` turns it off for every
+provider; spans already open still end.
 
 What is recorded, after the GenAI semantic conventions:
 
@@ -52,9 +55,6 @@ recorded only with ``capture_content=True`` or
 never recorded in any mode: nothing here reads a provider's headers or
 credential, and a server address is the URL's host name with any
 ``user:password@`` cut.
-
-A provider built before :func:`enable` is not instrumented (build it after);
-one built while on and used after :func:`disable` records nothing.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
@@ -95,16 +95,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-__all__ = [
-    "CAPTURE_ENV",
-    "InstrumentedProvider",
-    "disable",
-    "enable",
-    "enabled",
-    "instrument",
-    "traced_tool",
-    "traced_vote",
-]
+__all__ = ["disable", "enable", "enabled"]
 
 log = logging.getLogger("vaelii_llm.telemetry")
 
@@ -185,15 +176,14 @@ _TOKEN_BUCKETS = (
     16777216,
     67108864,
 )
-_DEFAULT_PORTS = config.SCHEME_PORTS
 
-P = TypeVar("P")  # a Provider; unbounded so a backend mid-migration still fits
+P = TypeVar("P")
 Params = ParamSpec("Params")
 
 
 @dataclass(frozen=True, slots=True)
 class _State:
-    """What :func:`enable` set up; None (the module's ``_state``) means off."""
+    """What :func:`enable` set up."""
 
     tracer: Tracer
     duration: Histogram
@@ -202,7 +192,9 @@ class _State:
     capture_content: bool
 
 
-_state: _State | None = None
+active: _State | None = None
+"""What :func:`enable` set up; None means off. The one attribute a turn's
+hook reads while telemetry is off."""
 
 
 def enable(
@@ -215,7 +207,7 @@ def enable(
     ``capture_content=True`` or :data:`CAPTURE_ENV` set to ``true``. Calling it
     again replaces the earlier setup. Raises ImportError naming the extra when
     ``opentelemetry-api`` is not installed."""
-    global _state
+    global active
     try:
         from opentelemetry import metrics, trace
     except ImportError as exc:
@@ -227,7 +219,7 @@ def enable(
     tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
     meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
     capture = capture_content or (os.environ.get(CAPTURE_ENV, "").strip().lower() in _CAPTURE_ON)
-    _state = _State(
+    active = _State(
         tracer=tracer,
         duration=meter.create_histogram(
             METRIC_DURATION,
@@ -253,21 +245,30 @@ def enable(
 
 def disable() -> None:
     """Record nothing from now on (spans already open still end)."""
-    global _state
-    _state = None
+    global active
+    active = None
 
 
 def enabled() -> bool:
     """Whether spans and metrics are being recorded."""
-    return _state is not None
+    return active is not None
 
 
-def _enable_from_env() -> bool:
-    """Enable on the global providers when ``VAELII_LLM_OTEL`` asks; a missing
-    ``opentelemetry-api`` is a warning, never a provider that will not build."""
-    if not config.otel_enabled():
-        return False
+_warned = False
+
+
+# --------------------------------------------------------------------------
+# Turns: the hooks the skeleton and the stub call
+
+
+def on_build() -> None:
+    """What building a provider does: when telemetry is off and
+    ``VAELII_LLM_OTEL`` (read here, at the build) asks, enable it on the global
+    OpenTelemetry providers. A missing ``opentelemetry-api`` is a warning,
+    logged once, never a provider that will not build."""
     global _warned
+    if active is not None or not config.otel_enabled():
+        return
     try:
         enable()
     except ImportError:
@@ -277,41 +278,12 @@ def _enable_from_env() -> bool:
                 "VAELII_LLM_OTEL is set but opentelemetry-api is not installed; "
                 "no telemetry is recorded (pip install 'vaelii-llm[otel]')"
             )
-        return False
-    return True
 
 
-_warned = False
-
-
-# --------------------------------------------------------------------------
-# Turns
-
-
-def instrument(
-    provider: P, provider_name: str, *, url: str | None = None, model: str | None = None
-) -> P:
-    """``provider`` itself, unchanged, when telemetry is off; else the same
-    object, now of a traced subclass of its own class, that records each turn.
-
-    Call it where a provider is built. ``provider_name`` is the convention's
-    ``gen_ai.provider.name``; ``url`` the base URL the provider calls (its host
-    name and port become ``server.address``/``server.port``, any userinfo cut);
-    ``model`` the model a request naming none runs (default: the provider's
-    ``model`` attribute, when it has one). The object stays an instance of its
-    class (``isinstance`` and every method keep working), so nothing about the
-    provider's type is hidden from a caller or from the type checker.
-    """
-    if _state is None and not _enable_from_env():
-        return provider
-    if model is None:
-        found = getattr(provider, "model", None)
-        model = found if isinstance(found, str) else None
-    address, port = _server(url)
-    provider._vaelii_telemetry = _Target(  # type: ignore[attr-defined]
-        provider_name, model, address, port
-    )
-    provider.__class__ = _traced_class(type(provider))
+def instrument(provider: P, *_name: object, **_where: object) -> P:
+    """``provider`` itself. Backends once called it to be traced; the turn
+    path's hooks now trace every provider, so it only does :func:`on_build`."""
+    on_build()
     return provider
 
 
@@ -325,93 +297,93 @@ class _Target:
     port: int | None
 
 
-_TRACED: dict[type[Any], type[Any]] = {}
+@functools.lru_cache(maxsize=64)
+def _target(provider_name: str, url: str | None, model: str | None) -> _Target:
+    """The span's naming of a provider: the URL's host name and port (any
+    ``user:password@`` cut), made once per distinct provider."""
+    address: str | None = None
+    port: int | None = None
+    if url:
+        try:
+            parts = urlsplit(url)
+            address = parts.hostname
+            port = parts.port or config.SCHEME_PORTS.get(parts.scheme)
+        except ValueError:
+            address = port = None
+    return _Target(provider_name, model, address, port)
 
 
-def _traced_class(cls: type[Any]) -> type[Any]:
-    """``cls`` with :class:`InstrumentedProvider` first in its line, made once per class."""
-    if issubclass(cls, InstrumentedProvider):
-        return cls
-    traced = _TRACED.get(cls)
-    if traced is None:
-        traced = _TRACED[cls] = type(cls.__name__, (InstrumentedProvider, cls), {})
-    return traced
+async def traced_complete(
+    provider_name: str,
+    url: str | None,
+    model: str | None,
+    request: Request,
+    work: Awaitable[Response],
+) -> Response:
+    """Await ``work``, one non-streamed turn, inside its ``chat`` span.
 
+    The hook of every provider's ``complete``, called only when :data:`active`
+    is set: ``provider_name`` is the convention's ``gen_ai.provider.name``,
+    ``url`` what the provider calls (None: no server), ``model`` the model a
+    request naming none runs."""
+    state = active
+    if state is None:  # disabled between the check and the call
+        return await work
+    turn = _Turn(state, _target(provider_name, url, model), request, streamed=False)
+    from opentelemetry import trace
 
-def _server(url: str | None) -> tuple[str | None, int | None]:
-    if not url:
-        return None, None
     try:
-        parts = urlsplit(url)
-        port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
-    except ValueError:
-        return None, None
-    return parts.hostname, port
+        with trace.use_span(turn.span, record_exception=False, set_status_on_exception=False):
+            response = await work
+    except BaseException as exc:
+        turn.fail(exc)
+        raise
+    turn.finish(response)
+    return response
 
 
-class InstrumentedProvider:
-    """The mixin :func:`instrument` puts in front of a provider's own class:
-    each turn is a span and metrics around the class's own ``complete`` and
-    ``stream``. Test ``isinstance(p, InstrumentedProvider)`` to know whether a
-    provider is traced."""
-
-    _vaelii_telemetry: _Target
-
-    async def complete(self, request: Request) -> Response:
-        own = super().complete  # type: ignore[misc]  # the provider's class follows in the MRO
-        state = _state
-        if state is None:
-            return cast(Response, await own(request))
-        turn = _Turn(state, self._vaelii_telemetry, request, streamed=False)
-        from opentelemetry import trace
-
-        try:
-            with trace.use_span(turn.span, record_exception=False, set_status_on_exception=False):
-                response = cast(Response, await own(request))
-        except BaseException as exc:
-            turn.fail(exc)
-            raise
-        turn.finish(response)
-        return response
-
-    async def stream(
-        self, request: Request, *, deltas: bool = False
-    ) -> AsyncGenerator[StreamItem, None]:
-        inner: AsyncGenerator[StreamItem, None] = super().stream(  # type: ignore[misc]
-            request, deltas=deltas
-        )
-        state = _state
-        if state is None:
-            async with aclosing(inner) as items:
-                async for item in items:
-                    yield item
-            return
-        from opentelemetry import context, trace
-
-        turn = _Turn(state, self._vaelii_telemetry, request, streamed=True)
-        ctx = trace.set_span_in_context(turn.span)
-        outcome: BaseException | None = None
-        try:
-            while True:
-                token = context.attach(ctx)  # the backend's work runs inside the span
-                try:
-                    item = await anext(inner)
-                except StopAsyncIteration:
-                    break
-                finally:
-                    context.detach(token)
-                turn.saw(item)
+async def traced_stream(
+    provider_name: str,
+    url: str | None,
+    model: str | None,
+    request: Request,
+    items: AsyncGenerator[StreamItem, None],
+) -> AsyncGenerator[StreamItem, None]:
+    """``items``, one streamed turn, inside its ``chat`` span: the hook of every
+    provider's ``stream`` (see :func:`traced_complete`). The span covers the
+    backend's work for each item and the release when the stream closes."""
+    state = active
+    if state is None:
+        async with aclosing(items) as same:
+            async for item in same:
                 yield item
-        except BaseException as exc:  # GeneratorExit: the caller closed the stream early
-            outcome = exc
-            raise
-        finally:
-            token = context.attach(ctx)
+        return
+    from opentelemetry import context, trace
+
+    turn = _Turn(state, _target(provider_name, url, model), request, streamed=True)
+    ctx = trace.set_span_in_context(turn.span)
+    outcome: BaseException | None = None
+    try:
+        while True:
+            token = context.attach(ctx)  # the backend's work runs inside the span
             try:
-                await inner.aclose()  # the release is part of the turn
+                item = await anext(items)
+            except StopAsyncIteration:
+                break
             finally:
                 context.detach(token)
-                turn.end(outcome)
+            turn.saw(item)
+            yield item
+    except BaseException as exc:  # GeneratorExit: the caller closed the stream early
+        outcome = exc
+        raise
+    finally:
+        token = context.attach(ctx)
+        try:
+            await items.aclose()  # the release is part of the turn
+        finally:
+            context.detach(token)
+            turn.end(outcome)
 
 
 class _Turn:
@@ -627,7 +599,7 @@ def traced_tool(
 
     @functools.wraps(fn)
     async def call(*args: Params.args, **kwargs: Params.kwargs) -> ToolR:
-        state = _state
+        state = active
         if state is None:
             return await fn(*args, **kwargs)
         name = args[name_at] if len(args) > name_at else kwargs.get("name")
@@ -673,7 +645,7 @@ def traced_vote(
 
     @functools.wraps(fn)
     async def vote(*args: Params.args, **kwargs: Params.kwargs) -> VoteR:
-        state = _state
+        state = active
         if state is None:
             return await fn(*args, **kwargs)
         from opentelemetry import trace

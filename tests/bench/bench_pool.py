@@ -31,7 +31,8 @@ from vaelii_llm._protocol import (
     StreamItem,
     TextBlock,
 )
-from vaelii_llm.pool import Pool, read_response, vote
+from vaelii_llm._vote import read_response
+from vaelii_llm.pool import Pool, vote
 
 VOTES = 3
 REQUEST = Request(messages=[Message(role="user", content="Is a spider an insect?")])

@@ -4,21 +4,24 @@ without the hooks (the baseline), and on against off.
 Run: ``.venv/bin/python tests/bench/bench_telemetry.py [--rounds 21] [--batch 2000]``
 
 baseline
-    the hooks bypassed: a ``StubProvider`` built directly, ``tools.call`` and
-    ``pool.vote`` through ``__wrapped__`` (the undecorated functions);
+    the same path with no hook at all: a provider's ``_complete`` and
+    ``_stream`` (the turn itself, which ``complete`` and ``stream`` run after
+    their one-attribute check), ``Toolset._call`` and ``pool.vote`` through
+    ``__wrapped__`` (the undecorated functions);
 off
-    what a caller gets with telemetry off: ``stub.provider()`` (which is the
-    same ``StubProvider``), the decorated ``tools.call`` and ``pool.vote``;
+    what a caller gets with telemetry off: ``complete`` and ``stream``, the
+    decorated ``Toolset.call`` and ``pool.vote``;
 on
-    ``telemetry.enable`` with the real SDK: a tracer provider whose processor
-    hands each span to an exporter that drops it, and a meter provider with an
-    in-memory reader.
+    the same provider after ``telemetry.enable`` with the real SDK: a tracer
+    provider whose processor hands each span to an exporter that drops it, and
+    a meter provider with an in-memory reader.
 
 The stub answers without I/O, so a turn's own cost is the least it can be and
 the hooks' share the largest it can be; a loopback Ollama turn (a real HTTP
 round trip, the fake host in this process) shows the same with I/O. Each
 figure is the median over ``--rounds`` rounds of a round's time divided by its
-batch; the variants interleave within each round.
+batch, and each ratio the median of the rounds' ratios; the variants
+interleave within each round.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import asyncio
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -74,10 +77,15 @@ async def per_call(op: Op, batch: int) -> float:
     return (time.perf_counter() - started) / batch
 
 
+Switch = Callable[[bool], None]
+
+
 async def compare(
-    label: str, variants: dict[str, Op], rounds: int, batch: int, switch: Callable[[bool], None]
-) -> dict[str, float]:
-    """Time each variant; ``on`` runs with ``switch(True)`` in force."""
+    label: str, baseline: Op, hooked: Op, rounds: int, batch: int, switch: Switch
+) -> None:
+    """Time ``baseline``, then ``hooked`` off, then ``hooked`` with
+    ``switch(True)`` in force (on), interleaved round by round."""
+    variants = {"baseline": baseline, "off": hooked, "on": hooked}
     seen: dict[str, list[float]] = {name: [] for name in variants}
     for warm_up in [True] + [False] * rounds:
         for name, op in variants.items():
@@ -89,28 +97,48 @@ async def compare(
             if not warm_up:
                 seen[name].append(taken)
     medians = {name: statistics.median(times) for name, times in seen.items()}
-    base = medians["baseline"]
     shown = "  ".join(f"{name} {t * 1e6:8.2f} µs" for name, t in medians.items())
-    ratios = f"off/baseline {medians['off'] / base:.3f}×"
-    if "on" in medians:
-        ratios += f"  on/off {medians['on'] / medians['off']:.2f}×"
-    print(f"{label:<34} {shown}  {ratios}")
-    return medians
+    # Each ratio is the median of the rounds' own ratios: a round's variants
+    # ran back to back, so a burst of load elsewhere moves both sides of it.
+    off_base = statistics.median(o / b for o, b in zip(seen["off"], seen["baseline"], strict=True))
+    on_off = statistics.median(n / o for n, o in zip(seen["on"], seen["off"], strict=True))
+    print(f"{label:<34} {shown}  off/baseline {off_base:.3f}×  on/off {on_off:.2f}×")
 
 
-async def drain(provider: Any) -> None:
-    async with aclosing(provider.stream(REQUEST)) as items:
-        async for _ in items:
+async def drain(items: AsyncGenerator[Any, None]) -> None:
+    async with aclosing(items) as open_items:
+        async for _ in open_items:
             pass
+
+
+async def compare_turns(label: str, provider: Any, rounds: int, batch: int, switch: Switch) -> None:
+    """A turn and a streamed turn: ``complete``/``stream`` (the hook) against
+    ``_complete``/``_stream`` (the same turn with no hook at all)."""
+    await compare(
+        f"{label} (complete)",
+        lambda: provider._complete(REQUEST),
+        lambda: provider.complete(REQUEST),
+        rounds,
+        batch,
+        switch,
+    )
+    await compare(
+        f"{label} (stream)",
+        lambda: drain(provider._stream(REQUEST, deltas=False)),
+        lambda: drain(provider.stream(REQUEST)),
+        rounds,
+        batch,
+        switch,
+    )
 
 
 async def main(rounds: int, batch: int) -> None:
     base_kb = kb.sample()
     assert not telemetry.enabled()
-    plain = StubProvider(default=ANSWER)
-    off = stub.provider(default=ANSWER)
-    assert type(off) is StubProvider  # off, the factory hands back the provider itself
-    call_plain: Callable[..., Awaitable[object]] = tools.call.__wrapped__  # type: ignore[attr-defined]
+    turn = stub.provider(default=ANSWER)
+    assert type(turn) is StubProvider  # no wrapper, on or off
+    toolset = tools.Toolset(base_kb)
+    call_plain: Callable[..., Awaitable[object]] = tools.Toolset._call.__wrapped__  # type: ignore[attr-defined]
     vote_plain: Callable[..., Awaitable[object]] = pool.vote.__wrapped__  # type: ignore[attr-defined]
     voters = pool.stub_pool(default="Yes.", size=3)
 
@@ -124,78 +152,28 @@ async def main(rounds: int, batch: int) -> None:
         else:
             telemetry.disable()
 
-    telemetry.enable(tracer_provider, meter_provider)
-    on = stub.provider(default=ANSWER)
-    on_voters = pool.stub_pool(default="Yes.", size=3)
-    telemetry.disable()
-
     print(f"medians over {rounds} rounds of {batch} calls; telemetry off unless 'on'")
-    await compare(
-        "stub turn (complete)",
-        {
-            "baseline": lambda: plain.complete(REQUEST),
-            "off": lambda: off.complete(REQUEST),
-            "on": lambda: on.complete(REQUEST),
-        },
-        rounds,
-        batch,
-        switch,
-    )
-    await compare(
-        "stub turn (stream)",
-        {
-            "baseline": lambda: drain(plain),
-            "off": lambda: drain(off),
-            "on": lambda: drain(on),
-        },
-        rounds,
-        batch,
-        switch,
-    )
+    await compare_turns("stub turn", turn, rounds, batch, switch)
     await compare(
         "tool call (kb_query)",
-        {
-            "baseline": lambda: call_plain(base_kb, "kb_query", GOAL),
-            "off": lambda: tools.call(base_kb, "kb_query", GOAL),
-            "on": lambda: tools.call(base_kb, "kb_query", GOAL),
-        },
+        lambda: call_plain(toolset, base_kb, "kb_query", GOAL, 4000),
+        lambda: toolset.call("kb_query", GOAL),
         rounds,
         max(1, batch // 10),
         switch,
     )
     await compare(
         "3-turn stub vote",
-        {
-            "baseline": lambda: vote_plain(voters, REQUEST),
-            "off": lambda: pool.vote(voters, REQUEST),
-            "on": lambda: pool.vote(on_voters, REQUEST),
-        },
+        lambda: vote_plain(voters, REQUEST),
+        lambda: pool.vote(voters, REQUEST),
         rounds,
         max(1, batch // 4),
         switch,
     )
-
     fake = await FakeOllama(cache=True).start()
     try:
-        http_plain = ollama.OllamaProvider(host=fake.url)
-        http_off = ollama.provider(host=fake.url)
-        assert type(http_off) is ollama.OllamaProvider
-        telemetry.enable(tracer_provider, meter_provider)
-        http_on = ollama.provider(host=fake.url)
-        telemetry.disable()
-        await compare(
-            "loopback Ollama turn (complete)",
-            {
-                "baseline": lambda: http_plain.complete(REQUEST),
-                "off": lambda: http_off.complete(REQUEST),
-                "on": lambda: http_on.complete(REQUEST),
-            },
-            rounds,
-            max(1, batch // 20),
-            switch,
-        )
-        for p in (http_plain, http_off, http_on):
-            await p.aclose()
+        async with ollama.provider(host=fake.url) as http:
+            await compare_turns("loopback Ollama turn", http, rounds, max(1, batch // 20), switch)
     finally:
         await fake.stop()
     tracer_provider.shutdown()

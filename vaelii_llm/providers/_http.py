@@ -19,6 +19,10 @@ fix made here holds for every backend at once:
   follows is drained for at most :data:`DRAIN_S` (the answer is whole,
   so nothing there may delay or spoil it); a body that ends first has the
   decoder's end-of-stream batch fed, then the assembler's verdict.
+* the telemetry hook: ``complete`` and ``stream`` read one attribute of
+  :mod:`vaelii_llm.telemetry` and, when it is on, run the turn inside its
+  span (named from the codec's endpoint slug and URL), so ``enable`` and
+  ``disable`` reach every backend, built before or after.
 
 What a new backend supplies is a :class:`Codec`, no I/O in it:
 
@@ -60,6 +64,7 @@ import aiohttp
 import msgspec
 
 from vaelii_llm import _transport as transport
+from vaelii_llm import telemetry
 from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
 from vaelii_llm.errors import LLMClosed, LLMError
 
@@ -140,6 +145,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._inflight: set[aiohttp.ClientResponse] = set()  # bodies being read, cut by aclose
+        telemetry.on_build()
 
     @property
     def closed(self) -> bool:
@@ -157,6 +163,14 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
 
     async def complete(self, request: Request) -> Response:
         """One non-streamed turn under ``request.timeout_ms``, headers and body."""
+        if telemetry.active is None:  # the telemetry hook: off, one attribute read
+            return await self._complete(request)
+        codec = self._codec
+        model = getattr(self, "model", None)
+        work = self._complete(request)
+        return await telemetry.traced_complete(codec.endpoint.slug, codec.url, model, request, work)
+
+    async def _complete(self, request: Request) -> Response:
         codec = self._codec
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
@@ -180,12 +194,18 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             raise
         return codec.whole(parsed)
 
-    async def stream(
-        self, request: Request, *, deltas: bool = False
-    ) -> AsyncGenerator[StreamItem, None]:
+    def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
         """Whole blocks as they close (and, with ``deltas``, the deltas before
         them), then the :class:`Response` ``complete`` would return. The
         turn's budget covers every read of the body."""
+        items = self._stream(request, deltas=deltas)
+        if telemetry.active is None:  # the telemetry hook: off, one attribute read
+            return items
+        codec = self._codec
+        model = getattr(self, "model", None)
+        return telemetry.traced_stream(codec.endpoint.slug, codec.url, model, request, items)
+
+    async def _stream(self, request: Request, *, deltas: bool) -> AsyncGenerator[StreamItem, None]:
         codec = self._codec
         if self._closed:
             raise LLMClosed(codec.endpoint.label)

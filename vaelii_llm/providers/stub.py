@@ -27,6 +27,7 @@ answer shapes of its own maps them to one of the above. ``requests()`` and
 ``stream(request, deltas=True)`` yields a text or thinking block's words as
 deltas, and a tool call's start, before the whole block, as an HTTP backend
 does. After ``aclose`` every turn raises :class:`~vaelii_llm.errors.LLMClosed`.
+Its turns are traced as any backend's are when :mod:`vaelii_llm.telemetry` is on.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class StubProvider(ProviderBase):
         self._requests: list[Request] = []
         self._tool_ids = 0
         self._closed = False
+        telemetry.on_build()
 
     async def aclose(self) -> None:
         """Refuse every later turn. Closing twice is harmless."""
@@ -121,11 +123,22 @@ class StubProvider(ProviderBase):
         return None
 
     async def complete(self, request: Request) -> Response:
+        if telemetry.active is None:  # the telemetry hook: off, one attribute read
+            return self._turn(request)
+        return await telemetry.traced_complete(
+            "stub", None, MODEL, request, self._complete(request)
+        )
+
+    async def _complete(self, request: Request) -> Response:
         return self._turn(request)
 
-    async def stream(
-        self, request: Request, *, deltas: bool = False
-    ) -> AsyncGenerator[StreamItem, None]:
+    def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
+        items = self._stream(request, deltas=deltas)
+        if telemetry.active is None:  # the telemetry hook: off, one attribute read
+            return items
+        return telemetry.traced_stream("stub", None, MODEL, request, items)
+
+    async def _stream(self, request: Request, *, deltas: bool) -> AsyncGenerator[StreamItem, None]:
         response = self._turn(request)
         for index, block in enumerate(response.content):
             if deltas:
@@ -209,8 +222,7 @@ def provider(
     expand: Callable[[Entry], Entry] | None = None,
 ) -> StubProvider:
     """A stub provider that answers ``script`` one turn per call, then ``default``."""
-    built = StubProvider(script=script, default=default, expand=expand)
-    return telemetry.instrument(built, "stub", model=MODEL)
+    return StubProvider(script=script, default=default, expand=expand)
 
 
 async def available() -> bool:

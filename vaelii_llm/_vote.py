@@ -1,0 +1,216 @@
+"""A majority yes/no vote over a :class:`~vaelii_llm._pool.Pool`.
+
+``await vote(pool, question)`` asks ``votes`` times at once and
+answers a :class:`Vote`: ``"yes"`` when more counted votes say yes than no,
+``"no"`` for the reverse, ``"abstain"`` on a tie (zero counted votes included).
+``"abstain"`` is an outcome, not a no: a caller that records a verdict on it
+records one nobody reached.
+
+A turn that produced no opinion is not a vote: a refusal, a truncation, or prose
+whose first word is neither yes nor no (:func:`read_yes_no`). Counting it would
+let a model that declined three times read as a unanimous no. A turn that could
+not run at all, because its provider raised an :class:`~vaelii_llm.errors.LLMError`
+or no provider came free inside the pool's acquire timeout, is counted apart
+under ``failed``, so a caller can tell a pool that could not ask from a model
+that would not answer. Nothing here retries or sleeps: a failed turn is a
+failed vote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, TypeVar
+
+from vaelii_llm import telemetry
+from vaelii_llm._pool import POOL_LABEL, Pool
+from vaelii_llm._protocol import Message, Provider, Request, Response, StopReason, TextBlock
+from vaelii_llm.errors import LLMClosed, LLMError
+
+__all__ = ["Vote", "read_response", "read_yes_no", "vote"]
+
+TRUNCATED: Final[frozenset[StopReason]] = frozenset({"max_tokens"})
+"""Stop reasons that mean the answer was cut short (every backend maps its own
+word, Ollama's ``length`` included, to ``max_tokens``)."""
+
+REFUSED: Final[frozenset[StopReason]] = frozenset({"refusal"})
+"""Stop reasons that mean the model declined."""
+
+YesNo = Literal["yes", "no"]
+Verdict = Literal["yes", "no", "abstain"]
+
+P = TypeVar("P", bound=Provider)
+
+
+# ---------------------------------------------------------------------------
+# Reading an answer
+
+
+def read_yes_no(text: str) -> YesNo | None:
+    """``"yes"`` or ``"no"`` when that is the first word of ``text``, else None.
+
+    Case and surrounding punctuation or markup do not matter: ``Yes.``,
+    ``YES!``, ``**Yes**``, ``no — because …`` and ``Yes, but…`` all count.
+    Only the first word is read, so a yes buried in a paragraph (``I think
+    yes``) is no vote, and neither is a word that merely starts with one
+    (``yesterday``, ``Nope``, ``No1``). A first word is a run of letters and
+    digits; what precedes it (spaces, ``*``, quotes, a bullet) is skipped.
+    """
+    start = 0
+    length = len(text)
+    while start < length and not text[start].isalnum():
+        start += 1
+    end = start
+    while end < length and text[end].isalnum():
+        end += 1
+    if end == start:
+        return None
+    word = unicodedata.normalize("NFKC", text[start:end]).casefold()
+    if word == "yes":
+        return "yes"
+    if word == "no":
+        return "no"
+    return None
+
+
+def read_response(response: Response) -> YesNo | None:
+    """The opinion of one finished turn, or None when it holds none.
+
+    A refusal and a truncation (``max_tokens``) are no
+    vote even when their partial text starts with yes: a cut answer is not
+    the answer the model meant to give. Otherwise the text blocks, joined in
+    order, are read by :func:`read_yes_no`; thinking is not read.
+    """
+    if response.stop_reason in REFUSED or response.stop_reason in TRUNCATED:
+        return None
+    text = "".join(block.text for block in response.content if isinstance(block, TextBlock))
+    return read_yes_no(text)
+
+
+# ---------------------------------------------------------------------------
+# Voting
+
+
+@dataclass(frozen=True, slots=True)
+class Vote:
+    """What :func:`vote` found.
+
+    ``votes`` holds each turn's reading in turn order: ``"yes"``, ``"no"``, or
+    None for a turn that gave no opinion or failed. ``tally`` counts the yes and
+    no votes. ``calls`` is how many turns were asked for; ``failed`` how many of
+    them raised an :class:`~vaelii_llm.errors.LLMError` or got no provider in
+    time. ``calls - failed - tally["yes"] - tally["no"]`` turns answered without
+    an opinion.
+    """
+
+    verdict: Verdict
+    votes: tuple[YesNo | None, ...]
+    tally: Mapping[YesNo, int]
+    calls: int
+    failed: int
+
+
+def _verdict(yes: int, no: int) -> Verdict:
+    if yes > no:
+        return "yes"
+    if no > yes:
+        return "no"
+    return "abstain"
+
+
+class _Failed:
+    __slots__ = ()
+
+
+_FAILED: Final = _Failed()
+
+
+async def _turn(pool: Pool[P], request: Request) -> YesNo | _Failed | None:
+    try:
+        async with pool.provider() as p:
+            response = await p.complete(request)
+    except LLMError:
+        return _FAILED
+    return read_response(response)
+
+
+@telemetry.traced_vote
+async def vote(
+    pool: Pool[P],
+    question: str | Request,
+    votes: int = 3,
+    *,
+    on_vote: Callable[[Vote], None] | None = None,
+) -> Vote:
+    """Ask ``votes`` times at once, bounded by the pool's tokens, and count.
+
+    ``question`` is the user message, or a whole :class:`~vaelii_llm._protocol.Request`
+    when the caller sets the system prompt, ``max_tokens`` or the turn's
+    ``timeout_ms``. Ask for yes or no first: the first word decides.
+
+    ``on_vote``, when given, is called as each turn finishes with the vote so
+    far: its ``votes`` hold the finished turns in the order they finished, its
+    ``verdict`` and ``tally`` count them, ``calls`` is the whole vote's. A
+    progress line is drawn from it; an exception it raises is a bug, as below.
+
+    Every turn starts at once and waits its own acquire timeout for a token.
+    A turn whose provider raises an :class:`~vaelii_llm.errors.LLMError`, or
+    that gets no provider in time, or was still waiting for one when the pool
+    closed, is a failed turn; nothing is retried.
+    Any other exception from a provider is a bug, not a vote: the turns still
+    running are cancelled (their tokens go back), waited for, and the first such
+    exception is raised as itself, not wrapped in a group. Cancelling ``vote``
+    cancels every turn and returns every token before the cancellation
+    propagates. Refuses ``votes`` below 1 (ValueError) and a closed pool
+    (:class:`~vaelii_llm.errors.LLMClosed`).
+    """
+    if isinstance(votes, bool) or not isinstance(votes, int):
+        raise TypeError("votes is a whole number")
+    if votes < 1:
+        raise ValueError(f"a vote needs at least one turn, got votes={votes}")
+    if pool.closed:
+        raise LLMClosed(POOL_LABEL)
+    request = (
+        question
+        if isinstance(question, Request)
+        else Request(messages=[Message(role="user", content=question)])
+    )
+    finished: list[YesNo | _Failed | None] = []
+
+    async def counted_turn() -> YesNo | _Failed | None:
+        reading = await _turn(pool, request)
+        if on_vote is not None:
+            finished.append(reading)
+            on_vote(_count(finished, votes))
+        return reading
+
+    bug: BaseException | None = None
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(counted_turn()) for _ in range(votes)]
+    except BaseExceptionGroup as raised:
+        bug = raised.exceptions[0]
+        others = len(raised.exceptions) - 1
+        if others:
+            bug.add_note(f"{others} other turn(s) of this vote raised too")
+    if bug is not None:
+        raise bug  # outside the except block, so the group is not its context
+    return _count([task.result() for task in tasks], votes)
+
+
+def _count(readings: Sequence[YesNo | _Failed | None], calls: int) -> Vote:
+    failed = sum(1 for reading in readings if isinstance(reading, _Failed))
+    counted: tuple[YesNo | None, ...] = tuple(
+        None if isinstance(reading, _Failed) else reading for reading in readings
+    )
+    yes = counted.count("yes")
+    no = counted.count("no")
+    return Vote(
+        verdict=_verdict(yes, no),
+        votes=counted,
+        tally={"yes": yes, "no": no},
+        calls=calls,
+        failed=failed,
+    )
