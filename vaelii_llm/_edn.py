@@ -56,6 +56,8 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from vaelii_llm.kb._types import MAX_NESTING
+
 __all__ = [
     "CLOCK_MARKER",
     "CUT_MARKER",
@@ -67,9 +69,10 @@ __all__ = [
     "write",
 ]
 
-MAX_DEPTH: Final = 64
-"""Deepest bracket nesting :func:`read` accepts. A sentence nests a few levels;
-the bound keeps the parser and every consumer of its value off the stack limit."""
+MAX_DEPTH: Final = MAX_NESTING
+"""Deepest bracket nesting :func:`read` accepts: the engine's own cap on a sentence
+(`vaelii_llm.kb._types.MAX_NESTING`), so the parser and every consumer of its value
+stay off the stack limit."""
 
 MAX_TEXT_CHARS: Final = 32_768
 """Longest argument text :func:`read` accepts. edn-format parses at roughly

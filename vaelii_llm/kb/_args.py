@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from vaelii_llm._edn import MAX_DEPTH
 from vaelii_llm.kb._declare import CLOCK, Options
 from vaelii_llm.kb._query import Clock, Foreign, Var
 from vaelii_llm.kb._store import KB, edn_module, is_symbol, symbol, term_name
-from vaelii_llm.kb._types import EngineRefusal, Sentex
+from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal, Sentex
 
 __all__ = [
     "check_arity",
@@ -45,8 +44,8 @@ def parse_edn(text: str, what: str) -> Any:
 
 def _check_member(x: Any, depth: int) -> None:
     if type(x) is tuple:
-        if depth >= MAX_DEPTH:  # the sentence itself is depth 0: one bracket deep
-            raise EngineRefusal("malformed-sentence", f"nested deeper than {MAX_DEPTH}")
+        if depth >= MAX_NESTING:  # the sentence itself is depth 0: one bracket deep
+            raise EngineRefusal("malformed-sentence", f"nested deeper than {MAX_NESTING}")
         if not x:
             raise EngineRefusal("malformed-sentence", "an empty list () is not a sentence")
         for y in x:

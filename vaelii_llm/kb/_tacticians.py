@@ -62,7 +62,8 @@ def compare_tacticians(
     """
     sent = arg.goal(kb, goal)
     cids = arg.visible_contexts(kb, context)
-    share = max(1, opts.max_ms // len(STRATEGIES))
+    whole = arg.clock(opts).budget_ms or 0  # shared out equally
+    share = max(1, whole // len(STRATEGIES))
     names: dict[str, Var] = {}
     pat = arg.pattern(kb, sent, names)
     kb.stats["queries"] += 1

@@ -31,6 +31,7 @@ import msgspec
 
 __all__ = [
     "IRREVERSIBLE_ATTR",
+    "MAX_NESTING",
     "Answer",
     "Change",
     "Context",
@@ -49,6 +50,11 @@ Sentence = NewType("Sentence", tuple[Any, ...])
 Context = NewType("Context", object)
 Term = NewType("Term", object)
 Handle = NewType("Handle", int)
+
+MAX_NESTING: Final = 64
+"""The deepest bracket nesting a sentence may have (the sentence itself is one). The
+tools' EDN reader (`vaelii_llm._edn`) holds a model's arguments to it too, so one cap
+keeps the parser and every recursive walk of a sentence off the stack limit."""
 
 #: The function attribute that marks an engine function irreversible (the Python
 #: spelling of a Clojure ``!`` var). `vaelii_llm.engine.irreversible` sets it and
