@@ -640,6 +640,25 @@ async def test_a_clocked_read_naming_no_max_ms_runs_under_the_ceiling(nursery: K
     assert seen[-1][2] == declare.ProofOpts(max_ms=50)
 
 
+async def test_a_calls_options_are_checked_once_into_the_declared_struct(
+    nursery: KB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[Any] = []
+    real = msgspec.convert
+
+    def counting(value: Any, cls: Any, **kw: Any) -> Any:
+        checked.append(cls)
+        return real(value, cls, **kw)
+
+    monkeypatch.setattr(msgspec, "convert", counting)
+    given = {"goal": "(fears ?x ?y)", "context": "CxWell", "opts": {"max-depth": 2}}
+    assert (await tools.call(nursery, "kb_query", given)).ok
+    assert checked == [declare.ProofOpts]  # by the tools; the op takes the Struct as it is
+    checked.clear()
+    assert (await tools.call(nursery, "kb_query", {"goal": "(fears ?x ?y)"})).ok
+    assert checked == []  # none named: the declared defaults, nothing to check
+
+
 async def test_the_printer_holds_a_clocked_answer_the_engine_does_not(nursery: KB) -> None:
     def drip(kb: KB, opts: declare.ClockOpts = declare.CLOCK) -> Iterator[int]:
         """Answers slowly, never checking a clock."""

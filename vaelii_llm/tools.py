@@ -108,8 +108,8 @@ _READ_WORKERS: Final = 2
 """Engine reads one toolset runs at once by default, each in a worker thread; more
 calls wait their turn. A pure-Python engine read holds the GIL while it computes, so
 more threads add no throughput and lengthen the event loop's own wait for the GIL
-(measured here, 8 CPU-bound reads at once: loop lag at most ~14 ms with 2
-workers, ~42 ms with 4); two keep one long read from holding up every other."""
+(tests/bench/bench_tools.py measures the lag with 2 and 4); two keep one long read
+from holding up every other."""
 
 _GIL_SLICE_S: Final = 0.001
 """How long a worker printing an answer holds the GIL before it steps aside."""
@@ -155,8 +155,9 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 class _ToolRefusal(Exception):
     """A call the tools refuse before (or instead of) reaching the engine.
 
-    ``type``: ``unknown-tool``, ``bad-input``, ``missing-argument``, ``unknown-option``,
-    ``unexpected-argument``, ``bad-argument``, ``over-ceiling`` or ``bad-option``.
+    ``type``: ``unknown-tool``, ``bad-input``, ``missing-argument``,
+    ``unexpected-argument`` or ``bad-argument``. (An option is refused by the
+    engine's ``check_options``: ``unknown-option``, ``bad-option``, ``over-ceiling``.)
     """
 
     def __init__(self, type_: str, message: str) -> None:

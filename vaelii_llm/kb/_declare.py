@@ -4,7 +4,7 @@
 everything the engine and the tools know about the op: its name, its kind, its
 options and whether the clock holds it. The options are a `msgspec.Struct` whose
 fields carry the real defaults and bounds (``Annotated[int, Meta(ge=…, le=…)]``, the
-bounds being the ceilings); the tools publish its `msgspec.json.schema` as it is. The
+bounds being the ceilings); the tools publish its `msgspec.json.schema` (keys sorted). The
 op table (`vaelii_llm.kb._ops`), the engine description (`vaelii_llm.engine.embedded`)
 and the tools' exclusions are read off these declarations.
 
@@ -235,6 +235,9 @@ def _fields(cls: type[Options]) -> dict[str, _Field]:
     out: dict[str, _Field] = {}
     for f in sorted(info.fields, key=lambda f: f.encode_name):
         t: Any = f.type
+        if isinstance(t, msgspec.inspect.UnionType):  # X | None reads as X
+            kept = [m for m in t.types if not isinstance(m, msgspec.inspect.NoneType)]
+            t = kept[0] if len(kept) == 1 else t
         if isinstance(t, msgspec.inspect.Metadata):
             t = t.type
         if isinstance(t, msgspec.inspect.IntType):

@@ -11,8 +11,8 @@ from msgspec import Meta
 
 from vaelii_llm.kb import _args as arg
 from vaelii_llm.kb._declare import MAX_LIMIT, READ, ClockOpts, ProofOpts, op
-from vaelii_llm.kb._prover import Prover
-from vaelii_llm.kb._query import Clock, ClockOut, Var, answer_bindings, ms_since, subst
+from vaelii_llm.kb._query import Clock, ms_since
+from vaelii_llm.kb._reads import _query
 from vaelii_llm.kb._store import KB
 from vaelii_llm.kb._types import Answer, Context, Cut, Sentence
 
@@ -109,29 +109,15 @@ def _within(
     rules: bool = True,
 ) -> Within:
     t0 = time.perf_counter()
-    names: dict[str, Var] = {}
-    pat = arg.pattern(kb, sent, names)
-    search = Prover(kb, cids, depth, clock)
     out: list[Answer] = []
-    seen: set[tuple[Any, ...]] = set()
     cut: Cut | None = None
-    budget = clock.budget_ms or 0
-    try:
-        for state in search.solve((pat,)):
-            b = state[1]
-            key = tuple(subst(v, b) for v in names.values())
-            if any(type(x) is Var for x in key):
-                key = (*key, len(seen))  # an answer that leaves a variable open is kept
-            if key in seen:
-                continue
-            if len(out) >= limit:
-                cut = Cut("limit", limit, len(out))
-                break
-            seen.add(key)
-            kb.stats["realized"] += 1
-            out.append(Answer(answer_bindings(kb, names, b), state[2], state[3]))
-    except ClockOut:
-        cut = Cut("max-ms", budget, len(out))
-    if cut is None and rules and search.depth_hit:
-        cut = Cut("max-depth", depth, len(out))
-    return Within(tuple(out), cut is None, budget, ms_since(t0), cut)
+    for rec in _query(kb, sent, cids, depth, clock):  # query's own answers, deduplicated
+        if isinstance(rec, Cut):
+            if rules or rec.reason != "max-depth":  # an ask uses no rule: no depth to cut
+                cut = Cut(rec.reason, rec.bound, len(out))
+        elif len(out) >= limit:
+            cut = Cut("limit", limit, len(out))
+            break
+        else:
+            out.append(rec)
+    return Within(tuple(out), cut is None, clock.budget_ms or 0, ms_since(t0), cut)
