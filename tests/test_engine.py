@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import edn_format
+import msgspec
 import pytest
 
 from vaelii_llm import engine, kb
 from vaelii_llm.kb import _audits as audits
+from vaelii_llm.kb import _declare as declare
 from vaelii_llm.kb import _ops as ops
 from vaelii_llm.kb import _reads as reads
+from vaelii_llm.kb import _types as types
 from vaelii_llm.kb import _writes as writes
 
 S = edn_format.Symbol
@@ -107,17 +110,55 @@ def test_every_op_is_declared_once_under_its_table_name() -> None:
     assert '"retract"' not in source
 
 
-def test_ceilings_are_the_declared_bounds() -> None:
-    specs = {s.key: s for s in engine.option_specs(E.opts("query") or engine.Options)}
-    assert (specs["max-depth"].ceiling, specs["max-ms"].ceiling) == (12, 10_000)
-    assert (specs["max-depth"].least, specs["max-ms"].least) == (0, 1)
+def _bounds(cls: type[engine.Options] | None) -> dict[str, tuple[Any, Any, Any]]:
+    """key -> (least, ceiling, default), as msgspec's schema of the Struct says."""
+    assert cls is not None
+    whole = msgspec.json.schema(cls)
+    props = whole["$defs"][cls.__name__]["properties"]
+    return {k: (p.get("minimum"), p.get("maximum"), p.get("default")) for k, p in props.items()}
+
+
+def test_ceilings_and_defaults_are_the_declared_struct() -> None:
+    query = _bounds(E.opts("query"))
+    assert query["max-depth"] == (0, 12, 6)
+    assert query["max-ms"] == (1, 10_000, 10_000)  # a clocked read's default: the ceiling
     assert {"query", "query?", "why-not", "escalate", "kb-integrity"} <= E.clocked
     for op in E.ops:
         opts = E.opts(op)
         if opts is not None:
-            assert "opts" in inspect.signature(E.ops[op]).parameters, op
-    limit = {s.key: s for s in engine.option_specs(E.opts("find-terms") or engine.Options)}
-    assert (limit["limit"].ceiling, limit["limit"].default) == (100, 100)
+            param = inspect.signature(E.ops[op], eval_str=True).parameters["opts"]
+            assert param.annotation is opts, op  # the body receives the Struct
+            assert param.default == opts(), op  # whose defaults are the declared ones
+    assert _bounds(E.opts("find-terms"))["limit"] == (0, 100, 100)
+    assert _bounds(E.opts("escalate"))["max-depth"] == (0, 12, 12)
+
+
+def test_an_op_receives_its_options_typed_checked_once() -> None:
+    got: list[Any] = []
+
+    @engine.op("probe", opts=declare.ProofOpts, clocked=True)
+    def probe(kb: Any, opts: declare.ProofOpts = declare.PROOF) -> None:
+        """Records its options."""
+        got.append(opts)
+
+    probe(None)
+    probe(None, None)
+    probe(None, {"max-depth": 3})
+    probe(None, opts={edn_format.Keyword("max-ms"): 7})
+    given = declare.ProofOpts(max_depth=2)
+    probe(None, given)
+    assert got == [
+        declare.PROOF,
+        declare.PROOF,
+        declare.ProofOpts(max_depth=3),
+        declare.ProofOpts(max_ms=7),
+        given,
+    ]
+    assert got[-1] is given  # an instance of the Struct is not checked again
+    with pytest.raises(kb.EngineRefusal, match="over-ceiling"):
+        probe(None, {"max-depth": 13})
+    with pytest.raises(TypeError, match="opts"):
+        engine.op("x", opts=declare.ClockOpts)(lambda kb: None)
 
 
 def test_a_declaration_is_checked() -> None:
@@ -153,10 +194,11 @@ def test_irreversible_marks() -> None:
 
 def test_signatures_are_readable() -> None:
     hints = typing.get_type_hints(reads.query)
-    assert hints["goal"] is kb.Sentence
-    assert typing.get_args(hints["context"]) == (kb.Context, type(None))
-    assert typing.get_args(hints["opts"]) == (kb.Opts, type(None))
-    assert all(k in engine.ARG_KINDS for k in (kb.Sentence, kb.Context, kb.Term, kb.Handle))
+    assert hints["goal"] is engine.Sentence
+    assert typing.get_args(hints["context"]) == (engine.Context, type(None))
+    assert hints["opts"] is declare.ProofOpts
+    assert all(k in engine.ARG_KINDS for k in (engine.Sentence, engine.Context, engine.Term))
+    assert engine.Handle in engine.ARG_KINDS
     shapes = typing.get_overloads(reads.why_not)
     assert [list(inspect.signature(s).parameters) for s in shapes] == [
         ["kb", "handle"],
@@ -217,7 +259,7 @@ def test_reads(k: kb.KB) -> None:
     assert len(reads.describe(k, S("Muffet"), {"limit": 2})) == 2
     h = desc[0].handle
     assert reads.lookup(k, h) == desc[0]
-    assert any(isinstance(r, kb.Answer) for r in reads.escalate(k, "(afraidOf ?x Muffet)"))
+    assert any(isinstance(r, types.Answer) for r in reads.escalate(k, "(afraidOf ?x Muffet)"))
     assert list(audits.kb_integrity(k)) == []
 
 
@@ -227,7 +269,7 @@ def test_kb_integrity_finds_problems() -> None:
         (genlCtx CxA CxB) (genlCtx CxB CxA)
         (implies (nothingSays ?x) (odd ?x ?y))"""
     )
-    kinds = {p.kind for p in audits.kb_integrity(bad) if isinstance(p, kb.Problem)}
+    kinds = {p.kind for p in audits.kb_integrity(bad) if isinstance(p, types.Problem)}
     assert kinds == {"context-cycle", "unsafe-rule", "dead-condition", "arity-mismatch"}
 
 
@@ -240,7 +282,7 @@ def test_unbounded_reads(k: kb.KB) -> None:
     clashes = audits.exposed_clashes(k)
     assert len(clashes) == 2
     assert all("CxFolklore" in p.detail for p in clashes)
-    assert all(isinstance(p, kb.Problem) for p in audits.kb_quality(k))
+    assert all(isinstance(p, types.Problem) for p in audits.kb_quality(k))
 
 
 # -- laziness on 10^6 --------------------------------------------------------------
@@ -385,7 +427,9 @@ def test_forward_chain_and_edit_with_consequences() -> None:
 def test_preview_rolls_back_but_advances_the_counter(k: kb.KB) -> None:
     before = (reads.sentex_count(k), k.counter)
     got = writes.preview(k, ["(isa Fluffy Spider)"], "CxPets", "(afraidOf Bob ?y)")
-    assert {"Fluffy", "Fang"} <= {str(a.bindings[S("?y")]) for a in got if isinstance(a, kb.Answer)}
+    assert {"Fluffy", "Fang"} <= {
+        str(a.bindings[S("?y")]) for a in got if isinstance(a, types.Answer)
+    }
     assert reads.sentex_count(k) == before[0]
     assert k.counter == before[1] + 1
     assert not reads.ask_p(k, "(isa Fluffy Spider)", "CxPets")
@@ -426,7 +470,7 @@ def test_kb_diff(tmp_path: Path) -> None:
 
 def test_changes_since_and_subscribe(k: kb.KB) -> None:
     start = k.counter
-    seen: list[kb.Change] = []
+    seen: list[types.Change] = []
     with reads.subscribe(k, seen.append):
         h = writes.assert_sentence(k, "(isa Bolt Dog)", "CxPets")
         writes.retract(k, h)

@@ -15,6 +15,7 @@ from vaelii_llm import kb
 from vaelii_llm.kb import EngineRefusal
 from vaelii_llm.kb import _audits as audits
 from vaelii_llm.kb import _reads as reads
+from vaelii_llm.kb import _types as types
 from vaelii_llm.kb import _writes as writes
 from vaelii_llm.kb._store import KB
 
@@ -157,7 +158,7 @@ def test_many_readers_one_writer() -> None:
         try:
             while not stop.is_set():
                 answers = list(reads.query(k, "(afraidOf MissMuffet ?y)", "CxNursery"))
-                assert any(isinstance(a, kb.Answer) for a in answers)
+                assert any(isinstance(a, types.Answer) for a in answers)
                 list(reads.find_sentexes(k, "(isa ?x Dog)"))
                 reads.types(k)
                 reads.contexts(k)
@@ -227,3 +228,21 @@ def test_a_damaged_snapshot_is_refused(tmp_path: Path) -> None:
     with pytest.raises(EngineRefusal) as info:
         kb.open(damaged)
     assert info.value.type == "bad-path"
+
+
+def test_one_nesting_cap_holds_the_reader_and_the_engine() -> None:
+    from vaelii_llm import _edn as edn
+    from vaelii_llm.kb._types import MAX_NESTING
+
+    assert edn.MAX_DEPTH is MAX_NESTING  # declared once, in the engine's vocabulary
+    k = kb.load_edn("(in-context C)")
+    at_cap = "(p " * MAX_NESTING + ")" * MAX_NESTING
+    assert writes.assert_sentence(k, edn.read(at_cap), "C") > 0
+    assert writes.assert_sentence(k, at_cap, "C") > 0
+    past = "(p " * (MAX_NESTING + 1) + ")" * (MAX_NESTING + 1)
+    with pytest.raises(edn.EDNRefusal) as read:
+        edn.read(past)
+    assert read.value.type == "edn-too-deep"
+    with pytest.raises(EngineRefusal, match="nested deeper") as engine:
+        writes.assert_sentence(k, past, "C")
+    assert engine.value.type == "malformed-sentence"

@@ -10,13 +10,14 @@ import edn_format
 import pytest
 
 from vaelii_llm import kb, tools
-from vaelii_llm.kb import Problem
 from vaelii_llm.kb import _audits_whole as audits_whole
 from vaelii_llm.kb import _ops as ops
 from vaelii_llm.kb import _reads as reads
 from vaelii_llm.kb._declare import MAX_DEPTH_CEILING, declared
-from vaelii_llm.kb._query import Clock, Search
+from vaelii_llm.kb._prover import Prover
+from vaelii_llm.kb._query import Clock
 from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._types import Problem, Sentex
 
 S = edn_format.Symbol
 UNBOUNDED = ("explain-levels", "all-specified-violations", "all-functional-at-instant-violations")
@@ -32,7 +33,7 @@ def sample() -> KB:
 
 
 def handle_of(k: KB, text: str, context: str) -> int:
-    got = [s for s in reads.find_sentexes(k, text, context) if isinstance(s, kb.Sentex)]
+    got = [s for s in reads.find_sentexes(k, text, context) if isinstance(s, Sentex)]
     assert len(got) == 1, got
     return got[0].handle
 
@@ -43,7 +44,7 @@ def stored(k: KB, text: str, context: str) -> int:
     [h] = [
         s.handle
         for s in reads.sentexes_in_context(k, context)
-        if isinstance(s, kb.Sentex) and s.sentence == want
+        if isinstance(s, Sentex) and s.sentence == want
     ]
     return h
 
@@ -75,9 +76,7 @@ def test_explain_levels_builds_every_proof(sample: KB) -> None:
     assert cid is not None
     goal = (sample.term_id(S("canFly")), sample.term_id(S("Stellaluna")))
     want = list(
-        Search(sample, sample.ancestors(cid), MAX_DEPTH_CEILING, Clock(None)).solve(
-            (goal,), {}, 0, (), 0
-        )
+        Prover(sample, sample.ancestors(cid), MAX_DEPTH_CEILING, Clock(None)).solve((goal,))
     )
     assert len(got) == len(want)
     kinds = {

@@ -11,6 +11,7 @@ import pytest
 from vaelii_llm import kb
 from vaelii_llm.kb import _declare as declare
 from vaelii_llm.kb import _reads as reads
+from vaelii_llm.kb import _types as types
 
 S = edn_format.Symbol
 
@@ -19,12 +20,12 @@ def answers(records: Any) -> list[dict[str, str]]:
     return [
         {str(k): edn_format.dumps(v) for k, v in r.bindings.items()}
         for r in records
-        if isinstance(r, kb.Answer)
+        if isinstance(r, types.Answer)
     ]
 
 
-def cuts(records: Any) -> list[kb.Cut]:
-    return [r for r in records if isinstance(r, kb.Cut)]
+def cuts(records: Any) -> list[types.Cut]:
+    return [r for r in records if isinstance(r, types.Cut)]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def sample() -> kb.KB:
 
 def test_two_rule_steps_who_muffet_fears(sample: kb.KB) -> None:
     recs = list(reads.query(sample, "(afraidOf MissMuffet ?y)", "CxNursery"))
-    got = [a for a in recs if isinstance(a, kb.Answer)]
+    got = [a for a in recs if isinstance(a, types.Answer)]
     assert {"?y": "Muffet"} in answers(recs)
     muffet = next(a for a in got if str(a.bindings[S("?y")]) == "Muffet")
     assert muffet.depth == 2  # afraidOf rule, then the isa/genls rule
@@ -69,7 +70,7 @@ def test_context_inheritance(sample: kb.KB) -> None:
 def test_depth_bound_is_visible_and_limits(sample: kb.KB) -> None:
     shallow = list(reads.query(sample, "(isa Muffet Organism)", "CxNursery", {"max-depth": 2}))
     assert answers(shallow) == []
-    assert cuts(shallow) == [kb.Cut("max-depth", 2, 0)]
+    assert cuts(shallow) == [types.Cut("max-depth", 2, 0)]
     deep = list(reads.query(sample, "(isa Muffet Organism)", "CxNursery", {"max-depth": 6}))
     assert answers(deep) == [{}]
     # a goal nothing can prove: no answers and no cut
@@ -90,14 +91,16 @@ def test_chaining_to_depth() -> None:
     assert len(recs[0].support) == 9
     assert not reads.query_p(k, "(p8 A)", "CxChain", {"max-depth": 7})
     esc = list(reads.escalate(k, "(p5 ?x)", "CxChain"))
-    assert [r.depth for r in esc if isinstance(r, kb.Answer)] == [5]
+    assert [r.depth for r in esc if isinstance(r, types.Answer)] == [5]
 
 
 def test_escalate_stops_at_exhaustion_or_ceiling() -> None:
     k = chain_kb(3)
     assert list(reads.escalate(k, "(p3 B)", "CxChain")) == []  # exhausted at depth 3, no cut
     loop = kb.load_edn("(in-context C) (implies (q ?x) (q ?x))")
-    assert list(reads.escalate(loop, "(q A)", "C", {"max-depth": 4})) == [kb.Cut("max-depth", 4, 0)]
+    assert list(reads.escalate(loop, "(q A)", "C", {"max-depth": 4})) == [
+        types.Cut("max-depth", 4, 0)
+    ]
 
 
 def explosive_kb() -> kb.KB:
@@ -112,11 +115,8 @@ def explosive_kb() -> kb.KB:
 
 def test_clock_cut_is_visible() -> None:
     k = explosive_kb()
-    t = time.perf_counter()
     recs = list(reads.query(k, "(reach N0 Nowhere)", "CxG", {"max-depth": 12, "max-ms": 50}))
-    elapsed = time.perf_counter() - t
-    assert recs == [kb.Cut("max-ms", 50, 0)]
-    assert elapsed < 5.0  # the search itself never ends: the clock ended it
+    assert recs == [types.Cut("max-ms", 50, 0)]  # the search itself never ends: the clock did
     with pytest.raises(kb.EngineRefusal) as e:
         reads.query_p(k, "(reach N0 Nowhere)", "CxG", {"max-depth": 12, "max-ms": 30})
     assert e.value.type == "clock-cut"
@@ -126,20 +126,20 @@ def test_clock_holds_a_slow_lazy_consumer() -> None:
     k = explosive_kb()
     gen = reads.query(k, "(reach N0 ?z)", "CxG", {"max-depth": 12, "max-ms": 100})
     got: list[Any] = []
-    t = time.perf_counter()
     for rec in gen:
         got.append(rec)
         time.sleep(0.02)  # the consumer is slow; the deadline is absolute
-    assert time.perf_counter() - t < 5.0  # a 100 ms budget, not the whole closure
-    assert isinstance(got[-1], kb.Cut)
+    assert isinstance(got[-1], types.Cut)
     assert got[-1].reason == "max-ms"
     assert got[-1].yielded == len(got) - 1
+    # each pause is at least 20 ms, so past five of them the 100 ms deadline has gone
+    # by however loaded the machine is: the clock, not the closure, ended the answers
+    assert got[-1].yielded <= 100 // 20 + 1
 
 
 def test_clocked_reads_default_to_the_ceiling() -> None:
     k = explosive_kb()
     gen = reads.query(k, "(reach N0 Nowhere)", "CxG", {"max-depth": 3})
-    assert declare.MAX_MS_CEILING == 10_000
     # not run to the end here: the clock object carries the ceiling
     frame = gen.gi_frame
     assert frame is not None
@@ -173,7 +173,7 @@ def test_nested_sentences_and_literals() -> None:
 
 def test_why_not_both_shapes(sample: kb.KB) -> None:
     recs = list(reads.why_not(sample, "(afraidOf Jack Muffet)", "CxNursery"))
-    fears = [r for r in recs if isinstance(r, kb.WhyNot)]
+    fears = [r for r in recs if isinstance(r, types.WhyNot)]
     assert fears
     assert not any(r.holds for r in fears)
     fears_rule = [r for r in fears if any(m[:2] == (S("fearsKind"), S("Jack")) for m in r.missing)]

@@ -5,8 +5,8 @@ tools, with their refusals, their bounds and their laziness."""
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import edn_format
@@ -15,14 +15,78 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vaelii_llm import kb, tools
-from vaelii_llm.kb import Answer, Cut, EngineRefusal
+from vaelii_llm.kb import EngineRefusal, _scenarios, _search_tree, _tacticians, _verdicts, _within
 from vaelii_llm.kb import _args as args
 from vaelii_llm.kb import _ops as ops
+from vaelii_llm.kb import _prover as prover_mod
 from vaelii_llm.kb import _reads as reads
-from vaelii_llm.kb import _search as search
 from vaelii_llm.kb._declare import MAX_MS_CEILING, declared
-from vaelii_llm.kb._query import Clock, Search
-from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._query import (
+    Bindings,
+    Clock,
+    Var,
+    candidates,
+    order_goals,
+    rename,
+    subst,
+    unify,
+)
+from vaelii_llm.kb._store import KB, symbol
+from vaelii_llm.kb._types import Answer, Cut, Sentex
+
+#: the search reads, each from its own module, and the prover they share
+search = SimpleNamespace(
+    **{
+        name: getattr(module, name)
+        for module in (_verdicts, _search_tree, _tacticians, _within, _scenarios, prover_mod)
+        for name in module.__all__
+    }
+)
+SEARCH_MODULES = {m.__name__ for m in (_verdicts, _search_tree, _tacticians, _within, _scenarios)}
+
+
+class Oracle:
+    """The slow reference the prover is property-tested against: SLD resolution as
+    nested generators, the engine's order (facts, then rules; the goal with the most
+    bound arguments first), written as plainly as it can be."""
+
+    def __init__(self, kb_: KB, cids: tuple[int, ...] | None, max_depth: int) -> None:
+        self.kb = kb_
+        self.cids = cids
+        self.max_depth = max_depth
+        self.different = kb_.term_id(symbol("different"))
+
+    def solve(
+        self, goals: tuple[Any, ...], b: Bindings, depth: int, support: tuple[int, ...], used: int
+    ) -> Iterator[tuple[Bindings, tuple[int, ...], int]]:
+        """Every proof of all `goals` under `b`: (bindings, support, depth used)."""
+        if not goals:
+            yield b, support, used
+            return
+        if len(goals) > 1:
+            goals = order_goals(goals, b, self.different)
+        goal, rest = goals[0], goals[1:]
+        g = subst(goal, b)
+        if self.different is not None and g[0] == self.different:
+            args_ = g[1:]
+            if not any(type(a) is Var for a in args_) and len(set(args_)) == len(args_):
+                yield from self.solve(rest, b, depth, support, used)
+            return
+        for h in candidates(self.kb, g, self.cids):
+            got = unify(g, self.kb.row(h), b)
+            if got is not None:
+                yield from self.solve(rest, got, depth, (*support, h), used)
+        if depth >= self.max_depth:
+            return
+        for rule in self.kb.rules_for(g[0] if type(g[0]) is int else -1, self.cids):
+            ants, cons = rename(self.kb, rule)
+            b2 = unify(cons, g, b)
+            if b2 is None:
+                continue
+            deeper = (*support, rule.handle)
+            for b3, sup, u in self.solve(ants, b2, depth + 1, deeper, max(used, depth + 1)):
+                yield from self.solve(rest, b3, depth, sup, u)
+
 
 S = edn_format.Symbol
 
@@ -52,7 +116,7 @@ def wide() -> KB:
 
 
 def handle_of(k: KB, text: str, context: str) -> int:
-    got = [s for s in reads.find_sentexes(k, text, context) if isinstance(s, kb.Sentex)]
+    got = [s for s in reads.find_sentexes(k, text, context) if isinstance(s, Sentex)]
     assert len(got) == 1, got
     return got[0].handle
 
@@ -111,10 +175,8 @@ def test_query_status_cut_by_the_depth_names_the_bound(sample: KB) -> None:
 
 
 def test_query_status_cut_by_the_clock(wide: KB) -> None:
-    t = time.monotonic()
     st = search.query_status(wide, "(q Z)", "CxWide", {"max-ms": 5})
-    assert (st.status, st.stopped_by, st.bound) == ("cut", "max-ms", 5)
-    assert time.monotonic() - t < 5  # the whole scan would take far longer unclocked
+    assert (st.status, st.stopped_by, st.bound) == ("cut", "max-ms", 5)  # the clock ended it
 
 
 # -- argue -------------------------------------------------------------------------------
@@ -249,12 +311,10 @@ def test_search_tree_cut_by_the_clock(wide: KB) -> None:
         ("(hasLegs ?x ?n)", None),
     ],
 )
-def test_depth_first_makes_the_engines_own_search(
-    sample: KB, goal: str, context: str | None
-) -> None:
+def test_depth_first_makes_the_oracles_search(sample: KB, goal: str, context: str | None) -> None:
     cids = args.visible_contexts(sample, context)
     pat = args.pattern(sample, edn_format.loads(goal), {})
-    solved = Search(sample, cids, 4, Clock(None)).solve((pat,), {}, 0, (), 0)
+    solved = Oracle(sample, cids, 4).solve((pat,), {}, 0, (), 0)
     engine = [(s, u) for _, s, u in solved]
     prover = search.Prover(sample, cids, 4, Clock(None))
     mine = [(st[2], st[3]) for st in search.depth_first(prover, prover.root((pat,)))]
@@ -307,12 +367,12 @@ def small_kbs(draw: st.DrawFn) -> tuple[str, str, int]:
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_kbs())
-def test_the_strategies_search_the_same_tree_as_the_engine(case: tuple[str, str, int]) -> None:
+def test_the_strategies_search_the_same_tree_as_the_oracle(case: tuple[str, str, int]) -> None:
     text, goal, depth = case
     k = kb.load_edn(text)
     cids = args.visible_contexts(k, "CxR")
     pat = args.pattern(k, edn_format.loads(goal), {})
-    solved = Search(k, cids, depth, Clock(None)).solve((pat,), {}, 0, (), 0)
+    solved = Oracle(k, cids, depth).solve((pat,), {}, 0, (), 0)
     engine = [(s, u) for _, s, u in solved]
     dfs = search.Prover(k, cids, depth, Clock(None))
     mine = [(st_[2], st_[3]) for st_ in search.depth_first(dfs, dfs.root((pat,)))]
@@ -370,7 +430,7 @@ def test_compare_tacticians_differ_where_the_first_branch_is_deep(sample: KB) ->
 def test_breadth_first_is_cut_when_its_frontier_is_full(
     sample: KB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(search, "MAX_FRONTIER", 5)
+    monkeypatch.setattr(prover_mod, "MAX_FRONTIER", 5)
     runs = search.compare_tacticians(sample, "(avoids ?x ?y)", "CxPets")
     bfs = next(r for r in runs if r.strategy == "breadth-first")
     assert bfs.status == "cut"
@@ -380,11 +440,9 @@ def test_breadth_first_is_cut_when_its_frontier_is_full(
 
 
 def test_compare_tacticians_shares_the_clock(wide: KB) -> None:
-    t = time.monotonic()
     runs = search.compare_tacticians(wide, "(q Z)", "CxWide", {"max-ms": 30})
     assert [(r.status, r.cut and r.cut.reason) for r in runs] == [("cut", "max-ms")] * 3
     assert all(r.cut is not None and r.cut.bound == 10 for r in runs)  # a third each
-    assert time.monotonic() - t < 5
 
 
 # -- ask-within and prove-within ------------------------------------------------------------
@@ -415,7 +473,6 @@ def test_prove_within_proves_with_rules(sample: KB) -> None:
 
 
 def test_the_within_reads_stop_at_their_budget(wide: KB) -> None:
-    t = time.monotonic()
     for w in (
         search.ask_within(wide, "(p ?x ?x)", "CxWide", {"max-ms": 5}),
         search.prove_within(wide, "(q Z)", "CxWide", {"max-ms": 5}),
@@ -424,7 +481,6 @@ def test_the_within_reads_stop_at_their_budget(wide: KB) -> None:
         assert w.cut is not None
         assert (w.cut.reason, w.cut.bound) == ("max-ms", 5)
         assert w.budget_ms == 5
-    assert time.monotonic() - t < 5
 
 
 # -- qualitative-scenarios ----------------------------------------------------------------------
@@ -542,7 +598,7 @@ def test_every_read_is_declared_a_clocked_read_in_the_op_table() -> None:
         d = declared(fn)
         assert d is not None
         assert (d.name, d.kind, d.clocked) == (name, "read", True)
-        assert fn.__module__ == "vaelii_llm.kb._search"
+        assert fn.__module__ in SEARCH_MODULES
         assert fn.__doc__
         assert len(fn.__doc__) > 200
 
@@ -595,8 +651,8 @@ async def test_a_tool_naming_no_max_ms_runs_under_the_ceiling(
     seen: list[int | None] = []
     real = args.clock
 
-    def spy(fn: Any, o: Any = None) -> Clock:
-        c = real(fn, o)
+    def spy(*o: Any) -> Clock:
+        c = real(*o)
         seen.append(c.budget_ms)
         return c
 

@@ -275,7 +275,7 @@ async def test_stdio_server_survives_malformed_requests_and_cancelled_reads(
         answered = (await wire.answer(5))["result"]
         assert answered["isError"] is False
 
-        slow_ids = list(range(100, 100 + tools.READ_WORKERS))
+        slow_ids = list(range(100, 100 + tools.Toolset(None).workers))
         for request_id in slow_ids:
             await wire.send(_call(request_id, {"name": "kb_query", "arguments": slow_goal}))
         await asyncio.sleep(0.5)  # let them reach their workers (either order passes)

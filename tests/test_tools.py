@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import functools
-import gc
 import inspect
 import itertools
 import os
@@ -27,8 +27,9 @@ from hypothesis_helpers import recursive
 from vaelii_llm import Message, Request, kb, tools
 from vaelii_llm import engine as engine_mod
 from vaelii_llm._edn import CLOCK_MARKER, CUT_MARKER
-from vaelii_llm.kb import KB, Context, Handle, Opts, Sentence
+from vaelii_llm.kb import KB
 from vaelii_llm.kb import _declare as declare
+from vaelii_llm.kb._types import Context, Handle, Sentence
 from vaelii_llm.tools import MAX_LIMIT, ToolResult
 
 NURSERY = """
@@ -67,7 +68,11 @@ def _with_ops(
 
 
 async def _call(
-    eng: engine_mod.Engine, kb_: Any, name: str, input: Any = None, max_result_chars: int = 4000
+    eng: engine_mod.Engine,
+    kb_: Any,
+    name: str,
+    input: Any = None,
+    max_result_chars: int = tools._MAX_RESULT_CHARS,
 ) -> ToolResult:
     return await tools.Toolset(kb_, engine=eng, max_result_chars=max_result_chars).call(name, input)
 
@@ -150,7 +155,7 @@ def test_schemas_list_every_read_except_the_excluded() -> None:
     assert len(names) == 24  # the spec's 24 named reads (ask-all is variadic: not a tool)
     assert list(tools.read_ops()) == sorted(tools.read_ops())  # sorted by op: byte-stable
     excluded = (
-        tools.write_ops()
+        tools.WRITE_OPS
         | EMBEDDED.feed_ops
         | tools.HOST_PATH_OPS
         | tools.UNBOUNDED_OPS
@@ -473,7 +478,10 @@ async def test_dispatch_calls_the_chosen_shape_positionally() -> None:
     seen: list[tuple[Any, ...]] = []
 
     def probe(
-        kb: KB, goal: Sentence, context: Context | None = None, opts: Opts | None = None
+        kb: KB,
+        goal: Sentence,
+        context: Context | None = None,
+        opts: declare.ProofOpts | None = None,
     ) -> str:
         """Records what it was given."""
         seen.append((goal, context, opts))
@@ -622,29 +630,46 @@ async def test_a_clocked_read_naming_no_max_ms_runs_under_the_ceiling(nursery: K
     ceiling = declare.MAX_MS_CEILING
     assert "query" in EMBEDDED.clocked
     assert (await _call(eng, nursery, "kb_query", {"goal": "(fears ?x ?y)"})).ok
-    assert seen[-1][1:] == (None, {"max-ms": ceiling})  # context left at its default
+    assert len(seen[-1]) == 1  # no options named: the op runs under its declared defaults
+    assert engine_mod.embedded().declaration("query").defaults.max_ms == ceiling  # type: ignore[union-attr]
     given = {"goal": "(fears ?x ?y)", "context": "CxWell", "opts": {"max-depth": 2}}
     assert (await _call(eng, nursery, "kb_query", given)).ok
-    assert seen[-1][2] == {"max-depth": 2, "max-ms": ceiling}
+    assert seen[-1][2] == declare.ProofOpts(max_depth=2, max_ms=ceiling)  # the typed Struct
     given["opts"] = {"max-ms": 50}
     assert (await _call(eng, nursery, "kb_query", given)).ok
-    assert seen[-1][2] == {"max-ms": 50}
+    assert seen[-1][2] == declare.ProofOpts(max_ms=50)
+
+
+async def test_a_calls_options_are_checked_once_into_the_declared_struct(
+    nursery: KB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[Any] = []
+    real = msgspec.convert
+
+    def counting(value: Any, cls: Any, **kw: Any) -> Any:
+        checked.append(cls)
+        return real(value, cls, **kw)
+
+    monkeypatch.setattr(msgspec, "convert", counting)
+    given = {"goal": "(fears ?x ?y)", "context": "CxWell", "opts": {"max-depth": 2}}
+    assert (await tools.call(nursery, "kb_query", given)).ok
+    assert checked == [declare.ProofOpts]  # by the tools; the op takes the Struct as it is
+    checked.clear()
+    assert (await tools.call(nursery, "kb_query", {"goal": "(fears ?x ?y)"})).ok
+    assert checked == []  # none named: the declared defaults, nothing to check
 
 
 async def test_the_printer_holds_a_clocked_answer_the_engine_does_not(nursery: KB) -> None:
-    def drip(kb: KB, opts: Opts | None = None) -> Iterator[int]:
+    def drip(kb: KB, opts: declare.ClockOpts = declare.CLOCK) -> Iterator[int]:
         """Answers slowly, never checking a clock."""
         for n in itertools.count():
             time.sleep(0.01)
             yield n
 
-    engine_mod.op("drip", opts=declare.ClockOpts, clocked=True)(drip)
-    eng = _with_ops(drip=drip)
-    start = time.perf_counter()
+    eng = _with_ops(drip=engine_mod.op("drip", opts=declare.ClockOpts, clocked=True)(drip))
     result = await _call(eng, nursery, "kb_drip", {"opts": {"max-ms": 100}})
     assert result.ok
-    assert result.text.endswith(CLOCK_MARKER)
-    assert time.perf_counter() - start < 5.0  # drip never ends: the printer ended it
+    assert result.text.endswith(CLOCK_MARKER)  # drip never ends: the printer ended it
 
 
 async def test_find_terms_naming_no_limit_gets_the_max() -> None:
@@ -659,10 +684,10 @@ async def test_find_terms_naming_no_limit_gets_the_max() -> None:
     many = kb.synthetic(5_000)  # 500 entities: more terms than the limit
     eng = _with_ops(**{"find-terms": find_terms})
     result = await _call(eng, many, "kb_find_terms", {"search": "E"}, max_result_chars=10**6)
-    assert seen[-1] == ("E", {"limit": MAX_LIMIT})
+    assert seen[-1] == ("E",)  # no options named: the declared default limit
     assert len(_edn(result)) == MAX_LIMIT
     await _call(eng, many, "kb_find_terms", {"search": "E", "opts": {"limit": 3}})
-    assert seen[-1] == ("E", {"limit": 3})
+    assert seen[-1] == ("E", declare.LimitOpts(limit=3))
 
 
 async def test_describe_naming_no_limit_gets_the_max() -> None:
@@ -681,12 +706,12 @@ async def test_describe_naming_no_limit_gets_the_max() -> None:
     before = many.stats["realized"]
     result = await _call(eng, many, "kb_describe", {"term": "isa"})
     assert result.ok
-    assert seen[-1] == (edn_format.Symbol("isa"), {"limit": MAX_LIMIT})
+    assert seen[-1] == (edn_format.Symbol("isa"),)
     assert many.stats["realized"] - before <= MAX_LIMIT
     await _call(eng, many, "kb_describe", {"term": "isa", "opts": {"limit": 3}})
-    assert seen[-1] == (edn_format.Symbol("isa"), {"limit": 3})
+    assert seen[-1] == (edn_format.Symbol("isa"), declare.LimitOpts(limit=3))
     opts = tools.schema("describe").input_schema["properties"]["opts"]["properties"]
-    assert f"{MAX_LIMIT} when none is named" in opts["limit"]["description"]
+    assert opts["limit"]["default"] == MAX_LIMIT  # the declared default, published
 
 
 # -- bounded, lazy results -----------------------------------------------------------
@@ -694,17 +719,14 @@ async def test_describe_naming_no_limit_gets_the_max() -> None:
 
 async def test_laziness_over_a_million_sentexes(big_kb: KB) -> None:
     before = big_kb.stats["realized"]
-    start = time.perf_counter()
     result = await tools.call(big_kb, "kb_sentexes_in_context", {"context": "CxSynthetic"})
-    elapsed = time.perf_counter() - start
     realized = big_kb.stats["realized"] - before
     assert result.ok
     assert result.text.endswith(CUT_MARKER)
-    assert len(result.text) == 4000 + len(CUT_MARKER)
+    assert len(result.text) == tools._MAX_RESULT_CHARS + len(CUT_MARKER)
     printed = result.text.count(":handle")
     assert realized <= printed + 1  # at most one record past what was printed
-    assert realized < 100  # a few dozen of 10^6
-    assert elapsed < 10.0  # the cost against 10^3 sentexes: tests/bench/bench_tools.py
+    assert realized < 100  # a few dozen of 10^6 (the cost: tests/bench/bench_tools.py)
     count = await tools.call(big_kb, "kb_sentex_count", {"context": "CxSynthetic"})
     assert int(count.text) > 900_000
 
@@ -791,62 +813,41 @@ def _slow_engine(
 
 
 async def test_the_loop_stays_responsive_while_8_slow_reads_run(nursery: KB) -> None:
-    # What is measured is the lag the engine's threads cause, not debug mode's
-    # own per-callback bookkeeping, so the loop runs at full speed here.
-    asyncio.get_running_loop().set_debug(False)
     running = _Running()
     eng = _slow_engine(running=running)
-    loop = asyncio.get_running_loop()
-    lags: list[float] = []
+    during: list[int] = []  # how many reads were running at each turn of the loop
     done = asyncio.Event()
 
     async def monitor() -> None:
         while not done.is_set():
-            start = loop.time()
-            await asyncio.sleep(0.005)
-            lags.append(loop.time() - start - 0.005)
+            await asyncio.sleep(0.001)
+            during.append(running.now)
 
-    # A full collection while this module's 10^6-sentex KB is alive pauses the
-    # loop thread for ~0.2 s by itself; that is the collector, not the reads.
-    gc.collect()
-    gc.disable()
-    try:
-        watcher = asyncio.create_task(monitor())
-        shared = tools.Toolset(nursery, engine=eng)  # one toolset: one bound
-        results = await asyncio.gather(*(shared.call("kb_slow", {"n": 100}) for _ in range(8)))
-        done.set()
-        await watcher
-    finally:
-        gc.enable()
+    watcher = asyncio.create_task(monitor())
+    shared = tools.Toolset(nursery, engine=eng)  # one toolset: one bound
+    results = await asyncio.gather(*(shared.call("kb_slow", {"n": 100}) for _ in range(8)))
+    done.set()
+    await watcher
     assert all(r.ok for r in results)
-    assert 1 < running.most <= tools.READ_WORKERS  # in threads, and bounded
+    assert 1 < running.most <= tools._READ_WORKERS  # in threads, and bounded
     assert len(running.reads) == 8
     assert threading.get_ident() not in {thread for thread, _ in running.reads}  # off the loop
-    assert len(lags) > 10
-    shortest = min(took for _, took in running.reads)
-    print(
-        f"loop lag: max {max(lags) * 1000:.1f} ms over {len(lags)} samples; "
-        f"shortest read {shortest * 1000:.0f} ms"
-    )
-    # A read run on the loop would hold it for the read's whole duration (each
-    # step spins to a wall-clock deadline, so at least 0.2 s however loaded the
-    # machine is, and longer when the machine stretches it), so no gap may be
-    # as long as the shortest read. In threads the loop waits only for the GIL:
-    # a few ms, tens under load (medians in tests/bench/bench_tools.py).
-    assert max(lags) < shortest, f"loop lag {max(lags) * 1000:.1f} ms >= a read ({shortest:.3f} s)"
+    # A read run on the loop would hold it for the read's whole duration, so no turn
+    # of the loop could see one running. In threads, the loop turns while they run:
+    # bound by events (turns seen mid-read), not by a lag figure a loaded machine
+    # stretches (the lag itself: tests/bench/bench_tools.py).
+    assert sum(1 for n in during if n) > 8, during
 
 
 async def test_cancellation_propagates_and_stops_the_worker(nursery: KB) -> None:
     stopped = threading.Event()
     eng = _slow_engine(stopped.set)
-    task = asyncio.create_task(_call(eng, nursery, "kb_slow", {"n": 10_000}))
+    task = asyncio.create_task(_call(eng, nursery, "kb_slow", {"n": 10**9}))
     await asyncio.sleep(0.1)
-    start = time.perf_counter()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.perf_counter() - start < 10.0  # well before the read's own ~20 s
-    assert await asyncio.to_thread(stopped.wait, 10.0)  # the generator was closed
+        await task  # returns at once: the read itself would run for weeks
+    await asyncio.to_thread(stopped.wait)  # and the worker closed the generator
 
 
 # -- never raises --------------------------------------------------------------------
@@ -930,11 +931,16 @@ def test_opts_schema_lists_exactly_the_keys_the_engine_reads() -> None:
             continue
         declared = eng.opts(op)
         assert declared is not None, op
-        assert list(opts["properties"]) == [s.key for s in engine_mod.option_specs(declared)]
+        keys = sorted(f.encode_name for f in msgspec.structs.fields(declared))
+        assert list(opts["properties"]) == keys
         assert opts["additionalProperties"] is False
+        whole = msgspec.json.schema(declared)  # published as msgspec's schema of it
+        assert opts["properties"] == whole["$defs"][declared.__name__]["properties"]
     query_opts = tools.schema("query").input_schema["properties"]["opts"]["properties"]
     assert query_opts["max-depth"]["maximum"] == declare.MAX_DEPTH_CEILING
     assert query_opts["max-ms"]["maximum"] == declare.MAX_MS_CEILING
+    assert query_opts["max-depth"]["default"] == declare.PROOF.max_depth
+    assert query_opts["max-ms"]["default"] == declare.MAX_MS_CEILING  # a clocked read's
     terms_opts = tools.schema("find-terms").input_schema["properties"]["opts"]["properties"]
     assert terms_opts["limit"]["maximum"] == tools.MAX_LIMIT
 
@@ -1036,20 +1042,20 @@ async def test_a_clocked_read_naming_no_max_ms_is_given_the_ceiling(op: str) -> 
     result = await toolset.call(tools.tool_name(op), given)
     assert result.ok, result.error
     declared = EMBEDDED.opts(op)
-    if declared is None or "max-ms" not in {s.key for s in engine_mod.option_specs(declared)}:
+    if declared is None or "max_ms" not in declared.__struct_fields__:
         # no max-ms option: the printer's deadline holds it (checked below for ask?)
         assert op == "ask?", op
         return
-    ceiling = next(s.ceiling for s in engine_mod.option_specs(declared) if s.key == "max-ms")
-    assert ceiling == declare.MAX_MS_CEILING
-    assert seen[-1]["opts"]["max-ms"] == ceiling, seen[-1]
+    ceiling = declare.MAX_MS_CEILING
+    assert "opts" not in seen[-1]  # none named: the op's own default, the ceiling
+    assert sig.parameters["opts"].default.max_ms == ceiling
     # and a named max-ms is kept, one past the ceiling refused
     widest = max(toolset._table.by_op[op].shapes, key=lambda s: s.size)
     given = {p.name: _SAMPLE_ARG[p.kind] for p in widest.taken if p.kind != "opts"}
     opts_given = {**given, "opts": {"max-ms": 7}}
     named = await toolset.call(tools.tool_name(op), opts_given)
     assert named.ok, named.error
-    assert seen[-1]["opts"]["max-ms"] == 7
+    assert seen[-1]["opts"].max_ms == 7
     over = await toolset.call(tools.tool_name(op), {**given, "opts": {"max-ms": ceiling + 1}})
     assert over.error is not None
     assert over.error.startswith("over-ceiling:")
@@ -1063,8 +1069,13 @@ async def test_a_clocked_read_with_no_max_ms_option_is_held_by_the_printer() -> 
             yield n
 
     engine_mod.op("dawdle", clocked=True)(dawdle)
-    eng = EMBEDDED.with_ops({"dawdle": dawdle}).replace(max_ms=100)
-    result = await _call(eng, None, "kb_dawdle", {"sentence": "(a)", "context": "Cx"})
+    eng = EMBEDDED.with_ops({"dawdle": dawdle})
+    tool = tools.Toolset(None, engine=eng)._table.by_op["dawdle"]
+    assert tool.defaults == declare.CLOCK  # no options declared: the clock's default
+    short = dataclasses.replace(tool, defaults=declare.ClockOpts(max_ms=100))
+    toolset = tools.Toolset(None, engine=eng)
+    toolset._table.by_name[tool.name] = short
+    result = await toolset.call("kb_dawdle", {"sentence": "(a)", "context": "Cx"})
     assert result.ok
     assert result.text.endswith(CLOCK_MARKER)
 
@@ -1096,7 +1107,7 @@ def test_a_toolset_answers_what_the_module_functions_answer() -> None:
     assert msgspec.json.encode(toolset.schemas()) == msgspec.json.encode(tools.schemas())
     assert toolset.schemas(only={"query"}) == tools.schemas(only={"query"})
     assert toolset.schema("query") == tools.schema("query")
-    assert toolset.write_ops() == tools.write_ops() == tools.WRITE_OPS
+    assert toolset.write_ops() == tools.WRITE_OPS
     with pytest.raises(AttributeError):
         tools.NOT_A_SET  # noqa: B018
 

@@ -56,6 +56,8 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from vaelii_llm.kb._types import MAX_NESTING
+
 __all__ = [
     "CLOCK_MARKER",
     "CUT_MARKER",
@@ -67,9 +69,10 @@ __all__ = [
     "write",
 ]
 
-MAX_DEPTH: Final = 64
-"""Deepest bracket nesting :func:`read` accepts. A sentence nests a few levels;
-the bound keeps the parser and every consumer of its value off the stack limit."""
+MAX_DEPTH: Final = MAX_NESTING
+"""Deepest bracket nesting :func:`read` accepts: the engine's own cap on a sentence
+(`vaelii_llm.kb._types.MAX_NESTING`), so the parser and every consumer of its value
+stay off the stack limit."""
 
 MAX_TEXT_CHARS: Final = 32_768
 """Longest argument text :func:`read` accepts. edn-format parses at roughly
@@ -356,6 +359,26 @@ def _frame(value: object) -> Iterator[object] | str:
         return _map_frame(value)
     if isinstance(value, Set):
         return _seq_frame(_OPEN_SET, _CLOSE_MAP, value)
+    text = _atom_text(value)
+    if text is not None:
+        return text
+    try:
+        items = iter(value)  # type: ignore[call-overload]
+    except TypeError:
+        return repr(value)
+    return _seq_frame(_OPEN_VEC, _CLOSE_VEC, items)
+
+
+def _atom_text(value: object) -> str | None:
+    """The text of an atom the writer's type table does not hold (a subclass of
+    ``str``, ``int`` or ``float``, or a type EDN spells its own way); None for any
+    other value."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):  # IntEnum and friends (bool is in the table)
+        return _Tok(_int_text(value))
+    if isinstance(value, float):
+        return _Tok(_float_text(value))
     if isinstance(value, Decimal):
         return _Tok(str(value) + "M") if value.is_finite() else _Tok(_float_text(float(value)))
     if isinstance(value, Fraction):
@@ -372,20 +395,26 @@ def _frame(value: object) -> Iterator[object] | str:
             return _Tok(":" + value.name)
     if isinstance(value, bytes | bytearray | memoryview):
         return repr(value)
-    try:
-        items = iter(value)  # type: ignore[call-overload]
-    except TypeError:
-        return repr(value)
-    return _seq_frame(_OPEN_VEC, _CLOSE_VEC, items)
+    return None
 
 
-_SIMPLE: dict[type, Callable[[Any], str]] = {
-    int: _int_text,
-    float: _float_text,
+def _write_text(writer: _Writer, text: str) -> bool:
+    """A :class:`_Tok` as it is, any other ``str`` as an EDN string."""
+    return writer.write(text) if type(text) is _Tok else _write_string(writer, text)
+
+
+#: How each exact type of atom prints: a writer of it (anything else goes to `_frame`).
+_ATOMS: dict[type, Callable[[_Writer, Any], bool]] = {
+    _Tok: _Writer.write,
+    str: _write_string,
+    int: lambda writer, value: writer.write(_int_text(value)),
+    float: lambda writer, value: writer.write(_float_text(value)),
+    bool: lambda writer, value: writer.write("true" if value else "false"),
+    type(None): lambda writer, _: writer.write("nil"),
 }
 
 
-def write(  # noqa: C901
+def write(
     value: object,
     max_chars: int,
     *,
@@ -409,6 +438,7 @@ def write(  # noqa: C901
     writer = _Writer(max_chars)
     stack: list[Iterator[object]] = [iter((value,))]
     clocked_out = False
+    atoms = _ATOMS
     try:
         while stack:
             if (deadline is not None and time.monotonic() > deadline) or (
@@ -418,37 +448,19 @@ def write(  # noqa: C901
                 break
             if checkpoint is not None:
                 checkpoint()
-            try:
-                item = next(stack[-1])
-            except StopIteration:
+            item = next(stack[-1], _DONE)
+            if item is _DONE:
                 stack.pop()
                 continue
-            cls = type(item)
-            if cls is _Tok:
-                ok = writer.write(item)  # type: ignore[arg-type]
-            elif item is None:
-                ok = writer.write("nil")
-            elif item is True:
-                ok = writer.write("true")
-            elif item is False:
-                ok = writer.write("false")
-            elif cls in _SIMPLE:
-                ok = writer.write(_SIMPLE[cls](item))
-            elif isinstance(item, str):
-                ok = _write_string(writer, item)
-            elif isinstance(item, int):  # bool is handled above; IntEnum and friends
-                ok = writer.write(_int_text(item))
-            elif isinstance(item, float):
-                ok = writer.write(_float_text(item))
-            else:
+            emit = atoms.get(type(item))
+            if emit is None:
                 frame = _frame(item)
-                if isinstance(frame, _Tok):
-                    ok = writer.write(frame)
-                elif isinstance(frame, str):
-                    ok = _write_string(writer, frame)
-                else:
+                if not isinstance(frame, str):
                     stack.append(frame)
                     continue
+                ok = _write_text(writer, frame)
+            else:
+                ok = emit(writer, item)
             if not ok:
                 break
     finally:
@@ -460,6 +472,10 @@ def write(  # noqa: C901
     if writer.cut:
         return Written(text + CUT_MARKER, True)
     return Written(text, False)
+
+
+_DONE: Final = object()
+"""What ``next`` answers for a frame that has nothing more to print."""
 
 
 def _close(iterator: object) -> None:

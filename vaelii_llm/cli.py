@@ -218,7 +218,7 @@ def _add_ask(commands: Any) -> None:
     )
 
 
-async def _call(name: str, raw_input: str, kb_path: str | None, limit: int) -> int:
+async def _call(name: str, raw_input: str, kb_path: str | None, limit: int | None) -> int:
     from vaelii_llm import kb, tools
 
     try:
@@ -227,7 +227,8 @@ async def _call(name: str, raw_input: str, kb_path: str | None, limit: int) -> i
         print(f"the input is not JSON: {exc}", file=sys.stderr)
         return 2
     base = kb.load_edn(kb_path) if kb_path else kb.sample()
-    result = await tools.call(base, name, arguments, max_result_chars=limit)
+    bound = {} if limit is None else {"max_result_chars": limit}  # else the tools' default
+    result = await tools.call(base, name, arguments, **bound)
     print(result.text)
     return 0 if result.ok else 1
 
@@ -329,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         "input", nargs="?", default="", help='a JSON object, e.g. \'{"goal": "(isa ?x Mammal)"}\''
     )
     call.add_argument("--kb", dest="kb_path", help="an EDN file to load instead of the sample KB")
-    call.add_argument("--max-chars", type=int, default=4000, help="bound on the printed result")
+    call.add_argument("--max-chars", type=int, help="bound on the printed result")
     vote = commands.add_parser("vote", help="a majority yes/no vote over the pool")
     vote.add_argument("question")
     vote.add_argument("--votes", type=int, default=3)

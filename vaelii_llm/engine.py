@@ -2,17 +2,18 @@
 
 An engine is described by an `Engine`: its op table (op name such as
 ``"find-sentexes"`` or ``"ask?"`` -> the engine function), its refusal type and its
-version. Everything else is read off each function's own declaration (`op`, from
-`vaelii_llm.kb._declare`): its kind (read, write, irreversible, host-path, unbounded,
-feed, kb-less), its options Struct (whose bounds are the ceilings) and whether the
-clock holds it. `embedded()` describes the engine this package ships
+version. Everything else is read off each function's own declaration (`op`): its
+kind (read, write, irreversible, host-path, unbounded, feed, kb-less), its options
+(an `Options` Struct whose fields carry the defaults and, as bounds, the ceilings)
+and whether the clock holds it. `embedded()` describes the engine this package ships
 (`vaelii_llm.kb`); any other engine whose functions carry the same declarations
 plugs into `vaelii_llm.tools` unchanged.
 
 Engine functions take the KB first; their other parameters are annotated with the
-markers of `ARG_KINDS` (or plain ``int``/``str``/``bool``), several shapes are
-declared with `typing.overload`, and their docstrings are written for a model to
-read. Nothing model-side lives here or in `vaelii_llm.kb`.
+markers `Sentence`, `Context`, `Term` and `Handle`, their options Struct (the
+parameter ``opts``), or plain ``int``/``str``/``bool``; several shapes are declared
+with `typing.overload`, and their docstrings are written for a model to read.
+Nothing model-side lives here or in `vaelii_llm.kb`.
 """
 
 from __future__ import annotations
@@ -28,55 +29,50 @@ from vaelii_llm.kb._declare import (
     HOST_PATH,
     IRREVERSIBLE,
     KBLESS,
-    MAX_LIMIT,
-    MAX_MS_CEILING,
-    READ,
     UNBOUNDED,
     WRITE,
     Declared,
     Options,
-    check_options,
-    declared,
     op,
-    option_specs,
 )
+
+# re-exported for the tools (not public: not in __all__)
+from vaelii_llm.kb._declare import MAX_LIMIT as MAX_LIMIT
+from vaelii_llm.kb._declare import READ as READ
+from vaelii_llm.kb._declare import check_options as check_options
+from vaelii_llm.kb._declare import declared as declared
 from vaelii_llm.kb._types import (
     IRREVERSIBLE_ATTR,
     Context,
-    EngineRefusal,
     Handle,
-    Opts,
     Sentence,
     Term,
 )
+from vaelii_llm.kb._types import EngineRefusal as EngineRefusal
 
 __all__ = [
-    "ARG_KINDS",
-    "MAX_LIMIT",
-    "READ",
-    "Declared",
+    "Context",
     "Engine",
-    "EngineRefusal",
+    "Handle",
     "Options",
-    "check_options",
-    "declared",
+    "Sentence",
+    "Term",
     "embedded",
     "irreversible",
-    "is_irreversible",
     "op",
-    "option_specs",
 ]
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Annotation -> the kind of value a parameter takes. The tools map a kind to a JSON
-#: schema; "sentence", "context" and "term" travel as strings holding EDN.
+#: Annotation -> the kind of value a parameter takes (an `Options` subclass: "opts").
+#: The tools map a kind to a JSON schema; "sentence", "context" and "term" travel as
+#: strings holding EDN.
 ARG_KINDS: Final[Mapping[object, str]] = {
     Sentence: "sentence",
     Context: "context",
     Term: "term",
     Handle: "handle",
-    Opts: "opts",
     int: "integer",
     str: "string",
     bool: "boolean",
@@ -116,8 +112,6 @@ class Engine:
     ops: Mapping[str, Callable[..., Any]]
     refusal: type[Exception]
     version: str = ""
-    #: the budget a clocked op that takes no ``max-ms`` option runs under
-    max_ms: int = MAX_MS_CEILING
 
     def replace(self, **changes: Any) -> Engine:
         """A copy with some fields changed (`dataclasses.replace`), e.g. an extra op."""
@@ -170,8 +164,8 @@ class Engine:
 
     @property
     def clocked(self) -> frozenset[str]:
-        """The ops the clock holds: they run under their ``max-ms`` ceiling (or
-        `max_ms`) when the call names no ``max-ms``."""
+        """The ops the clock holds: a call naming no ``max-ms`` runs under the
+        declaration's default (`Declared.defaults`)."""
         return frozenset(
             op for op, fn in self.ops.items() if (d := declared(fn)) is not None and d.clocked
         )

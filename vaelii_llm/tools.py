@@ -4,7 +4,8 @@ Nothing here is transcribed. The tools are the ops the engine
 (:func:`vaelii_llm.engine.embedded` by default) declares reads (``@op(...,
 kind=READ)``, :mod:`vaelii_llm.kb._declare`), and each tool's parameters, shapes and
 description come from the engine function's own signature (``typing.overload``
-shapes included), docstring and declared options Struct. A read added to the engine
+shapes included), docstring and declared options Struct (published as its
+:func:`msgspec.json.schema`, defaults and ceilings included). A read added to the engine
 becomes a tool with no edit here; an op declared anything else, or declared
 nothing, never does.
 
@@ -26,8 +27,9 @@ A :class:`Toolset` holds one KB, its engine's derived table and its call bound.
 :meth:`Toolset.call` runs one tool call and never raises (cancellation propagates):
 every failure is a :class:`ToolResult` with ``ok=False`` and an ``error`` that
 starts with the refusal's type (``over-ceiling: …``, ``unexpected-argument: …``).
-Options are checked by the engine's own :func:`vaelii_llm.engine.check_options`
-against the op's declared Struct, the one place a ceiling is checked. The engine
+A call's options are checked once, into the op's declared Struct, by the engine's
+own ``check_options`` (the one place a ceiling is held), and the op receives the
+Struct; a call naming none runs under the declared defaults. The engine
 read and the printing of its answer run in a worker thread, at most ``workers``
 at once per toolset, so a slow read never blocks the loop. The answer is printed
 by :func:`vaelii_llm._edn.write`, which realizes a lazy answer only as far as
@@ -39,6 +41,7 @@ engine.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import inspect
 import re
@@ -63,10 +66,8 @@ from vaelii_llm.engine import MAX_LIMIT, READ, EngineRefusal, Options
 __all__ = [
     "HOST_PATH_OPS",
     "MAX_LIMIT",
-    "READ_WORKERS",
     "UNBOUNDED_OPS",
     "WRITE_OPS",
-    "ToolRefusal",
     "ToolResult",
     "Toolset",
     "call",
@@ -75,7 +76,6 @@ __all__ = [
     "schema",
     "schemas",
     "tool_name",
-    "write_ops",
 ]
 
 WRITE_OPS: frozenset[str]
@@ -104,23 +104,29 @@ def __getattr__(name: str) -> frozenset[str]:
     return frozenset(derive(_default().engine))
 
 
-READ_WORKERS: Final = 2
+_READ_WORKERS: Final = 2
 """Engine reads one toolset runs at once by default, each in a worker thread; more
 calls wait their turn. A pure-Python engine read holds the GIL while it computes, so
 more threads add no throughput and lengthen the event loop's own wait for the GIL
-(measured here, 8 CPU-bound reads at once: loop lag at most ~14 ms with 2
-workers, ~42 ms with 4); two keep one long read from holding up every other."""
+(tests/bench/bench_tools.py measures the lag with 2 and 4); two keep one long read
+from holding up every other."""
 
-GIL_SLICE_S: Final = 0.001
+_GIL_SLICE_S: Final = 0.001
 """How long a worker printing an answer holds the GIL before it steps aside."""
 
-CLOCK_GRACE_S: Final = 0.1
+_CLOCK_GRACE_S: Final = 0.1
 """How long past a read's ``max-ms`` the printer keeps realizing before it cuts the
 answer itself. The engine's own clock normally ends the answer first, with a
 record saying so; this is the backstop for one it does not reach."""
 
+_MAX_RESULT_CHARS: Final = 4000
+"""How much of an answer a call prints by default (``max_result_chars``)."""
+
+_NAME_MAX: Final = 64
+"""The longest tool name the providers' identifier grammar allows."""
+_NAME_GRAMMAR = re.compile(rf"^[a-zA-Z0-9_-]{{1,{_NAME_MAX}}}$")
+
 _EDN_KINDS: Final = frozenset({"sentence", "context", "term"})
-_NAME_GRAMMAR = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 # -- results and refusals ----------------------------------------------------------------
@@ -146,11 +152,12 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return ToolResultBlock(tool_use_id=tool_use_id, content=self.text, is_error=not self.ok)
 
 
-class ToolRefusal(Exception):
+class _ToolRefusal(Exception):
     """A call the tools refuse before (or instead of) reaching the engine.
 
-    ``type``: ``unknown-tool``, ``bad-input``, ``missing-argument``, ``unknown-option``,
-    ``unexpected-argument``, ``bad-argument``, ``over-ceiling`` or ``bad-option``.
+    ``type``: ``unknown-tool``, ``bad-input``, ``missing-argument``,
+    ``unexpected-argument`` or ``bad-argument``. (An option is refused by the
+    engine's ``check_options``: ``unknown-option``, ``bad-option``, ``over-ceiling``.)
     """
 
     def __init__(self, type_: str, message: str) -> None:
@@ -197,18 +204,18 @@ class _Tool:
     shapes: tuple[_Shape, ...]
     schema: ToolSchema
     opts: type[Options]  # the declared options Struct (no keys when none is declared)
-    clocked: bool
+    defaults: Options | None  # what a call naming no options runs under
 
 
 def tool_name(op: str) -> str:
     """The tool name for an op: ``find-sentexes`` -> ``kb_find_sentexes``,
     ``ask?`` -> ``kb_ask_p`` (distinct from ``kb_ask``).
 
-    Munged to the providers' identifier grammar ``^[a-zA-Z0-9_-]{1,64}$``.
+    Munged to the providers' identifier grammar (``_NAME_GRAMMAR``), cut to its length.
     """
     munged = op.replace("?", "_p").replace("!", "_bang").replace("-", "_")
     munged = re.sub(r"[^a-zA-Z0-9_]", "_", munged)
-    return ("kb_" + munged)[:64]
+    return ("kb_" + munged)[:_NAME_MAX]
 
 
 def _kind_names() -> dict[str, str]:
@@ -232,6 +239,8 @@ def _kind_of(annotation: object) -> str:
         if len(members) == 1:
             return _kind_of(members[0])
         return "json"
+    if isinstance(annotation, type) and issubclass(annotation, Options):
+        return "opts"
     try:
         kind = engine_mod.ARG_KINDS.get(annotation)
     except TypeError:  # unhashable annotation
@@ -309,7 +318,7 @@ _SENTENCE: Final = {
 }
 
 
-def _property(kind: str, opts: type[Options], clocked: bool) -> dict[str, Any]:
+def _property(kind: str, opts: type[Options]) -> dict[str, Any]:
     if kind == "sentence":
         return dict(_SENTENCE)
     if kind == "sentences":
@@ -332,40 +341,30 @@ def _property(kind: str, opts: type[Options], clocked: bool) -> dict[str, Any]:
     if kind == "handle":
         return {"type": "integer", "description": "A sentex handle, e.g. 42."}
     if kind == "opts":
-        return _opts_property(opts, clocked)
+        return copy.deepcopy(_opts_property(opts))
     if kind in ("integer", "string", "boolean", "number"):
         return {"type": kind}
     return {}
 
 
-def _opts_property(opts: type[Options], clocked: bool) -> dict[str, Any]:
-    """The opts object with exactly the keys the op's declared Struct has, each
-    bounded by its ceiling, so the model cannot name a key nothing reads."""
-    properties: dict[str, Any] = {}
-    for spec in engine_mod.option_specs(opts):
-        prop: dict[str, Any] = {"type": spec.json_kind}
-        if spec.least is not None or spec.ceiling is not None:
-            prop.update(minimum=spec.least, maximum=spec.ceiling)
-        note = None
-        if spec.key == "max-ms" and clocked:
-            note = f"it runs under {spec.ceiling} when none is named"
-        elif spec.json_kind == "integer" and spec.default is not None:
-            note = f"{spec.default} when none is named"
-        if spec.description is not None:
-            prop["description"] = (
-                spec.description.removesuffix(".") + f"; {note}." if note else spec.description
-            )
-        properties[spec.key] = prop
-    return {
-        "type": "object",
-        "description": "Options, a JSON object with kebab-case keys; any other key is refused.",
-        "properties": properties,
-        "additionalProperties": False,
-    }
+@functools.cache
+def _opts_property(opts: type[Options]) -> dict[str, Any]:
+    """The opts object: :func:`msgspec.json.schema` of the op's declared Struct (each
+    key's type, bounds, default and description), its keys sorted so the tool list is
+    byte-stable, described as every options object is. Any other key is refused."""
+    whole = msgspec.json.schema(opts)
+    out: dict[str, Any] = dict(whole["$defs"][whole["$ref"].rsplit("/", 1)[-1]])
+    out.pop("title", None)
+    out["description"] = _OPTS_DESCRIPTION
+    out["properties"] = dict(sorted(out["properties"].items()))
+    return out
+
+
+_OPTS_DESCRIPTION: Final = "Options, a JSON object with kebab-case keys; any other key is refused."
 
 
 def _build_schema(
-    op: str, fn: Callable[..., Any], shapes: Sequence[_Shape], opts: type[Options], clocked: bool
+    op: str, fn: Callable[..., Any], shapes: Sequence[_Shape], opts: type[Options]
 ) -> ToolSchema:
     properties: dict[str, dict[str, Any]] = {}
     kinds: dict[str, list[str]] = {}
@@ -374,7 +373,7 @@ def _build_schema(
             if p.kind not in kinds.setdefault(p.name, []):
                 kinds[p.name].append(p.kind)
     for name, ks in kinds.items():
-        props = [_property(k, opts, clocked) for k in ks]
+        props = [_property(k, opts) for k in ks]
         properties[name] = props[0] if len(props) == 1 else {"anyOf": props}
     required = [n for n in kinds if all(n in s.names for s in shapes)]
     description = inspect.cleandoc(inspect.getdoc(fn) or f"The engine's {op} read.")
@@ -421,8 +420,8 @@ class _Table:
                     f"{name!r}; rename one, or a model could not tell them apart"
                 )
             opts = d.opts if d.opts is not None else Options
-            schema = _build_schema(op, fn, shapes, opts, d.clocked)
-            tools[name] = _Tool(op, name, fn, shapes, schema, opts, d.clocked)
+            schema = _build_schema(op, fn, shapes, opts)
+            tools[name] = _Tool(op, name, fn, shapes, schema, opts, d.defaults)
         self.by_name = tools
         self.ops = tuple(t.op for t in tools.values())
         self.by_op = {t.op: t for t in tools.values()}
@@ -437,7 +436,7 @@ def _select(tool: _Tool, given: Mapping[str, Any]) -> _Shape:
     fitting = [s for s in tool.shapes if set(s.names) <= supplied]
     every = " | ".join(s.spelled() for s in tool.shapes)
     if not fitting:
-        raise ToolRefusal(
+        raise _ToolRefusal(
             "missing-argument",
             f"{tool.name} was given {_spell(supplied)}, which completes none of its "
             f"shapes; its shapes are {every}",
@@ -452,7 +451,7 @@ def _select(tool: _Tool, given: Mapping[str, Any]) -> _Shape:
             hint = f"; {best.spelled()} takes them and also needs " + _spell(
                 set(best.names) - supplied
             )
-        raise ToolRefusal(
+        raise _ToolRefusal(
             "unexpected-argument",
             f"{tool.name} was given {_spell(extra)}, which the shape the input selected, "
             f"{shape.spelled()}, does not take; an argument is never dropped{hint}. "
@@ -474,25 +473,25 @@ def _convert(p: _Param, value: Any) -> Any:
         if isinstance(value, str):  # one string holding an EDN list of them
             return edn.read(value, p.name)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ToolRefusal(
+            raise _ToolRefusal(
                 "bad-argument", f'{p.name} must be an array of sentence strings, e.g. ["(isa A B)"]'
             )
         return [edn.read(v, p.name) for v in value]
     if kind in ("handle", "integer"):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ToolRefusal("bad-argument", f"{p.name} must be a whole number, e.g. 42")
+            raise _ToolRefusal("bad-argument", f"{p.name} must be a whole number, e.g. 42")
         return value
     if kind == "number":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ToolRefusal("bad-argument", f"{p.name} must be a number")
+            raise _ToolRefusal("bad-argument", f"{p.name} must be a number")
         return value
     if kind == "string":
         if not isinstance(value, str):
-            raise ToolRefusal("bad-argument", f"{p.name} must be a string")
+            raise _ToolRefusal("bad-argument", f"{p.name} must be a string")
         return value
     if kind == "boolean":
         if not isinstance(value, bool):
-            raise ToolRefusal("bad-argument", f"{p.name} must be true or false")
+            raise _ToolRefusal("bad-argument", f"{p.name} must be true or false")
         return value
     if kind == "opts":
         return _opts(p.name, value)
@@ -504,12 +503,12 @@ def _opts(name: str, value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         value = edn.read(value, name)
     if not isinstance(value, Mapping):
-        raise ToolRefusal("bad-argument", f'{name} must be a JSON object, e.g. {{"max-depth": 3}}')
+        raise _ToolRefusal("bad-argument", f'{name} must be a JSON object, e.g. {{"max-depth": 3}}')
     out: dict[str, Any] = {}
     for key, item in value.items():
         text = getattr(key, "name", key)  # an EDN keyword reads as its name
         if not isinstance(text, str):
-            raise ToolRefusal("bad-argument", f"{name} keys must be strings, got {key!r}")
+            raise _ToolRefusal("bad-argument", f"{name} keys must be strings, got {key!r}")
         out[text.removeprefix(":")] = item
     return out
 
@@ -528,40 +527,27 @@ class _Call:
     deadline: float | None
 
 
-def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any], eng: engine_mod.Engine) -> _Call:
-    """Read the arguments; check the options against the op's declared Struct (the
-    engine's `check_options`: keys, types, ceilings; a clocked read's ``max-ms`` and
-    a declared default such as ``limit`` filled in when the call names none)."""
+def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any]) -> _Call:
+    """Read the arguments, the options checked into the op's declared Struct (the
+    engine's ``check_options``, once: the op receives the Struct as it is). The
+    printer's deadline is the options' ``max-ms`` (the declared default when the call
+    names no options) plus :data:`_CLOCK_GRACE_S`."""
     values = {p.name: _convert(p, given[p.name]) for p in shape.taken}
-    opts_param = next((p for p in shape.params if p.kind == "opts"), None)
-    taken = list(shape.taken)
-    opts: dict[str, Any] = {}
-    if opts_param is not None:
-        opts = engine_mod.check_options(
-            tool.name, tool.opts, values.get(opts_param.name), clocked=tool.clocked
-        )
-        if opts and opts_param not in taken:
-            index = shape.params.index(opts_param)
-            skipped = shape.params[shape.size : index]
-            if all(p.has_default and p.default is not ... for p in skipped):
-                for p in skipped:
-                    values[p.name] = p.default
-                taken = list(shape.params[: index + 1])
-        if opts_param in taken:
-            values[opts_param.name] = opts
-    max_ms = opts.get("max-ms")
-    if max_ms is None and tool.clocked:
-        max_ms = eng.max_ms
+    opts = tool.defaults
+    for p in shape.taken:
+        if p.kind == "opts":
+            opts = values[p.name] = engine_mod.check_options(tool.name, tool.opts, values[p.name])
+    max_ms = getattr(opts, "max_ms", None)
     deadline = None
-    if isinstance(max_ms, int) and not isinstance(max_ms, bool):
-        deadline = time.monotonic() + max(0.0, max_ms / 1000) + CLOCK_GRACE_S
-    args = [values[p.name] for p in taken if not p.keyword_only]
-    kwargs = {p.name: values[p.name] for p in taken if p.keyword_only}
+    if type(max_ms) is int:
+        deadline = time.monotonic() + max(0.0, max_ms / 1000) + _CLOCK_GRACE_S
+    args = [values[p.name] for p in shape.taken if not p.keyword_only]
+    kwargs = {p.name: values[p.name] for p in shape.taken if p.keyword_only}
     return _Call(args, kwargs, deadline)
 
 
 class _GilYield:
-    """Releases the GIL for a moment once a worker has held it for :data:`GIL_SLICE_S`.
+    """Releases the GIL for a moment once a worker has held it for :data:`_GIL_SLICE_S`.
 
     A pure-Python engine read holds the GIL while it computes; with several such
     reads at once the event loop's thread waits behind all of them for it (several
@@ -576,7 +562,7 @@ class _GilYield:
 
     def __call__(self) -> None:
         now = time.perf_counter()
-        if now - self.last >= GIL_SLICE_S:
+        if now - self.last >= _GIL_SLICE_S:
             time.sleep(0)
             self.last = time.perf_counter()
 
@@ -586,12 +572,11 @@ def _run(
     tool: _Tool,
     shape: _Shape,
     given: Mapping[str, Any],
-    eng: engine_mod.Engine,
     max_chars: int,
     stop: threading.Event,
 ) -> str:
     """The worker thread's part: read the arguments, call the engine, print the answer."""
-    prepared = _prepare(tool, shape, given, eng)
+    prepared = _prepare(tool, shape, given)
     answer = tool.fn(kb, *prepared.args, **prepared.kwargs)
     written = edn.write(
         answer, max_chars, deadline=prepared.deadline, stop=stop, checkpoint=_GilYield()
@@ -629,8 +614,8 @@ class Toolset:
         kb: Any,
         *,
         engine: engine_mod.Engine | None = None,
-        workers: int = READ_WORKERS,
-        max_result_chars: int = 4000,
+        workers: int = _READ_WORKERS,
+        max_result_chars: int = _MAX_RESULT_CHARS,
     ) -> None:
         if type(workers) is not int or workers < 1:
             raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
@@ -696,8 +681,9 @@ class Toolset:
         not take is refused, naming the shape selected and every shape the op has.
         Sentence, context and term arguments are read as EDN, never evaluated. An
         option past its declared ceiling (``max-depth``, ``max-ms``, ``limit``:
-        :data:`MAX_LIMIT`) is refused ``over-ceiling``; a clocked read that names no
-        ``max-ms`` runs under the ceiling. The answer is printed as EDN, at most
+        :data:`MAX_LIMIT`) is refused ``over-ceiling``; a call naming no option runs
+        under the op's declared default (a clocked read's ``max-ms`` is the ceiling).
+        The answer is printed as EDN, at most
         ``max_result_chars`` of it plus :data:`vaelii_llm._edn.CUT_MARKER` when cut.
 
         Every failure (unknown tool, bad input, a refusal of the engine's, an engine
@@ -715,14 +701,14 @@ class Toolset:
         try:
             tool = table.by_name.get(name) if isinstance(name, str) else None
             if tool is None:
-                raise ToolRefusal(
+                raise _ToolRefusal(
                     "unknown-tool",
                     f"no read tool is named {_json(name)}; the tools are "
                     + ", ".join(table.by_name),
                 )
             given: Any = {} if input is None else input
             if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
-                raise ToolRefusal(
+                raise _ToolRefusal(
                     "bad-input",
                     f"the input of {tool.name} must be a JSON object, not {_json(input)}",
                 )
@@ -735,7 +721,6 @@ class Toolset:
                     tool,
                     shape,
                     given,
-                    self.engine,
                     max_chars,
                     stop,
                     abandon_on_cancel=True,
@@ -745,7 +730,7 @@ class Toolset:
                 stop.set()  # a cancelled or failed caller: the worker stops printing
                 raise
             return ToolResult(ok=True, result=text)
-        except (ToolRefusal, edn.EDNRefusal) as refusal:
+        except (_ToolRefusal, edn.EDNRefusal) as refusal:
             message = str(refusal)
             if not message.startswith(refusal.type):
                 message = f"{refusal.type}: {message}"
@@ -775,11 +760,6 @@ def read_ops() -> tuple[str, ...]:
     return _default().ops
 
 
-def write_ops() -> frozenset[str]:
-    """The embedded engine's ops no model may reach (:data:`WRITE_OPS`)."""
-    return _default().write_ops()
-
-
 def schema(op: str) -> ToolSchema:
     """The tool schema of one exposed read; ``KeyError`` for any other op."""
     return _default().schema(op)
@@ -797,8 +777,10 @@ def op_of(name: str) -> str | None:
     return _default().op_of(name)
 
 
-async def call(kb: Any, name: str, input: Any = None, max_result_chars: int = 4000) -> ToolResult:
+async def call(
+    kb: Any, name: str, input: Any = None, max_result_chars: int = _MAX_RESULT_CHARS
+) -> ToolResult:
     """Run one tool call against ``kb`` on the embedded engine (see
-    :meth:`Toolset.call`); never raises. Calls share the default toolset's
-    :data:`READ_WORKERS` slots."""
+    :meth:`Toolset.call`); never raises. Calls share the default toolset's worker
+    slots."""
     return await _default()._call(kb, name, input, max_result_chars)

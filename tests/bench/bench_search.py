@@ -1,4 +1,5 @@
-"""Benchmark: the proof-search reads (`vaelii_llm.kb._search`) through the tools.
+"""Benchmark: the proof-search reads (`vaelii_llm.kb._verdicts`, `_search_tree`,
+`_tacticians`, `_within`, `_scenarios`, all on `_prover`) through the tools.
 
 Two measurements:
 
@@ -20,7 +21,7 @@ import time
 from typing import Any
 
 from vaelii_llm import kb, tools
-from vaelii_llm.kb import _search as search
+from vaelii_llm.kb import _tacticians as tacticians
 
 CALLS = 100
 WARMUP = 30
@@ -72,9 +73,9 @@ def _strategies() -> None:
     sample = kb.sample()
     print(f"\n{'goal (sample KB)':34} {'strategy':20} {'steps':>6} {'median ms':>10}")
     for goal, context in GOALS:
-        runs: dict[str, list[search.TacticianRun]] = {}
+        runs: dict[str, list[tacticians.TacticianRun]] = {}
         for _ in range(30):
-            for run in search.compare_tacticians(sample, goal, context):
+            for run in tacticians.compare_tacticians(sample, goal, context):
                 runs.setdefault(run.strategy, []).append(run)
         for strategy, done in runs.items():
             ms = statistics.median(r.ms for r in done)

@@ -3,8 +3,8 @@
 Sentences are EDN lists such as ``(isa Muffet Spider)``, each stored as a *sentex*
 with an integer handle in a *context*; contexts inherit from their parents through
 ``(genlCtx Child Parent)``; rules are ``(implies (and a b ...) c)``; variables start
-with ``?``. The op table (`vaelii_llm.kb._ops.OPS`) is what `vaelii_llm.engine`
-describes to the tools.
+with ``?``. The ops, their answer records and their options live in the private
+modules; `vaelii_llm.engine.embedded` describes them (its op table) to the tools.
 
 This package knows nothing of models: it imports no provider, tool or transport.
 """
@@ -12,42 +12,7 @@ This package knows nothing of models: it imports no provider, tool or transport.
 from __future__ import annotations
 
 from vaelii_llm.kb._io import load_edn, open, sample, save, synthetic
-from vaelii_llm.kb._store import KB, Subscription
-from vaelii_llm.kb._types import (
-    Answer,
-    Change,
-    Context,
-    ContextInfo,
-    Cut,
-    EngineRefusal,
-    Handle,
-    Opts,
-    Problem,
-    Sentence,
-    Sentex,
-    Term,
-    WhyNot,
-)
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._types import EngineRefusal
 
-__all__ = [
-    "KB",
-    "Answer",
-    "Change",
-    "Context",
-    "ContextInfo",
-    "Cut",
-    "EngineRefusal",
-    "Handle",
-    "Opts",
-    "Problem",
-    "Sentence",
-    "Sentex",
-    "Subscription",
-    "Term",
-    "WhyNot",
-    "load_edn",
-    "open",
-    "sample",
-    "save",
-    "synthetic",
-]
+__all__ = ["KB", "EngineRefusal", "load_edn", "open", "sample", "save", "synthetic"]

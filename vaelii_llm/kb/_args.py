@@ -1,30 +1,26 @@
 """Argument reading for the embedded engine's ops: sentences, contexts, terms and
-handles as the ops take them, and each op's options checked against its declaration.
-
-An op names itself to `options` and `clock` by its own function, so its declaration
-(`vaelii_llm.kb._declare.op`) is the only place its options, ceilings and clock live.
+handles as the ops take them. (An op's options arrive checked, as its declared Struct:
+see `vaelii_llm.kb._declare`.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 
-from vaelii_llm.kb._declare import MAX_MS_CEILING, check_options, declared
+from vaelii_llm.kb._declare import CLOCK, Options
 from vaelii_llm.kb._query import Clock, Foreign, Var
 from vaelii_llm.kb._store import KB, edn_module, is_symbol, symbol, term_name
-from vaelii_llm.kb._types import EngineRefusal, Sentex
+from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal, Sentex
 
 __all__ = [
-    "MAX_NESTING",
     "check_arity",
     "clock",
     "context_ids",
     "context_symbol",
     "edn_str",
     "encode",
+    "goal",
     "handle",
-    "options",
     "parse_edn",
     "pattern",
     "read_context",
@@ -33,8 +29,6 @@ __all__ = [
     "term",
     "visible_contexts",
 ]
-
-MAX_NESTING: Final = 32
 
 # -- argument checking -----------------------------------------------------------
 
@@ -50,7 +44,7 @@ def parse_edn(text: str, what: str) -> Any:
 
 def _check_member(x: Any, depth: int) -> None:
     if type(x) is tuple:
-        if depth > MAX_NESTING:
+        if depth >= MAX_NESTING:  # the sentence itself is depth 0: one bracket deep
             raise EngineRefusal("malformed-sentence", f"nested deeper than {MAX_NESTING}")
         if not x:
             raise EngineRefusal("malformed-sentence", "an empty list () is not a sentence")
@@ -79,6 +73,13 @@ def sentence(x: Any, what: str = "sentence") -> tuple[Any, ...]:
         )
     _check_member(x, 0)
     return x
+
+
+def goal(kb: KB, x: Any, what: str = "goal") -> tuple[Any, ...]:
+    """A sentence argument whose predicate's declared arity it keeps."""
+    sent = sentence(x, what)
+    check_arity(kb, sent)
+    return sent
 
 
 def context_symbol(x: Any) -> Any:
@@ -181,21 +182,7 @@ def context_ids(kb: KB) -> list[int]:
     return sorted(ids)
 
 
-def options(fn: Callable[..., Any], raw: Any) -> dict[str, Any]:
-    """The options of a call to the declared op `fn`, checked against its declaration
-    (`vaelii_llm.kb._declare.check_options`): by key, defaults filled, and a clocked
-    op's ``max-ms`` the ceiling when none is named."""
-    d = declared(fn)
-    if d is None:
-        raise TypeError(f"{fn!r} is not a declared op")
-    return check_options(d.name, d.opts, raw, clocked=d.clocked)
-
-
-def clock(fn: Callable[..., Any], o: Mapping[str, Any] | None = None) -> Clock:
-    """The clock of a call to `fn`: its ``max-ms``, else the ceiling when `fn` is
-    declared clocked, else none."""
-    ms = (o or {}).get("max-ms")
-    d = declared(fn)
-    if ms is None and d is not None and d.clocked:
-        ms = MAX_MS_CEILING
-    return Clock(ms)
+def clock(o: Options = CLOCK) -> Clock:
+    """The clock of a call whose options are `o`: its ``max-ms`` (an op that takes no
+    options runs under `CLOCK`'s, the ceiling); none when `o` has no ``max-ms``."""
+    return Clock(getattr(o, "max_ms", None))

@@ -14,6 +14,7 @@ import msgspec
 
 from vaelii_llm.kb import _args as arg
 from vaelii_llm.kb._declare import (
+    CLOCK,
     HOST_PATH,
     READ,
     UNBOUNDED,
@@ -36,7 +37,6 @@ from vaelii_llm.kb._types import (
     Context,
     Cut,
     EngineRefusal,
-    Opts,
     Problem,
     Sentex,
 )
@@ -54,16 +54,15 @@ __all__ = [
 
 @op("kb-integrity", kind=READ, opts=ClockOpts, clocked=True)
 def kb_integrity(
-    kb: KB, context: Context | None = None, opts: Opts | None = None
+    kb: KB, context: Context | None = None, opts: ClockOpts = CLOCK
 ) -> Iterator[Problem | Cut]:
     """Check the KB's consistency: context inheritance cycles, rules whose conclusion
     has a variable no condition binds, rules with a condition nothing can satisfy, and
     sentences that break a declared (arity pred n). One problem record per finding;
     none means no problem found. opts: max-ms.
     """
-    o = arg.options(kb_integrity, opts)
     cids = arg.visible_contexts(kb, context)
-    return _integrity(kb, cids, arg.clock(kb_integrity, o))
+    return _integrity(kb, cids, arg.clock(opts))
 
 
 class Diff(msgspec.Struct, frozen=True):

@@ -14,7 +14,7 @@ What the audits check is what the KB declares about its predicates:
 * ``(functional P)``: P gives one value in its last argument for given other
   arguments, in every context's view.
 
-Proofs here go as deep as the engine's depth ceiling (12), the deepest any bounded
+Proofs here go as deep as the engine's depth ceiling, the deepest any bounded
 read may go; recursive rules need some bound to end.
 """
 
@@ -27,8 +27,8 @@ import msgspec
 
 from vaelii_llm.kb import _args as arg
 from vaelii_llm.kb._declare import MAX_DEPTH_CEILING, UNBOUNDED, op
-from vaelii_llm.kb._query import Clock, Search, Var, candidates, subst, to_edn
-from vaelii_llm.kb._search import Prover, depth_first
+from vaelii_llm.kb._prover import Prover
+from vaelii_llm.kb._query import Clock, Var, candidates, is_ground, subst, to_edn
 from vaelii_llm.kb._store import KB, symbol, term_name
 from vaelii_llm.kb._types import Context, Problem, Sentence
 
@@ -77,7 +77,7 @@ def explain_levels(kb: KB, sentence: Sentence, context: Context | None = None) -
 
     Level 0 is the goal and the fact or rule that proves it; level k holds the
     conditions of the rules used at level k-1 and what proves each of them, down to
-    stored facts. Every proof within the depth ceiling (12) is built, in query's order,
+    stored facts. Every proof within the depth ceiling is built, in query's order,
     however many there are: an unbounded read.
     """
     sent = arg.sentence(sentence)
@@ -87,7 +87,7 @@ def explain_levels(kb: KB, sentence: Sentence, context: Context | None = None) -
     pat = arg.pattern(kb, sent, names)
     prover = Prover(kb, cids, MAX_DEPTH_CEILING, Clock(None), traced=True)
     out: list[Explanation] = []
-    for state in depth_first(prover, prover.root((pat,))):
+    for state in prover.solve((pat,)):
         b = state[1]
         by_level: dict[int, list[Step]] = {}
         for goal, depth, by, handle in state[4] or ():
@@ -167,7 +167,7 @@ def all_specified_violations(kb: KB) -> list[Problem]:
             if len(got) <= place:
                 continue  # an arity problem, reported above when declared
             goal = (isa, got[place], kind)
-            search = Search(kb, kb.ancestors(cid), MAX_DEPTH_CEILING, Clock(None))
+            search = Prover(kb, kb.ancestors(cid), MAX_DEPTH_CEILING, Clock(None))
             if not search.prove(goal):
                 out.append(
                     Problem(
@@ -213,9 +213,9 @@ def all_functional_at_instant_violations(kb: KB) -> list[Problem]:
                     continue
                 values: dict[tuple[Any, ...], dict[Any, tuple[int, ...]]] = {}
                 prover = Prover(kb, kb.ancestors(cid), MAX_DEPTH_CEILING, Clock(None))
-                for state in depth_first(prover, prover.root((pat,))):
+                for state in prover.solve((pat,)):
                     got = subst(pat, state[1])
-                    if not _ground(got):
+                    if not is_ground(got):
                         continue
                     values.setdefault(got[1:-1], {}).setdefault(got[-1], state[2])
                 for key, vals in values.items():
@@ -237,10 +237,6 @@ def all_functional_at_instant_violations(kb: KB) -> list[Problem]:
                         )
                     )
     return out
-
-
-def _ground(p: Any) -> bool:
-    return all(_ground(x) if type(x) is tuple else type(x) is not Var for x in p)
 
 
 def _arities(kb: KB, pred: int) -> set[int]:

@@ -2,11 +2,18 @@
 
 ``@op("query", kind=READ, opts=ProofOpts, clocked=True)`` on an engine function says
 everything the engine and the tools know about the op: its name, its kind, its
-options (a `msgspec.Struct` whose field bounds, ``Annotated[int, Meta(ge=…, le=…)]``,
-are the ceilings) and whether the clock holds it. The op table
-(`vaelii_llm.kb.table`), the engine description (`vaelii_llm.engine.embedded`) and
-the tools' exclusions and schemas are read off these declarations; `check_options`
-is the one place a ceiling is checked.
+options and whether the clock holds it. The options are a `msgspec.Struct` whose
+fields carry the real defaults and bounds (``Annotated[int, Meta(ge=…, le=…)]``, the
+bounds being the ceilings); the tools publish its `msgspec.json.schema` (keys sorted). The
+op table (`vaelii_llm.kb._ops`), the engine description (`vaelii_llm.engine.embedded`)
+and the tools' exclusions are read off these declarations.
+
+An op's options are checked once, by `check_options`, the one place a ceiling is held:
+a caller's mapping (a tool call's JSON object, an EDN map) becomes the op's Struct at
+the op's own boundary (the wrapper `op` puts around a function that declares options),
+and an instance of the Struct passes through unchecked (the tools check the model's
+options themselves, so each refusal names the tool). The function body always receives
+the typed Struct, defaults filled.
 
 The kinds: ``read`` (a model may call it), ``write`` (changes state), ``irreversible``
 (a write that cannot be undone; also carries the irreversible mark), ``host-path``
@@ -17,7 +24,9 @@ op nobody declared, or declared anything else, never reaches a model.
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, TypeVar
@@ -28,16 +37,18 @@ from msgspec import Meta
 from vaelii_llm.kb._types import IRREVERSIBLE_ATTR, EngineRefusal
 
 __all__ = [
-    "DECLARATION_ATTR",
-    "DEFAULT_MAX_DEPTH",
+    "CLOCK",
     "FEED",
     "HOST_PATH",
     "IRREVERSIBLE",
     "KBLESS",
     "KINDS",
+    "LIMIT",
+    "LIST",
     "MAX_DEPTH_CEILING",
     "MAX_LIMIT",
     "MAX_MS_CEILING",
+    "PROOF",
     "READ",
     "UNBOUNDED",
     "WRITE",
@@ -49,13 +60,11 @@ __all__ = [
     "ListOpts",
     "MaxDepth",
     "MaxMs",
-    "OptionSpec",
     "Options",
     "ProofOpts",
     "check_options",
     "declared",
     "op",
-    "option_specs",
 ]
 
 Kind = Literal["read", "write", "irreversible", "host-path", "unbounded", "feed", "kb-less"]
@@ -71,7 +80,6 @@ KINDS: Final = frozenset({READ, WRITE, IRREVERSIBLE, HOST_PATH, UNBOUNDED, FEED,
 MAX_DEPTH_CEILING: Final = 12
 MAX_MS_CEILING: Final = 10_000
 MAX_LIMIT: Final = 100
-DEFAULT_MAX_DEPTH: Final = 6
 
 #: The function attribute holding an op's `Declared`.
 DECLARATION_ATTR: Final = "__vaelii_op__"
@@ -95,15 +103,16 @@ Limit = Annotated[int, Meta(ge=0, le=MAX_LIMIT, description="How many results to
 
 
 class ClockOpts(Options, frozen=True):
-    """A time budget."""
+    """A time budget. A clocked read that names none runs under the ceiling: this
+    field's default is the one place that rule is written."""
 
-    max_ms: MaxMs | None = None
+    max_ms: MaxMs = MAX_MS_CEILING
 
 
 class ProofOpts(ClockOpts, frozen=True):
     """A time budget and a proof depth."""
 
-    max_depth: MaxDepth | None = None
+    max_depth: MaxDepth = 6
 
 
 class ListOpts(ClockOpts, frozen=True):
@@ -115,37 +124,83 @@ class ListOpts(ClockOpts, frozen=True):
 
 
 class LimitOpts(Options, frozen=True):
-    """How many results to build; `MAX_LIMIT` when none is named."""
+    """How many results to build."""
 
     limit: Limit = MAX_LIMIT
 
 
+#: Each shared options Struct with every default, the default of an op's ``opts``.
+CLOCK: Final = ClockOpts()
+PROOF: Final = ProofOpts()
+LIST: Final = ListOpts()
+LIMIT: Final = LimitOpts()
+
+
 @dataclass(frozen=True, slots=True)
 class Declared:
-    """One op's declaration: what `op` attached to its function."""
+    """One op's declaration: what `op` attached to its function.
+
+    ``defaults`` is the options a call naming none runs under: the declared Struct
+    with every default, or, for a clocked op that takes no options, `CLOCK`.
+    """
 
     name: str
     kind: Kind
     opts: type[Options] | None
     clocked: bool
+    defaults: Options | None
 
 
 def op(
     name: str, *, kind: Kind = READ, opts: type[Options] | None = None, clocked: bool = False
 ) -> Callable[[F], F]:
-    """Declare an engine function an op (see the module docstring)."""
+    """Declare an engine function an op (see the module docstring).
+
+    A function that declares ``opts`` takes them as its parameter named ``opts``; the
+    declaration wraps it so a mapping given there is checked into the Struct (and a
+    missing one is the Struct's defaults) before the body runs.
+    """
     if kind not in KINDS:
         raise ValueError(f"{name}: unknown op kind {kind!r}")
     if opts is not None and not (isinstance(opts, type) and issubclass(opts, Options)):
         raise TypeError(f"{name}: opts must be an Options subclass, got {opts!r}")
+    defaults = opts() if opts is not None else (CLOCK if clocked else None)
+    declaration = Declared(name, kind, opts, clocked, defaults)
 
     def declare(fn: F) -> F:
-        setattr(fn, DECLARATION_ATTR, Declared(name, kind, opts, clocked))
+        out = fn if opts is None else _checking(fn, declaration)
+        setattr(out, DECLARATION_ATTR, declaration)
         if kind == IRREVERSIBLE:
-            setattr(fn, IRREVERSIBLE_ATTR, True)
-        return fn
+            setattr(out, IRREVERSIBLE_ATTR, True)
+        return out
 
     return declare
+
+
+def _checking(fn: F, d: Declared) -> F:
+    """`fn` with its ``opts`` argument checked against `d` on the way in."""
+    code = getattr(fn, "__code__", None)
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if code else ()
+    if "opts" not in names:
+        raise TypeError(f"{d.name}: declares options but takes no parameter named opts")
+    at = names.index("opts")
+    positional = code is not None and at < code.co_argcount
+    cls = d.opts
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if positional and len(args) > at:
+            given = args[at]
+            if type(given) is not cls:
+                args = (*args[:at], _checked(given), *args[at + 1 :])
+        elif "opts" in kwargs and type(kwargs["opts"]) is not cls:
+            kwargs["opts"] = _checked(kwargs["opts"])
+        return fn(*args, **kwargs)
+
+    def _checked(given: Any) -> Any:
+        return d.defaults if given is None else check_options(d.name, cls, given)
+
+    return checked  # type: ignore[return-value]
 
 
 def declared(fn: object) -> Declared | None:
@@ -154,58 +209,42 @@ def declared(fn: object) -> Declared | None:
     return d if isinstance(d, Declared) else None
 
 
-@dataclass(frozen=True, slots=True)
-class OptionSpec:
-    """One options key as the schema publishes it and `check_options` holds it."""
+# -- checking options ------------------------------------------------------------------
 
-    key: str
-    attr: str
-    json_kind: str  # "integer", "boolean", "string" or "number"
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    """One options key as `check_options` explains a refusal of it."""
+
+    integer: bool
+    boolean: bool
     least: int | None
     ceiling: int | None
-    default: Any
-    description: str | None
 
 
-_SPECS: dict[type[Options], tuple[OptionSpec, ...]] = {}
+_FIELDS: dict[type[Options], dict[str, _Field]] = {}
 
 
-def option_specs(cls: type[Options]) -> tuple[OptionSpec, ...]:
-    """The keys of an options Struct, sorted by key, read off its fields."""
-    cached = _SPECS.get(cls)
+def _fields(cls: type[Options]) -> dict[str, _Field]:
+    """An options Struct's keys, read off its declaration (cached per Struct)."""
+    cached = _FIELDS.get(cls)
     if cached is not None:
         return cached
     info = msgspec.inspect.type_info(cls)
     assert isinstance(info, msgspec.inspect.StructType)
-    specs: list[OptionSpec] = []
-    for f in info.fields:
+    out: dict[str, _Field] = {}
+    for f in sorted(info.fields, key=lambda f: f.encode_name):
         t: Any = f.type
-        if isinstance(t, msgspec.inspect.UnionType):
-            members = [m for m in t.types if not isinstance(m, msgspec.inspect.NoneType)]
-            t = members[0] if len(members) == 1 else t
-        description = None
+        if isinstance(t, msgspec.inspect.UnionType):  # X | None reads as X
+            kept = [m for m in t.types if not isinstance(m, msgspec.inspect.NoneType)]
+            t = kept[0] if len(kept) == 1 else t
         if isinstance(t, msgspec.inspect.Metadata):
-            description = (t.extra_json_schema or {}).get("description")
             t = t.type
         if isinstance(t, msgspec.inspect.IntType):
-            least = t.ge if t.ge is not None else (t.gt + 1 if t.gt is not None else None)
-            ceiling = t.le if t.le is not None else (t.lt - 1 if t.lt is not None else None)
-            kind = "integer"
-        elif isinstance(t, msgspec.inspect.BoolType):
-            least = ceiling = None
-            kind = "boolean"
-        elif isinstance(t, msgspec.inspect.StrType):
-            least = ceiling = None
-            kind = "string"
-        elif isinstance(t, msgspec.inspect.FloatType):
-            least = ceiling = None
-            kind = "number"
+            out[f.encode_name] = _Field(True, False, t.ge, t.le)
         else:
-            raise TypeError(f"{cls.__name__}.{f.name}: an option is an int, bool, str or float")
-        default = None if f.default is msgspec.NODEFAULT else f.default
-        specs.append(OptionSpec(f.encode_name, f.name, kind, least, ceiling, default, description))
-    out = tuple(sorted(specs, key=lambda s: s.key))
-    _SPECS[cls] = out
+            out[f.encode_name] = _Field(False, isinstance(t, msgspec.inspect.BoolType), None, None)
+    _FIELDS[cls] = out
     return out
 
 
@@ -222,70 +261,71 @@ def _shown(v: Any) -> str:
     return text[:40]
 
 
-def check_options(
-    who: str, cls: type[Options] | None, raw: Any, *, clocked: bool = False
-) -> dict[str, Any]:
-    """``raw`` options checked against ``cls``; answers them by key, defaults filled.
+_AT = re.compile(r"at `\$\.(.+)`$")
 
-    The one place a ceiling is checked. Refused, never ignored: a key ``cls`` does
-    not have (``unknown-option``), a value of the wrong type or under the least the
-    key allows (``bad-option``), a number past its ceiling (``over-ceiling``). An
-    integral float reads as a whole number (JSON has one number type). A clocked op
-    naming no ``max-ms`` is given the ceiling.
+
+def check_options(who: str, cls: type[Options] | None, raw: Any) -> Options:
+    """``raw`` options checked into ``cls``, the one place a ceiling is held.
+
+    ``raw`` is a mapping (``None`` reads as an empty one; an `Options` instance as the
+    mapping it encodes to). Refused, never ignored: a key ``cls`` does not have
+    (``unknown-option``), a value of the wrong type or under the least the key allows
+    (``bad-option``), a number past its ceiling (``over-ceiling``). An integral float
+    reads as a whole number (JSON has one number type). ``who`` names the op (or the
+    tool) in a refusal.
     """
+    cls = cls if cls is not None else Options
     if raw is None:
         raw = {}
+    elif isinstance(raw, Options):
+        raw = msgspec.to_builtins(raw)
     if not isinstance(raw, Mapping):
         raise EngineRefusal(
             "bad-option", f'opts must be a map such as {{"max-depth": 3}}, got {raw!r}'[:200]
         )
-    specs = {s.key: s for s in option_specs(cls)} if cls is not None else {}
-    out: dict[str, Any] = {}
+    fields = _fields(cls)
+    plain: dict[str, Any] = {}
     for k, v in raw.items():
         key = _plain_key(k)
-        spec = specs.get(key) if isinstance(key, str) else None
-        if spec is None:
+        f = fields.get(key) if isinstance(key, str) else None
+        if f is None:
             raise EngineRefusal(
                 "unknown-option",
-                f"{who} reads no option {key!r}; it accepts: " + (", ".join(specs) or "none"),
+                f"{who} reads no option {key!r}; it accepts: " + (", ".join(fields) or "none"),
                 key=key,
-                accepted=sorted(specs),
+                accepted=list(fields),
             )
-        out[key] = _checked(spec, v)
-    for spec in specs.values():
-        if spec.key not in out:
-            if clocked and spec.key == "max-ms":
-                out[spec.key] = spec.ceiling
-            elif spec.default is not None:
-                out[spec.key] = spec.default
-    return out
-
-
-def _checked(spec: OptionSpec, v: Any) -> Any:
-    key = spec.key
-    if spec.json_kind == "integer":
-        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        if f.integer and type(v) is float and math.isfinite(v) and v.is_integer():
             v = int(v)
-        least = spec.least if spec.least is not None else -(2**63)
-        if isinstance(v, bool) or not isinstance(v, int) or v < least:
-            raise EngineRefusal(
-                "bad-option",
-                f"{key} must be a whole number of at least {least}, got {_shown(v)}",
-                key=key,
-            )
-        if spec.ceiling is not None and v > spec.ceiling:
-            raise EngineRefusal(
+        plain[key] = v
+    try:
+        return msgspec.convert(plain, cls)
+    except msgspec.ValidationError as exc:
+        raise _refusal(fields, plain, exc) from None
+
+
+def _refusal(fields: Mapping[str, _Field], given: Mapping[str, Any], exc: Exception) -> Exception:
+    """The refusal that says, in the option's own terms, why msgspec refused it."""
+    at = _AT.search(str(exc))
+    key = at.group(1) if at else ""
+    f = fields.get(key)
+    if f is None:
+        return EngineRefusal("bad-option", str(exc))
+    v = given[key]
+    if f.integer:
+        whole = type(v) is int
+        if whole and f.ceiling is not None and v > f.ceiling:
+            return EngineRefusal(
                 "over-ceiling",
-                f"{key} {v} is over the ceiling of {spec.ceiling}",
+                f"{key} {v} is over the ceiling of {f.ceiling}",
                 key=key,
                 value=v,
-                ceiling=spec.ceiling,
+                ceiling=f.ceiling,
             )
-        return v
-    if spec.json_kind == "boolean" and not isinstance(v, bool):
-        raise EngineRefusal("bad-option", f"{key} must be true or false", key=key)
-    if spec.json_kind == "string" and not isinstance(v, str):
-        raise EngineRefusal("bad-option", f"{key} must be a string", key=key)
-    if spec.json_kind == "number" and (isinstance(v, bool) or not isinstance(v, int | float)):
-        raise EngineRefusal("bad-option", f"{key} must be a number", key=key)
-    return v
+        least = f"of at least {f.least}, " if f.least is not None else ""
+        return EngineRefusal(
+            "bad-option", f"{key} must be a whole number {least}got {_shown(v)}", key=key
+        )
+    if f.boolean:
+        return EngineRefusal("bad-option", f"{key} must be true or false", key=key)
+    return EngineRefusal("bad-option", f"{key}: {exc}", key=key)

@@ -3,8 +3,8 @@
 ``OPS`` maps an op name (as the daemon names it: writes without ``!``) to its engine
 function: every function carrying `vaelii_llm.kb._declare.op` defined in one of
 `OP_MODULES`. Each function's declaration says its kind, options and clock; its
-parameters, their annotations (`Sentence`, `Context`, `Term`, `Handle`, `Opts`,
-``int``, ``str``) and its docstring are what a model reads when the op is published
+parameters, their annotations (`Sentence`, `Context`, `Term`, `Handle`, an options
+Struct, ``int``, ``str``) and its docstring are what a model reads when the op is published
 as a tool, so the docstrings are written for a model. Nothing else lists an op.
 """
 
@@ -28,7 +28,11 @@ OP_MODULES: Final = (
     "vaelii_llm.kb._reads",
     "vaelii_llm.kb._audits",
     "vaelii_llm.kb._writes",
-    "vaelii_llm.kb._search",
+    "vaelii_llm.kb._verdicts",
+    "vaelii_llm.kb._search_tree",
+    "vaelii_llm.kb._tacticians",
+    "vaelii_llm.kb._within",
+    "vaelii_llm.kb._scenarios",
     "vaelii_llm.kb._audits_whole",
     __name__,
 )

@@ -1,4 +1,5 @@
-"""Matching, unification and backward chaining over a `KB`, under a cooperative clock.
+"""Matching and unification over a `KB`, under a cooperative clock (the backward
+chaining built on them is `vaelii_llm.kb._prover`).
 
 A pattern is an internal sentence whose members are term ids (constants), `Var`
 objects (variables), `Foreign` objects (a constant the KB has never seen: it matches
@@ -20,14 +21,22 @@ from typing import Any
 from vaelii_llm.kb._store import KB, KEY_POSITIONS, Rule, symbol
 
 __all__ = [
+    "Bindings",
     "Clock",
     "ClockOut",
     "Foreign",
-    "Search",
     "Var",
     "answer_bindings",
     "candidates",
+    "is_functional",
+    "is_ground",
+    "ms_since",
+    "negation",
     "order_goals",
+    "other_value",
+    "rename",
+    "subst",
+    "to_edn",
     "unify",
 ]
 
@@ -219,97 +228,39 @@ def answer_bindings(kb: KB, names: Mapping[str, Var], b: Mapping[Var, Any]) -> d
     return {symbol(name): to_edn(kb, subst(v, dict(b))) for name, v in names.items()}
 
 
-class Search:
-    """One backward-chaining search: contexts, depth bound, clock, an excluded handle."""
-
-    def __init__(
-        self,
-        kb: KB,
-        cids: tuple[int, ...] | None,
-        max_depth: int,
-        clock: Clock,
-        exclude: int | None = None,
-    ) -> None:
-        self.kb = kb
-        self.cids = cids
-        self.max_depth = max_depth
-        self.clock = clock
-        self.exclude = exclude
-        self.depth_hit = False
-        self.different = kb.term_id(symbol("different"))
-
-    def facts(self, goal: tuple[Any, ...], b: Bindings) -> Iterator[tuple[Bindings, int]]:
-        kb = self.kb
-        g = subst(goal, b)
-        for h in candidates(kb, g, self.cids):
-            self.clock.check()
-            if h == self.exclude:
-                continue
-            got = unify(g, kb.row(h), b)
-            if got is not None:
-                yield got, h
-
-    def solve(
-        self, goals: tuple[Any, ...], b: Bindings, depth: int, support: tuple[int, ...], used: int
-    ) -> Iterator[tuple[Bindings, tuple[int, ...], int]]:
-        """Every way to prove all `goals` under `b`: (bindings, support handles, depth used)."""
-        if not goals:
-            yield b, support, used
-            return
-        self.clock.check()
-        if len(goals) > 1:
-            goals = order_goals(goals, b, self.different)
-        goal, rest = goals[0], goals[1:]
-        g = subst(goal, b)
-        if self.different is not None and g and g[0] == self.different:
-            args = g[1:]
-            if any(type(a) is Var for a in args):
-                return  # only decided on ground arguments
-            if len(set(args)) == len(args):
-                yield from self.solve(rest, b, depth, support, used)
-            return
-        kb = self.kb
-        for bf, h in self.facts(g, b):
-            yield from self.solve(rest, bf, depth, (*support, h), used)
-        head = g[0] if g and type(g[0]) is int else -1
-        rules = kb.rules_for(head, self.cids)
-        if not rules:
-            return
-        if depth >= self.max_depth:
-            self.depth_hit = True
-            return
-        for rule in rules:
-            if rule.handle == self.exclude:
-                continue
-            self.clock.check()
-            kb.stats["inferences"] += 1
-            ants, cons = rename(kb, rule)
-            b2 = unify(cons, g, b)
-            if b2 is None:
-                continue
-            for b3, sup, u in self.solve(
-                ants, b2, depth + 1, (*support, rule.handle), max(used, depth + 1)
-            ):
-                yield from self.solve(rest, b3, depth, sup, u)
-
-    def prove(self, goal: tuple[Any, ...], depth: int = 0) -> bool:
-        for _ in self.solve((goal,), {}, depth, (), 0):
-            return True
-        return False
-
-
 def rename(kb: KB, rule: Rule) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     names: dict[int, Var] = {}
     ants = tuple(to_pattern(kb, a, names) for a in rule.antecedents)
     return ants, to_pattern(kb, rule.consequent, names)
 
 
-def goal_vars(p: Any, out: dict[str, Var] | None = None) -> dict[str, Var]:
-    """The variables of a pattern, by name, in order of first appearance."""
-    out = {} if out is None else out
-    if type(p) is Var:
-        out.setdefault(p.name, p)
-    elif type(p) is tuple:
-        for x in p:
-            goal_vars(x, out)
-    return out
+def is_ground(p: Any) -> bool:
+    """Whether a pattern holds no variable."""
+    return all(is_ground(x) if type(x) is tuple else type(x) is not Var for x in p)
+
+
+def negation(kb: KB, pat: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``(not S)`` for S, and S for ``(not S)``."""
+    not_id = kb.sid("not")
+    if len(pat) == 2 and pat[0] == not_id and type(pat[1]) is tuple:
+        return tuple(pat[1])
+    return (not_id, pat)
+
+
+def is_functional(kb: KB, pred: Any, cids: tuple[int, ...] | None) -> bool:
+    """Whether a ``(functional pred)`` declaration is visible in `cids`."""
+    fid = kb.term_id(symbol("functional"))
+    if fid is None or type(pred) is not int:
+        return False
+    return any(kb.row(h) == (fid, pred) for h in candidates(kb, (fid, pred), cids))
+
+
+def other_value(pat: tuple[Any, ...]) -> tuple[tuple[Any, ...], Var]:
+    """`pat` with its last argument replaced by a fresh variable."""
+    v = Var("?other")
+    return (*pat[:-1], v), v
+
+
+def ms_since(t0: float) -> float:
+    """Milliseconds since `time.perf_counter` read `t0`, to the microsecond."""
+    return round((time.perf_counter() - t0) * 1000, 3)

@@ -10,30 +10,35 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
-from typing import Any, overload
+from typing import Any, Final, overload
 
 from vaelii_llm.kb import _args as arg
 from vaelii_llm.kb._declare import (
-    DEFAULT_MAX_DEPTH,
+    CLOCK,
     FEED,
+    LIMIT,
+    LIST,
     MAX_DEPTH_CEILING,
+    PROOF,
     READ,
     ClockOpts,
     LimitOpts,
     ListOpts,
+    MaxDepth,
     ProofOpts,
     op,
 )
+from vaelii_llm.kb._prover import Prover
 from vaelii_llm.kb._query import (
     Clock,
     ClockOut,
-    Search,
     Var,
     answer_bindings,
     candidates,
     rename,
     subst,
     to_edn,
+    unify,
 )
 from vaelii_llm.kb._store import (
     KB,
@@ -50,7 +55,6 @@ from vaelii_llm.kb._types import (
     Cut,
     EngineRefusal,
     Handle,
-    Opts,
     Sentence,
     Sentex,
     Term,
@@ -58,6 +62,8 @@ from vaelii_llm.kb._types import (
 )
 
 __all__ = [
+    "ESCALATE",
+    "EscalateOpts",
     "ask",
     "ask_all",
     "ask_p",
@@ -79,12 +85,21 @@ __all__ = [
     "why_not",
 ]
 
+
+class EscalateOpts(ClockOpts, frozen=True):
+    """A time budget and the deepest level to try: the ceiling when none is named."""
+
+    max_depth: MaxDepth = MAX_DEPTH_CEILING
+
+
+ESCALATE: Final = EscalateOpts()
+
 # -- reads -------------------------------------------------------------------------
 
 
 @op("find-sentexes", kind=READ, opts=ClockOpts, clocked=True)
 def find_sentexes(
-    kb: KB, pattern: Sentence, context: Context | None = None, opts: Opts | None = None
+    kb: KB, pattern: Sentence, context: Context | None = None, opts: ClockOpts = CLOCK
 ) -> Iterator[Sentex | Cut]:
     """Find stored sentences matching a pattern, e.g. (isa ?x Spider) or (fears Muffet ?y).
 
@@ -94,18 +109,12 @@ def find_sentexes(
     handle, context and sentence. opts: max-ms (time bound; the results stop with a
     cut record when it runs out).
     """
-    o = arg.options(find_sentexes, opts)
-    sent = arg.sentence(pattern, "pattern")
-    arg.check_arity(kb, sent)
+    sent = arg.goal(kb, pattern, "pattern")
     cids = arg.visible_contexts(kb, context)
-    pat = arg.pattern(kb, sent)
-    clock = arg.clock(find_sentexes, o)
-    return _find(kb, pat, cids, clock)
+    return _find(kb, arg.pattern(kb, sent), cids, arg.clock(opts))
 
 
 def _find(kb: KB, pat: Any, cids: tuple[int, ...] | None, clock: Clock) -> Iterator[Sentex | Cut]:
-    from vaelii_llm.kb._query import unify
-
     n = 0
     try:
         for h in candidates(kb, pat, cids):
@@ -118,19 +127,15 @@ def _find(kb: KB, pat: Any, cids: tuple[int, ...] | None, clock: Clock) -> Itera
 
 
 @op("sentexes-in-context", kind=READ, opts=ListOpts, clocked=True)
-def sentexes_in_context(
-    kb: KB, context: Context, opts: Opts | None = None
-) -> Iterator[Sentex | Cut]:
+def sentexes_in_context(kb: KB, context: Context, opts: ListOpts = LIST) -> Iterator[Sentex | Cut]:
     """List the sentexes stored in one context, oldest first.
 
     Only the context's own sentexes unless opts has inherited: true (then those of the
     contexts it inherits from follow). opts: max-ms, inherited.
     """
-    o = arg.options(sentexes_in_context, opts)
     cid = arg.read_context(kb, context)
-    cids = kb.ancestors(cid) if o.get("inherited") else (cid,)
-    clock = arg.clock(sentexes_in_context, o)
-    return _in_context(kb, cids, clock)
+    cids = kb.ancestors(cid) if opts.inherited else (cid,)
+    return _in_context(kb, cids, arg.clock(opts))
 
 
 def _in_context(kb: KB, cids: tuple[int, ...], clock: Clock) -> Iterator[Sentex | Cut]:
@@ -158,10 +163,9 @@ def ask_p(kb: KB, sentence: Sentence, context: Context) -> bool:
     Answers true or false. Variables are allowed: (isa ?x Spider) asks whether anything
     is stored as a spider. No rules are applied; use query? for what follows from rules.
     """
-    sent = arg.sentence(sentence)
-    arg.check_arity(kb, sent)
+    sent = arg.goal(kb, sentence, "sentence")
     cids = arg.visible_contexts(kb, context)
-    clock = arg.clock(ask_p)
+    clock = arg.clock()
     try:
         for _ in _find(kb, arg.pattern(kb, sent), cids, clock):
             return not isinstance(_, Cut)
@@ -174,7 +178,7 @@ def ask_p(kb: KB, sentence: Sentence, context: Context) -> bool:
 
 @op("ask", kind=READ, opts=ClockOpts, clocked=True)
 def ask(
-    kb: KB, sentence: Sentence, context: Context, opts: Opts | None = None
+    kb: KB, sentence: Sentence, context: Context, opts: ClockOpts = CLOCK
 ) -> Iterator[Answer | Cut]:
     """The variable bindings under which the sentence is stored in the context.
 
@@ -182,14 +186,11 @@ def ask(
     handle that says so. Stored facts only, the context's ancestors included; no rules.
     opts: max-ms.
     """
-    o = arg.options(ask, opts)
-    sent = arg.sentence(sentence)
-    arg.check_arity(kb, sent)
+    sent = arg.goal(kb, sentence, "sentence")
     cids = arg.visible_contexts(kb, context)
     names: dict[str, Var] = {}
     pat = arg.pattern(kb, sent, names)
-    clock = arg.clock(ask, o)
-    return _ask(kb, (pat,), names, cids, clock)
+    return _ask(kb, (pat,), names, cids, arg.clock(opts))
 
 
 def _ask(
@@ -199,13 +200,12 @@ def _ask(
     cids: tuple[int, ...] | None,
     clock: Clock,
 ) -> Iterator[Answer | Cut]:
-    search = Search(kb, cids, 0, clock)
     n = 0
     try:
-        for b, support, _ in search.solve(pats, {}, 0, (), 0):
+        for state in Prover(kb, cids, 0, clock).solve(pats):
             n += 1
             kb.stats["realized"] += 1
-            yield Answer(answer_bindings(kb, names, b), support, 0)
+            yield Answer(answer_bindings(kb, names, state[1]), state[2], 0)
     except ClockOut:
         yield Cut("max-ms", clock.budget_ms or 0, n)
 
@@ -223,29 +223,27 @@ def ask_all(kb: KB, context: Context, *sentences: Sentence) -> Iterator[Answer |
     cids = arg.visible_contexts(kb, context)
     names: dict[str, Var] = {}
     pats = tuple(arg.pattern(kb, s, names) for s in sents)
-    return _ask(kb, pats, names, cids, arg.clock(ask_all))
+    return _ask(kb, pats, names, cids, arg.clock())
 
 
 @op("query", kind=READ, opts=ProofOpts, clocked=True)
 def query(
-    kb: KB, goal: Sentence, context: Context | None = None, opts: Opts | None = None
+    kb: KB, goal: Sentence, context: Context | None = None, opts: ProofOpts = PROOF
 ) -> Iterator[Answer | Cut]:
     """Prove a goal from the stored facts and rules (backward chaining); answers lazily.
 
     Example: (afraid-of ?who Muffet) in CxNursery. Each answer gives the bindings of
     the goal's variables and the handles of the facts and rules that support it. Without
     a context, facts and rules of every context are used. opts: max-depth (how many rule
-    steps may nest, default 6), max-ms (time bound). When the time bound or the depth
+    steps may nest), max-ms (time bound); see the options. When the time bound or the depth
     bound stops the search, the answers end with a cut record saying which: no cut
     record and no answers means nothing proves the goal.
     """
-    o = arg.options(query, opts)
-    sent = arg.sentence(goal, "goal")
-    arg.check_arity(kb, sent)
+    sent = arg.goal(kb, goal)
     cids = arg.visible_contexts(kb, context)
-    clock = arg.clock(query, o)
+    clock = arg.clock(opts)
     kb.stats["queries"] += 1
-    return _query(kb, sent, cids, o.get("max-depth", DEFAULT_MAX_DEPTH), clock)
+    return _query(kb, sent, cids, opts.max_depth, clock)
 
 
 def _query(
@@ -258,11 +256,12 @@ def _query(
 ) -> Iterator[Answer | Cut]:
     names: dict[str, Var] = {}
     pat = arg.pattern(kb, sent, names)
-    search = Search(kb, cids, max_depth, clock, exclude)
+    search = Prover(kb, cids, max_depth, clock, exclude=exclude)
     seen: set[tuple[Any, ...]] = set()
     n = 0
     try:
-        for b, support, used in search.solve((pat,), {}, 0, (), 0):
+        for state in search.solve((pat,)):
+            b = state[1]
             key = tuple(subst(v, b) for v in names.values())
             if any(type(x) is Var for x in key):
                 key = (*key, len(seen))  # unbound answers are never merged
@@ -271,7 +270,7 @@ def _query(
             seen.add(key)
             n += 1
             kb.stats["realized"] += 1
-            yield Answer(answer_bindings(kb, names, b), support, used)
+            yield Answer(answer_bindings(kb, names, b), state[2], state[3])
     except ClockOut:
         yield Cut("max-ms", clock.budget_ms or 0, n)
         return
@@ -281,21 +280,19 @@ def _query(
 
 @op("query?", kind=READ, opts=ProofOpts, clocked=True)
 def query_p(
-    kb: KB, goal: Sentence, context: Context | None = None, opts: Opts | None = None
+    kb: KB, goal: Sentence, context: Context | None = None, opts: ProofOpts = PROOF
 ) -> bool:
     """Does the goal follow from the stored facts and rules? Answers true or false.
 
-    Like query, but stops at the first proof. false means no proof within max-depth
-    (default 6); if the time bound (max-ms) runs out first, the call is refused with
-    type clock-cut instead of answering false. opts: max-depth, max-ms.
+    Like query, but stops at the first proof. false means no proof within max-depth;
+    if the time bound (max-ms) runs out first, the call is refused with type clock-cut
+    instead of answering false. opts: max-depth, max-ms (see the options).
     """
-    o = arg.options(query_p, opts)
-    sent = arg.sentence(goal, "goal")
-    arg.check_arity(kb, sent)
+    sent = arg.goal(kb, goal)
     cids = arg.visible_contexts(kb, context)
-    clock = arg.clock(query_p, o)
+    clock = arg.clock(opts)
     kb.stats["queries"] += 1
-    for rec in _query(kb, sent, cids, o.get("max-depth", DEFAULT_MAX_DEPTH), clock):
+    for rec in _query(kb, sent, cids, opts.max_depth, clock):
         if isinstance(rec, Answer):
             return True
         if rec.reason == "max-ms":
@@ -311,7 +308,7 @@ def why_not(kb: KB, handle: Handle) -> Iterator[WhyNot | Cut]: ...
 
 @overload
 def why_not(
-    kb: KB, sentence: Sentence, context: Context, opts: Opts | None = None
+    kb: KB, sentence: Sentence, context: Context, opts: ProofOpts = PROOF
 ) -> Iterator[WhyNot | Cut]: ...
 
 
@@ -321,7 +318,7 @@ def why_not(
     kb: KB,
     handle: Handle | Sentence | None = None,
     context: Context | None = None,
-    opts: Opts | None = None,
+    opts: ProofOpts = PROOF,
     *,
     sentence: Sentence | None = None,
 ) -> Iterator[WhyNot | Cut]:
@@ -343,7 +340,7 @@ def why_not(
         target = handle
     exclude: int | None = None
     if type(target) is int:
-        if context is not None or opts is not None:
+        if context is not None or opts != PROOF:
             raise EngineRefusal(
                 "bad-argument",
                 "why-not with a handle takes nothing else: (handle) or (sentence, context, opts)",
@@ -351,19 +348,15 @@ def why_not(
         h = arg.handle(kb, target)
         sent = kb.to_edn(kb.row(h))
         cids: tuple[int, ...] | None = kb.ancestors(kb.row_context(h))
-        o: dict[str, Any] = {}
         exclude = h
     else:
         if context is None:
             raise EngineRefusal(
                 "bad-argument", "why-not with a sentence needs a context: (sentence, context)"
             )
-        o = arg.options(why_not, opts)
-        sent = arg.sentence(target)
-        arg.check_arity(kb, sent)
+        sent = arg.goal(kb, target, "sentence")
         cids = arg.visible_contexts(kb, context)
-    clock = arg.clock(why_not, o)
-    return _why_not(kb, sent, cids, o.get("max-depth", DEFAULT_MAX_DEPTH), clock, exclude)
+    return _why_not(kb, sent, cids, opts.max_depth, arg.clock(opts), exclude)
 
 
 def _why_not(
@@ -377,8 +370,7 @@ def _why_not(
     n = 0
     try:
         pat = arg.pattern(kb, sent)
-        search = Search(kb, cids, max_depth, clock, exclude)
-        holds = search.prove(pat)
+        holds = Prover(kb, cids, max_depth, clock, exclude=exclude).prove(pat)
         head = pat[0] if type(pat[0]) is int else -1
         any_rule = False
         for rule in kb.rules_for(head, cids):
@@ -386,21 +378,19 @@ def _why_not(
                 continue
             clock.check()
             ants, cons = rename(kb, rule)
-            from vaelii_llm.kb._query import unify
-
             b = unify(cons, pat, {})
             if b is None:
                 continue
             any_rule = True
             missing: list[tuple[Any, ...]] = []
             supported: list[tuple[Any, ...]] = []
-            sub = Search(kb, cids, max(max_depth - 1, 0), clock, exclude)
+            sub = Prover(kb, cids, max(max_depth - 1, 0), clock, exclude=exclude)
             todo = list(ants)
             while todo:  # prove what can be proved first, so the missing ones are bound
                 for i, ant in enumerate(todo):
-                    got = next(iter(sub.solve((ant,), b, 0, (), 0)), None)
+                    got = next(sub.solve((ant,), b), None)
                     if got is not None:
-                        b = got[0]
+                        b = got[1]
                         supported.append(to_edn(kb, subst(ant, b)))
                         del todo[i]
                         break
@@ -501,17 +491,15 @@ def term_count(kb: KB) -> int:
 
 
 @op("find-terms", kind=READ, opts=LimitOpts)
-def find_terms(kb: KB, search: str, opts: Opts | None = None) -> list[Any]:
+def find_terms(kb: KB, search: str, opts: LimitOpts = LIMIT) -> list[Any]:
     """Terms whose name contains the search string (case-insensitive), sorted by name.
 
     Use it to find the exact spelling of a constant before asking about it. opts: limit
     (answer at most this many, the first by name).
     """
-    o = arg.options(find_terms, opts)
     if not isinstance(search, str):
         raise EngineRefusal("bad-argument", "the search must be a string")
     needle = search.casefold()
-    limit = o.get("limit")
     terms = kb.terms
     n = len(terms)
     matches = (
@@ -519,18 +507,15 @@ def find_terms(kb: KB, search: str, opts: Opts | None = None) -> list[Any]:
         for i in range(n)
         if not kb.is_var(i) and needle in term_name(terms[i]).casefold()
     )
-    picked = sorted(matches) if limit is None else heapq.nsmallest(limit, matches)
-    return [terms[i] for _, i in picked]
+    return [terms[i] for _, i in heapq.nsmallest(opts.limit, matches)]
 
 
 @op("describe", kind=READ, opts=LimitOpts)
-def describe(kb: KB, term: Term, opts: Opts | None = None) -> list[Sentex]:
+def describe(kb: KB, term: Term, opts: LimitOpts = LIMIT) -> list[Sentex]:
     """The sentexes that mention a term, in any context and any argument position,
     oldest first. opts: limit (answer at most this many, the oldest).
     """
-    o = arg.options(describe, opts)
     t = arg.term(term)
-    limit = o.get("limit")
     tid = kb.term_id(t)
     if tid is None:
         return []
@@ -549,8 +534,7 @@ def describe(kb: KB, term: Term, opts: Opts | None = None) -> list[Sentex]:
         if rule.handle not in found and _mentions(kb.row(rule.handle), tid):
             found.add(rule.handle)
             heads.append(rule.handle)
-    chosen = sorted(heads) if limit is None else heapq.nsmallest(limit, heads)
-    return [arg.sentex(kb, h) for h in chosen]
+    return [arg.sentex(kb, h) for h in heapq.nsmallest(opts.limit, heads)]
 
 
 def _mentions(enc: tuple[Any, ...], tid: int) -> bool:
@@ -558,36 +542,32 @@ def _mentions(enc: tuple[Any, ...], tid: int) -> bool:
 
 
 @op("lookup", kind=READ, opts=ClockOpts, clocked=True)
-def lookup(kb: KB, handle: Handle, opts: Opts | None = None) -> Sentex:
+def lookup(kb: KB, handle: Handle, opts: ClockOpts = CLOCK) -> Sentex:
     """The sentex a handle names: its context and sentence.
 
-    opts: max-ms, the budget for reading and printing it (default the ceiling); the
+    opts: max-ms, the budget for reading and printing it (see the options); the
     lookup itself is one index step.
     """
-    arg.options(lookup, opts)
     h = arg.handle(kb, handle)
     if kb._state[h - 1] != LIVE:
         raise EngineRefusal("unknown-handle", f"handle {h} was retracted", handle=h)
     return arg.sentex(kb, h)
 
 
-@op("escalate", kind=READ, opts=ProofOpts, clocked=True)
+@op("escalate", kind=READ, opts=EscalateOpts, clocked=True)
 def escalate(
-    kb: KB, goal: Sentence, context: Context | None = None, opts: Opts | None = None
+    kb: KB, goal: Sentence, context: Context | None = None, opts: EscalateOpts = ESCALATE
 ) -> Iterator[Answer | Cut]:
     """Prove a goal with as few rule steps as possible: tries depth 0, 1, 2 ... until
     some proof answers, the depth ceiling is reached, or the time bound runs out.
 
     Each answer carries the depth it needed. Ends with a cut record when the time or the
-    depth bound stopped it first. opts: max-depth (the deepest level to try, default the
-    ceiling 12), max-ms.
+    depth bound stopped it first. opts: max-depth (the deepest level to try), max-ms (see
+    the options).
     """
-    o = arg.options(escalate, opts)
-    sent = arg.sentence(goal, "goal")
-    arg.check_arity(kb, sent)
+    sent = arg.goal(kb, goal)
     cids = arg.visible_contexts(kb, context)
-    clock = arg.clock(escalate, o)
-    return _escalate(kb, sent, cids, o.get("max-depth", MAX_DEPTH_CEILING), clock)
+    return _escalate(kb, sent, cids, opts.max_depth, arg.clock(opts))
 
 
 def _escalate(

@@ -1,6 +1,6 @@
 """The embedded engine's vocabulary: argument markers, answer records, refusals.
 
-The markers (`Sentence`, `Context`, `Term`, `Handle`, `Opts`) are `typing.NewType`s.
+The markers (`Sentence`, `Context`, `Term`, `Handle`) are `typing.NewType`s.
 They cost nothing at run time (``Handle(5) is 5``) and they survive
 `typing.get_type_hints`, so a reader of an engine function's signature (the tools)
 can tell a handle from any other integer and a sentence from any other tuple.
@@ -13,8 +13,11 @@ What the values are at run time, as `edn_format.loads` reads them:
 * `Context`: a symbol naming a context, e.g. ``CxWell``.
 * `Term`: a constant: a symbol (``Muffet``) or a literal (``"Little Miss"``, ``3``).
 * `Handle`: the integer that names one stored sentex.
-* `Opts`: a mapping with kebab-case string keys, e.g. ``{"max-depth": 4, "max-ms": 500}``
-  (an EDN keyword key ``:max-depth`` is read as ``"max-depth"``).
+
+An op's options are not a marker: the parameter ``opts`` is annotated with the op's
+options Struct (`vaelii_llm.kb._declare`), and a caller may pass a mapping with
+kebab-case keys, e.g. ``{"max-depth": 4, "max-ms": 500}`` (an EDN keyword key
+``:max-depth`` reads as ``"max-depth"``), which the op checks into that Struct.
 
 Nothing here imports edn_format (its import builds parser tables): the records hold
 whatever symbol objects the store hands them.
@@ -22,13 +25,13 @@ whatever symbol objects the store hands them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Final, NewType
 
 import msgspec
 
 __all__ = [
     "IRREVERSIBLE_ATTR",
+    "MAX_NESTING",
     "Answer",
     "Change",
     "Context",
@@ -36,7 +39,6 @@ __all__ = [
     "Cut",
     "EngineRefusal",
     "Handle",
-    "Opts",
     "Problem",
     "Sentence",
     "Sentex",
@@ -48,7 +50,11 @@ Sentence = NewType("Sentence", tuple[Any, ...])
 Context = NewType("Context", object)
 Term = NewType("Term", object)
 Handle = NewType("Handle", int)
-Opts = NewType("Opts", Mapping[str, Any])
+
+MAX_NESTING: Final = 64
+"""The deepest bracket nesting a sentence may have (the sentence itself is one). The
+tools' EDN reader (`vaelii_llm._edn`) holds a model's arguments to it too, so one cap
+keeps the parser and every recursive walk of a sentence off the stack limit."""
 
 #: The function attribute that marks an engine function irreversible (the Python
 #: spelling of a Clojure ``!`` var). `vaelii_llm.engine.irreversible` sets it and

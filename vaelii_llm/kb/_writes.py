@@ -5,29 +5,28 @@ state) is declared ``write``, or ``irreversible`` when it cannot be undone.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 from vaelii_llm.kb import _args as arg
 from vaelii_llm.kb._declare import (
-    DEFAULT_MAX_DEPTH,
     IRREVERSIBLE,
-    MAX_MS_CEILING,
+    PROOF,
     WRITE,
     ProofOpts,
     op,
 )
+from vaelii_llm.kb._prover import Prover
 from vaelii_llm.kb._query import (
     Clock,
     ClockOut,
     Foreign,
-    Search,
     Var,
     rename,
     subst,
     to_edn,
+    unify,
 )
 from vaelii_llm.kb._reads import (
     _query,
@@ -46,7 +45,6 @@ from vaelii_llm.kb._types import (
     Cut,
     EngineRefusal,
     Handle,
-    Opts,
     Sentence,
     Sentex,
 )
@@ -145,12 +143,11 @@ def edit(kb: KB, handle: Handle, sentence: Sentence) -> Handle:
 
 @op("edit-with-consequences", kind=WRITE, opts=ProofOpts, clocked=True)
 def edit_with_consequences(
-    kb: KB, handle: Handle, sentence: Sentence, opts: Opts | None = None
+    kb: KB, handle: Handle, sentence: Sentence, opts: ProofOpts = PROOF
 ) -> Edited:
     """Edit a sentex, retract what forward chaining had derived from it, and chain
     again in its context. opts: max-depth (chaining rounds), max-ms.
     """
-    o = arg.options(edit_with_consequences, opts)
     with kb._wlock:
         h = arg.handle(kb, handle)
         cid = kb.row_context(h)
@@ -167,24 +164,23 @@ def edit_with_consequences(
                 kb.retract(d)
                 gone.append(d)
             frontier = nxt
-        derived = _forward_chain(kb, cid, o)
+        derived = _forward_chain(kb, cid, opts)
         return Edited(h, new, tuple(gone), tuple(s for s in derived if isinstance(s, Sentex)))
 
 
 @op("forward-chain", kind=WRITE, opts=ProofOpts, clocked=True)
-def forward_chain(kb: KB, context: Context, opts: Opts | None = None) -> list[Sentex | Cut]:
+def forward_chain(kb: KB, context: Context, opts: ProofOpts = PROOF) -> list[Sentex | Cut]:
     """Apply the rules visible in a context to its facts and store every new conclusion
     in that context, round after round until nothing new follows. opts: max-depth
-    (rounds, default 6), max-ms.
+    (rounds), max-ms (see the options).
     """
-    o = arg.options(forward_chain, opts)
     with kb._wlock:
-        return _forward_chain(kb, _write_context(kb, context), o)
+        return _forward_chain(kb, _write_context(kb, context), opts)
 
 
-def _forward_chain(kb: KB, cid: int, o: Mapping[str, Any]) -> list[Sentex | Cut]:
-    clock = Clock(o.get("max-ms"))  # options() filled a clocked op's max-ms
-    rounds = o.get("max-depth", DEFAULT_MAX_DEPTH)
+def _forward_chain(kb: KB, cid: int, opts: ProofOpts) -> list[Sentex | Cut]:
+    clock = arg.clock(opts)
+    rounds = opts.max_depth
     cids = kb.ancestors(cid)
     out: list[Sentex | Cut] = []
     try:
@@ -192,14 +188,13 @@ def _forward_chain(kb: KB, cid: int, o: Mapping[str, Any]) -> list[Sentex | Cut]
             new = 0
             for rule in kb.rules_for(-1, cids):
                 ants, cons = rename(kb, rule)
-                search = Search(kb, cids, 0, clock)
                 found = []
-                for b, support, _u in search.solve(ants, {}, 0, (), 0):
-                    c = subst(cons, b)
+                for state in Prover(kb, cids, 0, clock).solve(ants):
+                    c = subst(cons, state[1])
                     if _ground(c):
-                        found.append((c, (rule.handle, *support)))
+                        found.append((c, (rule.handle, *state[2])))
                 for c, support in found:
-                    if next(iter(Search(kb, cids, 0, clock).facts(c, {})), None) is not None:
+                    if Prover(kb, cids, 0, clock).prove(c):  # depth 0: stored facts only
                         continue
                     h, fresh = kb.add(cid, c)
                     if fresh:
@@ -219,13 +214,12 @@ def _ground(p: Any) -> bool:
 
 @op("preview", kind=WRITE, opts=ProofOpts, clocked=True)
 def preview(
-    kb: KB, sentences: list[Sentence], context: Context, goal: Sentence, opts: Opts | None = None
+    kb: KB, sentences: list[Sentence], context: Context, goal: Sentence, opts: ProofOpts = PROOF
 ) -> list[Answer | Cut]:
     """Answer a query as if some sentences were stored: stores them, runs the query,
     and rolls them back. It holds the single writer and advances the handle counter.
     opts: max-depth, max-ms.
     """
-    o = arg.options(preview, opts)
     sent = arg.sentence(goal, "goal")
     with kb._wlock:
         cid = _write_context(kb, context)
@@ -237,10 +231,8 @@ def preview(
                 if fresh:
                     added.append(h)
             arg.check_arity(kb, sent)
-            clock = arg.clock(preview, o)
-            return list(
-                _query(kb, sent, kb.ancestors(cid), o.get("max-depth", DEFAULT_MAX_DEPTH), clock)
-            )
+            clock = arg.clock(opts)
+            return list(_query(kb, sent, kb.ancestors(cid), opts.max_depth, clock))
         finally:
             kb.drop_pending(added)
             kb._preview_owner = None
@@ -259,22 +251,20 @@ def clear_caches(kb: KB) -> dict[str, int]:
 
 
 @op("abduce", kind=WRITE, opts=ProofOpts, clocked=True)
-def abduce(kb: KB, goal: Sentence, context: Context, opts: Opts | None = None) -> Abduction:
+def abduce(kb: KB, goal: Sentence, context: Context, opts: ProofOpts = PROOF) -> Abduction:
     """Find hypotheses that would let a goal follow through the rules, and store them in
     a new scratch context that inherits from the given one (drop it with abduce-discard).
     opts: max-depth, max-ms.
     """
-    o = arg.options(abduce, opts)
-    sent = arg.sentence(goal, "goal")
-    arg.check_arity(kb, sent)
+    sent = arg.goal(kb, goal)
     with kb._wlock:
         cid = arg.read_context(kb, context)
         cids = kb.ancestors(cid)
-        clock = arg.clock(abduce, o)
-        depth = o.get("max-depth", DEFAULT_MAX_DEPTH)
+        clock = arg.clock(opts)
+        depth = opts.max_depth
         pat = arg.pattern(kb, sent)
         try:
-            if Search(kb, cids, depth, clock).prove(pat):
+            if Prover(kb, cids, depth, clock).prove(pat):
                 return Abduction(None, (), True)
             hyps = _explain(kb, pat, {}, cids, depth, clock)
         except ClockOut:
@@ -292,7 +282,7 @@ def abduce(kb: KB, goal: Sentence, context: Context, opts: Opts | None = None) -
         for hyp in hyps:
             h, _ = kb.add(sid, arg.encode(kb, to_edn(kb, hyp)))
             stored.append(arg.sentex(kb, h))
-        proves = Search(kb, kb.ancestors(sid), depth, Clock(MAX_MS_CEILING)).prove(pat)
+        proves = Prover(kb, kb.ancestors(sid), depth, arg.clock(opts)).prove(pat)
         return Abduction(scratch, tuple(stored), proves)
 
 
@@ -301,8 +291,6 @@ def _explain(
 ) -> list[Any] | None:
     g = subst(goal, b)
     head = g[0] if type(g[0]) is int else -1
-    from vaelii_llm.kb._query import unify
-
     for rule in kb.rules_for(head, cids):
         clock.check()
         ants, cons = rename(kb, rule)
@@ -315,9 +303,9 @@ def _explain(
             # prove what can be proved first (it binds variables), then assume a
             # ground condition that cannot be proved
             for i, ant in enumerate(todo):
-                got = next(iter(Search(kb, cids, depth, clock).solve((ant,), b2, 0, (), 0)), None)
+                got = next(Prover(kb, cids, depth, clock).solve((ant,), b2), None)
                 if got is not None:
-                    b2 = got[0]
+                    b2 = got[1]
                     del todo[i]
                     break
             else:
