@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
-from vaelii_llm.providers import _credentials as credentials
-from vaelii_llm.providers._credentials import Credential
+from vaelii_llm.providers.anthropic import _credentials as credentials
+from vaelii_llm.providers.anthropic._credentials import Credential
 
 SECRET = "sk-ant-test-SECRET-0123456789"
 SLEEP = shutil.which("sleep") or "/bin/sleep"  # PATH holds only the fake ant in these tests
