@@ -394,6 +394,7 @@ FRAME_LINES = [
 _REGULAR_FRAME = st.builds(
     lambda name, data: [b"event: " + name, b"data: " + data],
     st.sampled_from([b"content_block_delta", b"ping", b"message_stop", b""])
+    | st.sampled_from([b"", b"x"])
     | st.integers(0, 90).map(lambda n: b"e%d" % n),
     st.sampled_from([b"{}", b'{"a":"\xc3\xbc"}', b"", b"x y", b"data: z", b"\xff"]),
 )
@@ -419,6 +420,7 @@ _ODD_FRAME = st.lists(
     10**6,
 )
 @example([[b"id: 1", b"data: a"], [b"event: e", b"data: b"]] * 8, b"\n", [], 10**6)
+@example([[b"event: ", b"data: a"]] * 6, b"\n", [17], 10**6)  # an empty type, by line first
 def test_runs_of_frames_as_a_json_api_writes_them_agree_with_the_reference(
     frames: list[list[bytes]], end: bytes, cuts: list[int], cap: int
 ) -> None:

@@ -143,6 +143,8 @@ class SSEDecoder:
         """Take the next chunk of the stream; return the events it completed."""
         last_id = self._last_id  # the id the chunk's first events carry
         frames = self.feed_frames(data)
+        if not frames:
+            return []
         ids = self._ids
         if not ids:
             return [SSEEvent(event.decode(), text.decode(), last_id) for event, text in frames]
@@ -204,9 +206,12 @@ class SSEDecoder:
         """Buffer ``data``; return the whole lines it completed (cap checked),
         with ``_valid`` saying whether they are UTF-8 as a whole (they are cut
         only at CR or LF, so each one is then too)."""
-        data = self._start(data)
-        if not data:
-            return []
+        if self._skip_lf or not self._bom_checked or not data or self._ended:
+            data = self._start(data)
+            if not data:
+                return []
+        elif type(data) is not bytes:
+            data = bytes(data)
         # Only the new bytes are searched and split: the unfinished line in
         # ``buf`` is never scanned again, so one huge event costs its size.
         lines = data.splitlines()
@@ -231,11 +236,13 @@ class SSEDecoder:
         # One check for the chunk's whole lines (a view: no copy), and the held
         # head of the first one; a failure only means "check per event". The
         # frame carried in from earlier chunks must be known good too.
-        self._valid = (
-            self._clean
-            and _utf8(memoryview(data)[: len(data) - len(partial)])
-            and (not held or _utf8(lines[0]))
-        )
+        try:
+            str(memoryview(data)[: len(data) - len(partial)], "utf-8")
+            if held:
+                str(lines[0], "utf-8")
+            self._valid = self._clean
+        except UnicodeDecodeError:
+            self._valid = False
         return lines
 
     def _frames(self, lines: list[bytes]) -> list[tuple[bytes, bytes]]:
@@ -249,16 +256,17 @@ class SSEDecoder:
         read a line at a time (:meth:`_by_line`).
         """
         held = self._frame_bytes
-        self._ids.clear()
+        if self._ids:
+            self._ids = []
         frames: list[tuple[bytes, bytes]] = []
-        start = end = len(lines)
-        if self._valid:
+        regular = None
+        if self._valid and len(lines) >= 3 * _REGULAR_AT_LEAST:
             try:
                 start = lines.index(b"") + 1  # the first frame boundary
             except ValueError:
                 start = len(lines)
             end = start + (len(lines) - start) // 3 * 3
-        regular = self._regular(lines, start, end)
+            regular = self._regular(lines, start, end)
         if regular is None:
             self._by_line(lines, frames)
         else:
@@ -305,6 +313,7 @@ class SSEDecoder:
         check = not self._valid
         data = self._data
         event = self._event
+        name = self._names.get
         for line in lines:
             if not line:
                 if data:
@@ -317,26 +326,26 @@ class SSEDecoder:
             elif line.startswith(b"data: "):
                 data.append(line[6:])
             elif line.startswith(b"event: "):
-                event = self._name(line)
+                event = name(line) or self._name(line)
             elif line[0] != _COLON:  # not a comment: the general field rule
-                name, _, value = line.partition(b":")
+                field, _, value = line.partition(b":")
                 if value[:1] == b" ":
                     value = value[1:]
-                if name == b"data":
+                if field == b"data":
                     data.append(value)
-                elif name == b"event":
+                elif field == b"event":
                     event = value
-                elif name == b"id" and b"\0" not in value:
+                elif field == b"id" and b"\0" not in value:
                     self._set_id(value, len(frames))
         self._data = data
         self._event = event
 
     def _name(self, line: bytes) -> bytes:
-        """The type an ``event: `` line names, kept by its line (a stream names a
-        handful; at most :data:`_NAMES_KEPT`)."""
+        """The type an ``event: `` line names (``message`` when empty), kept by
+        its line (a stream names a handful; at most :data:`_NAMES_KEPT`)."""
         found = self._names.get(line)
         if found is None:
-            found = line[7:]
+            found = line[7:] or _MESSAGE
             if len(self._names) < _NAMES_KEPT:
                 self._names[line] = found
         return found
