@@ -10,16 +10,19 @@ import os
 import random
 import shutil
 import stat
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, Transcript, frame, generate
+from aioresponses import CallbackResult, aioresponses
+from anthropic_fake import FakeMessagesAPI, Seen, Transcript, frame, generate
+from conftest import MockedResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from yarl import URL
 
 from vaelii_llm import providers
 from vaelii_llm._protocol import (
@@ -98,11 +101,51 @@ async def serving(api: FakeMessagesAPI) -> AsyncIterator[str]:
         await server.close()
 
 
+BASE = "http://messages.test"
+"""The base URL of the mocked API (aioresponses: no server, no socket)."""
+
+
+@contextlib.contextmanager
+def mocked(t: Transcript) -> Iterator[Callable[[], list[Seen]]]:
+    """``POST /v1/messages`` at :data:`BASE` answered by aioresponses with
+    ``t`` (SSE when the body asks to stream, else the whole message), for a
+    test that checks only the request a provider builds; what each request
+    carried, headers (the session's joined) and body, read back from the mock."""
+    url = BASE + "/v1/messages"
+
+    def answer(_url: Any, **kwargs: Any) -> CallbackResult:
+        if msgspec.json.decode(kwargs["data"]).get("stream"):
+            return CallbackResult(
+                body=t.sse(), content_type="text/event-stream", response_class=MockedResponse
+            )
+        return CallbackResult(
+            body=json.dumps(t.message),
+            content_type="application/json",
+            response_class=MockedResponse,
+        )
+
+    with aioresponses() as mock:
+        mock.post(url, callback=answer, repeat=True, response_class=MockedResponse)
+        yield lambda: [
+            Seen(dict(call.kwargs["headers"]), msgspec.json.decode(call.kwargs["data"]))
+            for call in mock.requests.get(("POST", URL(url)), [])
+        ]
+
+
 async def drain(items: AsyncGenerator[Any, None], into: list[Any] | None = None) -> None:
     async with contextlib.aclosing(items):
         async for item in items:
             if into is not None:
                 into.append(item)
+
+
+async def until(check: Callable[[], bool], task: asyncio.Task[Any]) -> None:
+    """Wait until ``check`` holds, while ``task`` still runs (bound by that
+    event, not by a time a loaded machine could overrun); the task ending
+    first fails the test."""
+    while not check():
+        assert not task.done(), task
+        await asyncio.sleep(0.01)
 
 
 def one(asm: StreamAssembler, event: str, data: str) -> list[Any]:
@@ -489,13 +532,13 @@ async def test_complete_and_stream_agree_and_headers() -> None:
 
 @pytest.mark.parametrize("kind", ["oauth", "bearer"])
 async def test_dropped_fallbacks_and_bearer(kind: Literal["oauth", "bearer"]) -> None:
-    api = FakeMessagesAPI(transcript=generate(random.Random(12), kinds=["text"]))
     cred = Credential(SECRET, kind)
-    async with serving(api) as url, anthropic.provider(credential=cred, base_url=url) as p:
-        await p.complete(req(fallbacks=None))
-        await p.complete(req())
-        await p.complete(req(fallbacks=None))  # the turn headers are built once, kept apart
-    first, second, third = api.seen
+    with mocked(generate(random.Random(12), kinds=["text"])) as seen:
+        async with anthropic.provider(credential=cred, base_url=BASE) as p:
+            await p.complete(req(fallbacks=None))
+            await p.complete(req())
+            await p.complete(req(fallbacks=None))  # the turn headers are built once, kept apart
+        first, second, third = seen()
     assert first.headers["Authorization"] == f"Bearer {SECRET}"
     assert "x-api-key" not in first.headers
     if kind == "oauth":
@@ -551,33 +594,34 @@ async def test_refusal_over_the_wire() -> None:
 
 
 async def test_breaking_out_releases_the_response() -> None:
+    """Stopping early releases the connection at once: the far end, holding
+    the body open, is let go only after the caller is out (waiting for the
+    body's end would end in the turn's LLMTimeout instead)."""
     t = generate(random.Random(15), kinds=["text", "text", "text"])
     head = b"".join(frame(n, d) for n, d in t.events[:6])  # start, first block, and a little
     api = FakeMessagesAPI(payload=head, stalled=True)
     async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         async with contextlib.aclosing(p.stream(req(timeout_ms=30_000))) as items:
             async for item in items:
                 assert isinstance(item, TextBlock)
                 break
-        assert loop.time() - started < 10  # well before the turn's 30 s budget
         session = p._session
         assert session is not None
         assert not session.connector._acquired  # type: ignore[union-attr]
+        api.released.set()  # the far end is let go only now
         # the next turn gets a connection as usual
         api.payload, api.stalled, api.transcript = None, False, t
         assert (await p.complete(req())).content
 
 
 async def test_server_holding_the_stream_open_after_message_stop() -> None:
+    """The answer is whole at message_stop: the stream ends then, though the
+    far end holds the body open until after the caller has the Response."""
     t = generate(random.Random(19), kinds=["text"])
     api = FakeMessagesAPI(transcript=t, stalled=True)
     async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         items = [i async for i in p.stream(req(timeout_ms=30_000))]
-        assert loop.time() - started < 10  # well before the turn's 30 s budget
+        api.released.set()  # the far end is let go only now
         assert isinstance(items[-1], Response)
         assert [b.raw for b in items[-1].content] == t.message["content"]
 
@@ -592,22 +636,27 @@ async def test_a_cut_after_message_stop_keeps_the_whole_answer() -> None:
 
 
 async def test_extra_headers_go_on_every_request() -> None:
-    api = FakeMessagesAPI(transcript=generate(random.Random(21), kinds=["text"]))
     gateway = {"x-gateway-key": "g-SECRET-1", "anthropic-version": "2023-06-01"}
-    async with serving(api) as url:
-        async with anthropic.provider(credential=SECRET, base_url=url, headers=gateway) as p:
+    with mocked(generate(random.Random(21), kinds=["text"])) as seen:
+        async with anthropic.provider(credential=SECRET, base_url=BASE, headers=gateway) as p:
             await p.complete(req())
             async for _ in p.stream(req()):
                 pass
             assert "g-SECRET-1" not in repr(p)
         built = await providers.provider(
-            "anthropic", credential=SECRET, base_url=url, headers=gateway
+            "anthropic", credential=SECRET, base_url=BASE, headers=gateway
         )
         async with built:
             assert isinstance(built, AnthropicProvider)
             await built.complete(req())
-    assert [s.headers.get("x-gateway-key") for s in api.seen] == ["g-SECRET-1"] * 3
-    assert all(s.headers["x-api-key"] == SECRET for s in api.seen)
+        sent = seen()
+    assert [s.headers.get("x-gateway-key") for s in sent] == ["g-SECRET-1"] * 3
+    assert all(s.headers["x-api-key"] == SECRET for s in sent)
+    assert [s.headers["accept"] for s in sent] == [
+        "application/json",
+        "text/event-stream",
+        "application/json",
+    ]
 
 
 async def test_userinfo_in_the_base_url_is_never_shown() -> None:
@@ -706,14 +755,16 @@ async def test_credential_never_logged_or_shown(caplog: pytest.LogCaptureFixture
 async def test_first_turn_resolves_through_ant_once(bin_dir: Path, tmp_path: Path) -> None:
     count = tmp_path / "count"
     fake_ant(bin_dir, f'echo run >> {count}\nprintf "{SECRET}\\n"\n')
-    api = FakeMessagesAPI(transcript=generate(random.Random(18), kinds=["text"]))
-    async with serving(api) as url, anthropic.provider(base_url=url) as p:
-        await asyncio.gather(*(p.complete(req()) for _ in range(5)))
-        await p.complete(req())
+    with mocked(generate(random.Random(18), kinds=["text"])) as seen:
+        async with anthropic.provider(base_url=BASE) as p:
+            await asyncio.gather(*(p.complete(req()) for _ in range(5)))
+            await p.complete(req())
+        sent = seen()
     assert count.read_text().count("run") == 1
-    for seen in api.seen:
-        assert seen.headers["Authorization"] == f"Bearer {SECRET}"
-        assert seen.headers["anthropic-beta"] == f"{OAUTH_BETA},{FALLBACK_BETA}"
+    assert len(sent) == 6
+    for one_request in sent:
+        assert one_request.headers["Authorization"] == f"Bearer {SECRET}"
+        assert one_request.headers["anthropic-beta"] == f"{OAUTH_BETA},{FALLBACK_BETA}"
 
 
 async def test_no_credential_anywhere_fails_the_turn() -> None:
@@ -727,10 +778,7 @@ async def test_cancelled_turn_kills_hung_ant(bin_dir: Path, tmp_path: Path) -> N
     fake_ant(bin_dir, f"echo $$ > {pid_file}\nexec {SLEEP} 30\n")
     async with anthropic.provider(base_url="http://127.0.0.1:9") as p:
         task = asyncio.create_task(p.complete(req()))
-        for _ in range(300):
-            if pid_file.exists() and pid_file.read_text().strip():
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: pid_file.exists() and bool(pid_file.read_text().strip()), task)
         pid = int(pid_file.read_text())
         os.kill(pid, 0)  # running
         task.cancel()
@@ -840,11 +888,7 @@ async def test_a_turn_waiting_on_the_ant_cli_when_the_provider_closes_is_llm_clo
     async with serving(api) as url:
         p = anthropic.provider(base_url=url)
         turn = asyncio.create_task(p.complete(req()))
-        for _ in range(1000):  # until the CLI runs
-            if started.exists():
-                break
-            await asyncio.sleep(0.01)
-        assert started.exists()
+        await until(started.exists, turn)  # the CLI runs
         await p.aclose()
         go.touch()
         with pytest.raises(LLMClosed):
