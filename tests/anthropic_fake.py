@@ -249,7 +249,8 @@ class FakeMessagesAPI:
     chunk_most: int = 200
     seen: list[Seen] = field(default_factory=list)
     payload: bytes | None = None  # a whole SSE body to send instead of the transcript's
-    stalled: bool = False  # write the head, then nothing (for cancellation tests)
+    stalled: bool = False  # write the body, then nothing until ``released`` is set
+    released: asyncio.Event = field(default_factory=asyncio.Event)
     cut: bool = False  # write the body, then drop the connection without ending it
 
     def app(self) -> web.Application:
@@ -284,7 +285,7 @@ class FakeMessagesAPI:
             await resp.write(data[pos : pos + step])
             pos += step
         if self.stalled:
-            await asyncio.sleep(3600)
+            await self.released.wait()
         if self.cut:
             assert request.transport is not None
             request.transport.close()

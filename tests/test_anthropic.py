@@ -10,16 +10,19 @@ import os
 import random
 import shutil
 import stat
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, Transcript, frame, generate
+from aioresponses import CallbackResult, aioresponses
+from anthropic_fake import FakeMessagesAPI, Seen, Transcript, frame, generate
+from conftest import MockedResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from yarl import URL
 
 from vaelii_llm import providers
 from vaelii_llm._protocol import (
@@ -48,16 +51,18 @@ from vaelii_llm.errors import (
     LLMNoCredential,
 )
 from vaelii_llm.providers import anthropic
-from vaelii_llm.providers._credentials import OAUTH_BETA, Credential
-from vaelii_llm.providers.anthropic import (
+from vaelii_llm.providers.anthropic import AnthropicProvider
+from vaelii_llm.providers.anthropic._codec import API_VERSION
+from vaelii_llm.providers.anthropic._credentials import OAUTH_BETA, Credential
+from vaelii_llm.providers.anthropic._decode import decode_response
+from vaelii_llm.providers.anthropic._encode import (
     FALLBACK_BETA,
     NEVER_SENT,
-    AnthropicProvider,
-    StreamAssembler,
+    betas,
     build_body,
-    decode_response,
     encode_block,
 )
+from vaelii_llm.providers.anthropic._stream import StreamAssembler
 
 SECRET = "sk-ant-test-SECRET-9876543210"
 SLEEP = shutil.which("sleep") or "/bin/sleep"
@@ -96,11 +101,56 @@ async def serving(api: FakeMessagesAPI) -> AsyncIterator[str]:
         await server.close()
 
 
+BASE = "http://messages.test"
+"""The base URL of the mocked API (aioresponses: no server, no socket)."""
+
+
+@contextlib.contextmanager
+def mocked(t: Transcript) -> Iterator[Callable[[], list[Seen]]]:
+    """``POST /v1/messages`` at :data:`BASE` answered by aioresponses with
+    ``t`` (SSE when the body asks to stream, else the whole message), for a
+    test that checks only the request a provider builds; what each request
+    carried, headers (the session's joined) and body, read back from the mock."""
+    url = BASE + "/v1/messages"
+
+    def answer(_url: Any, **kwargs: Any) -> CallbackResult:
+        if msgspec.json.decode(kwargs["data"]).get("stream"):
+            return CallbackResult(
+                body=t.sse(), content_type="text/event-stream", response_class=MockedResponse
+            )
+        return CallbackResult(
+            body=json.dumps(t.message),
+            content_type="application/json",
+            response_class=MockedResponse,
+        )
+
+    with aioresponses() as mock:
+        mock.post(url, callback=answer, repeat=True, response_class=MockedResponse)
+        yield lambda: [
+            Seen(dict(call.kwargs["headers"]), msgspec.json.decode(call.kwargs["data"]))
+            for call in mock.requests.get(("POST", URL(url)), [])
+        ]
+
+
 async def drain(items: AsyncGenerator[Any, None], into: list[Any] | None = None) -> None:
     async with contextlib.aclosing(items):
         async for item in items:
             if into is not None:
                 into.append(item)
+
+
+async def until(check: Callable[[], bool], task: asyncio.Task[Any]) -> None:
+    """Wait until ``check`` holds, while ``task`` still runs (bound by that
+    event, not by a time a loaded machine could overrun); the task ending
+    first fails the test."""
+    while not check():
+        assert not task.done(), task
+        await asyncio.sleep(0.01)
+
+
+def one(asm: StreamAssembler, event: str, data: str) -> list[Any]:
+    """What one event, fed alone, completes."""
+    return list(asm.feed([(event.encode(), data.encode("utf-8", "surrogatepass"))]))
 
 
 # ---------------------------------------------------------------------------
@@ -119,7 +169,7 @@ def test_body_defaults_and_never_sent() -> None:
     assert body["stop_sequences"] == ["END"]
     assert body["messages"] == [{"role": "user", "content": "hi"}]
     assert "stream" not in body
-    assert anthropic.betas(req()) == (FALLBACK_BETA,)
+    assert betas(req()) == (FALLBACK_BETA,)
 
 
 def test_body_overrides() -> None:
@@ -143,7 +193,7 @@ def test_body_overrides() -> None:
         "format": {"type": "json_schema", "schema": schema},
     }
     assert "fallbacks" not in body
-    assert anthropic.betas(req(fallbacks=None)) == ()
+    assert betas(req(fallbacks=None)) == ()
     assert body["model"] == "claude-x"
     assert body["max_tokens"] == 77
     assert body["stream"] is True
@@ -156,11 +206,11 @@ def test_body_overrides() -> None:
 
 def test_oauth_credential_adds_its_beta_first() -> None:
     cred = Credential(SECRET, "oauth")
-    assert anthropic.betas(req(), cred) == (OAUTH_BETA, FALLBACK_BETA)
-    assert anthropic.betas(req(fallbacks=None), cred) == (OAUTH_BETA,)
+    assert betas(req(), cred) == (OAUTH_BETA, FALLBACK_BETA)
+    assert betas(req(fallbacks=None), cred) == (OAUTH_BETA,)
     plain = Credential(SECRET, "bearer")  # ANTHROPIC_AUTH_TOKEN's kind: no OAuth beta
-    assert anthropic.betas(req(), plain) == (FALLBACK_BETA,)
-    assert anthropic.betas(req(fallbacks=None), plain) == ()
+    assert betas(req(), plain) == (FALLBACK_BETA,)
+    assert betas(req(fallbacks=None), plain) == ()
 
 
 def test_built_blocks_encode() -> None:
@@ -293,7 +343,7 @@ def assemble(t: Transcript, rng: random.Random | None = None) -> tuple[list[Bloc
     while pos < len(data):
         step = rng.randint(1, 64) if rng else len(data)
         for ev in frames.feed(data[pos : pos + step]):
-            blocks.extend(asm.feed(ev.event, ev.data))
+            blocks.extend(one(asm, ev.event, ev.data))
         pos += step
     frames.feed(b"")
     return blocks, asm.result()
@@ -338,36 +388,38 @@ def test_stream_without_message_stop_is_bad_response() -> None:
 def test_protocol_violations() -> None:
     asm = StreamAssembler("test")
     with pytest.raises(LLMBadResponse):
-        asm.feed("content_block_start", '{"index":0,"content_block":{"type":"text","text":""}}')
+        one(asm, "content_block_start", '{"index":0,"content_block":{"type":"text","text":""}}')
     asm = StreamAssembler("test")
-    asm.feed("message_start", '{"type":"message_start","message":{"id":"m"}}')
-    assert asm.feed("ping", '{"type":"ping"}') == []
-    assert asm.feed("brand_new_event", "{}") == []
+    one(asm, "message_start", '{"type":"message_start","message":{"id":"m"}}')
+    assert one(asm, "ping", '{"type":"ping"}') == []
+    assert one(asm, "brand_new_event", "{}") == []
     with pytest.raises(LLMBadResponse):
-        asm.feed("content_block_delta", '{"index":5,"delta":{"type":"text_delta","text":"x"}}')
-    asm.feed(
+        one(asm, "content_block_delta", '{"index":5,"delta":{"type":"text_delta","text":"x"}}')
+    one(
+        asm,
         "content_block_start",
         '{"index":0,"content_block":{"type":"tool_use","id":"t","name":"n","input":{}}}',
     )
-    asm.feed(
+    one(
+        asm,
         "content_block_delta",
         '{"index":0,"delta":{"type":"input_json_delta","partial_json":"{\\"a\\": tru"}}',
     )
     # A cut input is held until the stop reason: only max_tokens may cut one.
-    assert asm.feed("content_block_stop", '{"index":0}') == []
+    assert one(asm, "content_block_stop", '{"index":0}') == []
     with pytest.raises(LLMBadResponse, match="not JSON"):
-        asm.feed("message_delta", '{"delta":{"stop_reason":"tool_use"},"usage":{}}')
+        one(asm, "message_delta", '{"delta":{"stop_reason":"tool_use"},"usage":{}}')
     with pytest.raises(LLMBadResponse):
-        StreamAssembler("t").feed("message_start", "{not json")
+        one(StreamAssembler("t"), "message_start", "{not json")
 
 
 def test_open_block_closed_at_message_stop() -> None:
     asm = StreamAssembler("test")
-    asm.feed("message_start", '{"message":{"id":"m"}}')
-    asm.feed("content_block_start", '{"index":0,"content_block":{"type":"text","text":""}}')
-    asm.feed("content_block_delta", '{"index":0,"delta":{"type":"text_delta","text":"part"}}')
-    asm.feed("message_delta", '{"delta":{"stop_reason":"refusal"},"usage":{"output_tokens":2}}')
-    closed = asm.feed("message_stop", "{}")
+    one(asm, "message_start", '{"message":{"id":"m"}}')
+    one(asm, "content_block_start", '{"index":0,"content_block":{"type":"text","text":""}}')
+    one(asm, "content_block_delta", '{"index":0,"delta":{"type":"text_delta","text":"part"}}')
+    one(asm, "message_delta", '{"delta":{"stop_reason":"refusal"},"usage":{"output_tokens":2}}')
+    closed = one(asm, "message_stop", "{}")
     assert closed == [TextBlock(text="part", raw={"type": "text", "text": "part"})]
     result = asm.result()
     assert result.stop_reason == "refusal"
@@ -398,11 +450,11 @@ def test_stop_reason_is_neutral_and_the_word_is_kept(
     )
     if streamed:
         asm = StreamAssembler("test")
-        asm.feed("message_start", '{"message":{"id":"m"}}')
-        asm.feed("content_block_start", json.dumps({"index": 0, "content_block": block}))
-        asm.feed("content_block_stop", '{"index":0}')
-        asm.feed("message_delta", json.dumps({"delta": {"stop_reason": word}, "usage": {}}))
-        asm.feed("message_stop", "{}")
+        one(asm, "message_start", '{"message":{"id":"m"}}')
+        one(asm, "content_block_start", json.dumps({"index": 0, "content_block": block}))
+        one(asm, "content_block_stop", '{"index":0}')
+        one(asm, "message_delta", json.dumps({"delta": {"stop_reason": word}, "usage": {}}))
+        one(asm, "message_stop", "{}")
         result = asm.result()
     else:
         result = decode_response(
@@ -417,7 +469,7 @@ def test_deltas_come_before_their_block() -> None:
     out: list[Any] = []
 
     def feed(event: str, **data: Any) -> None:
-        out.extend(asm.feed(event, json.dumps(data)))
+        out.extend(one(asm, event, json.dumps(data)))
 
     def delta(index: int, **body: Any) -> None:
         feed("content_block_delta", index=index, delta=body)
@@ -459,7 +511,7 @@ async def test_complete_and_stream_agree_and_headers() -> None:
         stop_reason="tool_use",
     )
     api = FakeMessagesAPI(transcript=t)
-    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
         done = await p.complete(req(temperature=0.2))
         items = [item async for item in p.stream(req())]
     assert isinstance(items[-1], Response)
@@ -468,7 +520,7 @@ async def test_complete_and_stream_agree_and_headers() -> None:
     assert [b.raw for b in done.content] == t.message["content"]
     for seen in api.seen:
         assert seen.headers["x-api-key"] == SECRET
-        assert seen.headers["anthropic-version"] == anthropic.API_VERSION
+        assert seen.headers["anthropic-version"] == API_VERSION
         assert seen.headers["anthropic-beta"] == FALLBACK_BETA
         assert "Authorization" not in seen.headers
         assert not NEVER_SENT & seen.body.keys()
@@ -480,13 +532,13 @@ async def test_complete_and_stream_agree_and_headers() -> None:
 
 @pytest.mark.parametrize("kind", ["oauth", "bearer"])
 async def test_dropped_fallbacks_and_bearer(kind: Literal["oauth", "bearer"]) -> None:
-    api = FakeMessagesAPI(transcript=generate(random.Random(12), kinds=["text"]))
     cred = Credential(SECRET, kind)
-    async with serving(api) as url, AnthropicProvider(credential=cred, base_url=url) as p:
-        await p.complete(req(fallbacks=None))
-        await p.complete(req())
-        await p.complete(req(fallbacks=None))  # the turn headers are built once, kept apart
-    first, second, third = api.seen
+    with mocked(generate(random.Random(12), kinds=["text"])) as seen:
+        async with anthropic.provider(credential=cred, base_url=BASE) as p:
+            await p.complete(req(fallbacks=None))
+            await p.complete(req())
+            await p.complete(req(fallbacks=None))  # the turn headers are built once, kept apart
+        first, second, third = seen()
     assert first.headers["Authorization"] == f"Bearer {SECRET}"
     assert "x-api-key" not in first.headers
     if kind == "oauth":
@@ -502,7 +554,7 @@ async def test_dropped_fallbacks_and_bearer(kind: Literal["oauth", "bearer"]) ->
 @pytest.mark.parametrize("status", [429, 529])
 async def test_busy_status_is_api_error(status: int) -> None:
     api = FakeMessagesAPI(status=status)
-    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
         with pytest.raises(LLMApiError) as info:
             await p.complete(req())
         assert info.value.status == status
@@ -515,7 +567,7 @@ async def test_busy_status_is_api_error(status: int) -> None:
 async def test_error_event_and_truncation_over_the_wire() -> None:
     rng = random.Random(13)
     api = FakeMessagesAPI(transcript=generate(rng, kinds=["text", "text"], error=True))
-    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
         got: list[Any] = []
         with pytest.raises(LLMApiError) as info:
             await drain(p.stream(req()), got)
@@ -532,7 +584,7 @@ async def test_error_event_and_truncation_over_the_wire() -> None:
 async def test_refusal_over_the_wire() -> None:
     t = generate(random.Random(14), kinds=[], stop_reason="refusal")
     api = FakeMessagesAPI(transcript=t)
-    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
         items = [i async for i in p.stream(req())]
         done = await p.complete(req())
     assert items == [done]
@@ -542,33 +594,34 @@ async def test_refusal_over_the_wire() -> None:
 
 
 async def test_breaking_out_releases_the_response() -> None:
+    """Stopping early releases the connection at once: the far end, holding
+    the body open, is let go only after the caller is out (waiting for the
+    body's end would end in the turn's LLMTimeout instead)."""
     t = generate(random.Random(15), kinds=["text", "text", "text"])
     head = b"".join(frame(n, d) for n, d in t.events[:6])  # start, first block, and a little
     api = FakeMessagesAPI(payload=head, stalled=True)
-    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+    async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
         async with contextlib.aclosing(p.stream(req(timeout_ms=30_000))) as items:
             async for item in items:
                 assert isinstance(item, TextBlock)
                 break
-        assert loop.time() - started < 10  # well before the turn's 30 s budget
         session = p._session
         assert session is not None
         assert not session.connector._acquired  # type: ignore[union-attr]
+        api.released.set()  # the far end is let go only now
         # the next turn gets a connection as usual
         api.payload, api.stalled, api.transcript = None, False, t
         assert (await p.complete(req())).content
 
 
 async def test_server_holding_the_stream_open_after_message_stop() -> None:
+    """The answer is whole at message_stop: the stream ends then, though the
+    far end holds the body open until after the caller has the Response."""
     t = generate(random.Random(19), kinds=["text"])
     api = FakeMessagesAPI(transcript=t, stalled=True)
-    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+    async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
         items = [i async for i in p.stream(req(timeout_ms=30_000))]
-        assert loop.time() - started < 10  # well before the turn's 30 s budget
+        api.released.set()  # the far end is let go only now
         assert isinstance(items[-1], Response)
         assert [b.raw for b in items[-1].content] == t.message["content"]
 
@@ -576,36 +629,41 @@ async def test_server_holding_the_stream_open_after_message_stop() -> None:
 async def test_a_cut_after_message_stop_keeps_the_whole_answer() -> None:
     t = generate(random.Random(20), kinds=["text", "tool_use"])
     api = FakeMessagesAPI(transcript=t, cut=True)
-    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
         items = [i async for i in p.stream(req())]
     assert isinstance(items[-1], Response)
     assert [b.raw for b in items[-1].content] == t.message["content"]
 
 
 async def test_extra_headers_go_on_every_request() -> None:
-    api = FakeMessagesAPI(transcript=generate(random.Random(21), kinds=["text"]))
     gateway = {"x-gateway-key": "g-SECRET-1", "anthropic-version": "2023-06-01"}
-    async with serving(api) as url:
-        async with AnthropicProvider(credential=SECRET, base_url=url, headers=gateway) as p:
+    with mocked(generate(random.Random(21), kinds=["text"])) as seen:
+        async with anthropic.provider(credential=SECRET, base_url=BASE, headers=gateway) as p:
             await p.complete(req())
             async for _ in p.stream(req()):
                 pass
             assert "g-SECRET-1" not in repr(p)
         built = await providers.provider(
-            "anthropic", credential=SECRET, base_url=url, headers=gateway
+            "anthropic", credential=SECRET, base_url=BASE, headers=gateway
         )
         async with built:
             assert isinstance(built, AnthropicProvider)
             await built.complete(req())
-    assert [s.headers.get("x-gateway-key") for s in api.seen] == ["g-SECRET-1"] * 3
-    assert all(s.headers["x-api-key"] == SECRET for s in api.seen)
+        sent = seen()
+    assert [s.headers.get("x-gateway-key") for s in sent] == ["g-SECRET-1"] * 3
+    assert all(s.headers["x-api-key"] == SECRET for s in sent)
+    assert [s.headers["accept"] for s in sent] == [
+        "application/json",
+        "text/event-stream",
+        "application/json",
+    ]
 
 
 async def test_userinfo_in_the_base_url_is_never_shown() -> None:
     api = FakeMessagesAPI(transcript=generate(random.Random(22), kinds=["text"]), status=529)
     async with serving(api) as url:
         base = url.replace("http://", "http://gw:pw-SECRET-7@")
-        async with AnthropicProvider(credential=SECRET, base_url=base) as p:
+        async with anthropic.provider(credential=SECRET, base_url=base) as p:
             assert "pw-SECRET-7" not in repr(p) + p.endpoint.label
             assert p.endpoint.label == f"the Messages API at {url}"
             with pytest.raises(LLMApiError) as info:
@@ -614,7 +672,7 @@ async def test_userinfo_in_the_base_url_is_never_shown() -> None:
         assert api.seen[0].headers["Authorization"].startswith("Basic ")  # still sent
         # aiohttp will not send both a URL's userinfo and a bearer header: typed, not ValueError
         bearer = Credential("tok-SECRET-8", "bearer", "explicit")
-        async with AnthropicProvider(credential=bearer, base_url=base) as p:
+        async with anthropic.provider(credential=bearer, base_url=base) as p:
             with pytest.raises(LLMError) as refused:
                 await p.complete(req())
             text = str(refused.value)
@@ -624,7 +682,7 @@ async def test_userinfo_in_the_base_url_is_never_shown() -> None:
 
 async def test_connection_reused_after_a_whole_stream() -> None:
     api = FakeMessagesAPI(transcript=generate(random.Random(16), kinds=["text"]))
-    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
         for _ in range(3):
             async for _ in p.stream(req()):
                 pass
@@ -646,7 +704,7 @@ async def test_a_streamed_request_answered_without_sse_says_what_came(
     payload: bytes, error: type[Exception]
 ) -> None:
     api = FakeMessagesAPI(payload=payload)
-    async with serving(api) as url, AnthropicProvider(credential=SECRET, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=SECRET, base_url=url) as p:
         with pytest.raises(error) as info:
             async for _ in p.stream(req()):
                 pass
@@ -664,7 +722,7 @@ async def test_a_streamed_request_answered_without_sse_says_what_came(
 async def test_a_closed_provider_refuses_further_turns() -> None:
     api = FakeMessagesAPI(transcript=generate(random.Random(17), kinds=["text"]))
     async with serving(api) as url:
-        p = AnthropicProvider(credential=SECRET, base_url=url)
+        p = anthropic.provider(credential=SECRET, base_url=url)
         async with p:
             await p.complete(req())
         assert p._session is None
@@ -680,13 +738,13 @@ async def test_credential_never_logged_or_shown(caplog: pytest.LogCaptureFixture
     caplog.set_level(logging.DEBUG)
     api = FakeMessagesAPI(transcript=generate(random.Random(17), kinds=["text"]))
     async with serving(api) as url:
-        p = AnthropicProvider(credential=SECRET, base_url=url)
+        p = anthropic.provider(credential=SECRET, base_url=url)
         async with p:
             await p.complete(req())
             assert SECRET not in repr(p)
             assert SECRET not in str(p)
         api.status = 529
-        async with AnthropicProvider(credential=SECRET, base_url=url) as p2:
+        async with anthropic.provider(credential=SECRET, base_url=url) as p2:
             with pytest.raises(LLMApiError) as info:
                 await p2.complete(req())
             assert SECRET not in str(info.value)
@@ -697,18 +755,20 @@ async def test_credential_never_logged_or_shown(caplog: pytest.LogCaptureFixture
 async def test_first_turn_resolves_through_ant_once(bin_dir: Path, tmp_path: Path) -> None:
     count = tmp_path / "count"
     fake_ant(bin_dir, f'echo run >> {count}\nprintf "{SECRET}\\n"\n')
-    api = FakeMessagesAPI(transcript=generate(random.Random(18), kinds=["text"]))
-    async with serving(api) as url, AnthropicProvider(base_url=url) as p:
-        await asyncio.gather(*(p.complete(req()) for _ in range(5)))
-        await p.complete(req())
+    with mocked(generate(random.Random(18), kinds=["text"])) as seen:
+        async with anthropic.provider(base_url=BASE) as p:
+            await asyncio.gather(*(p.complete(req()) for _ in range(5)))
+            await p.complete(req())
+        sent = seen()
     assert count.read_text().count("run") == 1
-    for seen in api.seen:
-        assert seen.headers["Authorization"] == f"Bearer {SECRET}"
-        assert seen.headers["anthropic-beta"] == f"{OAUTH_BETA},{FALLBACK_BETA}"
+    assert len(sent) == 6
+    for one_request in sent:
+        assert one_request.headers["Authorization"] == f"Bearer {SECRET}"
+        assert one_request.headers["anthropic-beta"] == f"{OAUTH_BETA},{FALLBACK_BETA}"
 
 
 async def test_no_credential_anywhere_fails_the_turn() -> None:
-    async with AnthropicProvider(base_url="http://127.0.0.1:9") as p:
+    async with anthropic.provider(base_url="http://127.0.0.1:9") as p:
         with pytest.raises(LLMNoCredential):
             await p.complete(req())
 
@@ -716,12 +776,9 @@ async def test_no_credential_anywhere_fails_the_turn() -> None:
 async def test_cancelled_turn_kills_hung_ant(bin_dir: Path, tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     fake_ant(bin_dir, f"echo $$ > {pid_file}\nexec {SLEEP} 30\n")
-    async with AnthropicProvider(base_url="http://127.0.0.1:9") as p:
+    async with anthropic.provider(base_url="http://127.0.0.1:9") as p:
         task = asyncio.create_task(p.complete(req()))
-        for _ in range(300):
-            if pid_file.exists() and pid_file.read_text().strip():
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: pid_file.exists() and bool(pid_file.read_text().strip()), task)
         pid = int(pid_file.read_text())
         os.kill(pid, 0)  # running
         task.cancel()
@@ -795,7 +852,7 @@ def test_only_typed_errors_escape_the_assembler(data: st.DataObject) -> None:
     asm = StreamAssembler("fuzz")
     try:
         for name, text in events:
-            asm.feed(name, text)
+            one(asm, name, text)
         asm.result()
     except LLMError:
         pass
@@ -829,13 +886,9 @@ async def test_a_turn_waiting_on_the_ant_cli_when_the_provider_closes_is_llm_clo
     )
     api = FakeMessagesAPI(transcript=generate(random.Random(21), kinds=["text"]))
     async with serving(api) as url:
-        p = AnthropicProvider(base_url=url)
+        p = anthropic.provider(base_url=url)
         turn = asyncio.create_task(p.complete(req()))
-        for _ in range(1000):  # until the CLI runs
-            if started.exists():
-                break
-            await asyncio.sleep(0.01)
-        assert started.exists()
+        await until(started.exists, turn)  # the CLI runs
         await p.aclose()
         go.touch()
         with pytest.raises(LLMClosed):

@@ -23,7 +23,7 @@ from aiohttp.test_utils import TestServer
 from anthropic_fake import FakeMessagesAPI, generate
 
 from vaelii_llm._protocol import Message, Request, Response
-from vaelii_llm.providers.anthropic import AnthropicProvider
+from vaelii_llm.providers import anthropic
 
 anthropic_sdk = pytest.importorskip("anthropic")
 
@@ -55,7 +55,7 @@ async def test_same_message_as_the_official_sdk() -> None:
     await server.start_server()
     base_url = str(server.make_url("")).rstrip("/")
     client = anthropic_sdk.AsyncAnthropic(api_key="sk-test", base_url=base_url, max_retries=0)
-    ours = AnthropicProvider(credential="sk-test", base_url=base_url)
+    ours = anthropic.provider(credential="sk-test", base_url=base_url)
     rng = random.Random(SEED)
     kinds_seen: set[str] = set()
     stops_seen: set[str] = set()

@@ -55,7 +55,9 @@ from vaelii_llm._protocol import (
 )
 from vaelii_llm._wire.sse import SSEDecoder
 from vaelii_llm.errors import LLMBadResponse
-from vaelii_llm.providers.anthropic import AnthropicProvider, StreamAssembler, decode_response
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers.anthropic._decode import decode_response
+from vaelii_llm.providers.anthropic._stream import StreamAssembler
 
 KEY = "sk-ant-test-fidelity-0123456789"
 
@@ -90,7 +92,7 @@ def assemble(t: Transcript, rng: random.Random) -> tuple[list[Block], Response]:
     pos = 0
     while pos < len(data):
         step = rng.randint(1, 96)
-        blocks.extend(asm.feed_batch(frames.feed_frames(data[pos : pos + step])))
+        blocks.extend(asm.feed(frames.feed_frames(data[pos : pos + step])))
         pos += step
     frames.feed(b"")
     return blocks, asm.result()
@@ -100,7 +102,7 @@ async def both_ways(t: Transcript) -> tuple[list[Any], Response]:
     """The turn over loopback, streamed then whole: what ``stream()`` yielded
     and what ``complete()`` returned."""
     api = FakeMessagesAPI(transcript=t, chunk_most=64)
-    async with serving(api) as url, AnthropicProvider(credential=KEY, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=KEY, base_url=url) as p:
         items = [item async for item in p.stream(req())]
         watched = [item async for item in p.stream(req(), deltas=True)]
         done = await p.complete(req())
@@ -176,7 +178,7 @@ async def test_compaction_deltas_fill_the_block_and_it_goes_back_whole(seed: int
     start = next(d for n, d in t.events if n == "content_block_start")
     assert start["content_block"]["encrypted_content"] is None
     api = FakeMessagesAPI(transcript=t, chunk_most=64, seed=seed)
-    async with serving(api) as url, AnthropicProvider(credential=KEY, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=KEY, base_url=url) as p:
         items = [item async for item in p.stream(req())]
         done = await p.complete(req())
         check_equal(t, items, done)
@@ -383,11 +385,11 @@ async def test_an_index_that_never_started_is_a_lost_block(
     api = FakeMessagesAPI(payload=t.sse())
     got: list[Any] = []
 
-    async def collect(p: AnthropicProvider) -> None:
+    async def collect(p: anthropic.AnthropicProvider) -> None:
         async for item in p.stream(req()):
             got.append(item)
 
-    async with serving(api) as url, AnthropicProvider(credential=KEY, base_url=url) as p:
+    async with serving(api) as url, anthropic.provider(credential=KEY, base_url=url) as p:
         with pytest.raises(LLMBadResponse, match="block"):
             await collect(p)
     assert not any(isinstance(i, Response) for i in got)

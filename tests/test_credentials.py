@@ -7,15 +7,14 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
-from vaelii_llm.providers import _credentials as credentials
-from vaelii_llm.providers._credentials import Credential
+from vaelii_llm.providers.anthropic import _credentials as credentials
+from vaelii_llm.providers.anthropic._credentials import Credential
 
 SECRET = "sk-ant-test-SECRET-0123456789"
 SLEEP = shutil.which("sleep") or "/bin/sleep"  # PATH holds only the fake ant in these tests
@@ -56,23 +55,21 @@ def _children() -> set[int]:
     return pids
 
 
-async def _eventually(check: Callable[[], bool], within_s: float = 10.0) -> bool:
-    """Poll ``check`` until it holds or ``within_s`` passes (a loaded machine
-    may take a while to schedule a child; a wrong result still fails)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while not check():
-        if loop.time() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
-
-
-def _zombie(pid: int) -> bool:
+async def died(pid: int) -> None:
+    """Return once ``pid`` has ended (a zombie counts): the kernel says when,
+    through a pidfd, rather than a poll against a clock."""
     try:
-        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # gone already
+    loop = asyncio.get_running_loop()
+    ended = loop.create_future()
+    loop.add_reader(fd, ended.set_result, None)
+    try:
+        await ended
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
 async def test_api_key_first(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,25 +186,32 @@ async def test_ant_control_char_is_bad_credential(bin_dir: Path) -> None:
 
 
 async def test_hung_ant_times_out_and_is_killed(bin_dir: Path, tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
-    fake_ant(bin_dir, f"echo $$ > {pid_file}\n{SLEEP} 30 &\necho $! >> {pid_file}\nwait\n")
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    """The CLI would print a token, but only once the test lets it, after the
+    lookup has answered: None, then, can only be the lookup's own timeout.
+    Its group holds a child that, left alone, ends by writing a file: killed
+    with the group, it never does."""
+    pid_file, go, natural = tmp_path / "pid", tmp_path / "go", tmp_path / "natural"
+    fake_ant(
+        bin_dir,
+        f"echo $$ > {pid_file}\n( {SLEEP} 30; : > {natural} ) &\necho $! >> {pid_file}\n"
+        f"while [ ! -e {go} ]; do {SLEEP} 0.01; done\nprintf '{SECRET}\\n'\n",
+    )
     # 1 s: ample for a loaded machine to start a shell that writes two lines.
     assert await credentials.from_ant(timeout_s=1.0) is None
-    assert loop.time() - started < 10  # well before the CLI's own 30 s
+    go.touch()
     pids = [int(x) for x in pid_file.read_text().split()]
     assert gone(pids[0])  # the CLI itself, reaped
-    # the whole group got SIGKILL: the sleep dies (gone, or a zombie awaiting
-    # its reaper) within moments, far inside its own 30 s
-    assert await _eventually(lambda: gone(pids[1]) or _zombie(pids[1]))
+    await died(pids[1])  # the kernel says when, not a clock
+    assert not natural.exists()  # it died of the group's SIGKILL, not of old age
 
 
 async def test_cancelled_lookup_leaves_no_child(bin_dir: Path, tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     fake_ant(bin_dir, f"echo $$ > {pid_file}\nexec {SLEEP} 30\n")
     task = asyncio.create_task(credentials.resolve())
-    assert await _eventually(lambda: pid_file.exists() and bool(pid_file.read_text().strip()))
+    while not (pid_file.exists() and pid_file.read_text().strip()):  # until the CLI runs
+        assert not task.done(), task
+        await asyncio.sleep(0.01)
     pid = int(pid_file.read_text())
     assert not gone(pid)
     task.cancel()

@@ -1,11 +1,13 @@
-"""The streamed paths' batch entry points agree with the one-at-a-time ones.
+"""The streamed paths' quick steps agree with the one-at-a-time rules.
 
-``SSEDecoder.feed_frames``, ``StreamAssembler.feed_batch``,
-``ChatAssembler.feed_batch``, ``NDJSONDecoder.feed_lines`` and
-``ChatAssembler.feed_lines`` exist for speed (see the benchmarks); each must
-hand over exactly what ``feed`` does, refusals included, on any input and any
-split, with deltas and without. With deltas, the blocks and the final Response are
-what they are without, and each block's deltas, joined, are its text.
+``StreamAssembler.feed`` (its quick step for text deltas against the rule
+for any one event, ``_event``), ``ChatAssembler.feed_batch``,
+``NDJSONDecoder.feed_lines`` and ``ChatAssembler.feed_lines`` exist for speed
+(see the benchmarks); each must hand over exactly what the reference does,
+refusals included, on any input and any split, with deltas and without. (The
+SSE decoder's one line path is held to its reference in test_wire_sse.py.)
+With deltas, the blocks and the final Response are what they are without,
+and each block's deltas, joined, are its text.
 
 One difference is by design and pinned here on its own: ``feed_lines`` does
 not read the fields a line that only continues the open run carries unused
@@ -36,140 +38,8 @@ from vaelii_llm._protocol import (
 from vaelii_llm._wire.ndjson import NDJSONDecoder, refuse_line
 from vaelii_llm._wire.sse import SSEDecoder
 from vaelii_llm.errors import LLMBadResponse, LLMError
-from vaelii_llm.providers.anthropic import StreamAssembler
+from vaelii_llm.providers.anthropic._stream import StreamAssembler
 from vaelii_llm.providers.ollama import CHUNK_DECODER, ChatAssembler, ChatChunk, _InMessage
-
-ATOMS = [
-    b"data: ",
-    b"event: ",
-    b"id: ",
-    b":",
-    b"\n",
-    b"\r",
-    b"\r\n",
-    b"\n\n",
-    b"x",
-    b"\xc3\xbc",
-    b"\xc3",
-    b"\xbc",
-    b"\xff",
-    b"\xef\xbb\xbf",
-    b"data:",
-    b"event:e\xff\n",
-    b"\0",
-    b" ",
-    b"ping",
-    b"message_stop",
-    b"{}",
-    b"data: \xe2\x80\x94\n\n",
-]
-
-
-def sse_run(stream: bytes, cuts: list[int], frames: bool, cap: int) -> list[Any]:
-    decoder = SSEDecoder("t", max_event_bytes=cap)
-    out: list[Any] = []
-    pos = 0
-    try:
-        for cut in [*sorted(set(cuts)), len(stream)]:
-            piece, pos = stream[pos:cut], cut
-            if not piece:
-                continue
-            if frames:
-                out.extend(decoder.feed_frames(piece))
-            else:
-                out.extend((e.event.encode(), e.data.encode()) for e in decoder.feed(piece))
-            out.append("|")
-        (decoder.feed_frames if frames else decoder.feed)(b"")
-    except LLMBadResponse as exc:
-        out.append(("refused", exc.reason, exc.text))
-    return out
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    st.lists(st.sampled_from(ATOMS) | st.binary(max_size=6), max_size=40),
-    st.lists(st.integers(0, 300), max_size=8),
-    st.sampled_from([4, 16, 64, 10**6]),
-)
-def test_sse_feed_frames_equals_feed(atoms: list[bytes], cuts: list[int], cap: int) -> None:
-    stream = b"".join(atoms)
-    cuts = [c for c in cuts if c < len(stream)]
-    assert sse_run(stream, cuts, True, cap) == sse_run(stream, cuts, False, cap)
-
-
-FRAME_LINES = [
-    b"event: content_block_delta",
-    b"event: ping",
-    b"event: ",
-    b"event:x",
-    b"data: {}",
-    b'data: {"a":"\xc3\xbc"}',
-    b"data:",
-    b"data",
-    b": comment",
-    b"id: 7",
-    b"retry: 1",
-    b"other: 2",
-    b"data: \xff",
-]
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.lists(st.sampled_from(FRAME_LINES), min_size=1, max_size=4), max_size=20),
-    st.sampled_from([b"\n", b"\n", b"\r\n"]),
-    st.lists(st.integers(0, 2000), max_size=8),
-)
-def test_sse_feed_frames_equals_feed_on_frames(
-    frames: list[list[bytes]], end: bytes, cuts: list[int]
-) -> None:
-    """Whole frames as a JSON API sends them (and others around them): the
-    quick loop of feed_frames, and its hand-off to the general rule for a
-    comment, an id or another field, agree with feed at any split."""
-    stream = b"".join(end.join(lines) + end + end for lines in frames)
-    cuts = [c for c in cuts if c < len(stream)]
-    assert sse_run(stream, cuts, True, 10**6) == sse_run(stream, cuts, False, 10**6)
-
-
-_REGULAR_FRAME = st.builds(
-    lambda name, data: [b"event: " + name, b"data: " + data],
-    st.sampled_from([b"content_block_delta", b"ping", b"message_stop", b""])
-    | st.integers(0, 90).map(lambda n: b"e%d" % n),
-    st.sampled_from([b"{}", b'{"a":"\xc3\xbc"}', b"", b"x y", b"data: z"]),
-)
-
-
-_ODD_FRAME = st.lists(
-    st.sampled_from(FRAME_LINES).map(lambda line: [line]) | _REGULAR_FRAME, min_size=1, max_size=3
-).map(lambda pieces: [line for piece in pieces for line in piece])
-"""A frame of another shape: lines of any field, regular pairs among them."""
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.one_of(*[_REGULAR_FRAME] * 40, _ODD_FRAME), max_size=80),
-    st.sampled_from([b"\n", b"\n", b"\n", b"\r\n", b"\r"]),
-    st.lists(st.integers(0, 4000), max_size=24),
-    st.sampled_from([64, 10**6]),
-)
-@example(  # a frame of the regular length whose first line is no event line
-    [[b"event: a", b"data: 1"]] * 5
-    + [[b": comment", b"data: {}"]]
-    + [[b"event: b", b"data: 2"]] * 5,
-    b"\n",
-    [],
-    10**6,
-)
-def test_sse_feed_frames_equals_feed_on_runs_of_regular_frames(
-    frames: list[list[bytes]], end: bytes, cuts: list[int], cap: int
-) -> None:
-    """Runs of frames in the one shape a JSON API writes (which feed_frames
-    takes whole, three lines at a time), broken by frames of other shapes, an
-    empty type, more types than the decoder keeps, a frame over the cap or
-    not UTF-8: the same events as feed, at any split."""
-    stream = b"".join(end.join(lines) + end + end for lines in frames)
-    cuts = [c for c in cuts if c < len(stream)]
-    assert sse_run(stream, cuts, True, cap) == sse_run(stream, cuts, False, cap)
 
 
 def anthropic_run(stream: bytes, cuts: list[int], frames: bool, deltas: bool = False) -> list[Any]:
@@ -183,10 +53,10 @@ def anthropic_run(stream: bytes, cuts: list[int], frames: bool, deltas: bool = F
             if not piece:  # b"" would end the stream
                 continue
             if frames:
-                out.extend(assembler.feed_batch(decoder.feed_frames(piece)))
-            else:
+                out.extend(assembler.feed(decoder.feed_frames(piece)))
+            else:  # the oracle: the rule for any one event, the quick step never taken
                 for event in decoder.feed(piece):
-                    out.extend(assembler.feed(event.event, event.data))
+                    out.extend(assembler._event(event.event.encode(), event.data.encode()))
         out.append(assembler.result())
     except LLMError as exc:
         out.append((type(exc), str(exc)))
@@ -195,7 +65,9 @@ def anthropic_run(stream: bytes, cuts: list[int], frames: bool, deltas: bool = F
 
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2**32), st.booleans(), st.lists(st.integers(0, 10**6), max_size=12))
-def test_stream_assembler_feed_batch_equals_feed(seed: int, error: bool, cuts: list[int]) -> None:
+def test_stream_assembler_feed_equals_the_per_event_rule(
+    seed: int, error: bool, cuts: list[int]
+) -> None:
     stream = generate(random.Random(seed), error=error).sse()
     cuts = [c % (len(stream) + 1) for c in cuts]
     batched = anthropic_run(stream, cuts, True)
@@ -221,31 +93,6 @@ def _text_delta(index: int) -> tuple[str, str]:
             '"delta":{"type":"text_delta","text":"a"}}'
         ),
     )
-
-
-def test_a_json_api_stream_is_read_three_lines_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The quick path is what runs on the shape every frame of the Messages
-    API has, at any split (else the benchmark's figure would rest on nothing)."""
-    taken: list[int] = []
-    regular = SSEDecoder._regular_frames
-
-    def spy(self: SSEDecoder, lines: list[bytes], start: int, end: int) -> Any:
-        found = regular(self, lines, start, end)
-        taken.append(-1 if found is None else len(found))
-        return found
-
-    monkeypatch.setattr(SSEDecoder, "_regular_frames", spy)
-    stream = _sse(*[_text_delta(0)] * 40)
-    decoder = SSEDecoder("t")
-    events = [
-        event
-        for at in range(0, len(stream), 2000)
-        for event in decoder.feed_frames(stream[at : at + 2000])
-    ]
-    assert len(events) == 40
-    assert taken
-    assert -1 not in taken
-    assert sum(taken) > 30  # all but the frames a chunk begins or ends in
 
 
 def _block(event: str, index: int, kind: str = "text") -> tuple[str, str]:

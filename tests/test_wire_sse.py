@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import time
+from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vaelii_llm._wire import MAX_EVENT_BYTES, SSEDecoder, SSEEvent
@@ -237,3 +239,239 @@ def test_random_bytes_raise_only_the_typed_error(data: bytes, cuts: list[int]) -
     except LLMBadResponse:
         return
     assert all(isinstance(e, SSEEvent) for e in events)
+
+
+# --- the reference: the rules a line at a time, the whole stream at once ----------
+
+Event = tuple[bytes, bytes, str | None]
+
+
+def _utf8(part: bytes) -> bool:
+    try:
+        part.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def reference(stream: bytes, cap: int) -> tuple[list[Event], tuple[str, bytes] | None]:
+    """The events of ``stream`` as the module docstring's rules read it, a line
+    at a time, and the refusal that ends it, if any (``("utf8", part)`` for the
+    part that is not UTF-8, ``("cap", b"")`` for a frame over ``cap`` bytes,
+    each line counted with its line end, an unfinished last line as it is).
+
+    The decoder's own line path must agree with it at any split (slow and
+    obviously the rules: nothing here is tuned)."""
+    stream = stream.removeprefix(b"\xef\xbb\xbf")
+    *lines, unfinished = re.split(rb"\r\n|\r|\n", stream)
+    events: list[Event] = []
+    data: list[bytes] = []
+    event: bytes | None = None
+    last_id: str | None = None
+    size = 0
+    for line in lines:
+        if not line:
+            if data:
+                joined = b"\n".join(data)
+                for part in (event or b"", joined):
+                    if not _utf8(part):
+                        return events, ("utf8", part)
+                events.append((event or b"message", joined, last_id))
+            data, event, size = [], None, 0
+            continue
+        size += len(line) + 1
+        if size > cap:
+            return events, ("cap", b"")
+        if line.startswith(b":"):
+            continue
+        name, _, value = line.partition(b":")
+        value = value.removeprefix(b" ")
+        if name == b"data":
+            data.append(value)
+        elif name == b"event":
+            event = value
+        elif name == b"id" and b"\0" not in value:
+            if not _utf8(value):
+                return events, ("utf8", value)
+            last_id = value.decode()
+    if size + len(unfinished) > cap:
+        return events, ("cap", b"")
+    return events, None
+
+
+def run(stream: bytes, cuts: list[int], cap: int, frames: bool) -> tuple[list[Event], Any]:
+    """What the decoder hands over for ``stream`` cut at ``cuts``, through
+    ``feed_frames`` (ids as None) or ``feed``, and its refusal, if any."""
+    decoder = SSEDecoder("t", max_event_bytes=cap)
+    out: list[Event] = []
+    try:
+        for piece in [*split_at(stream, cuts), b""]:
+            if frames:
+                out.extend((e, d, None) for e, d in decoder.feed_frames(piece))
+            else:
+                out.extend((e.event.encode(), e.data.encode(), e.id) for e in decoder.feed(piece))
+    except LLMBadResponse as exc:
+        return out, exc
+    return out, None
+
+
+def check_against_reference(stream: bytes, cuts: list[int], cap: int) -> None:
+    """Both entry points, at this split, against the reference: the same events,
+    or, when refused, a prefix of them and a refusal (the same one, word for
+    word, when it cannot depend on the split: not UTF-8, no cap in play)."""
+    expected, refusal = reference(stream, cap)
+    for frames in (False, True):
+        got, refused = run(stream, cuts, cap, frames)
+        want = [(e, d, None) for e, d, _ in expected] if frames else expected
+        if refusal is None:
+            assert refused is None
+            assert got == want
+            continue
+        assert refused is not None
+        assert got == want[: len(got)]
+        if refusal[0] == "utf8" and cap >= len(stream):
+            assert refused.reason == "sent an event that is not UTF-8"
+            assert refused.text == refusal[1].decode("utf-8", "replace")
+        elif refusal[0] == "cap" and cap < 64:  # nothing else can come first
+            assert "cap" in refused.reason
+
+
+ATOMS = [
+    b"data: ",
+    b"event: ",
+    b"id: ",
+    b":",
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b"\n\n",
+    b"x",
+    b"\xc3\xbc",
+    b"\xc3",
+    b"\xbc",
+    b"\xff",
+    b"\xef\xbb\xbf",
+    b"data:",
+    b"event:e\xff\n",
+    b"\0",
+    b" ",
+    b"ping",
+    b"message_stop",
+    b"{}",
+    b"data: \xe2\x80\x94\n\n",
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.sampled_from(ATOMS) | st.binary(max_size=6), max_size=40),
+    st.lists(st.integers(0, 300), max_size=8),
+    st.sampled_from([4, 16, 64, 10**6]),
+)
+def test_any_split_of_any_bytes_agrees_with_the_reference(
+    atoms: list[bytes], cuts: list[int], cap: int
+) -> None:
+    check_against_reference(b"".join(atoms), cuts, cap)
+
+
+FRAME_LINES = [
+    b"event: content_block_delta",
+    b"event: ping",
+    b"event: ",
+    b"event:x",
+    b"data: {}",
+    b'data: {"a":"\xc3\xbc"}',
+    b"data:",
+    b"data",
+    b": comment",
+    b"id: 7",
+    b"id: \xff",
+    b"retry: 1",
+    b"other: 2",
+    b"data: \xff",
+]
+
+_REGULAR_FRAME = st.builds(
+    lambda name, data: [b"event: " + name, b"data: " + data],
+    st.sampled_from([b"content_block_delta", b"ping", b"message_stop", b""])
+    | st.sampled_from([b"", b"x"])
+    | st.integers(0, 90).map(lambda n: b"e%d" % n),
+    st.sampled_from([b"{}", b'{"a":"\xc3\xbc"}', b"", b"x y", b"data: z", b"\xff"]),
+)
+_ODD_FRAME = st.lists(
+    st.sampled_from(FRAME_LINES).map(lambda line: [line]) | _REGULAR_FRAME, min_size=1, max_size=3
+).map(lambda pieces: [line for piece in pieces for line in piece])
+"""A frame of another shape: lines of any field, regular pairs among them."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.one_of(*[_REGULAR_FRAME] * 40, _ODD_FRAME), max_size=80),
+    st.sampled_from([b"\n", b"\n", b"\n", b"\r\n", b"\r"]),
+    st.lists(st.integers(0, 4000), max_size=24),
+    st.sampled_from([64, 10**6]),
+)
+@example(  # a frame of the regular length whose first line is no event line
+    [[b"event: a", b"data: 1"]] * 5
+    + [[b": comment", b"data: {}"]]
+    + [[b"event: b", b"data: 2"]] * 5,
+    b"\n",
+    [],
+    10**6,
+)
+@example([[b"id: 1", b"data: a"], [b"event: e", b"data: b"]] * 8, b"\n", [], 10**6)
+@example([[b"event: ", b"data: a"]] * 6, b"\n", [17], 10**6)  # an empty type, by line first
+def test_runs_of_frames_as_a_json_api_writes_them_agree_with_the_reference(
+    frames: list[list[bytes]], end: bytes, cuts: list[int], cap: int
+) -> None:
+    """Runs of frames in the one shape a JSON API writes (which the decoder
+    takes a run at a time), broken by frames of other shapes (comments, ids,
+    other fields), an empty type, more types than the decoder keeps, a frame
+    over the cap or not UTF-8: the reference's events, at any split."""
+    stream = b"".join(end.join(lines) + end + end for lines in frames)
+    check_against_reference(stream, cuts, cap)
+
+
+@given(st.lists(_event, max_size=8), st.lists(st.integers(0, 2000), max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_the_reference_reads_what_the_encoder_wrote(
+    events: list[tuple[str, list[str], bool]], cuts: list[int]
+) -> None:
+    """The reference itself against streams of known events (so the agreement
+    above is with the rules, not with a shared mistake)."""
+    stream, expected = _encode(events, [b"\n", b"\r\n"])
+    got, refusal = reference(stream, 10**6)
+    assert refusal is None
+    assert [SSEEvent(e.decode(), d.decode(), i) for e, d, i in got] == expected
+    check_against_reference(stream, cuts, 10**6)
+
+
+def _json_api(n: int) -> bytes:
+    frame = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0}\n\n'
+    return frame * n
+
+
+def test_a_json_api_stream_is_taken_a_run_of_frames_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The one-step run is what reads the shape every frame of the Messages
+    API has, at any split (else the benchmark's figure would rest on nothing)."""
+    taken: list[int] = []
+    regular = SSEDecoder._regular
+
+    def spy(self: SSEDecoder, lines: list[bytes], start: int, end: int) -> Any:
+        found = regular(self, lines, start, end)
+        taken.append(-1 if found is None else len(found))
+        return found
+
+    monkeypatch.setattr(SSEDecoder, "_regular", spy)
+    stream = _json_api(40)
+    decoder = SSEDecoder("t")
+    events = [
+        event
+        for at in range(0, len(stream), 2000)
+        for event in decoder.feed_frames(stream[at : at + 2000])
+    ]
+    assert len(events) == 40
+    assert -1 not in taken
+    assert sum(taken) > 30  # all but the frames a chunk begins or ends in

@@ -26,13 +26,20 @@ Cost is linear in the bytes fed, also for one huge event delivered in many
 small chunks: only the newly fed bytes are searched for line ends (the search
 never goes back over the unfinished line), and an unfinished line grows in one
 ``bytearray``, in place, never by ``bytes +=``.
+
+There is one line path (:meth:`SSEDecoder._frames`): the general field rule
+a line at a time, and, for a run of whole frames in the one shape a JSON API
+writes (``event: <type>``, ``data: <json>``, a blank line), the same frames
+made in one step. :meth:`~SSEDecoder.feed` and
+:meth:`~SSEDecoder.feed_frames` both go through it; the tests hold it to a
+line-at-a-time reference written from the rules above.
 """
 
 from __future__ import annotations
 
 from itertools import repeat
 from operator import itemgetter
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -66,6 +73,7 @@ inventing a new one per frame gains nothing but a bounded dict)."""
 _REGULAR_AT_LEAST: Final = 4
 """Fewer whole frames than this in a chunk are read a line at a time: checking
 their shape first would cost more than it saves."""
+_UTF8_ERROR: Final = "sent an event that is not UTF-8"
 _AFTER_DATA: Final = itemgetter(slice(6, None))
 """A ``data: `` line's value."""
 
@@ -79,14 +87,16 @@ class SSEEvent(msgspec.Struct, frozen=True, gc=False):
 
 
 class SSEDecoder:
-    """Turns chunks of an event stream into :class:`SSEEvent` values.
+    """Turns chunks of an event stream into events.
 
-    ``feed(chunk)`` returns the events that chunk completed (often none, often
-    several); ``feed(b"")`` marks the end of the stream and returns ``[]``,
-    discarding an unfinished frame. Feeding after the end is a programming
-    error (``RuntimeError``). A frame over ``max_event_bytes`` or an event that
-    is not UTF-8 raises :class:`~vaelii_llm.errors.LLMBadResponse` naming
-    ``label``; after that the decoder must not be fed again.
+    ``feed(chunk)`` returns the :class:`SSEEvent` values that chunk completed
+    (often none, often several); :meth:`feed_frames` the same events as
+    ``(type, data)`` byte pairs. ``feed(b"")`` marks the end of the stream
+    and returns ``[]``, discarding an unfinished frame. Feeding after the end
+    is a programming error (``RuntimeError``). A frame over
+    ``max_event_bytes`` or an event that is not UTF-8 raises
+    :class:`~vaelii_llm.errors.LLMBadResponse` naming ``label``; after that
+    the decoder must not be fed again.
     """
 
     __slots__ = (
@@ -97,6 +107,7 @@ class SSEDecoder:
         "_ended",
         "_event",
         "_frame_bytes",
+        "_ids",
         "_label",
         "_last_id",
         "_max",
@@ -118,9 +129,10 @@ class SSEDecoder:
         self._data: list[bytes] = []  # the frame's data lines
         self._frame_bytes = 0  # bytes of the frame's finished lines
         self._last_id: str | None = None
-        self._valid = False  # feed_frames: the chunk's whole lines are known to be UTF-8
+        self._ids: list[tuple[int, str]] = []  # this chunk's id lines: (next frame, id)
+        self._valid = False  # the chunk's whole lines are known to be UTF-8
         self._clean = True  # no line of the unfinished frame is unchecked
-        self._names: dict[bytes, bytes] = {}  # feed_frames: event line -> its type
+        self._names: dict[bytes, bytes] = {}  # an event line -> its type
 
     @property
     def buffered(self) -> int:
@@ -129,12 +141,21 @@ class SSEDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[SSEEvent]:
         """Take the next chunk of the stream; return the events it completed."""
-        lines = self._take(data, False)
-        if not lines:
+        last_id = self._last_id  # the id the chunk's first events carry
+        frames = self.feed_frames(data)
+        if not frames:
             return []
-        events: list[SSEEvent] = self._lines(lines, False, False)
-        if self._frame_bytes + len(self._buf) > self._max:
-            self._refuse(self._buf)
+        ids = self._ids
+        if not ids:
+            return [SSEEvent(event.decode(), text.decode(), last_id) for event, text in frames]
+        events: list[SSEEvent] = []
+        marks = iter([*ids, (len(frames), last_id)])
+        until, next_id = next(marks)
+        for n, (event, text) in enumerate(frames):
+            while n >= until:
+                last_id = next_id
+                until, next_id = next(marks)
+            events.append(SSEEvent(event.decode(), text.decode(), last_id))
         return events
 
     def feed_frames(self, data: bytes | bytearray | memoryview) -> list[tuple[bytes, bytes]]:
@@ -143,27 +164,21 @@ class SSEDecoder:
         For a backend that decodes the data itself (``msgspec`` takes bytes):
         nothing is decoded to ``str`` and no :class:`SSEEvent` is built. The
         type is ``b"message"`` when the frame names none; the last event id is
-        kept (:meth:`feed` carries it) but not handed over. The same rules and
-        refusals apply: both bytes are checked to be UTF-8 (once per chunk
-        when the chunk's lines are valid as a whole, else per event), so an
-        event :meth:`feed` refuses is refused here too, at the same point.
+        kept (:meth:`feed` carries it) but not handed over. Both bytes are
+        checked to be UTF-8, once per chunk when its lines are valid as a
+        whole, else per event.
         """
-        lines = self._take(data, True)
+        lines = self._take(data)
         if not lines:
             return []
-        frames: list[tuple[bytes, bytes]] = (
-            self._valid_frames(lines) if self._valid else self._lines(lines, True, False)
-        )
+        frames = self._frames(lines)
         if self._frame_bytes + len(self._buf) > self._max:
             self._refuse(self._buf)
         return frames
 
-    def _take(self, data: bytes | bytearray | memoryview, validate: bool) -> list[bytes]:  # noqa: C901
-        """Buffer ``data``; return the whole lines it completed (cap checked).
-
-        With ``validate``, ``_valid`` says whether those lines are UTF-8 as a
-        whole (they are cut only at CR or LF, so each one is then too).
-        """
+    def _start(self, data: bytes | bytearray | memoryview) -> bytes:
+        """``data`` as bytes, without the half CRLF or the BOM the stream's
+        earlier bytes left to drop; b"" when nothing is left to split."""
         if self._ended:
             raise RuntimeError("SSEDecoder.feed() called after the end of the stream")
         if not data:
@@ -171,23 +186,32 @@ class SSEDecoder:
             self._buf.clear()
             self._data = []
             self._event = None
-            return []
-        if not isinstance(data, bytes):
-            data = bytes(data)
+            return b""
+        data = bytes(data)
         if self._skip_lf:
             self._skip_lf = False
             if data[0] == _LF:
                 data = data[1:]
-        buf = self._buf
         if not self._bom_checked:
+            buf = self._buf
             buf += data
             if len(buf) < len(_BOM) and _BOM.startswith(buf):
-                return []
+                return b""  # maybe the start of a BOM: wait for more
             data = bytes(buf.removeprefix(_BOM))
             buf.clear()
             self._bom_checked = True
-        if not data:
-            return []
+        return data
+
+    def _take(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Buffer ``data``; return the whole lines it completed (cap checked),
+        with ``_valid`` saying whether they are UTF-8 as a whole (they are cut
+        only at CR or LF, so each one is then too)."""
+        if self._skip_lf or not self._bom_checked or not data or self._ended:
+            data = self._start(data)
+            if not data:
+                return []
+        elif type(data) is not bytes:
+            data = bytes(data)
         # Only the new bytes are searched and split: the unfinished line in
         # ``buf`` is never scanned again, so one huge event costs its size.
         lines = data.splitlines()
@@ -197,70 +221,74 @@ class SSEDecoder:
             partial = b""
         else:
             partial = lines.pop()
-        if not lines:
-            buf += partial
-            if self._frame_bytes + len(buf) > self._max:
-                self._refuse(buf)
-            return []
+        buf = self._buf
         held = len(buf)
-        if held:
+        if lines and held:
             lines[0] = bytes(buf) + lines[0]
             buf.clear()
         buf += partial
+        if not lines:
+            if self._frame_bytes + len(buf) > self._max:
+                self._refuse(buf)
+            return []
         if self._frame_bytes + held + len(data) > self._max:
             self._check_cap(lines)  # rare: only a chunk that could hold an over-cap frame
-        if validate:
-            # One check for the chunk's whole lines (a view: no copy), and the
-            # held head of the first one; a failure only means "check per event".
-            # The frame carried in from earlier chunks must be known good too.
-            try:
-                str(memoryview(data)[: len(data) - len(partial)], "utf-8")
-                if held:
-                    lines[0].decode()
-                self._valid = self._clean
-            except UnicodeDecodeError:
-                self._valid = False
+        # One check for the chunk's whole lines (a view: no copy), and the held
+        # head of the first one; a failure only means "check per event". The
+        # frame carried in from earlier chunks must be known good too.
+        try:
+            str(memoryview(data)[: len(data) - len(partial)], "utf-8")
+            if held:
+                str(lines[0], "utf-8")
+            self._valid = self._clean
+        except UnicodeDecodeError:
+            self._valid = False
         return lines
 
-    def _valid_frames(self, lines: list[bytes]) -> list[tuple[bytes, bytes]]:
-        """:meth:`_lines` for ``raw`` pairs of lines known to be UTF-8: the hot
-        path of :meth:`feed_frames`.
+    def _frames(self, lines: list[bytes]) -> list[tuple[bytes, bytes]]:
+        """The one line path: apply whole lines to the frame being built and
+        return the events they dispatched.
 
-        A JSON API writes every frame as ``event: <type>``, ``data: <json>``
-        and a blank line. From the first frame boundary of the chunk, the
-        lines that follow are checked to be all of that shape, three at a time,
-        in one pass per column (no Python step per line); if they are, their
-        frames are made in one step. Whatever is not (the unfinished frame
-        the chunk began in, the one it ends in, a stream of any other shape)
-        goes through :meth:`_frames_by_line`.
+        From the first frame boundary of the chunk, when its lines are known
+        to be UTF-8, a run of whole frames in the shape a JSON API writes is
+        taken in one step (:meth:`_regular`); everything else (the frame the
+        chunk began in, the one it ends in, a stream of any other shape) is
+        read a line at a time (:meth:`_by_line`).
         """
         held = self._frame_bytes
-        try:
-            start = lines.index(b"") + 1  # the first frame boundary
-        except ValueError:
-            start = len(lines)
-        count = (len(lines) - start) // 3
+        if self._ids:
+            self._ids = []
+        frames: list[tuple[bytes, bytes]] = []
         regular = None
-        if count >= _REGULAR_AT_LEAST:
-            end = start + 3 * count
-            regular = self._regular_frames(lines, start, end)
+        if self._valid and len(lines) >= 3 * _REGULAR_AT_LEAST:
+            try:
+                start = lines.index(b"") + 1  # the first frame boundary
+            except ValueError:
+                start = len(lines)
+            end = start + (len(lines) - start) // 3 * 3
+            regular = self._regular(lines, start, end)
         if regular is None:
-            frames = self._frames_by_line(lines)
+            self._by_line(lines, frames)
         else:
-            frames = self._frames_by_line(lines[:start])
+            self._by_line(lines[:start], frames)
             frames += regular
-            frames += self._frames_by_line(lines[end:])
-        self._clean = True
+            self._by_line(lines[end:], frames)
+        # Whether the frame left unfinished is known to be UTF-8 (see _take).
+        self._clean = self._valid or (not self._data and not self._event)
         self._frame_bytes = _unfinished_bytes(lines, held)
         return frames
 
-    def _regular_frames(
+    def _regular(
         self, lines: list[bytes], start: int, end: int
     ) -> list[tuple[bytes, bytes]] | None:
-        """The frames of ``lines[start:end]`` when those lines are whole frames
-        of exactly ``event: <type>``, ``data: <data>``, blank; else None.
-        The decoder keeps each type it meets by its line, an empty one as
-        ``message``, as the frame is dispatched."""
+        """The frames of ``lines[start:end]`` when those lines are enough whole
+        frames of exactly ``event: <type>``, ``data: <data>``, blank; else None.
+
+        The lines are checked a column at a time (no Python step per line);
+        each type met is kept by its line, an empty one as ``message``, so
+        a frame costs no slicing of its type."""
+        if end - start < 3 * _REGULAR_AT_LEAST:
+            return None
         events = lines[start:end:3]
         data = lines[start + 1 : end : 3]
         if (
@@ -278,123 +306,62 @@ class SSEDecoder:
                 names[line] = line[7:] or _MESSAGE
         return list(zip(map(names.__getitem__, events), map(_AFTER_DATA, data), strict=True))
 
-    def _frames_by_line(self, lines: list[bytes]) -> list[tuple[bytes, bytes]]:
-        """:meth:`_lines` for ``raw`` pairs of lines known to be UTF-8, a line
-        at a time, with the frame's first data line held apart (nearly every
-        frame has one), so a frame costs no list, and the stream's event types
-        looked up by their line rather than cut from it again (a stream names
-        a handful; at most :data:`_NAMES_KEPT`). Any line but a blank one,
-        ``data: `` and ``event: `` goes through :meth:`_lines`, which applies
-        the general field rule."""
-        frames: list[tuple[bytes, bytes]] = []
-        if not lines:
-            return frames
-        append = frames.append
-        names = self._names
-        name = names.get
-        pending = self._data
-        event = self._event
-        first = None  # the frame's data line while it has one (``pending`` is then empty)
-        if len(pending) == 1:
-            first, pending = pending[0], []
-        for line in lines:
-            if not line:
-                if first is not None:
-                    append((event or _MESSAGE, first))
-                    first = None
-                elif pending:
-                    append((event or _MESSAGE, b"\n".join(pending)))
-                    pending = []
-                event = None
-            elif line.startswith(b"data: "):
-                if first is None and not pending:
-                    first = line[6:]
-                else:
-                    if first is not None:
-                        pending = [first]
-                        first = None
-                    pending.append(line[6:])
-            elif line.startswith(b"event: "):
-                event = name(line)
-                if event is None:
-                    event = line[7:] or _MESSAGE
-                    if len(names) < _NAMES_KEPT:
-                        names[line] = event
-            else:
-                self._data = [first] if first is not None else pending
-                self._event = event
-                frames += self._lines([line], True, True)
-                pending = self._data
-                event = self._event
-                first = None
-                if len(pending) == 1:
-                    first, pending = pending[0], []
-        self._data = [first] if first is not None else pending
-        self._event = event
-        return frames
-
-    def _lines(self, lines: list[bytes], raw: bool, valid: bool) -> list[Any]:  # noqa: C901
-        """Apply whole lines to the frame being built; return the events dispatched,
-        as :class:`SSEEvent` values or, with ``raw``, ``(type, data)`` pairs
-        (``valid``: the lines are known to be UTF-8, so no event is checked).
-
-        The hot loop: one test per line for the two common fields, no size
-        accounting (``_check_cap`` has done it when it could matter).
-        """
-        events: list[Any] = []
+    def _by_line(self, lines: list[bytes], frames: list[tuple[bytes, bytes]]) -> None:
+        """Apply ``lines`` one at a time, the two common fields tested first;
+        append each event dispatched to ``frames`` (checked to be UTF-8 unless
+        the chunk is known to be). No size accounting: ``_take`` has done it."""
+        check = not self._valid
         data = self._data
         event = self._event
-        joined = b""
-        try:
-            for line in lines:
-                if not line:
-                    if data:
-                        joined = data[0] if len(data) == 1 else b"\n".join(data)
-                        if not raw:
-                            events.append(
-                                SSEEvent(
-                                    event.decode() if event else "message",
-                                    joined.decode(),
-                                    self._last_id,
-                                )
-                            )
-                        else:
-                            if not valid:
-                                if event:
-                                    event.decode()
-                                joined.decode()
-                            events.append((event or _MESSAGE, joined))
-                        data = []
-                    event = None
-                elif line.startswith(b"data: "):
-                    data.append(line[6:])
-                elif line.startswith(b"event: "):
-                    event = line[7:]
-                elif line[0] != _COLON:  # not a comment: the general field rule
-                    colon = line.find(b":")
-                    if colon < 0:
-                        name, value = line, b""
-                    else:
-                        name, value = line[:colon], line[colon + 1 :]
-                        if value[:1] == b" ":
-                            value = value[1:]
-                    if name == b"data":
-                        data.append(value)
-                    elif name == b"event":
-                        event = value
-                    elif name == b"id" and b"\0" not in value:
-                        joined = value
-                        self._last_id = value.decode()
-        except UnicodeDecodeError as exc:
-            raise LLMBadResponse(
-                self._label, "sent an event that is not UTF-8", bytes(joined or line)
-            ) from exc
+        name = self._names.get
+        for line in lines:
+            if not line:
+                if data:
+                    joined = data[0] if len(data) == 1 else b"\n".join(data)
+                    if check:
+                        self._check_utf8(event, joined)
+                    frames.append((event or _MESSAGE, joined))
+                    data = []
+                event = None
+            elif line.startswith(b"data: "):
+                data.append(line[6:])
+            elif line.startswith(b"event: "):
+                event = name(line) or self._name(line)
+            elif line[0] != _COLON:  # not a comment: the general field rule
+                field, _, value = line.partition(b":")
+                if value[:1] == b" ":
+                    value = value[1:]
+                if field == b"data":
+                    data.append(value)
+                elif field == b"event":
+                    event = value
+                elif field == b"id" and b"\0" not in value:
+                    self._set_id(value, len(frames))
         self._data = data
         self._event = event
-        # Whether the frame left unfinished is known to be UTF-8 (see _take).
-        self._clean = valid or (not data and not event)
-        self._frame_bytes = _unfinished_bytes(lines, self._frame_bytes)
-        return events
+
+    def _name(self, line: bytes) -> bytes:
+        """The type an ``event: `` line names (``message`` when empty), kept by
+        its line (a stream names a handful; at most :data:`_NAMES_KEPT`)."""
+        found = self._names.get(line)
+        if found is None:
+            found = line[7:] or _MESSAGE
+            if len(self._names) < _NAMES_KEPT:
+                self._names[line] = found
+        return found
+
+    def _set_id(self, value: bytes, at: int) -> None:
+        """An ``id:`` line: the last event id, carried from the ``at``-th event on."""
+        try:
+            self._last_id = value.decode()
+        except UnicodeDecodeError as exc:
+            raise LLMBadResponse(self._label, _UTF8_ERROR, value) from exc
+        self._ids.append((at, self._last_id))
+
+    def _check_utf8(self, event: bytes | None, data: bytes) -> None:
+        for part in (event or b"", data):
+            if not _utf8(part):
+                raise LLMBadResponse(self._label, _UTF8_ERROR, part)
 
     def _check_cap(self, lines: list[bytes]) -> None:
         """Refuse the block if a frame in it, with what came before, is over the cap."""
@@ -416,6 +383,14 @@ class SSEDecoder:
             f"sent an event over the {self._max}-byte cap (its opening is kept)",
             opening,
         )
+
+
+def _utf8(data: bytes | memoryview) -> bool:
+    try:
+        str(data, "utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _unfinished_bytes(lines: list[bytes], held: int) -> int:

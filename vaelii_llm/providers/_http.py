@@ -9,8 +9,13 @@ fix made here holds for every backend at once:
   something closed it, shared by any number of concurrent turns;
 * the closed state: after :meth:`~HTTPProvider.aclose` every turn, streamed
   or not, raises :class:`~vaelii_llm.errors.LLMClosed`, also a turn that was
-  waiting for its headers (a credential lookup) or in flight when the close
-  came (the far end's cut chained as its cause); closing twice is harmless;
+  waiting for its credential or in flight when the close came (the far
+  end's cut chained as its cause); closing twice is harmless;
+* the credential step: a backend whose credential may take I/O to find (a
+  CLI, a token endpoint) hands the skeleton a :class:`Credentials`, awaited
+  before a turn's headers are built; what it finds is kept, concurrent first
+  turns share one lookup, and a turn cancelled while it waits cancels that
+  lookup (whose own cleanup, a child process killed and reaped, runs then);
 * the non-streamed turn (:meth:`~HTTPProvider.complete`): one POST under the
   request's whole-turn deadline, its 200 decoded by the codec's typed decoder;
 * the stream pump (:meth:`~HTTPProvider.stream`): the body's bytes into the
@@ -34,8 +39,9 @@ What a new backend supplies is a :class:`Codec`, no I/O in it:
 ``body(request, stream=...)``
     the request's bytes (raising :class:`~vaelii_llm.errors.LLMEncode` for a
     block the wire has no shape for);
-``async headers(request, stream=...)``
-    the turn's own headers (a credential, ``accept``, a beta list), or None;
+``headers(request, stream=..., credential=...)``
+    the turn's own headers (the credential the step found, ``accept``, a beta
+    list), or None; ``credential`` is None for a backend with no step;
 ``whole_decoder`` and ``whole(parsed)``
     the typed msgspec decoder for a non-streamed 200 and the
     :class:`~vaelii_llm._protocol.Response` built from what it decoded;
@@ -43,13 +49,13 @@ What a new backend supplies is a :class:`Codec`, no I/O in it:
     a fresh sans-IO wire decoder (``feed(bytes)`` returns a batch;
     ``feed(b"")`` marks the end) and a fresh :class:`Assembler` for one turn.
 
-Every assembler speaks the same four words: ``feed(item)`` applies one
-decoded item and returns what it completed; ``feed_batch(batch)`` does the
-same for a decoder's whole batch, yielding as it goes (the streamed path,
-where a backend keeps its fast loop); ``finished`` says the terminal event
-has arrived; ``result()`` is the final Response, or the refusal of a stream
-cut short. With ``deltas=True`` an assembler also hands back
-:data:`~vaelii_llm._protocol.Delta` items before the block they belong to.
+Every assembler speaks the same three words: ``feed(batch)`` applies a
+decoder's whole batch and hands back what it completed, in order, as it goes
+(what came before a refused item is handed over before the refusal);
+``finished`` says the terminal event has arrived; ``result()`` is the final
+Response, or the refusal of a stream cut short. With ``deltas=True`` an
+assembler also hands back :data:`~vaelii_llm._protocol.Delta` items before
+the block they belong to.
 
 A vendor module imports no HTTP library: it subclasses :class:`HTTPProvider`
 with its codec, and its probes go through :mod:`vaelii_llm._transport`.
@@ -57,8 +63,9 @@ with its codec, and its probes go through :mod:`vaelii_llm._transport`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable, Mapping
-from typing import Final, Generic, Protocol, TypeVar
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import aiohttp
 import msgspec
@@ -68,7 +75,7 @@ from vaelii_llm import telemetry
 from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
 from vaelii_llm.errors import LLMClosed, LLMError
 
-__all__ = ["DRAIN_S", "Assembler", "Codec", "HTTPProvider", "WireDecoder"]
+__all__ = ["DRAIN_S", "Assembler", "Codec", "Credentials", "HTTPProvider", "WireDecoder"]
 
 DRAIN_S: Final = 0.05
 """How long a stream may take to end after its terminal event before its
@@ -81,6 +88,8 @@ B = TypeVar("B")
 """What a wire decoder hands over for one chunk of a stream."""
 B_co = TypeVar("B_co", covariant=True)
 B_contra = TypeVar("B_contra", contravariant=True)
+C = TypeVar("C")
+"""What a credential step finds."""
 
 
 class WireDecoder(Protocol[B_co]):
@@ -99,7 +108,7 @@ class Assembler(Protocol[B_contra]):
         """Whether the terminal event has arrived."""
         ...
 
-    def feed_batch(self, batch: B_contra) -> Iterable[StreamItem]:
+    def feed(self, batch: B_contra) -> Iterable[StreamItem]:
         """What ``batch`` completed (blocks, and deltas when asked for), in order."""
         ...
 
@@ -124,13 +133,59 @@ class Codec(Protocol[W, B]):
 
     def body(self, request: Request, *, stream: bool) -> bytes: ...
 
-    async def headers(self, request: Request, *, stream: bool) -> Mapping[str, str] | None: ...
+    def headers(
+        self, request: Request, *, stream: bool, credential: Any
+    ) -> Mapping[str, str] | None: ...
 
     def whole(self, parsed: W) -> Response: ...
 
     def stream_decoder(self) -> WireDecoder[B]: ...
 
     def assembler(self, *, deltas: bool) -> Assembler[B]: ...
+
+
+class Credentials(Generic[C]):
+    """The credential step: ``lookup`` run when a turn needs what it finds.
+
+    What a lookup finds is kept (``found``, given at once when the backend
+    built its provider with one). Concurrent turns share one lookup: those
+    waiting on it get what it found, or the :class:`~vaelii_llm.errors.LLMError`
+    it raised (the next turn then looks again). A turn cancelled while its
+    lookup runs cancels it; a turn waiting on another's lookup is not held
+    by that one's cancellation, it runs its own. The value is the backend's
+    secret: nothing here logs or shows it.
+    """
+
+    __slots__ = ("_failed", "_lock", "_lookup", "found")
+
+    def __init__(self, lookup: Callable[[], Awaitable[C]], found: C | None = None) -> None:
+        self._lookup = lookup
+        self._lock = asyncio.Lock()
+        self._failed: tuple[int, LLMError | None] = (0, None)  # failures so far, the last one
+        self.found = found
+
+    def __repr__(self) -> str:
+        return f"Credentials(found={self.found is not None})"
+
+    async def get(self) -> C:
+        """What the lookup found, running it (once for all who wait) when nothing is kept."""
+        found = self.found
+        if found is not None:
+            return found
+        failures = self._failed[0]
+        async with self._lock:
+            found = self.found
+            if found is not None:
+                return found
+            count, failure = self._failed
+            if count != failures and failure is not None:
+                raise failure  # the lookup this turn waited on failed
+            try:
+                found = self.found = await self._lookup()
+            except LLMError as exc:
+                self._failed = (count + 1, exc)
+                raise
+            return found
 
 
 class HTTPProvider(ProviderBase, Generic[W, B]):
@@ -140,8 +195,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
     iterate it under ``contextlib.aclosing`` so that happens at once.
     """
 
-    def __init__(self, codec: Codec[W, B]) -> None:
+    def __init__(self, codec: Codec[W, B], credentials: Credentials[Any] | None = None) -> None:
         self._codec = codec
+        self._credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._inflight: set[aiohttp.ClientResponse] = set()  # bodies being read, cut by aclose
@@ -161,6 +217,19 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             session = self._session = transport.create_session(self._codec.session_headers())
         return session
 
+    async def _credential(self) -> Any:
+        """The credential step's answer (None with no step); LLMClosed when
+        the provider closed while the turn waited for it."""
+        step = self._credentials
+        if step is None:
+            return None
+        found = step.found
+        if found is None:
+            found = await step.get()
+            if self._closed:
+                raise LLMClosed(self._codec.endpoint.label)
+        return found
+
     async def complete(self, request: Request) -> Response:
         """One non-streamed turn under ``request.timeout_ms``, headers and body."""
         if telemetry.active is None:  # the telemetry hook: off, one attribute read
@@ -175,7 +244,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
         body = codec.body(request, stream=False)
-        headers = await codec.headers(request, stream=False)
+        headers = codec.headers(request, stream=False, credential=await self._credential())
         try:
             parsed = await transport.request_json(
                 self._http(),
@@ -210,7 +279,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
         body = codec.body(request, stream=True)
-        headers = await codec.headers(request, stream=True)
+        headers = codec.headers(request, stream=True, credential=await self._credential())
         decoder = codec.stream_decoder()
         assembler = codec.assembler(deltas=deltas)
         try:
@@ -225,7 +294,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 inflight=self._inflight,
             ) as chunks:
                 async for data in chunks:
-                    for item in assembler.feed_batch(decoder.feed(data)):
+                    for item in assembler.feed(decoder.feed(data)):
                         yield item
                     if assembler.finished:
                         # The answer is whole: what follows cannot change it, nor
@@ -237,7 +306,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
         if not assembler.finished:
-            for item in assembler.feed_batch(decoder.feed(b"")):
+            for item in assembler.feed(decoder.feed(b"")):
                 yield item
         yield assembler.result()
 

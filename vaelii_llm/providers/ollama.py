@@ -719,7 +719,7 @@ class ChatCodec:
             label=self.endpoint.label,
         )
 
-    async def headers(self, request: Request, *, stream: bool) -> None:
+    def headers(self, request: Request, *, stream: bool, credential: None) -> None:
         return None
 
     def whole(self, parsed: ChatChunk) -> Response:
@@ -759,7 +759,7 @@ class _LineAssembler:
     def finished(self) -> bool:
         return self._assembler.finished
 
-    def feed_batch(self, lines: list[bytes]) -> Iterator[StreamItem]:
+    def feed(self, lines: list[bytes]) -> Iterator[StreamItem]:
         return self._assembler.feed_lines(lines)
 
     def result(self) -> Response:

@@ -58,7 +58,7 @@ __all__ = [
     "resolve_now",
 ]
 
-log = logging.getLogger("vaelii_llm.providers._credentials")
+log = logging.getLogger("vaelii_llm.providers.anthropic._credentials")
 
 ANT_COMMAND: Final = ("ant", "auth", "print-credentials", "--access-token")
 """The CLI call that prints the active profile's access token."""

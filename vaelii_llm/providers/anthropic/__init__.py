@@ -1,0 +1,124 @@
+"""The Messages API backend.
+
+``provider(credential=..., base_url=..., model=..., effort=..., headers=...)``
+builds an :class:`AnthropicProvider` without I/O; it is an async context
+manager owning one HTTP session (opened on the first turn, closed by
+``aclose``, after which every turn raises :class:`~vaelii_llm.errors.LLMClosed`).
+
+What goes out
+    The request as the API takes it, with adaptive thinking, the request's
+    ``effort`` (else the provider's, default :data:`DEFAULT_EFFORT`) and
+    server-side fallbacks unless the request sets ``fallbacks=None``;
+    ``temperature``, ``top_p``, ``top_k`` and ``tool_choice`` are never sent
+    (this model family refuses them). A block carrying ``raw`` goes back
+    exactly as received. Details: :mod:`._encode`.
+
+What comes back
+    Every block keeps its JSON in ``raw``; a type not modelled is an
+    ``OpaqueBlock``; the API's stop reasons pass through (an unknown word
+    becomes the nearest neutral one), the word as sent kept on
+    ``Response.vendor_stop_reason``. ``stream`` yields each block whole as
+    it closes, then the same Response ``complete`` returns. Details:
+    :mod:`._decode`, :mod:`._stream`.
+
+Credentials
+    An explicit ``credential`` (a ``str`` is an API key; a :class:`Credential`
+    says its kind), or one in the environment, is read and checked when the
+    provider is built (no I/O). With neither, the first turn looks further
+    (the environment again, then the ``ant`` CLI, killed after a few seconds,
+    outside the turn's ``timeout_ms``) and the provider keeps what it found:
+    the skeleton's credential step, so concurrent first turns share one
+    lookup, a lookup that finds nothing fails the turns waiting on it (the
+    next turn looks again), and cancelling the turn kills the CLI. The
+    credential appears in no message, log line or repr. Details:
+    :mod:`._credentials`.
+
+There is no retry: a 429 or 529 is an ``LLMApiError`` carrying its status.
+The session, the closed state, the credential step, the turn and the stream
+pump are the shared skeleton's (:mod:`vaelii_llm.providers._http`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from vaelii_llm import config, telemetry
+from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
+from vaelii_llm.providers._http import Credentials, HTTPProvider
+from vaelii_llm.providers.anthropic import _credentials as credentials
+from vaelii_llm.providers.anthropic._codec import MessagesCodec
+from vaelii_llm.providers.anthropic._credentials import Credential
+from vaelii_llm.providers.anthropic._encode import DEFAULT_EFFORT, DEFAULT_MODEL
+from vaelii_llm.providers.anthropic._stream import Frame
+
+__all__ = [
+    "DEFAULT_EFFORT",
+    "DEFAULT_MODEL",
+    "AnthropicProvider",
+    "Credential",
+    "available",
+    "provider",
+]
+
+log = logging.getLogger("vaelii_llm.providers.anthropic")
+
+
+class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
+    """A Messages API provider; build it with :func:`provider`. Use it within one event loop."""
+
+    def __init__(self, codec: MessagesCodec, credential: Credentials[Credential]) -> None:
+        super().__init__(codec, credential)
+        self._messages = codec
+        self._credential_step = credential
+        self.endpoint = codec.endpoint
+
+    def __repr__(self) -> str:
+        codec = self._messages
+        return (
+            f"AnthropicProvider(base_url={codec.shown_url!r}, model={codec.model!r}, "
+            f"effort={codec.effort!r})"
+        )
+
+    @property
+    def model(self) -> str:
+        return self._messages.model
+
+    async def credential(self) -> Credential:
+        """The credential turns send, looking it up (once) when the provider
+        was built without one. Raises ``LLMNoCredential`` when there is none."""
+        return await self._credential_step.get()
+
+
+def provider(
+    *,
+    credential: str | Credential | None = None,
+    base_url: str | None = None,
+    model: str | None = None,
+    effort: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> AnthropicProvider:
+    """A Messages API provider, built without I/O (see the module docstring).
+
+    ``headers`` are sent on every request (a gateway's or proxy's own); they
+    are never logged or shown. A ``user:password@`` in ``base_url`` is sent as
+    the URL says and cut from every message and the repr."""
+    url = config.anthropic_base_url(base_url)
+    codec = MessagesCodec(url, model or DEFAULT_MODEL, effort or DEFAULT_EFFORT, headers or {})
+    step = Credentials(credentials.resolve, credentials.resolve_now(credential))
+    return telemetry.instrument(AnthropicProvider(codec, step), "anthropic", url=url)
+
+
+async def available(credential: str | Credential | None = None) -> bool:
+    """Whether a credential can be found: the explicit one, the environment's,
+    or the ``ant`` CLI's. An unusable credential (a control character) answers
+    False and is logged at WARNING naming its header, never its value."""
+    try:
+        await credentials.resolve(credential)
+    except LLMNoCredential:
+        return False
+    except LLMBadCredential as exc:
+        log.warning("the Messages API credential is unusable: %s", exc)
+        return False
+    return True

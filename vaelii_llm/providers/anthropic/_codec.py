@@ -1,0 +1,93 @@
+"""``/v1/messages`` as the shared HTTP skeleton drives it (pure: no I/O).
+
+The body (:mod:`._encode`), the turn's headers from the credential the
+skeleton's credential step found, the whole-message decoder (:mod:`._decode`)
+and, for a streamed turn, the SSE decoder and the assembler (:mod:`._stream`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from vaelii_llm import _transport as transport
+from vaelii_llm import config
+from vaelii_llm._protocol import Request, Response
+from vaelii_llm.providers.anthropic._credentials import Credential
+from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER, from_parsed
+from vaelii_llm.providers.anthropic._encode import betas, build_body
+from vaelii_llm.providers.anthropic._stream import Frames, StreamAssembler
+
+__all__ = ["API_VERSION", "MessagesCodec"]
+
+API_VERSION: Final = "2023-06-01"
+"""The ``anthropic-version`` header: the version the API's published history names."""
+MESSAGES_PATH: Final = "/v1/messages"
+
+
+class MessagesCodec:
+    """One provider's wire: where it sends, the model and effort a request
+    leaves unset, and the headers of every request (the API version, a
+    gateway's own)."""
+
+    whole_decoder: Final = WHOLE_DECODER
+
+    def __init__(self, base_url: str, model: str, effort: str, headers: Mapping[str, str]) -> None:
+        self.url = base_url + MESSAGES_PATH
+        # A gateway URL may carry user:password; it names the far end with them cut.
+        self.shown_url = config.hide_userinfo(base_url)
+        self.model = model
+        self.effort = effort
+        self._session_headers = {
+            "anthropic-version": API_VERSION,
+            "content-type": "application/json",
+            **headers,
+        }
+        self.endpoint = transport.Endpoint(
+            label=f"the Messages API at {self.shown_url}", slug="anthropic"
+        )
+        # The turn headers for (streamed, fallbacks dropped), built once each
+        # for the credential they were built with.
+        self._turn_headers: dict[tuple[bool, bool], Mapping[str, str]] = {}
+        self._headers_for: Credential | None = None
+
+    def session_headers(self) -> Mapping[str, str]:
+        return self._session_headers
+
+    def body(self, request: Request, *, stream: bool) -> bytes:
+        body = build_body(
+            request,
+            model=self.model,
+            effort=self.effort,
+            stream=stream,
+            label=self.endpoint.label,
+        )
+        return msgspec.json.encode(body)
+
+    def headers(
+        self, request: Request, *, stream: bool, credential: Credential
+    ) -> Mapping[str, str]:
+        if credential is not self._headers_for:
+            self._turn_headers.clear()
+            self._headers_for = credential
+        key = (stream, request.fallbacks is None)
+        found = self._turn_headers.get(key)
+        if found is None:
+            built = credential.headers()
+            built["accept"] = "text/event-stream" if stream else "application/json"
+            wanted = betas(request, credential)
+            if wanted:
+                built["anthropic-beta"] = ",".join(wanted)
+            found = self._turn_headers[key] = transport.checked_headers(built)
+        return found
+
+    def whole(self, parsed: dict[str, Any]) -> Response:
+        return from_parsed(parsed, self.endpoint.label)
+
+    def stream_decoder(self) -> Frames:
+        return Frames(self.endpoint.label)
+
+    def assembler(self, *, deltas: bool) -> StreamAssembler:
+        return StreamAssembler(self.endpoint.label, deltas=deltas)

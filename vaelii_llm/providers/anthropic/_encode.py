@@ -1,0 +1,146 @@
+"""Request encoding for the Messages API (pure).
+
+What goes out (:func:`build_body`)
+    ``model`` (default :data:`DEFAULT_MODEL`), ``max_tokens``, ``messages``,
+    ``system``, ``tools``, ``stop_sequences``; ``thinking`` always
+    ``{"type": "adaptive"}`` (no token budget; the request's
+    ``thinking_display`` is added as ``display``); ``output_config.effort``
+    (the request's ``effort``, else the provider's, default
+    :data:`DEFAULT_EFFORT`) and ``output_config.format`` (the request's
+    ``format`` JSON schema, wrapped as ``{"type": "json_schema", "schema": …}``);
+    ``fallbacks: "default"`` with the :data:`FALLBACK_BETA` header unless the
+    request sets ``fallbacks=None``. The fields in :data:`NEVER_SENT` are
+    never sent: this model family refuses ``temperature``, ``top_p`` and
+    ``top_k``, and a forced tool.
+
+Blocks
+    A block carrying ``raw`` of its own type is sent back exactly as received
+    (the API rejects an edited thinking block, and an unmodelled vendor block
+    round-trips this way). A built block, or one whose ``raw`` another backend
+    wrote, is written from its fields; one of a type the encoder has no shape
+    for (an :class:`~vaelii_llm._protocol.OpaqueBlock` with an empty ``raw``,
+    a foreign class) is refused with :class:`~vaelii_llm.errors.LLMEncode`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from vaelii_llm._protocol import (
+    UNSET,
+    Block,
+    Message,
+    RedactedThinkingBlock,
+    Request,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from vaelii_llm.errors import LLMEncode
+from vaelii_llm.providers.anthropic._credentials import Credential
+
+__all__ = [
+    "DEFAULT_EFFORT",
+    "DEFAULT_MODEL",
+    "FALLBACK_BETA",
+    "NEVER_SENT",
+    "betas",
+    "build_body",
+    "encode_block",
+]
+
+DEFAULT_MODEL: Final = "claude-opus-5-5"
+DEFAULT_EFFORT: Final = "medium"
+"""One level below claude-opus-5's own default; a caller wanting deeper
+reasoning sends ``effort``."""
+FALLBACK_BETA: Final = "server-side-fallback-2026-07-01"
+NEVER_SENT: Final = frozenset({"temperature", "top_p", "top_k", "tool_choice"})
+
+
+def encode_block(block: Block, label: str = "the Messages API") -> dict[str, Any]:
+    """One content block as the API takes it: ``raw`` unchanged when set and
+    of the block's type (another vendor's raw, such as an Ollama tool call's,
+    is no Messages API block, so the block is built from its fields)."""
+    raw = getattr(block, "raw", None)
+    if raw and raw.get("type") == getattr(block, "type", None):
+        return raw  # type: ignore[no-any-return]
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ThinkingBlock):
+        out: dict[str, Any] = {"type": "thinking", "thinking": block.thinking}
+        if block.signature is not None:
+            out["signature"] = block.signature
+        return out
+    if isinstance(block, RedactedThinkingBlock):
+        return {"type": "redacted_thinking", "data": block.data}
+    if isinstance(block, ToolUseBlock):
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    if isinstance(block, ToolResultBlock):
+        out = {"type": "tool_result", "tool_use_id": block.tool_use_id, "content": block.content}
+        if block.is_error:
+            out["is_error"] = True
+        return out
+    raise LLMEncode(str(getattr(block, "type", type(block).__name__)), label)
+
+
+def _encode_message(message: Message, label: str) -> dict[str, Any]:
+    content = message.content
+    if isinstance(content, str):
+        return {"role": message.role, "content": content}
+    return {"role": message.role, "content": [encode_block(b, label) for b in content]}
+
+
+def _output_format(schema: dict[str, Any]) -> dict[str, Any]:
+    # A JSON schema never has type "json_schema", so an already wrapped one is recognisable.
+    if schema.get("type") == "json_schema" and "schema" in schema:
+        return schema
+    return {"type": "json_schema", "schema": schema}
+
+
+def build_body(
+    request: Request,
+    *,
+    model: str = DEFAULT_MODEL,
+    effort: str = DEFAULT_EFFORT,
+    stream: bool = False,
+    label: str = "the Messages API",
+) -> dict[str, Any]:
+    """The JSON body for ``request`` (the module docstring says what goes out)."""
+    body: dict[str, Any] = {
+        "model": request.model or model,
+        "max_tokens": request.max_tokens,
+        "messages": [_encode_message(m, label) for m in request.messages],
+    }
+    if request.system is not None:
+        body["system"] = request.system
+    if request.tools:
+        body["tools"] = [msgspec.to_builtins(t) for t in request.tools]
+    if request.stop_sequences:
+        body["stop_sequences"] = list(request.stop_sequences)
+    thinking: dict[str, Any] = {"type": "adaptive"}
+    if request.thinking_display is not None:
+        thinking["display"] = request.thinking_display
+    body["thinking"] = thinking
+    output_config: dict[str, Any] = {"effort": request.effort or effort}
+    if request.format is not None:
+        output_config["format"] = _output_format(request.format)
+    body["output_config"] = output_config
+    if request.fallbacks is UNSET:
+        body["fallbacks"] = "default"
+    elif request.fallbacks is not None:
+        body["fallbacks"] = request.fallbacks
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def betas(request: Request, credential: Credential | None = None) -> tuple[str, ...]:
+    """The ``anthropic-beta`` values the turn needs: the credential's (OAuth),
+    then the fallback beta unless the request drops fallbacks."""
+    found = list(credential.betas) if credential is not None else []
+    if request.fallbacks is not None:
+        found.append(FALLBACK_BETA)
+    return tuple(found)
