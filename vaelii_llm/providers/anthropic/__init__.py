@@ -44,7 +44,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from vaelii_llm import config, telemetry
+from vaelii_llm import config
 from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
 from vaelii_llm.providers._http import Credentials, HTTPProvider
 from vaelii_llm.providers.anthropic import _credentials as credentials
@@ -107,7 +107,7 @@ def provider(
     url = config.anthropic_base_url(base_url)
     codec = MessagesCodec(url, model or DEFAULT_MODEL, effort or DEFAULT_EFFORT, headers or {})
     step = Credentials(credentials.resolve, credentials.resolve_now(credential))
-    return telemetry.instrument(AnthropicProvider(codec, step), "anthropic", url=url)
+    return AnthropicProvider(codec, step)
 
 
 async def available(credential: str | Credential | None = None) -> bool:
