@@ -94,7 +94,7 @@ class Assembler(Protocol[B_contra]):
         """Whether the terminal event has arrived."""
         ...
 
-    def feed_batch(self, batch: B_contra) -> Iterable[StreamItem]:
+    def feed(self, batch: B_contra) -> Iterable[StreamItem]:
         """What ``batch`` completed (blocks, and deltas when asked for), in order."""
         ...
 
@@ -205,7 +205,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 inflight=self._inflight,
             ) as chunks:
                 async for data in chunks:
-                    for item in assembler.feed_batch(decoder.feed(data)):
+                    for item in assembler.feed(decoder.feed(data)):
                         yield item
                     if assembler.finished:
                         # The answer is whole: what follows cannot change it, nor
@@ -217,7 +217,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
         if not assembler.finished:
-            for item in assembler.feed_batch(decoder.feed(b"")):
+            for item in assembler.feed(decoder.feed(b"")):
                 yield item
         yield assembler.result()
 

@@ -1115,8 +1115,28 @@ class MessagesCodec:
     def stream_decoder(self) -> _Frames:
         return _Frames(self.endpoint.label)
 
-    def assembler(self, *, deltas: bool) -> StreamAssembler:
-        return StreamAssembler(self.endpoint.label, deltas=deltas)
+    def assembler(self, *, deltas: bool) -> _Batches:
+        return _Batches(StreamAssembler(self.endpoint.label, deltas=deltas))
+
+
+class _Batches:
+    """The skeleton's ``feed(batch)`` over :meth:`StreamAssembler.feed_batch`
+    (a bridge on the ollama branch; the Messages API branch renames the method)."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: StreamAssembler) -> None:
+        self._inner = inner
+
+    @property
+    def finished(self) -> bool:
+        return self._inner.finished
+
+    def feed(self, batch: list[tuple[bytes, bytes]]) -> Iterator[StreamItem]:
+        return self._inner.feed_batch(batch)
+
+    def result(self) -> Response:
+        return self._inner.result()
 
 
 class AnthropicProvider(HTTPProvider[dict[str, Any], list[tuple[bytes, bytes]]]):
