@@ -9,7 +9,7 @@ deadline.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -28,6 +28,8 @@ __all__ = [
     "version",
     "warm",
 ]
+
+T = TypeVar("T")
 
 VERSION_TIMEOUT_MS: Final = 2_000
 """The version probe's whole-request deadline, connection included."""
@@ -60,19 +62,31 @@ _VERSION_DECODER: Final = msgspec.json.Decoder(_Version)
 _SHOW_DECODER: Final = msgspec.json.Decoder(ShowResponse)
 
 
+async def _ask(
+    host: str | None,
+    method: str,
+    path: str,
+    decoder: msgspec.json.Decoder[T],
+    timeout_ms: int,
+    body: bytes | None = None,
+) -> T:
+    """One probe of the host at ``host``: ``path`` under a whole-request deadline."""
+    url = base_url(host)
+    return await transport.request_json(
+        transport.probe_session(),
+        endpoint(url),
+        method,
+        url + path,
+        deadline=transport.Deadline.after_ms(timeout_ms),
+        decoder=decoder,
+        body=body,
+    )
+
+
 async def version(host: str | None = None, *, timeout_ms: int = VERSION_TIMEOUT_MS) -> str:
     """The host's Ollama version (``/api/version``), under a whole-request
     deadline of ``timeout_ms``. Raises the typed error when it cannot answer."""
-    url = base_url(host)
-    answer = await transport.request_json(
-        transport.probe_session(),
-        endpoint(url),
-        "GET",
-        url + "/api/version",
-        deadline=transport.Deadline.after_ms(timeout_ms),
-        decoder=_VERSION_DECODER,
-    )
-    return answer.version
+    return (await _ask(host, "GET", "/api/version", _VERSION_DECODER, timeout_ms)).version
 
 
 async def available(host: str | None = None) -> bool:
@@ -90,16 +104,8 @@ async def show(
 ) -> ShowResponse:
     """``/api/show`` for ``model`` (default ``VAELII_OLLAMA_MODEL``). An unknown
     model is the host's 404, :class:`~vaelii_llm.errors.LLMApiError`."""
-    url = base_url(host)
-    return await transport.request_json(
-        transport.probe_session(),
-        endpoint(url),
-        "POST",
-        url + "/api/show",
-        deadline=transport.Deadline.after_ms(timeout_ms),
-        decoder=_SHOW_DECODER,
-        body=_ENCODER.encode(_ShowRequest(model=config.ollama_model(model))),
-    )
+    body = _ENCODER.encode(_ShowRequest(model=config.ollama_model(model)))
+    return await _ask(host, "POST", "/api/show", _SHOW_DECODER, timeout_ms, body)
 
 
 async def capabilities(model: str | None = None, host: str | None = None) -> frozenset[str]:
