@@ -1019,5 +1019,11 @@ async def test_stream_and_complete_are_equal_on_the_wire(
     async with ollama.provider(host=fake.url) as p:
         whole = await p.complete(ask("hi"))
         items = await collect(p, ask("hi"))
+        async with aclosing(p.stream(ask("hi"), deltas=True)) as stream:
+            with_deltas = [item async for item in stream]
     assert items[-1] == whole
     assert items[:-1] == whole.content
+    deltas = (TextDelta, ThinkingDelta, ToolUseStart)
+    assert [i for i in with_deltas if not isinstance(i, deltas)] == items
+    texts = [b.text for b in whole.content if isinstance(b, TextBlock)]
+    assert ["".join(d.text for d in with_deltas if isinstance(d, TextDelta))] == (texts or [""])

@@ -6,11 +6,13 @@
 * ``options.temperature`` defaults to 0 so an answer is reproducible;
   ``options.num_predict`` carries ``max_tokens``; ``format`` carries the
   request's JSON schema, which the sampler is constrained to.
-* ``keep_alive`` is always sent (default ``VAELII_OLLAMA_KEEP_ALIVE``,
-  ``30m``): model load is most of a cold local turn, and the host's own
-  5-minute default evicts the model between one question and the next.
-* Both defaults are read at each turn, so a changed switch holds from the
-  next turn on; a provider's explicit value, then the request's, wins.
+* ``keep_alive`` is always sent (default ``VAELII_OLLAMA_KEEP_ALIVE``, see
+  :mod:`vaelii_llm.config`): model load is most of a cold local turn, and the
+  host's own 5-minute default evicts the model between one question and the
+  next.
+* Both switches are read at each turn, so a changed one holds from the next
+  turn on. The request's own value beats the provider's, which beats the
+  switch.
 * Tools are re-shaped to ``{type: "function", function: {name, description,
   parameters}}`` with ``strict`` dropped; a tool result goes back as a
   ``tool`` role message naming its tool; a tool call Ollama made is sent back
@@ -59,7 +61,7 @@ class Options(TypedDict, total=False):
     """What an Ollama provider is built from, each optional (None: unset).
 
     ``host``: see :func:`base_url`. ``model``: default ``VAELII_OLLAMA_MODEL``
-    (``phi4:14b``). ``num_ctx``, ``keep_alive``: the provider's values for a
+    (see :mod:`vaelii_llm.config`). ``num_ctx``, ``keep_alive``: the provider's values for a
     request naming none; unset, ``VAELII_OLLAMA_NUM_CTX`` and
     ``VAELII_OLLAMA_KEEP_ALIVE`` are read at each turn. ``headers``: sent on
     every turn (a gateway's or proxy's own), never logged or shown.
@@ -75,7 +77,7 @@ class Options(TypedDict, total=False):
 def base_url(host: str | None = None) -> str:
     """The Ollama base URL for ``host``: the argument, else ``VAELII_OLLAMA_HOST``,
     else ``OLLAMA_HOST`` unless it names a bind address (``0.0.0.0``, ``::``,
-    ``*``), else ``http://localhost:11434``; read as Ollama reads a host
+    ``*``), else the local default (:mod:`vaelii_llm.config`); read as Ollama reads a host
     (:func:`~vaelii_llm.providers._hosts.normalize_host`). Raises ValueError
     for a host that names none."""
     return normalize_host(config.ollama_host(host))

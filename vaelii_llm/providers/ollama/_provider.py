@@ -65,7 +65,7 @@ def provider(**options: Unpack[Options]) -> OllamaProvider:
 
 @_takes_options
 def generation_provider(**options: Unpack[Options]) -> OllamaProvider:
-    """:func:`provider` on the generation model (``VAELII_OLLAMA_GENERATION_MODEL``,
-    ``qwen3-coder:30b``) unless ``model`` names another."""
+    """:func:`provider` on the generation model (``VAELII_OLLAMA_GENERATION_MODEL``)
+    unless ``model`` names another."""
     chosen: Options = {**options, "model": config.ollama_generation_model(options.get("model"))}
     return provider(**chosen)
