@@ -191,7 +191,8 @@ class ChatAssembler:
     200); a line that will not decode, a chunk after ``done: true`` or a tool
     call that will not decode is :class:`~vaelii_llm.errors.LLMBadResponse`,
     and so is :meth:`result` with no ``done: true``. What the lines before a
-    refused one completed is yielded before the refusal.
+    refused one completed is yielded before the refusal; a refused line
+    yields nothing of its own.
     """
 
     __slots__ = (
