@@ -160,6 +160,7 @@ class FakeOllama:
     url: str = ""
     _encoded: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
+    _disconnected: asyncio.Event | None = None
 
     async def start(self) -> FakeOllama:
         app = web.Application(client_max_size=64 * 2**20)
@@ -177,6 +178,12 @@ class FakeOllama:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def wait_disconnects(self, count: int) -> None:
+        """Return once ``count`` clients have gone mid-response (an event, no clock)."""
+        while self.disconnects < count:
+            self._disconnected = asyncio.Event()
+            await self._disconnected.wait()
 
     @property
     def connections(self) -> int:
@@ -251,6 +258,8 @@ class FakeOllama:
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             self.disconnects += 1
+            if self._disconnected is not None:
+                self._disconnected.set()
             raise
         return response
 

@@ -1,18 +1,20 @@
 """The streamed paths' quick steps agree with the one-at-a-time rules.
 
 ``StreamAssembler.feed`` (its quick step for text deltas against the rule
-for any one event, ``_event``), ``ChatAssembler.feed_batch``,
-``NDJSONDecoder.feed_lines`` and ``ChatAssembler.feed_lines`` exist for speed
-(see the benchmarks); each must hand over exactly what the reference does,
-refusals included, on any input and any split, with deltas and without. (The
-SSE decoder's one line path is held to its reference in test_wire_sse.py.)
-With deltas, the blocks and the final Response are what they are without,
-and each block's deltas, joined, are its text.
+for any one event, ``_event``) exists for speed (see the benchmarks); it must
+hand over exactly what the reference does, refusals included, on any input
+and any split, with deltas and without. (The SSE decoder's one line path is
+held to its reference in test_wire_sse.py.) With deltas, the blocks and the
+final Response are what they are without, and each block's deltas, joined,
+are its text.
 
-One difference is by design and pinned here on its own: ``feed_lines`` does
-not read the fields a line that only continues the open run carries unused
-(its model, ``done_reason``, counts and durations), so a wrong type there is
-not refused, where decoding the whole line refuses it.
+Ollama's ``ChatAssembler.feed`` reads a line that only continues the last
+piece's kind with a narrow decoder; it is checked against :func:`reference`,
+the slow path kept here as an oracle: every line decoded whole and applied in
+full. One difference is by design and pinned on its own: the fast path does
+not read the fields such a line carries unused (its model, ``done_reason``,
+counts and durations), so a wrong type there is not refused, where decoding
+the whole line refuses it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vaelii_llm._protocol import (
+    Block,
     Response,
     TextBlock,
     TextDelta,
@@ -34,12 +37,19 @@ from vaelii_llm._protocol import (
     ThinkingDelta,
     ToolUseBlock,
     ToolUseStart,
+    Usage,
 )
 from vaelii_llm._wire.ndjson import NDJSONDecoder, refuse_line
 from vaelii_llm._wire.sse import SSEDecoder
-from vaelii_llm.errors import LLMBadResponse, LLMError
+from vaelii_llm.errors import LLMApiError, LLMBadResponse, LLMError
 from vaelii_llm.providers.anthropic._stream import StreamAssembler
-from vaelii_llm.providers.ollama import CHUNK_DECODER, ChatAssembler, ChatChunk, _InMessage
+from vaelii_llm.providers.ollama._assemble import (
+    CHUNK_DECODER,
+    ChatAssembler,
+    ChatChunk,
+    _InMessage,
+    stop_reason,
+)
 
 
 def anthropic_run(stream: bytes, cuts: list[int], frames: bool, deltas: bool = False) -> list[Any]:
@@ -137,32 +147,6 @@ _chunks = st.builds(
 )
 
 
-def ollama_run(chunks: list[ChatChunk], batch: int, deltas: bool = False) -> list[Any]:
-    assembler = ChatAssembler("t", deltas=deltas)
-    out: list[Any] = []
-    try:
-        if batch:
-            for i in range(0, len(chunks), batch):
-                out.extend(assembler.feed_batch(chunks[i : i + batch]))
-        else:
-            for chunk in chunks:
-                out.extend(assembler.feed(chunk))
-        out.append(assembler.result())
-    except LLMError as exc:
-        out.append((type(exc), str(exc)))
-    return out
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.lists(_chunks, max_size=30), st.integers(1, 10))
-def test_chat_assembler_feed_batch_equals_feed(chunks: list[ChatChunk], batch: int) -> None:
-    plain = ollama_run(chunks, 0)
-    assert ollama_run(chunks, batch) == plain
-    with_deltas = ollama_run(chunks, batch, deltas=True)
-    assert with_deltas == ollama_run(chunks, 0, deltas=True)
-    check_deltas(with_deltas, plain)
-
-
 NDJSON_ATOMS = [
     b"\n",
     b"\r\n",
@@ -180,39 +164,23 @@ NDJSON_ATOMS = [
     b'{"model":5}',
     b"\x00",
 ]
-ANY_JSON: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
 
-def ndjson_run(stream: bytes, cuts: list[int], lines: bool, cap: int) -> list[Any]:
-    """What the decoder hands over, ``feed`` against ``feed_lines`` with each
-    line decoded after (empty lines skipped, failures to ``refuse_line``):
-    the same values per chunk and the same refusal at the same point."""
-    decoder = NDJSONDecoder(ANY_JSON, "t", max_line_bytes=cap)
-    out: list[Any] = []
+def ndjson_run(stream: bytes, cuts: list[int], cap: int) -> tuple[list[bytes], str | None]:
+    """The lines the decoder hands over for ``stream`` fed at ``cuts`` (its end
+    line included), and the reason it refused a line, if it did."""
+    decoder = NDJSONDecoder("t", max_line_bytes=cap)
+    lines: list[bytes] = []
     pos = 0
     try:
-        for cut in [*sorted(set(cuts)), len(stream), None]:
-            if cut is None:
-                piece = b""
-            else:
-                piece, pos = stream[pos:cut], cut
-                if not piece:
-                    continue
-            if not lines:
-                out.extend(decoder.feed(piece))
-            else:
-                values = []  # feed hands over a chunk's values whole, or refuses
-                for line in decoder.feed_lines(piece):
-                    try:
-                        values.append(ANY_JSON.decode(line))
-                    except Exception as exc:
-                        if line:
-                            refuse_line("t", line, exc)
-                out.extend(values)
-            out.append("|")
+        for cut in [*sorted(set(cuts)), len(stream)]:
+            piece, pos = stream[pos:cut], cut
+            if piece:
+                lines += decoder.feed(piece)
+        lines += decoder.feed(b"")
     except LLMBadResponse as exc:
-        out.append(("refused", exc.reason, exc.text))
-    return out
+        return lines, exc.reason
+    return lines, None
 
 
 @settings(max_examples=400, deadline=None)
@@ -221,10 +189,19 @@ def ndjson_run(stream: bytes, cuts: list[int], lines: bool, cap: int) -> list[An
     st.lists(st.integers(0, 300), max_size=8),
     st.sampled_from([4, 16, 64, 10**6]),
 )
-def test_ndjson_feed_lines_equals_feed(atoms: list[bytes], cuts: list[int], cap: int) -> None:
+def test_ndjson_lines_at_any_split_are_the_streams_lines(
+    atoms: list[bytes], cuts: list[int], cap: int
+) -> None:
+    """The oracle is the whole stream split at once: the same lines at any
+    split, and a refusal exactly when some line is over the cap."""
     stream = b"".join(atoms)
     cuts = [c for c in cuts if c < len(stream)]
-    assert ndjson_run(stream, cuts, True, cap) == ndjson_run(stream, cuts, False, cap)
+    whole = stream.split(b"\n")
+    lines, refused = ndjson_run(stream, cuts, cap)
+    if any(len(line) > cap for line in whole):
+        assert refused == f"sent a line over the {cap}-byte cap (its opening is kept)"
+    else:
+        assert (lines, refused) == (whole, None)
 
 
 def _line(chunk: ChatChunk) -> bytes:
@@ -306,24 +283,118 @@ change the open run, then mostly a done line."""
 _lines = st.lists(_chunks.map(_line) | st.sampled_from(_ODD_LINES), max_size=30) | _wire_lines
 
 
+class _RefFunction(msgspec.Struct):
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+class _RefCall(msgspec.Struct):
+    function: _RefFunction
+    id: str | None = None
+
+
+def _reference_calls(message: _InMessage, before: int) -> list[ToolUseBlock]:
+    calls: list[ToolUseBlock] = []
+    for raw in message.tool_calls or ():
+        try:
+            call = msgspec.json.decode(raw, type=_RefCall)
+            original = msgspec.json.decode(raw, type=dict[str, Any])
+        except msgspec.MsgspecError as exc:
+            raise LLMBadResponse("t", "sent a tool call that will not decode", bytes(raw)) from exc
+        use_id = call.id or f"call_{before + len(calls)}"
+        fn = call.function
+        calls.append(ToolUseBlock(id=use_id, name=fn.name, input=fn.arguments, raw=original))
+    return calls
+
+
+def _reference_end(
+    chunk: ChatChunk,
+    model: str | None,
+    pieces: tuple[list[str], list[str]],
+    calls: list[ToolUseBlock],
+    deltas: bool,
+) -> tuple[list[Any], Response]:
+    thinking, text = pieces
+    content: list[Block] = [ThinkingBlock(thinking="".join(thinking))] if thinking else []
+    content += [TextBlock(text="".join(text))] if text else []
+    out: list[Any] = list(content)
+    for call in calls:
+        if deltas:
+            out.append(ToolUseStart(index=len(content), id=call.id, name=call.name))
+        out.append(call)
+        content.append(call)
+    usage = Usage(
+        input_tokens=chunk.prompt_eval_count,
+        output_tokens=chunk.eval_count,
+        prompt_eval_count=chunk.prompt_eval_count,
+        eval_count=chunk.eval_count,
+        total_duration=chunk.total_duration,
+        load_duration=chunk.load_duration,
+        prompt_eval_duration=chunk.prompt_eval_duration,
+        eval_duration=chunk.eval_duration,
+    )
+    final = Response(
+        content=content,
+        stop_reason=stop_reason(chunk.done_reason, bool(calls)),
+        vendor_stop_reason=chunk.done_reason,
+        model=chunk.model or model,
+        usage=usage,
+    )
+    return out, final
+
+
+def reference(lines: list[bytes], deltas: bool = False) -> list[Any]:
+    """The slow path, as an oracle: each line decoded whole (as ``CHUNK_DECODER``
+    decodes it; an empty line skipped, another that fails to the one rule,
+    ``refuse_line``) and applied in full. What the stream hands over, then the
+    Response, or the refusal."""
+    thinking: list[str] = []
+    text: list[str] = []
+    calls: list[ToolUseBlock] = []
+    model: str | None = None
+    final: Response | None = None
+    out: list[Any] = []
+    try:
+        for line in lines:
+            try:
+                chunk = CHUNK_DECODER.decode(line)
+            except Exception as exc:
+                if line:
+                    refuse_line("t", line, exc)
+                continue
+            if chunk.error is not None:
+                raise LLMApiError("t", 200, chunk.error)
+            if final is not None:
+                raise LLMBadResponse("t", "sent a chunk after done: true")
+            model = model if model is not None else chunk.model
+            message = chunk.message or _InMessage()
+            calls += _reference_calls(message, len(calls))
+            if message.thinking:
+                thinking.append(message.thinking)
+                out += [ThinkingDelta(index=0, thinking=message.thinking)] if deltas else []
+            if message.content:
+                text.append(message.content)
+                index = 1 if thinking else 0
+                out += [TextDelta(index=index, text=message.content)] if deltas else []
+            if chunk.done:
+                items, final = _reference_end(chunk, model, (thinking, text), calls, deltas)
+                out += items
+        if final is None:
+            raise LLMBadResponse("t", "ended the stream without done: true")
+        out.append(final)
+    except LLMError as exc:
+        out.append((type(exc), str(exc)))
+    return out
+
+
 def ollama_lines_run(lines: list[bytes], batch: int, deltas: bool = False) -> list[Any]:
-    """``feed_lines`` in batches of ``batch`` against the reference: each line
-    decoded one at a time (as ``NDJSONDecoder.feed`` decodes it), then ``feed``."""
+    """``ChatAssembler.feed`` in batches of ``batch``: what it hands over, then
+    the Response, or the refusal."""
     assembler = ChatAssembler("t", deltas=deltas)
     out: list[Any] = []
     try:
-        if batch:
-            for i in range(0, len(lines), batch):
-                out.extend(assembler.feed_lines(lines[i : i + batch]))
-        else:
-            for line in lines:
-                try:
-                    chunk = CHUNK_DECODER.decode(line)
-                except Exception as exc:
-                    if line:
-                        refuse_line("t", line, exc)
-                    continue
-                out.extend(assembler.feed(chunk))
+        for i in range(0, len(lines), batch):
+            out.extend(assembler.feed(lines[i : i + batch]))
         out.append(assembler.result())
     except LLMError as exc:
         out.append((type(exc), str(exc)))
@@ -340,12 +411,12 @@ def ollama_lines_run(lines: list[bytes], batch: int, deltas: bool = False) -> li
     ],
     1,
 )
-def test_chat_assembler_feed_lines_equals_feed(lines: list[bytes], batch: int) -> None:
-    plain = ollama_lines_run(lines, 0)
+def test_chat_assembler_feed_equals_the_reference(lines: list[bytes], batch: int) -> None:
+    plain = reference(lines)
     assert ollama_lines_run(lines, batch) == plain
     with_deltas = ollama_lines_run(lines, batch, deltas=True)
-    assert with_deltas == ollama_lines_run(lines, 0, deltas=True)
-    check_deltas(with_deltas, plain)
+    assert with_deltas == reference(lines, deltas=True)
+    assert [x for x in with_deltas if not isinstance(x, DELTAS)] == plain
 
 
 @pytest.mark.parametrize(
@@ -361,7 +432,7 @@ def test_a_continuation_line_is_not_read_for_what_it_carries_unused(unused: byte
     done = b'{"done": true, "done_reason": "stop"}'
     odd = b'{"message": {"content": "b"}, ' + unused + b"}"
     assembler = ChatAssembler("t")
-    assert list(assembler.feed_lines([first, odd, done])) == [TextBlock(text="ab")]
+    assert list(assembler.feed([first, odd, done])) == [TextBlock(text="ab")]
     assert assembler.result().content == [TextBlock(text="ab")]
     with pytest.raises(msgspec.ValidationError):  # decoded whole, it is refused
         CHUNK_DECODER.decode(odd)
@@ -369,19 +440,21 @@ def test_a_continuation_line_is_not_read_for_what_it_carries_unused(unused: byte
     odd_done = done[:-1] + b", " + unused + b"}"
     for lines in ([odd, done], [first, changes_run, done], [first, odd_done]):
         with pytest.raises(LLMBadResponse, match="not the expected JSON"):
-            list(ChatAssembler("t").feed_lines(lines))
+            list(ChatAssembler("t").feed(lines))
 
 
-def test_the_streamed_path_decodes_each_line_as_the_decoder_would() -> None:
-    """The provider's stream decoder hands lines to ``feed_lines``; its refusal
-    of a bad line is the decoder's own, word for word."""
+def test_a_line_that_will_not_decode_is_refused_by_the_one_rule() -> None:
+    """The assembler's refusal of a bad line is ``refuse_line``'s, word for word."""
     bad = b'{"done": "yes"}'
-    with pytest.raises(LLMBadResponse) as via_lines:
-        list(ChatAssembler("t").feed_lines([bad]))
     with pytest.raises(LLMBadResponse) as via_feed:
-        NDJSONDecoder(CHUNK_DECODER, "t").feed(bad + b"\n")
-    assert str(via_lines.value) == str(via_feed.value)
-    assert via_lines.value.text == via_feed.value.text == bad.decode()
+        list(ChatAssembler("t").feed([bad]))
+    try:
+        CHUNK_DECODER.decode(bad)
+    except msgspec.ValidationError as exc:
+        with pytest.raises(LLMBadResponse) as via_rule:
+            refuse_line("t", bad, exc)
+    assert str(via_feed.value) == str(via_rule.value)
+    assert via_feed.value.text == via_rule.value.text == bad.decode()
 
 
 DELTAS = (TextDelta, ThinkingDelta, ToolUseStart)

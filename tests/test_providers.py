@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import collections.abc
 import importlib
 import inspect
 import logging
 import random
 import sys
 import types
+import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -420,7 +422,9 @@ def drift(backend: _backends.Backend, module: types.ModuleType) -> list[str]:
                 found.append(
                     f"{entry}: {name} defaults to {param.default!r}, not {option.default!r}"
                 )
-            if param.annotation != eval(option.type, fn.__globals__):  # the backend's own names
+            # The backend's own names, and the typing vocabulary a record's text uses.
+            names = {**vars(typing), **vars(collections.abc), **fn.__globals__}
+            if param.annotation != eval(option.type, names):
                 found.append(f"{entry}: {name} is {param.annotation}, not {option.type}")
     return found
 

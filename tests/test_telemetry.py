@@ -538,12 +538,12 @@ def thinks_then_says(_body: dict[str, Any]) -> list[dict[str, Any]]:
 
 async def test_a_cancelled_stream_is_recorded_as_cancelled(otel: Recorded) -> None:
     otel.enable()
-    # The thinking block is whole once the text begins; then the host stalls.
+    # The first thinking delta arrives; then the host stalls.
     fake = await FakeOllama(script=thinks_then_says, mode="stall").start()
     first = asyncio.Event()
 
     async def read(model: Any) -> None:
-        async with aclosing(model.stream(ASK)) as items:
+        async with aclosing(model.stream(ASK, deltas=True)) as items:
             async for _ in items:
                 first.set()
 

@@ -280,13 +280,6 @@ def on_build() -> None:
             )
 
 
-def instrument(provider: P, *_name: object, **_where: object) -> P:
-    """``provider`` itself. Backends once called it to be traced; the turn
-    path's hooks now trace every provider, so it only does :func:`on_build`."""
-    on_build()
-    return provider
-
-
 @dataclass(frozen=True, slots=True)
 class _Target:
     """What a turn's span names besides the request: who is called, where."""

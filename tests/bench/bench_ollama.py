@@ -15,6 +15,10 @@ decoder built once with only the fields reassembly needs, the text joined
 once from a list), in turn with ours, order alternating; the ratio quoted is
 the median of the runs' ratios.
 
+A turn reads ``VAELII_OLLAMA_NUM_CTX`` and ``VAELII_OLLAMA_KEEP_ALIVE`` when
+its provider names neither (each switch is read at the call that uses it):
+that read is timed alone too, and printed as a share of one small turn.
+
 Run: ``.venv/bin/python tests/bench/bench_ollama.py`` (about 30 s). Prints the
 medians, ours over the floor and the official client over the floor (lower is
 better), and the small-turn ratio ours over theirs (> 1 means we are faster).
@@ -27,6 +31,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -40,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fake_ollama import BIG, BIG_TOKENS
 from timing import throughput, timed
 
+from vaelii_llm import config
 from vaelii_llm._protocol import Message, Request, Response, TextBlock
 from vaelii_llm.providers import ollama as ours
 
@@ -53,6 +59,18 @@ the ratio quoted is the median of the runs' ratios, which a shared, noisy
 machine moves far less than a ratio of two medians taken apart."""
 SMALL_TURNS = 1_024
 CONCURRENCY = 32
+
+
+def switch_read_ns(reads: int = 200_000, runs: int = 7) -> float:
+    """Median ns to read the two switches a turn reads when its provider names neither."""
+    times: list[float] = []
+    for _ in range(runs):
+        start = time.perf_counter_ns()
+        for _ in range(reads):
+            config.ollama_num_ctx(None)
+            config.ollama_keep_alive(None)
+        times.append((time.perf_counter_ns() - start) / reads)
+    return statistics.median(times)
 
 
 def small_turns_per_s(turn: Callable[[], Awaitable[object]]) -> Awaitable[float]:
@@ -245,6 +263,11 @@ async def main(url: str) -> None:
         f"  vaelii_llm/floor x{statistics.median(paired):.2f} of its turns/s "
         f"(median of {PAIRED_RUNS} paired runs)   "
         f"speed-up over ollama x{so / st:.2f}"
+    )
+    read_ns = switch_read_ns()
+    print(
+        f"switches read per turn (num_ctx, keep_alive): {read_ns:.0f} ns, "
+        f"{read_ns * so / 1e9:.2%} of a small turn ({1e6 / so:.0f} us)"
     )
 
 

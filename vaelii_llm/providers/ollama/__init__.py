@@ -1,0 +1,46 @@
+"""The local backend: Ollama's chat API, and the probes that ask a host what it can do.
+
+:func:`provider` builds an :class:`OllamaProvider` on one host and model (no
+I/O); :func:`generation_provider` the same on the generation model. There is
+no credential: :func:`available` is a reachability probe (``/api/version``
+under a two-second deadline), so the backend can be tested end to end against
+a real model. :func:`warm` loads a model and holds it resident;
+:func:`capabilities`, :func:`supports_tools` and :func:`context_length` read
+``/api/show``; :func:`version` reads ``/api/version``; :func:`base_url` says
+which host the environment names.
+
+How a request and an answer map to the wire is told where each is done: the
+request and the codec in :mod:`~vaelii_llm.providers.ollama._chat`, the
+answer and the stream's reassembly (``stream`` returns the Response
+``complete`` does) in :mod:`~vaelii_llm.providers.ollama._assemble`. The
+session, the closed state, the turn and the stream pump are the shared
+skeleton's (:mod:`vaelii_llm.providers._http`).
+"""
+
+from __future__ import annotations
+
+from vaelii_llm.providers.ollama._chat import base_url
+from vaelii_llm.providers.ollama._probes import (
+    available,
+    capabilities,
+    context_length,
+    supports_tools,
+    version,
+    warm,
+)
+from vaelii_llm.providers.ollama._provider import OllamaProvider, generation_provider, provider
+
+OllamaProvider.__module__ = __name__  # where a user finds it, as trio names its classes
+
+__all__ = [
+    "OllamaProvider",
+    "available",
+    "base_url",
+    "capabilities",
+    "context_length",
+    "generation_provider",
+    "provider",
+    "supports_tools",
+    "version",
+    "warm",
+]

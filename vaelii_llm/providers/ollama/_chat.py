@@ -1,0 +1,291 @@
+"""The request on the wire (``/api/chat``), and the codec the shared skeleton drives.
+
+* ``options.num_ctx`` is the context length, the caller's to set per request
+  (default ``VAELII_OLLAMA_NUM_CTX``). Nothing here truncates; the caller
+  sizes the prompt first.
+* ``options.temperature`` defaults to 0 so an answer is reproducible;
+  ``options.num_predict`` carries ``max_tokens``; ``format`` carries the
+  request's JSON schema, which the sampler is constrained to.
+* ``keep_alive`` is always sent (default ``VAELII_OLLAMA_KEEP_ALIVE``, see
+  :mod:`vaelii_llm.config`): model load is most of a cold local turn, and the
+  host's own 5-minute default evicts the model between one question and the
+  next.
+* Both switches are read at each turn, so a changed one holds from the next
+  turn on. The request's own value beats the provider's, which beats the
+  switch.
+* Tools are re-shaped to ``{type: "function", function: {name, description,
+  parameters}}`` with ``strict`` dropped; a tool result goes back as a
+  ``tool`` role message naming its tool; a tool call Ollama made is sent back
+  as it came (its ``raw``).
+* Streaming is newline-delimited JSON (:mod:`vaelii_llm._wire.ndjson`),
+  reassembled by :class:`~vaelii_llm.providers.ollama._assemble.ChatAssembler`
+  into the Response ``complete`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, TypedDict
+
+import msgspec
+
+from vaelii_llm import _transport as transport
+from vaelii_llm import config, errors
+from vaelii_llm._protocol import (
+    Block,
+    Message,
+    Request,
+    Response,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSchema,
+    ToolUseBlock,
+)
+from vaelii_llm._wire.ndjson import NDJSONDecoder
+from vaelii_llm.providers._hosts import normalize_host
+from vaelii_llm.providers.ollama._assemble import (
+    CHUNK_DECODER,
+    ChatAssembler,
+    ChatChunk,
+    response_of,
+)
+
+__all__ = ["CHAT_PATH", "ChatCodec", "Options", "base_url", "chat_body", "endpoint"]
+
+CHAT_PATH: Final = "/api/chat"
+"""Where a turn is POSTed, below the base URL: a provider's turns and :func:`warm`."""
+
+
+class Options(TypedDict, total=False):
+    """What an Ollama provider is built from, each optional (None: unset).
+
+    ``host``: see :func:`base_url`. ``model``: default ``VAELII_OLLAMA_MODEL``
+    (see :mod:`vaelii_llm.config`). ``num_ctx``, ``keep_alive``: the provider's values for a
+    request naming none; unset, ``VAELII_OLLAMA_NUM_CTX`` and
+    ``VAELII_OLLAMA_KEEP_ALIVE`` are read at each turn. ``headers``: sent on
+    every turn (a gateway's or proxy's own), never logged or shown.
+    """
+
+    host: str | None
+    model: str | None
+    num_ctx: int | None
+    keep_alive: str | None
+    headers: Mapping[str, str] | None
+
+
+def base_url(host: str | None = None) -> str:
+    """The Ollama base URL for ``host``: the argument, else ``VAELII_OLLAMA_HOST``,
+    else ``OLLAMA_HOST`` unless it names a bind address (``0.0.0.0``, ``::``,
+    ``*``), else the local default (:mod:`vaelii_llm.config`); read as Ollama reads a host
+    (:func:`~vaelii_llm.providers._hosts.normalize_host`). Raises ValueError
+    for a host that names none."""
+    return normalize_host(config.ollama_host(host))
+
+
+def endpoint(url: str) -> transport.Endpoint:
+    """How the host at base URL ``url`` is named in messages."""
+    return transport.Endpoint(label=f"Ollama at {url}", slug="ollama")
+
+
+class _FunctionSpec(msgspec.Struct, frozen=True):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class _Tool(msgspec.Struct, frozen=True):
+    type: str
+    function: _FunctionSpec
+
+
+class _OutMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: str
+    content: str
+    thinking: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_name: str | None = None
+
+
+class _Options(msgspec.Struct, frozen=True, omit_defaults=True):
+    num_ctx: int
+    temperature: float
+    num_predict: int | None = None
+    stop: list[str] | None = None
+
+
+class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
+    model: str
+    messages: list[_OutMessage]
+    stream: bool
+    keep_alive: str
+    options: _Options
+    tools: list[_Tool] | None = None
+    format: dict[str, Any] | None = None
+
+
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def _wire_tool(tool: ToolSchema) -> _Tool:
+    spec = _FunctionSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
+    return _Tool(type="function", function=spec)
+
+
+def _tool_call(block: ToolUseBlock) -> dict[str, Any]:
+    """The call as Ollama sent it when it came from Ollama (its ``raw`` has a
+    ``function``), else built from the block: a call another vendor made
+    carries that vendor's JSON in ``raw``, which this wire cannot read."""
+    if block.raw is not None and isinstance(block.raw.get("function"), dict):
+        return block.raw
+    return {"function": {"name": block.name, "arguments": block.input}}
+
+
+def _assistant_message(blocks: Iterable[Block], label: str) -> _OutMessage:
+    texts: list[str] = []
+    thoughts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ThinkingBlock):
+            thoughts.append(block.thinking)
+        elif isinstance(block, ToolUseBlock):
+            calls.append(_tool_call(block))
+        else:
+            raise errors.LLMEncode(block.type, label)
+    return _OutMessage(
+        role="assistant",
+        content="".join(texts),
+        thinking="".join(thoughts) or None,
+        tool_calls=calls or None,
+    )
+
+
+def _messages(request: Request, label: str) -> list[_OutMessage]:
+    out: list[_OutMessage] = []
+    if request.system:
+        out.append(_OutMessage(role="system", content=request.system))
+    tool_names: dict[str, str] = {}
+    for message in request.messages:
+        out.extend(_message(message, tool_names, label))
+    return out
+
+
+def _message(message: Message, tool_names: dict[str, str], label: str) -> list[_OutMessage]:
+    if isinstance(message.content, str):
+        return [_OutMessage(role=message.role, content=message.content)]
+    if message.role == "assistant":
+        for block in message.content:
+            if isinstance(block, ToolUseBlock):
+                tool_names[block.id] = block.name
+        return [_assistant_message(message.content, label)]
+    out: list[_OutMessage] = []
+    texts: list[str] = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ToolResultBlock):
+            if texts:
+                out.append(_OutMessage(role="user", content="".join(texts)))
+                texts = []
+            out.append(
+                _OutMessage(
+                    role="tool",
+                    content=block.content,
+                    tool_name=tool_names.get(block.tool_use_id),
+                )
+            )
+        else:
+            raise errors.LLMEncode(block.type, label)
+    if texts or not out:
+        out.append(_OutMessage(role="user", content="".join(texts)))
+    return out
+
+
+def chat_body(
+    request: Request,
+    *,
+    model: str,
+    num_ctx: int,
+    keep_alive: str,
+    stream: bool,
+    label: str = "Ollama",
+) -> bytes:
+    """The ``/api/chat`` body for ``request`` (``model``, ``num_ctx`` and
+    ``keep_alive`` already resolved; the request's own values win).
+
+    ``keep_alive``, ``options.num_ctx``, ``options.num_predict`` and
+    ``options.temperature`` (0 unless the request names one) are always sent;
+    ``tools``, ``format`` and ``options.stop`` only when the request has them.
+    Raises :class:`~vaelii_llm.errors.LLMEncode` for a block this wire has no
+    shape for (redacted thinking, a vendor's opaque block, a tool result in an
+    assistant message).
+    """
+    options = _Options(
+        num_ctx=request.num_ctx if request.num_ctx is not None else num_ctx,
+        temperature=request.temperature if request.temperature is not None else 0.0,
+        num_predict=request.max_tokens,
+        stop=list(request.stop_sequences) or None,
+    )
+    body = _ChatRequest(
+        model=request.model or model,
+        messages=_messages(request, label),
+        stream=stream,
+        keep_alive=request.keep_alive or keep_alive,
+        options=options,
+        tools=[_wire_tool(t) for t in request.tools] or None,
+        format=request.format,
+    )
+    return _ENCODER.encode(body)
+
+
+class ChatCodec:
+    """``/api/chat`` as the shared HTTP skeleton drives it (no I/O here).
+
+    Built from a provider's :class:`Options`: the host and the model are
+    resolved here, once; ``num_ctx`` and ``keep_alive``, when unset, at each
+    turn (:meth:`body`).
+    """
+
+    whole_decoder: Final = CHUNK_DECODER
+
+    def __init__(self, options: Options) -> None:
+        unknown = options.keys() - Options.__annotations__.keys()
+        if unknown:  # as a keyword signature refuses it
+            raise TypeError(f"unexpected Ollama option(s): {', '.join(sorted(unknown))}")
+        self.base_url = base_url(options.get("host"))
+        self.model = config.ollama_model(options.get("model"))
+        self.endpoint = endpoint(self.base_url)
+        self.url = self.base_url + CHAT_PATH
+        self._num_ctx = options.get("num_ctx")
+        self._keep_alive = options.get("keep_alive")
+        self._headers = dict(options.get("headers") or {})
+        if not any(name.lower() == "content-type" for name in self._headers):
+            # on the session, so no turn copies its headers to add it
+            self._headers["Content-Type"] = "application/json"
+
+    def session_headers(self) -> Mapping[str, str]:
+        return self._headers
+
+    def body(self, request: Request, *, stream: bool) -> bytes:
+        return chat_body(
+            request,
+            model=self.model,
+            num_ctx=config.ollama_num_ctx(self._num_ctx),
+            keep_alive=config.ollama_keep_alive(self._keep_alive),
+            stream=stream,
+            label=self.endpoint.label,
+        )
+
+    def headers(self, request: Request, *, stream: bool, credential: None) -> None:
+        return None
+
+    def whole(self, parsed: ChatChunk) -> Response:
+        return response_of(parsed, self.endpoint.label)
+
+    def stream_decoder(self) -> NDJSONDecoder:
+        return NDJSONDecoder(self.endpoint.label)
+
+    def assembler(self, *, deltas: bool) -> ChatAssembler:
+        return ChatAssembler(self.endpoint.label, deltas=deltas)

@@ -1,0 +1,202 @@
+"""What a host can do, asked before a turn: its version, a model's
+capabilities and context length, and a warm-up that loads a model.
+
+Each probe sends on the one shared probe session of the running loop
+(:func:`vaelii_llm._transport.probe_session`), under its own whole-request
+deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from vaelii_llm import _transport as transport
+from vaelii_llm import config, errors
+from vaelii_llm._protocol import Message, Request, Response
+from vaelii_llm.providers.ollama._chat import _ENCODER, ChatCodec, base_url, endpoint
+
+__all__ = [
+    "ShowResponse",
+    "available",
+    "capabilities",
+    "context_length",
+    "show",
+    "supports_tools",
+    "version",
+    "warm",
+]
+
+T = TypeVar("T")
+
+VERSION_TIMEOUT_MS: Final = 2_000
+"""The version probe's whole-request deadline, connection included."""
+
+SHOW_TIMEOUT_MS: Final = 10_000
+"""``/api/show`` reads a model's metadata from disk; a loaded host answers in
+milliseconds, a busy one in a few seconds."""
+
+WARM_TIMEOUT_MS: Final = 300_000
+"""A cold load of a 30B model from disk can take minutes."""
+
+
+class _Version(msgspec.Struct, frozen=True):
+    version: str
+
+
+class ShowResponse(msgspec.Struct, frozen=True):
+    """What ``/api/show`` answers that the probes read."""
+
+    capabilities: list[str] = []
+    model_info: dict[str, Any] = {}
+    parameters: str | None = None
+
+
+class _ShowRequest(msgspec.Struct, frozen=True):
+    model: str
+
+
+_VERSION_DECODER: Final = msgspec.json.Decoder(_Version)
+_SHOW_DECODER: Final = msgspec.json.Decoder(ShowResponse)
+
+
+async def _ask(
+    host: str | None,
+    method: str,
+    path: str,
+    decoder: msgspec.json.Decoder[T],
+    timeout_ms: int,
+    body: bytes | None = None,
+) -> T:
+    """One probe of the host at ``host``: ``path`` under a whole-request deadline."""
+    url = base_url(host)
+    return await transport.request_json(
+        transport.probe_session(),
+        endpoint(url),
+        method,
+        url + path,
+        deadline=transport.Deadline.after_ms(timeout_ms),
+        decoder=decoder,
+        body=body,
+    )
+
+
+async def version(host: str | None = None, *, timeout_ms: int = VERSION_TIMEOUT_MS) -> str:
+    """The host's Ollama version (``/api/version``), under a whole-request
+    deadline of ``timeout_ms``. Raises the typed error when it cannot answer."""
+    return (await _ask(host, "GET", "/api/version", _VERSION_DECODER, timeout_ms)).version
+
+
+async def available(host: str | None = None) -> bool:
+    """Whether an Ollama answers at ``host`` within two seconds. Never raises
+    for an unreachable, slow, wrong or malformed host: it answers False."""
+    try:
+        await version(host)
+    except (errors.LLMError, ValueError):
+        return False
+    return True
+
+
+async def show(
+    model: str | None = None, host: str | None = None, *, timeout_ms: int = SHOW_TIMEOUT_MS
+) -> ShowResponse:
+    """``/api/show`` for ``model`` (default ``VAELII_OLLAMA_MODEL``). An unknown
+    model is the host's 404, :class:`~vaelii_llm.errors.LLMApiError`."""
+    body = _ENCODER.encode(_ShowRequest(model=config.ollama_model(model)))
+    return await _ask(host, "POST", "/api/show", _SHOW_DECODER, timeout_ms, body)
+
+
+async def capabilities(model: str | None = None, host: str | None = None) -> frozenset[str]:
+    """What ``model`` can do, as the host reports it (``{"completion", "tools"}``).
+    Raises the typed error when the host cannot answer."""
+    return frozenset((await show(model, host)).capabilities)
+
+
+async def supports_tools(model: str | None = None, host: str | None = None) -> bool:
+    """Whether ``model`` has the ``tools`` capability. Ask before sending tools:
+    a model without it has no tools section in its chat template, and the
+    schemas only spend its context length. False for an unreachable host too,
+    since a wrong yes spends that context length."""
+    try:
+        return "tools" in await capabilities(model, host)
+    except (errors.LLMError, ValueError):
+        return False
+
+
+async def context_length(model: str | None = None, host: str | None = None) -> int | None:
+    """The context length ``model`` was trained for (``<arch>.context_length``
+    in ``model_info``), or None when the host does not say. This is the
+    ceiling, not what a request asks for: that is ``num_ctx``."""
+    info = (await show(model, host)).model_info
+    arch = info.get("general.architecture")
+    keys = [f"{arch}.context_length"] if isinstance(arch, str) else []
+    keys += sorted(k for k in info if k.endswith(".context_length"))
+    for key in keys:
+        value = info.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+_PREFILL_SENTENCE: Final = (
+    "The quick brown fox jumps over the lazy dog while the knowledge base "
+    "records that every spider is an arachnid and no arachnid is an insect. "
+)
+
+
+def _prefill(num_ctx: int) -> str:
+    """Roughly a quarter of ``num_ctx`` tokens of ordinary prose (about 30
+    tokens per sentence): the size of a real turn's prompt, so the first real
+    turn finds its buffers allocated."""
+    sentences = max(1, num_ctx // 4 // 30)
+    return _PREFILL_SENTENCE * sentences
+
+
+async def warm(
+    host: str | None = None,
+    model: str | None = None,
+    num_ctx: int | None = None,
+    keep_alive: str | None = None,
+    *,
+    timeout_ms: int = WARM_TIMEOUT_MS,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    """Load ``model`` (default: the generation model) and hold it resident.
+
+    Sends a prefill of realistic size at the configured context length and
+    generates one token, as a provider's turn with these options would;
+    Ollama keys a loaded model by its ``num_ctx``, so a warm-up at any other
+    length would be evicted by the first real turn. Returns that turn (its
+    ``usage.load_duration`` tells a cold load from a warm one). Raises the
+    typed error when the host cannot do it: a caller asking for a resident
+    model wants to know it is not there. ``headers`` are sent with it, as a
+    provider sends its own.
+    """
+    ctx = config.ollama_num_ctx(num_ctx)
+    codec = ChatCodec(
+        {
+            "host": host,
+            "model": config.ollama_generation_model(model),
+            "keep_alive": keep_alive,
+            "headers": headers,
+        }
+    )
+    request = Request(
+        messages=[Message(role="user", content=_prefill(ctx) + "\nAnswer with one word: ready.")],
+        max_tokens=1,
+        num_ctx=ctx,
+        timeout_ms=timeout_ms,
+    )
+    chunk = await transport.request_json(
+        transport.probe_session(),
+        codec.endpoint,
+        "POST",
+        codec.url,
+        deadline=transport.Deadline.after_ms(timeout_ms),
+        decoder=codec.whole_decoder,
+        body=codec.body(request, stream=False),
+        headers=codec.session_headers(),
+    )
+    return codec.whole(chunk)

@@ -1,0 +1,70 @@
+"""The provider: the shared HTTP skeleton over :class:`ChatCodec`, and its two factories.
+
+The options a provider is built from are declared once, as
+:class:`~vaelii_llm.providers.ollama._chat.Options`; the class and both
+factories take them as keywords, and the factories show them by name to
+inspection (selection reads which options a backend takes from there).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TypeVar, Unpack, get_type_hints
+
+from vaelii_llm import config
+from vaelii_llm.providers._http import HTTPProvider
+from vaelii_llm.providers.ollama._assemble import ChatChunk
+from vaelii_llm.providers.ollama._chat import ChatCodec, Options
+
+__all__ = ["OllamaProvider", "generation_provider", "provider"]
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class OllamaProvider(HTTPProvider[ChatChunk, list[bytes]]):
+    """A provider on one Ollama host and model. Build it with :func:`provider`.
+
+    Concurrent turns share the provider's connection pool. ``stream`` releases
+    its HTTP response when the caller stops early; iterate it under
+    ``contextlib.aclosing`` so that happens at once.
+    """
+
+    def __init__(self, **options: Unpack[Options]) -> None:
+        codec = ChatCodec(options)
+        self.base_url = codec.base_url
+        self.model = codec.model
+        super().__init__(codec)
+
+    def __repr__(self) -> str:
+        return f"OllamaProvider(base_url={self.base_url!r}, model={self.model!r})"
+
+
+def _takes_options(factory: F) -> F:
+    """``factory`` shown to inspection with one keyword per option, default None."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    factory.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(name, keyword, default=None, annotation=kind)
+            for name, kind in get_type_hints(Options).items()
+        ],
+        return_annotation=OllamaProvider,
+    )
+    return factory
+
+
+@_takes_options
+def provider(**options: Unpack[Options]) -> OllamaProvider:
+    """A provider built from ``options`` (see
+    :class:`~vaelii_llm.providers.ollama._chat.Options`: ``host``, ``model``,
+    ``num_ctx``, ``keep_alive``, ``headers``). No I/O happens here. Raises
+    ValueError for a host that names none."""
+    return OllamaProvider(**options)
+
+
+@_takes_options
+def generation_provider(**options: Unpack[Options]) -> OllamaProvider:
+    """:func:`provider` on the generation model (``VAELII_OLLAMA_GENERATION_MODEL``)
+    unless ``model`` names another."""
+    chosen: Options = {**options, "model": config.ollama_generation_model(options.get("model"))}
+    return provider(**chosen)
