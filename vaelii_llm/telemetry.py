@@ -177,7 +177,6 @@ _TOKEN_BUCKETS = (
     67108864,
 )
 
-P = TypeVar("P")
 Params = ParamSpec("Params")
 
 
