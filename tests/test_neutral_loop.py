@@ -15,7 +15,6 @@ tool calls on the KB could have produced, carried over each wire and back.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, Literal
@@ -25,6 +24,7 @@ from aiohttp import web
 from anthropic_fake import FakeMessagesAPI, Transcript
 from fake_ollama import FakeOllama, chunk, final, tool_call
 from loopback import serve
+from messages_transcripts import message, transcript
 
 from vaelii_llm import kb, providers, tools
 from vaelii_llm._protocol import (
@@ -152,70 +152,7 @@ def ollama_script(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def messages_transcript(n: int, blocks: list[dict[str, Any]], stop_reason: str) -> Transcript:
     """A Messages API turn as SSE events and as the non-streamed message."""
-    msg_id = f"msg_neutral_{n}"
-    events: list[tuple[str, dict[str, Any]]] = [
-        (
-            "message_start",
-            {
-                "type": "message_start",
-                "message": {
-                    "id": msg_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "claude-opus-5-5",
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": {"input_tokens": 40, "output_tokens": 1},
-                },
-            },
-        )
-    ]
-    for index, block in enumerate(blocks):
-        if block["type"] == "text":
-            start: dict[str, Any] = {"type": "text", "text": ""}
-            text = block["text"]
-            half = len(text) // 2
-            deltas = [{"type": "text_delta", "text": part} for part in (text[:half], text[half:])]
-        else:
-            start = {**block, "input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
-        events.append(
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": start},
-            )
-        )
-        for delta in deltas:
-            events.append(
-                (
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                )
-            )
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": 12},
-            },
-        )
-    )
-    events.append(("message_stop", {"type": "message_stop"}))
-    message = {
-        "id": msg_id,
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-opus-5-5",
-        "content": blocks,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 40, "output_tokens": 12},
-    }
-    return Transcript(events, message)
+    return transcript(message(blocks, stop_reason=stop_reason, id=f"msg_neutral_{n}"))
 
 
 class MessagesFarEnd(FakeMessagesAPI):

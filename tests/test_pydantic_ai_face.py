@@ -10,15 +10,15 @@ real tool round trip on the wire.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import fake_ollama
 import pytest
 from aiohttp import web
-from anthropic_fake import Event, FakeMessagesAPI, Transcript
+from anthropic_fake import FakeMessagesAPI, Transcript
 from loopback import serve
+from messages_transcripts import message, transcript
 from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai import exceptions as pai_errors
@@ -308,75 +308,7 @@ async def test_streaming_on_the_stub_yields_the_words_as_deltas() -> None:
 def messages_turn(blocks: list[dict[str, Any]], stop_reason: str, msg_id: str) -> Transcript:
     """One Messages API turn, streamed as the API documents it and whole."""
     usage = {"input_tokens": 30, "output_tokens": 12}
-    events: list[Event] = [
-        (
-            "message_start",
-            {
-                "type": "message_start",
-                "message": {
-                    "id": msg_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "claude-opus-5-5",
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": {"input_tokens": 30, "output_tokens": 1},
-                },
-            },
-        )
-    ]
-    for index, block in enumerate(blocks):
-        start = {**block}
-        if block["type"] == "text":
-            start["text"] = ""
-            deltas = [{"type": "text_delta", "text": w} for w in block["text"].split(" ")]
-            deltas = [
-                {"type": "text_delta", "text": " " + d["text"]} if i else d
-                for i, d in enumerate(deltas)
-            ]
-        elif block["type"] == "thinking":
-            start.update(thinking="", signature="")
-            deltas = [
-                {"type": "thinking_delta", "thinking": block["thinking"]},
-                {"type": "signature_delta", "signature": block["signature"]},
-            ]
-        else:
-            start["input"] = {}
-            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
-        events.append(
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": start},
-            )
-        )
-        events.extend(
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
-            for d in deltas
-        )
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": 12},
-            },
-        )
-    )
-    events.append(("message_stop", {"type": "message_stop"}))
-    message = {
-        "id": msg_id,
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-opus-5-5",
-        "content": blocks,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": usage,
-    }
-    return Transcript(events, message)
+    return transcript(message(blocks, stop_reason=stop_reason, id=msg_id, usage=usage))
 
 
 THINKING = {"type": "thinking", "thinking": "The KB knows.", "signature": "U0lHTkFUVVJF"}
