@@ -1,4 +1,4 @@
-"""A fake OpenAI-compatible server on loopback that writes the wire as vLLM, OpenAI and llama.cpp do.
+"""A fake OpenAI-compatible server on loopback, writing the wire as vLLM, OpenAI and llama.cpp do.
 
 ``POST /v1/chat/completions`` answers a :class:`Transcript`: streamed
 (``"stream": true``), it is SSE, one ``data: {chunk}`` frame each, then
@@ -100,7 +100,12 @@ def transcript(turn: Turn, style: Style = "vllm", *, include_usage: bool = True)
     }
     if style == "openai":
         head["system_fingerprint"] = "fp_fake"
+    return Transcript(_chunks(turn, style, head, include_usage), _completion(turn, style))
 
+
+def _chunks(
+    turn: Turn, style: Style, head: dict[str, Any], include_usage: bool
+) -> list[dict[str, Any]]:
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None}
         choice["finish_reason"] = finish
@@ -115,32 +120,16 @@ def transcript(turn: Turn, style: Style = "vllm", *, include_usage: bool = True)
     if style == "openai":
         opening["refusal"] = None
     chunks = [chunk(opening)]
-    reasoning_key = "reasoning_content"
-    for piece in turn.thinking if style != "openai" else ():
-        chunks.append(chunk({reasoning_key: piece}))
-    for piece in turn.text:
-        chunks.append(chunk({"content": piece}))
-    for piece in turn.refusal:
-        chunks.append(chunk({"refusal": piece}))
+    chunks += [chunk({"reasoning_content": p}) for p in turn.thinking if style != "openai"]
+    chunks += [chunk({"content": piece}) for piece in turn.text]
+    chunks += [chunk({"refusal": piece}) for piece in turn.refusal]
     for index, call in enumerate(turn.calls):
-        chunks.append(
-            chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": index,
-                            "id": call.id,
-                            "type": "function",
-                            "function": {"name": call.name, "arguments": ""},
-                        }
-                    ]
-                }
-            )
-        )
+        function = {"name": call.name, "arguments": ""}
+        opened = {"index": index, "id": call.id, "type": "function", "function": function}
+        chunks.append(chunk({"tool_calls": [opened]}))
         for piece in call.pieces:
-            chunks.append(
-                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            )
+            more = {"index": index, "function": {"arguments": piece}}
+            chunks.append(chunk({"tool_calls": [more]}))
     if turn.finish_reason is not None:
         if style == "llamacpp":
             timings = {"prompt_n": 31, "predicted_n": 12, "predicted_per_second": 52.1}
@@ -149,13 +138,15 @@ def transcript(turn: Turn, style: Style = "vllm", *, include_usage: bool = True)
             chunks.append(chunk({}, turn.finish_reason))
             if include_usage:
                 chunks.append({**head, "choices": [], "usage": turn.usage})
+    return chunks
+
+
+def _completion(turn: Turn, style: Style) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": "".join(turn.text) or None}
     if turn.thinking and style != "openai":
-        message[reasoning_key] = "".join(turn.thinking)
-    if style == "openai":
+        message["reasoning_content"] = "".join(turn.thinking)
+    if style == "openai" or turn.refusal:
         message["refusal"] = "".join(turn.refusal) or None
-    elif turn.refusal:
-        message["refusal"] = "".join(turn.refusal)
     if turn.calls:
         message["tool_calls"] = [
             {
@@ -165,23 +156,22 @@ def transcript(turn: Turn, style: Style = "vllm", *, include_usage: bool = True)
             }
             for call in turn.calls
         ]
-    whole_choice: dict[str, Any] = {
+    choice: dict[str, Any] = {
         "index": 0,
         "message": message,
         "logprobs": None,
         "finish_reason": turn.finish_reason,
     }
     if style == "vllm":
-        whole_choice["stop_reason"] = turn.stop_string
-    completion = {
+        choice["stop_reason"] = turn.stop_string
+    return {
         "id": turn.id,
         "object": "chat.completion",
         "created": CREATED,
         "model": turn.model,
-        "choices": [whole_choice],
+        "choices": [choice],
         "usage": turn.usage,
     }
-    return Transcript(chunks, completion)
 
 
 # -- random turns --------------------------------------------------------------------
@@ -376,6 +366,8 @@ class FakeOpenAI:
         if self.cache and mode is None:
             return await self._cached(request, body, script)
         if not body.get("stream"):
+            if mode in ("stall", "drip", "cut", "truncated"):
+                return await self._whole_misbehaving(request, script)
             return web.json_response(script.completion)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         response.enable_chunked_encoding()
@@ -423,6 +415,32 @@ class FakeOpenAI:
             request.transport.close()
             return
         await response.write_eof()
+
+    async def _whole_misbehaving(
+        self, request: web.Request, script: Transcript
+    ) -> web.StreamResponse:
+        """A whole answer's body stalled, dripped, cut or ended at its half."""
+        data = json.dumps(script.completion).encode()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        try:
+            if self.mode == "drip":
+                for byte in data:
+                    await response.write(bytes([byte]))
+                    await asyncio.sleep(0.05)
+            await response.write(data[: len(data) // 2])
+            if self.mode == "stall":
+                await asyncio.sleep(3600)
+            if self.mode == "cut":
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.disconnects += 1
+            raise
+        return response
 
     async def _cached(
         self, request: web.Request, body: dict[str, Any], script: Transcript
