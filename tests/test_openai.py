@@ -888,3 +888,99 @@ async def test_stream_and_complete_are_equal_on_the_wire(fake: FakeOpenAI, t: Tr
         with_deltas = await collect(p, ask(), deltas=True)
     assert items == [*done.content, done]
     assert [i for i in with_deltas if not isinstance(i, DELTAS)] == items
+
+
+# ---------------------------------------------------------------- a vote over a fleet; the command
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("gpu1:8000*4,gpu2:8000", [("http://gpu1:8000/v1", 4), ("http://gpu2:8000/v1", 2)]),
+        ("https://api.example/openai/v1*3", [("https://api.example/openai/v1", 3)]),
+        ("[::1]:8080/v1/*1", [("http://[::1]:8080/v1", 1)]),
+        ("", []),
+    ],
+)
+def test_openai_hosts_read_base_urls_in_the_pool_grammar(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: list[tuple[str, int]]
+) -> None:
+    from vaelii_llm import pool
+
+    assert [tuple(h) for h in pool.hosts(value, kind="openai")] == expected
+    monkeypatch.setenv("VAELII_OPENAI_HOSTS", value)
+    assert [tuple(h) for h in pool.hosts(kind="openai")] == expected
+
+
+def test_unset_openai_hosts_is_the_one_base_url_and_bad_ones_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vaelii_llm import pool
+
+    assert [tuple(h) for h in pool.hosts(kind="openai")] == [("https://api.openai.com/v1", 2)]
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1/")
+    assert [tuple(h) for h in pool.hosts(kind="openai")] == [("http://127.0.0.1:8000/v1", 2)]
+    for bad in ("a,,b", "a*0", "ftp://x", "http://u:pw-SECRET@h"):
+        with pytest.raises(errors.LLMBadHosts) as info:
+            pool.hosts(bad, kind="openai")
+        assert "pw-SECRET" not in str(info.value)
+
+
+async def test_a_vote_spreads_over_a_fleet_of_openai_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vaelii_llm import pool
+
+    fleet = [await FakeOpenAI(script=lambda _b: transcript(Turn(text=["Yes."]))).start()]
+    fleet.append(await FakeOpenAI(script=lambda _b: transcript(Turn(text=["No."]))).start())
+    try:
+        hosts = f"{fleet[0].base_url}*2,{fleet[1].base_url}*1"
+        monkeypatch.setenv("VAELII_LLM_PROVIDER", "openai")
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        async with await pool.pool_from_config(hosts, model=MODEL) as voters:
+            assert voters.size == 3
+            assert all(isinstance(p, openai.OpenAIProvider) for p in voters.providers)
+            outcome = await pool.vote(voters, "Is a spider an insect?", votes=6)
+        assert outcome.failed == 0
+        assert outcome.tally["yes"] + outcome.tally["no"] == 6
+        assert fleet[0].bodies  # both hosts voted
+        assert fleet[1].bodies
+        assert {h["Authorization"] for f in fleet for h in f.headers} == {f"Bearer {SECRET}"}
+        assert {b["model"] for f in fleet for b in f.bodies} == {MODEL}
+        with pytest.raises(errors.LLMBadHosts, match="VAELII_OPENAI_HOSTS"):
+            await pool.pool_from_config("", kind="openai")
+        with pytest.raises(ValueError, match="ollama or openai"):
+            await pool.pool_from_config(hosts, kind="anthropic")
+    finally:
+        for server in fleet:
+            await server.stop()
+
+
+async def test_status_lists_the_served_models_and_vote_runs_on_the_fleet(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vaelii_llm import cli
+
+    fake.key = SECRET
+    fake.script = lambda _b: transcript(Turn(text=["Yes, it is."]))
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("VAELII_OPENAI_MODEL", "not-served")
+
+    def run(*argv: str) -> tuple[int, str]:
+        code = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        assert SECRET not in out + err
+        return code, out
+
+    # cli.main runs its own event loop: off this test's loop, in a thread
+    code, out = await asyncio.to_thread(run, "status")
+    assert code == 0
+    assert "answering:  openai" in out
+    assert f"served:     {', '.join(MODELS)}" in out
+    assert "'not-served' is not among the served models" in out
+    monkeypatch.setenv("VAELII_OPENAI_MODEL", MODEL)
+    code, out = await asyncio.to_thread(run, "vote", "Is it?", "--votes", "3")
+    assert code == 0
+    assert "verdict: yes" in out
+    code, out = await asyncio.to_thread(run, "config")
+    assert "OPENAI_API_KEY                   set" in out

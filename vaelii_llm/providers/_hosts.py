@@ -143,18 +143,18 @@ def hosts(explicit: str | None = None, *, kind: HostKind = "ollama") -> list[Hos
 def _read_entry(entry: str, kind: HostKind) -> Host:
     text = entry.strip()
     if not text:
-        raise LLMBadHosts("an entry of the host list is empty (a stray comma?)", entry)
+        raise LLMBadHosts("an entry of the host list is empty (a stray comma?)", config.hide_userinfo(entry))
     host, star, count = text.rpartition("*")
     if not star:
         return Host(_read_host(text, entry, kind), DEFAULT_CALLS_PER_HOST)
     if "*" in host:
-        raise LLMBadHosts("an entry names at most one *n", entry)
+        raise LLMBadHosts("an entry names at most one *n", config.hide_userinfo(entry))
     count = count.strip()
     if not (count.isascii() and count.isdigit()):
-        raise LLMBadHosts("a host's *n must be a whole number of calls", entry)
+        raise LLMBadHosts("a host's *n must be a whole number of calls", config.hide_userinfo(entry))
     calls = int(count)
     if calls < 1:
-        raise LLMBadHosts("a host's *n must be at least 1", entry)
+        raise LLMBadHosts("a host's *n must be at least 1", config.hide_userinfo(entry))
     return Host(_read_host(host, entry, kind), calls)
 
 
@@ -162,4 +162,7 @@ def _read_host(host: str, entry: str, kind: HostKind = "ollama") -> str:
     try:
         return normalize_base_url(host) if kind == "openai" else normalize_host(host)
     except ValueError as exc:
-        raise LLMBadHosts(f"a host of the list will not read ({exc})", entry) from exc
+        # the entry shown with its password cut, as the reason shows it
+        raise LLMBadHosts(
+            f"a host of the list will not read ({exc})", config.hide_userinfo(entry)
+        ) from exc
