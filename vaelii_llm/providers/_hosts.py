@@ -141,20 +141,21 @@ def hosts(explicit: str | None = None, *, kind: HostKind = "ollama") -> list[Hos
 
 
 def _read_entry(entry: str, kind: HostKind) -> Host:
+    shown = config.hide_userinfo(entry)  # what a refusal quotes: no password
     text = entry.strip()
     if not text:
-        raise LLMBadHosts("an entry of the host list is empty (a stray comma?)", config.hide_userinfo(entry))
+        raise LLMBadHosts("an entry of the host list is empty (a stray comma?)", shown)
     host, star, count = text.rpartition("*")
     if not star:
         return Host(_read_host(text, entry, kind), DEFAULT_CALLS_PER_HOST)
     if "*" in host:
-        raise LLMBadHosts("an entry names at most one *n", config.hide_userinfo(entry))
+        raise LLMBadHosts("an entry names at most one *n", shown)
     count = count.strip()
     if not (count.isascii() and count.isdigit()):
-        raise LLMBadHosts("a host's *n must be a whole number of calls", config.hide_userinfo(entry))
+        raise LLMBadHosts("a host's *n must be a whole number of calls", shown)
     calls = int(count)
     if calls < 1:
-        raise LLMBadHosts("a host's *n must be at least 1", config.hide_userinfo(entry))
+        raise LLMBadHosts("a host's *n must be at least 1", shown)
     return Host(_read_host(host, entry, kind), calls)
 
 
