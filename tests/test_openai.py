@@ -984,3 +984,52 @@ async def test_status_lists_the_served_models_and_vote_runs_on_the_fleet(
     assert "verdict: yes" in out
     code, out = await asyncio.to_thread(run, "config")
     assert "OPENAI_API_KEY                   set" in out
+
+
+async def test_a_traced_turn_names_the_provider_openai_and_never_the_key(
+    fake: FakeOpenAI, otel: Any
+) -> None:
+    fake.key = SECRET
+    async with openai.provider(base_url=fake.base_url, api_key=SECRET, model=MODEL) as p:
+        otel.enable(capture_content=True)
+        await p.complete(ask())
+        await collect(p, ask())
+    spans = otel.finished()
+    assert otel.names() == [f"chat {MODEL}"] * 2
+    for span in spans:
+        attributes = dict(span.attributes or {})
+        assert attributes["gen_ai.provider.name"] == "openai"
+        assert attributes["gen_ai.response.finish_reasons"] == ("end_turn",)
+        assert SECRET not in repr(attributes) + repr([e.attributes for e in span.events])
+
+
+def two_turns(body: dict[str, Any]) -> Transcript:
+    """A call to ``kb_types_of``, then, once its result is back, an answer quoting it."""
+    messages = body["messages"]
+    if messages[-1]["role"] != "tool":
+        pieces = ['{"term"', ': "Muffet"}']
+        return transcript(
+            Turn(calls=[Call("call_k", "kb_types_of", pieces)], finish_reason="tool_calls")
+        )
+    return transcript(Turn(text=["Types: ", messages[-1]["content"][:40]]))
+
+
+async def test_the_agent_loop_and_pydantic_ai_run_on_it_unchanged(fake: FakeOpenAI) -> None:
+    from pydantic_ai import Agent
+
+    from vaelii_llm import agent, kb, tools
+    from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
+
+    fake.script = two_turns
+    async with openai.provider(base_url=fake.base_url, model=MODEL) as p:
+        result = await agent.run(p, tools.Toolset(kb.sample()), "What is Muffet?", deltas=True)
+        assert result.stopped == "answered"
+        assert [call.name for call in result.tool_calls] == ["kb_types_of"]
+        assert result.answer.startswith("Types: ")
+        assert "Arachnid" in result.answer or "Spider" in result.answer
+        pai = Agent(VaeliiModel(p), toolsets=[KBToolset(kb.sample())])
+        run = await pai.run("What is Muffet?")
+    assert run.output.startswith("Types: ")
+    tool_message = fake.bodies[-1]["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert tool_message["tool_call_id"] == "call_k"
