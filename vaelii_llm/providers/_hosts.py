@@ -107,7 +107,8 @@ def _split(host: str, what: str) -> tuple[str, str, int | None, str, bool]:
 
 
 class Host(NamedTuple):
-    """One ``host[*n]`` entry: Ollama's base URL and how many calls it takes at once."""
+    """One ``host[*n]`` entry: its base URL (an Ollama host or an OpenAI-compatible
+    server) and how many calls it takes at once."""
 
     url: str
     calls: int
