@@ -109,7 +109,7 @@ async def main() -> None:
 
     voters = (
         await pool.pool_from_config()
-        if await providers.active_kind() == "ollama"
+        if await providers.active_kind() in ("ollama", "openai")
         else pool.stub_pool(script=["Yes.", "No - a spider is an arachnid.", "No."])
     )
     async with voters:

@@ -9,7 +9,9 @@ turn finishes, so a progress line needs no bookkeeping of its own.
 With nothing configured the scripted stub votes. To vote over real hosts, set
 ``VAELII_LLM_PROVIDER=ollama`` and ``VAELII_OLLAMA_HOSTS=http://gpu1:11434*2,http://gpu2:11434``
 (``*n``: calls one host takes at once); without ``VAELII_OLLAMA_HOSTS`` the one
-``VAELII_OLLAMA_HOST`` votes.
+``VAELII_OLLAMA_HOST`` votes. A vLLM fleet is ``VAELII_LLM_PROVIDER=openai``
+and ``VAELII_OPENAI_HOSTS=gpu1:8000*4,gpu2:8000*4`` (base URLs, ``/v1`` when
+they name no path); without it the one ``OPENAI_BASE_URL`` votes.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def show_progress(so_far: pool.Vote) -> None:
 async def main(question: str) -> int:
     voters = (
         await pool.pool_from_config()
-        if config.provider_kind() == "ollama"
+        if config.provider_kind() in ("ollama", "openai")
         else pool.stub_pool(script=STUB_VOTES)
     )
     print(f"voting over {voters.size} provider token(s): {question}")

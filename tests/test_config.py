@@ -142,6 +142,10 @@ SET_TO = {
     "ANTHROPIC_API_KEY": ("sk-1", "sk-1"),
     "ANTHROPIC_AUTH_TOKEN": ("tok-1", "tok-1"),
     "ANTHROPIC_BASE_URL": ("http://gw:1/", "http://gw:1"),
+    "OPENAI_BASE_URL": ("http://gpu1:8000/v1/", "http://gpu1:8000/v1"),
+    "OPENAI_API_KEY": (" sk-o\r\n", "sk-o"),
+    "VAELII_OPENAI_MODEL": ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),
+    "VAELII_OPENAI_HOSTS": ("gpu1:8000*4,gpu2:8000", "gpu1:8000*4,gpu2:8000"),
     "VAELII_LLM_LIVE": ("yes", True),
     "VAELII_LLM_OTEL": ("TRUE", True),
 }
@@ -184,4 +188,5 @@ def test_the_credentials_are_the_secret_rows() -> None:
     assert {s.name for s in config.SWITCHES if s.secret} == {
         "ANTHROPIC_API_KEY",
         "ANTHROPIC_AUTH_TOKEN",
+        "OPENAI_API_KEY",
     }

@@ -33,7 +33,8 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.config": (
         "SWITCHES Switch anthropic_api_key anthropic_auth_token anthropic_base_url "
         "live_llm ollama_generation_model ollama_host ollama_hosts ollama_keep_alive "
-        "ollama_model ollama_num_ctx otel_enabled provider_kind"
+        "ollama_model ollama_num_ctx openai_api_key openai_base_url openai_hosts openai_model "
+        "otel_enabled provider_kind"
     ),
     "vaelii_llm.engine": ("Context Engine Handle Options Sentence Term embedded irreversible op"),
     "vaelii_llm.errors": (
@@ -56,6 +57,7 @@ EXPORTS: dict[str, str] = {
         "OllamaProvider available base_url capabilities context_length "
         "generation_provider provider supports_tools version warm"
     ),
+    "vaelii_llm.providers.openai": "OpenAIProvider available models provider",
     "vaelii_llm.providers.stub": "StubProvider available provider",
     "vaelii_llm.telemetry": "disable enable enabled",
     "vaelii_llm.tools": (

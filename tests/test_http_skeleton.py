@@ -21,6 +21,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from anthropic_fake import FakeMessagesAPI, generate
 from fake_ollama import FakeOllama, chunk, final, tool_call
+from fake_openai import FakeOpenAI, random_turn, transcript
 from loopback import serve
 
 from vaelii_llm import _transport as transport
@@ -37,10 +38,10 @@ from vaelii_llm._protocol import (
     ToolUseStart,
 )
 from vaelii_llm.errors import LLMClosed, LLMTimeout
-from vaelii_llm.providers import anthropic, ollama
+from vaelii_llm.providers import anthropic, ollama, openai
 from vaelii_llm.providers._http import HTTPProvider
 
-BACKENDS = ["ollama", "anthropic"]
+BACKENDS = ["ollama", "anthropic", "openai"]
 DELTAS = (TextDelta, ThinkingDelta, ToolUseStart)
 
 
@@ -71,6 +72,15 @@ async def backend(
                 yield p, lambda: [ua for _, ua in fake.user_agents]
         finally:
             await fake.stop()
+        return
+    if kind == "openai":
+        chat = transcript(random_turn(random.Random(seed), calls=1))
+        server = await FakeOpenAI(script=lambda _b: chat).start()
+        try:
+            async with openai.provider(base_url=server.base_url, headers=headers) as p:
+                yield p, lambda: [h.get("User-Agent") for h in server.headers]
+        finally:
+            await server.stop()
         return
     api = FakeMessagesAPI(transcript=generate(random.Random(seed), error=False))
     server = TestServer(api.app(), host="127.0.0.1", port=0)
@@ -176,8 +186,14 @@ async def test_deltas_only_add_and_the_final_response_equals_complete(kind: str,
 
 
 def test_no_vendor_module_imports_an_http_library() -> None:
-    for module in (ollama, anthropic):
-        tree = ast.parse(Path(str(module.__file__)).read_text())
+    sources = [
+        path
+        for module in (ollama, anthropic, openai)
+        for path in Path(str(module.__file__)).parent.glob("*.py")
+    ]
+    assert len(sources) > 3  # every module of each vendor package
+    for source in sources:
+        tree = ast.parse(source.read_text())
         imported = {
             alias.name.split(".")[0]
             for node in ast.walk(tree)
@@ -188,9 +204,10 @@ def test_no_vendor_module_imports_an_http_library() -> None:
             for node in ast.walk(tree)
             if isinstance(node, ast.ImportFrom)
         }
-        assert "aiohttp" not in imported, module.__name__
+        assert "aiohttp" not in imported, source
     assert issubclass(ollama.OllamaProvider, HTTPProvider)
     assert issubclass(anthropic.AnthropicProvider, HTTPProvider)
+    assert issubclass(openai.OpenAIProvider, HTTPProvider)
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
@@ -228,6 +245,8 @@ async def stalled(kind: str) -> AsyncIterator[HTTPProvider[Any, Any]]:
         built: HTTPProvider[Any, Any] = (
             ollama.provider(host=url)
             if kind == "ollama"
+            else openai.provider(base_url=url)
+            if kind == "openai"
             else anthropic.provider(credential="sk-test", base_url=url)
         )
         async with built as p:

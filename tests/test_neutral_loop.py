@@ -3,9 +3,10 @@
 The loop below knows no vendor: it branches on ``stop_reason``, runs every
 ``tool_use`` block through a :class:`~vaelii_llm.tools.Toolset` on the sample
 KB, echoes the assistant's content and sends :class:`ToolResultBlock` s back.
-It runs on the stub, on a loopback Ollama and on a loopback Messages API, each
-chosen by ``providers.provider(kind, ...)`` with the same options, and by
-``complete``, by ``stream`` and by ``stream(deltas=True)``.
+It runs on the stub, on a loopback Ollama, on a loopback Messages API and on a
+loopback Chat Completions server (written as vLLM writes it), each chosen by
+``providers.provider(kind, ...)`` with the same options, and by ``complete``,
+by ``stream`` and by ``stream(deltas=True)``.
 
 Each far end asks for the same two tool calls, then answers with the tool
 results it was sent quoted back, so the final answer holds facts only the real
@@ -15,6 +16,7 @@ tool calls on the KB could have produced, carried over each wire and back.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, Literal
@@ -23,8 +25,11 @@ import pytest
 from aiohttp import web
 from anthropic_fake import FakeMessagesAPI, Transcript
 from fake_ollama import FakeOllama, chunk, final, tool_call
+from fake_openai import Call, FakeOpenAI, Turn, split, transcript
+from fake_openai import Transcript as ChatTranscript
 from loopback import serve
-from messages_transcripts import message, transcript
+from messages_transcripts import message
+from messages_transcripts import transcript as messages_of
 
 from vaelii_llm import kb, providers, tools
 from vaelii_llm._protocol import (
@@ -35,6 +40,8 @@ from vaelii_llm._protocol import (
     StreamItem,
     TextBlock,
     TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
     ToolResultBlock,
     ToolUseBlock,
     ToolUseStart,
@@ -72,8 +79,8 @@ async def turn(model: Provider, request: Request, mode: Mode) -> Response:
             items.append(item)
     response = items[-1]
     assert isinstance(response, Response)
-    deltas = [i for i in items[:-1] if isinstance(i, TextDelta | ToolUseStart)]
-    blocks = [i for i in items[:-1] if not isinstance(i, TextDelta | ToolUseStart)]
+    deltas = [i for i in items[:-1] if isinstance(i, TextDelta | ThinkingDelta | ToolUseStart)]
+    blocks = [i for i in items[:-1] if not isinstance(i, TextDelta | ThinkingDelta | ToolUseStart)]
     assert blocks == response.content
     if mode == "stream":
         assert deltas == []
@@ -83,6 +90,11 @@ async def turn(model: Provider, request: Request, mode: Mode) -> Response:
             if isinstance(block, TextBlock):
                 said = [d.text for d in deltas if isinstance(d, TextDelta) and d.index == index]
                 assert "".join(said) == block.text
+            if isinstance(block, ThinkingBlock):
+                thought = [
+                    d.thinking for d in deltas if isinstance(d, ThinkingDelta) and d.index == index
+                ]
+                assert "".join(thought) == block.thinking
             if isinstance(block, ToolUseBlock):
                 started = [d for d in deltas if isinstance(d, ToolUseStart) and d.index == index]
                 assert [(d.id, d.name) for d in started] == [(block.id, block.name)]
@@ -152,7 +164,7 @@ def ollama_script(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def messages_transcript(n: int, blocks: list[dict[str, Any]], stop_reason: str) -> Transcript:
     """A Messages API turn as SSE events and as the non-streamed message."""
-    return transcript(message(blocks, stop_reason=stop_reason, id=f"msg_neutral_{n}"))
+    return messages_of(message(blocks, stop_reason=stop_reason, id=f"msg_neutral_{n}"))
 
 
 class MessagesFarEnd(FakeMessagesAPI):
@@ -177,10 +189,34 @@ class MessagesFarEnd(FakeMessagesAPI):
         return await super().handle(request)
 
 
+def chat_script(body: dict[str, Any]) -> ChatTranscript:
+    """The Chat Completions turns: tool calls whose arguments come in pieces,
+    then, once tool messages come back, the answer in pieces."""
+    import random
+
+    rng = random.Random(len(body["messages"]))
+    messages = body["messages"]
+    if messages[-1]["role"] != "tool":
+        calls = [
+            Call(f"chatcmpl-tool-{n}", name, split(rng, json.dumps(args), 5))
+            for n, (name, args) in enumerate(CALLS)
+        ]
+        return transcript(
+            Turn(thinking=["Two ", "lookups."], calls=calls, finish_reason="tool_calls")
+        )
+    sent = [m for m in messages if m["role"] == "tool"]
+    (echoed,) = [m for m in messages if m["role"] == "assistant"]
+    assert [c["id"] for c in echoed["tool_calls"]] == [m["tool_call_id"] for m in sent]
+    assert [c["function"]["name"] for c in echoed["tool_calls"]] == [n for n, _ in CALLS]
+    text = answer_from([m["content"] for m in sent])
+    return transcript(Turn(text=split(rng, text, 6), finish_reason="stop"))
+
+
 @asynccontextmanager
 async def far_ends() -> AsyncIterator[dict[str, Any]]:
     """The options one ``providers.provider`` call takes for every kind."""
     ollama = await FakeOllama(script=ollama_script).start()
+    chat = await FakeOpenAI(script=chat_script).start()
     stub_end = StubFarEnd()
     try:
         async with serve(MessagesFarEnd().app()) as api_url:
@@ -188,23 +224,31 @@ async def far_ends() -> AsyncIterator[dict[str, Any]]:
                 "host": ollama.url,
                 "credential": KEY,
                 "base_url": api_url,
+                "api_key": KEY,
                 "stub": stub_end.opts(),
                 "_stub_end": stub_end,
+                "_chat_url": chat.base_url,
             }
     finally:
         await ollama.stop()
+        await chat.stop()
 
 
 @pytest.mark.parametrize("mode", ["complete", "stream", "deltas"])
-@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic"])
+@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic", "openai"])
 async def test_one_loop_runs_unchanged_on_every_backend(
     kind: str, mode: Mode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "VAELII_OPENAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
     toolset = tools.Toolset(kb.sample())
     async with far_ends() as opts:
         stub_end: StubFarEnd = opts.pop("_stub_end")
+        chat_url = opts.pop("_chat_url")
+        if kind == "openai":  # base_url is both the Messages API's option and this one's
+            opts["base_url"] = chat_url
         model = await providers.provider(kind, **opts)
         assert type(model).__module__.startswith(f"vaelii_llm.providers.{kind}"), "fell back"
         stub_end.model = model

@@ -471,32 +471,48 @@ def test_the_drift_guard_sees_each_kind_of_drift() -> None:
 
 @pytest.fixture
 def no_anthropic_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+    for name in (
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "VAELII_OPENAI_MODEL",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
 @pytest.mark.usefixtures("no_anthropic_env")
 @pytest.mark.parametrize(
     ("kind", "answers"),
-    [("stub", "the stub"), ("ollama", "Hello! How are you today?"), ("anthropic", "ANTHROPIC")],
+    [
+        ("stub", "the stub"),
+        ("ollama", "Hello! How are you today?"),
+        ("anthropic", "ANTHROPIC"),
+        ("openai", "Hello! How are you today?"),
+    ],
 )
 async def test_one_call_serves_whichever_kind_the_environment_names(
     monkeypatch: pytest.MonkeyPatch, kind: str, answers: str
 ) -> None:
     from anthropic_fake import FakeMessagesAPI, generate
     from fake_ollama import FakeOllama
+    from fake_openai import FakeOpenAI
     from loopback import serve
 
     transcript = generate(random.Random(5), kinds=["text"], stop_reason="end_turn")
     transcript.message["content"] = [{"type": "text", "text": "ANTHROPIC"}]
     ollama_host = await FakeOllama().start()
+    chat = await FakeOpenAI().start()
     try:
         async with serve(FakeMessagesAPI(transcript=transcript).app()) as api_url:
             monkeypatch.setenv("VAELII_LLM_PROVIDER", kind)
             opts = {
                 "host": ollama_host.url,
                 "credential": SECRET,
-                "base_url": api_url,
+                # base_url is the Messages API's and the Chat Completions API's option both
+                "base_url": chat.base_url if kind == "openai" else api_url,
+                "api_key": SECRET,
                 "stub": {"default": "the stub"},
             }
             assert await providers.active_kind(**opts) == kind
@@ -507,10 +523,11 @@ async def test_one_call_serves_whichever_kind_the_environment_names(
                 await providers.provider(host=ollama_host.url, base_ulr=api_url)
     finally:
         await ollama_host.stop()
+        await chat.stop()
 
 
 @pytest.mark.usefixtures("no_anthropic_env")
-@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic"])
+@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic", "openai"])
 async def test_the_same_call_falls_back_to_the_stub_when_the_kind_cannot_answer(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, kind: str
 ) -> None:

@@ -114,6 +114,10 @@ SPEC_DEFAULTS = {
     "ANTHROPIC_API_KEY": None,
     "ANTHROPIC_AUTH_TOKEN": None,
     "ANTHROPIC_BASE_URL": "https://api.anthropic.com",
+    "OPENAI_BASE_URL": "https://api.openai.com/v1",
+    "OPENAI_API_KEY": None,
+    "VAELII_OPENAI_MODEL": None,
+    "VAELII_OPENAI_HOSTS": None,
     "VAELII_LLM_LIVE": None,
     "VAELII_LLM_OTEL": None,
 }
@@ -135,6 +139,10 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
     assert str(config.ollama_num_ctx()) == SPEC_DEFAULTS["VAELII_OLLAMA_NUM_CTX"]
     assert config.ollama_keep_alive() == SPEC_DEFAULTS["VAELII_OLLAMA_KEEP_ALIVE"]
     assert config.ollama_hosts() is None
+    assert config.openai_base_url() == SPEC_DEFAULTS["OPENAI_BASE_URL"]
+    assert config.openai_api_key() is None
+    assert config.openai_model() is None
+    assert config.openai_hosts() is None
 
 
 MODULES = [
@@ -158,6 +166,12 @@ MODULES = [
     "vaelii_llm.providers.anthropic._decode",
     "vaelii_llm.providers.anthropic._encode",
     "vaelii_llm.providers.anthropic._stream",
+    "vaelii_llm.providers.openai",
+    "vaelii_llm.providers.openai._assemble",
+    "vaelii_llm.providers.openai._chat",
+    "vaelii_llm.providers.openai._key",
+    "vaelii_llm.providers.openai._probes",
+    "vaelii_llm.providers.openai._provider",
     "vaelii_llm._transport",
     "vaelii_llm._timers",
     "vaelii_llm._wire",

@@ -475,3 +475,53 @@ def test_a_json_api_stream_is_taken_a_run_of_frames_at_a_time(
     assert len(events) == 40
     assert -1 not in taken
     assert sum(taken) > 30  # all but the frames a chunk begins or ends in
+
+
+_DATA_FRAME = st.sampled_from(
+    [b"{}", b'{"a":"\xc3\xbc"}', b"", b"x y", b"[DONE]", b"data: z", b"\xff"]
+).map(lambda data: [b"data: " + data])
+"""A frame as the Chat Completions wire writes it: one data line, no type."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.one_of(*[_DATA_FRAME] * 40, _ODD_FRAME), max_size=80),
+    st.sampled_from([b"\n", b"\n", b"\r\n", b"\r"]),
+    st.lists(st.integers(0, 4000), max_size=24),
+    st.sampled_from([64, 10**6]),
+)
+@example([[b"data: 1"]] * 5 + [[b": comment", b"data: {}"]] + [[b"data: 2"]] * 5, b"\n", [], 10**6)
+@example([[b"data: a", b"data: b"]] * 6 + [[b"data: c"]] * 6, b"\n", [], 10**6)
+def test_runs_of_untyped_data_frames_agree_with_the_reference(
+    frames: list[list[bytes]], end: bytes, cuts: list[int], cap: int
+) -> None:
+    """Runs of ``data:``-only frames (taken a run at a time), broken by frames
+    of other shapes: the reference's events, at any split."""
+    stream = b"".join(end.join(lines) + end + end for lines in frames)
+    check_against_reference(stream, cuts, cap)
+
+
+def test_a_chat_completions_stream_is_taken_a_run_of_frames_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    taken: list[int] = []
+    regular = SSEDecoder._regular_data
+
+    def spy(self: SSEDecoder, lines: list[bytes], start: int, end: int) -> Any:
+        found = regular(self, lines, start, end)
+        taken.append(-1 if found is None else len(found))
+        return found
+
+    monkeypatch.setattr(SSEDecoder, "_regular_data", spy)
+    stream = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n' * 40
+    stream += b"data: [DONE]\n\n"
+    decoder = SSEDecoder("t")
+    events = [
+        event
+        for at in range(0, len(stream), 2000)
+        for event in decoder.feed_frames(stream[at : at + 2000])
+    ]
+    assert len(events) == 41
+    assert events[-1] == (b"message", b"[DONE]")
+    assert -1 not in taken
+    assert sum(taken) > 30  # all but the frames a chunk begins or ends in

@@ -100,5 +100,16 @@ BUILTIN: Final = (
             Option("headers", "Mapping[str, str] | None", None, ("provider",)),
         ),
     ),
+    Backend(
+        "openai",
+        "vaelii_llm.providers.openai",
+        (
+            Option("base_url", "str | None", None, ("provider", "available")),
+            Option("api_key", "str | None", None, ("provider", "available")),
+            Option("model", "str | None", None, ("provider",)),
+            Option("headers", "Mapping[str, str] | None", None, ("provider", "available")),
+            Option("max_tokens_field", "str | None", None, ("provider",)),
+        ),
+    ),
 )
 """The built-in kinds, in the order the configuration table lists them."""

@@ -1,7 +1,7 @@
 """The ``vaelii-llm`` command: a thin shell over the library, holding no logic of its own.
 
 ``ask``     ask the configured model a question it answers by reading the KB
-``status``  which backend answers now, and for Ollama what the model can do
+``status``  which backend answers now, and what its host serves and its model can do
 ``config``  every switch with the value it reads now (credentials only as set/unset)
 ``tools``   the tool schemas a model is offered, derived from the engine
 ``call``    run one tool call against the sample KB (or an EDN file)
@@ -61,6 +61,17 @@ async def _status() -> int:
             print(f"capabilities: {', '.join(caps)}")
             print(f"tools:      {'yes' if await ollama.supports_tools(model) else 'no'}")
             print(f"context:    {await ollama.context_length(model)}")
+    elif kind == "openai":
+        from vaelii_llm.providers import openai
+
+        chosen = config.openai_model()
+        print(f"base URL:   {config.hide_userinfo(config.openai_base_url())}")
+        print(f"model:      {chosen or '(none sent: the server chooses)'}")
+        if active == "openai":
+            served = await openai.models()
+            print(f"served:     {', '.join(served) if served else '(none listed)'}")
+            if chosen is not None and chosen not in served:
+                print(f"warning:    {chosen!r} is not among the served models")
     return 0
 
 
@@ -248,10 +259,10 @@ def _vote_progress(so_far: pool.Vote) -> None:
 async def _vote(question: str, votes: int) -> int:
     from vaelii_llm import pool
 
-    if config.provider_kind() == "ollama":
+    if config.provider_kind() in ("ollama", "openai"):
         voters = await pool.pool_from_config()
     else:
-        print("VAELII_LLM_PROVIDER is not ollama: the stub votes (it answers nothing)")
+        print("VAELII_LLM_PROVIDER is not ollama or openai: the stub votes (it answers nothing)")
         voters = pool.stub_pool()
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:

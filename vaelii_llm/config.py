@@ -33,6 +33,10 @@ __all__ = [
     "ollama_keep_alive",
     "ollama_model",
     "ollama_num_ctx",
+    "openai_api_key",
+    "openai_base_url",
+    "openai_hosts",
+    "openai_model",
     "otel_enabled",
     "provider_kind",
 ]
@@ -69,6 +73,7 @@ DEFAULT_OLLAMA_GENERATION_MODEL: Final = "qwen3-coder:30b"
 DEFAULT_OLLAMA_NUM_CTX: Final = 8192
 DEFAULT_OLLAMA_KEEP_ALIVE: Final = "30m"
 DEFAULT_ANTHROPIC_BASE_URL: Final = "https://api.anthropic.com"
+DEFAULT_OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
 
 _PROVIDER = Switch(
     "VAELII_LLM_PROVIDER",
@@ -151,6 +156,37 @@ _ANTHROPIC_BASE_URL = Switch(
     DEFAULT_ANTHROPIC_BASE_URL,
     "The host the Messages API backend calls.",
 )
+_OPENAI_BASE_URL = Switch(
+    "OPENAI_BASE_URL",
+    "openai_base_url",
+    "a base URL ending where /chat/completions hangs (a local server: http://127.0.0.1:8000/v1)",
+    DEFAULT_OPENAI_BASE_URL,
+    "The host the OpenAI-compatible (Chat Completions) backend calls.",
+)
+_OPENAI_API_KEY = Switch(
+    "OPENAI_API_KEY",
+    "openai_api_key",
+    "an API key (optional: a local server needs none)",
+    None,
+    "The credential sent as Authorization: Bearer to the OpenAI-compatible backend.",
+    secret=True,
+)
+_OPENAI_MODEL = Switch(
+    "VAELII_OPENAI_MODEL",
+    "openai_model",
+    "a model name the server serves (vaelii-llm status lists them)",
+    None,
+    "The model an OpenAI-compatible turn runs (unset: no model is sent, and a "
+    "server serving one model answers with it).",
+)
+_OPENAI_HOSTS = Switch(
+    "VAELII_OPENAI_HOSTS",
+    "openai_hosts",
+    "base-url[*n],…",
+    None,
+    "The OpenAI-compatible hosts a vote pool spreads its calls over, n calls at once "
+    "per host (unset: the one base URL above; blank: no hosts).",
+)
 _LIVE = Switch(
     "VAELII_LLM_LIVE",
     "live_llm",
@@ -179,6 +215,10 @@ SWITCHES: tuple[Switch, ...] = (
     _ANTHROPIC_API_KEY,
     _ANTHROPIC_AUTH_TOKEN,
     _ANTHROPIC_BASE_URL,
+    _OPENAI_BASE_URL,
+    _OPENAI_API_KEY,
+    _OPENAI_MODEL,
+    _OPENAI_HOSTS,
     _LIVE,
     _OTEL,
 )
@@ -285,6 +325,31 @@ def anthropic_base_url(explicit: str | None = None) -> str:
     """The Messages API base URL, without a trailing slash."""
     value = explicit or _read(_ANTHROPIC_BASE_URL) or DEFAULT_ANTHROPIC_BASE_URL
     return value.rstrip("/")
+
+
+def openai_base_url(explicit: str | None = None) -> str:
+    """The OpenAI-compatible base URL (where ``/chat/completions`` and
+    ``/models`` hang), without a trailing slash."""
+    value = explicit or _read(_OPENAI_BASE_URL) or DEFAULT_OPENAI_BASE_URL
+    return value.rstrip("/")
+
+
+def openai_api_key(explicit: str | None = None) -> str | None:
+    """``OPENAI_API_KEY``, trimmed; None when unset or blank (a local server needs none)."""
+    return explicit if explicit is not None else _read(_OPENAI_API_KEY)
+
+
+def openai_model(explicit: str | None = None) -> str | None:
+    """The model an OpenAI-compatible turn names; None: none is sent."""
+    return explicit or _read(_OPENAI_MODEL)
+
+
+def openai_hosts(explicit: str | None = None) -> str | None:
+    """The raw ``base-url[*n],…`` list, read as :func:`ollama_hosts` reads its own."""
+    if explicit is not None:
+        return explicit
+    value = os.environ.get(_OPENAI_HOSTS.name)
+    return None if value is None else value.strip()
 
 
 _USERINFO = re.compile(r"(^|[,\s]|//)[^/@\s,]+@")

@@ -9,8 +9,9 @@ one per call a host takes at once, and gets every token back on every exit,
 cancellation included.
 
 ``VAELII_OLLAMA_HOSTS`` (``host[*n],…``, read by :func:`hosts`) names the hosts
-:func:`pool_from_config` spreads its calls over; :func:`stub_pool` is a pool of
-one stub provider, for tests.
+:func:`pool_from_config` spreads its calls over, or, for the OpenAI-compatible
+backend (a vLLM fleet), ``VAELII_OPENAI_HOSTS`` in the same grammar;
+:func:`stub_pool` is a pool of one stub provider, for tests.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import importlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from vaelii_llm import config
 from vaelii_llm._pool import DEFAULT_ACQUIRE_TIMEOUT_MS, Pool
 from vaelii_llm._protocol import Provider
 from vaelii_llm._vote import Vote, read_yes_no, vote
 from vaelii_llm.errors import LLMBadHosts
-from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST, hosts
+from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST, HostKind, hosts
 from vaelii_llm.providers.stub import Entry, StubProvider
 
 __all__ = ["Pool", "Vote", "hosts", "pool_from_config", "read_yes_no", "stub_pool", "vote"]
@@ -33,32 +35,43 @@ __all__ = ["Pool", "Vote", "hosts", "pool_from_config", "read_yes_no", "stub_poo
 async def pool_from_config(
     explicit: str | None = None,
     *,
+    kind: str | None = None,
     model: str | None = None,
     acquire_timeout_ms: int = DEFAULT_ACQUIRE_TIMEOUT_MS,
 ) -> Pool[Any]:
-    """A pool of Ollama providers over :func:`hosts`, one provider per entry.
+    """A pool of providers over :func:`hosts`, one provider per entry.
 
-    An entry's ``n`` becomes ``n`` tokens of that entry's provider. ``model``
-    (None: the configured model) is passed to every provider. The Ollama
-    backend is imported here, on first use, never at import. Refuses an empty
-    or malformed host list with :class:`~vaelii_llm.errors.LLMBadHosts` before
-    building any provider; if building one raises, those already built are
-    closed before the exception propagates.
+    ``kind`` is ``"ollama"`` (Ollama hosts, ``VAELII_OLLAMA_HOSTS``) or
+    ``"openai"`` (OpenAI-compatible base URLs, ``VAELII_OPENAI_HOSTS``, each
+    provider with the configured key); None: ``openai`` when
+    ``VAELII_LLM_PROVIDER`` names it, else ``ollama``. An entry's ``n``
+    becomes ``n`` tokens of that entry's provider. ``model`` (None: the
+    configured model) is passed to every provider. The backend is imported
+    here, on first use, never at import. Refuses an empty or malformed host
+    list with :class:`~vaelii_llm.errors.LLMBadHosts` before building any
+    provider; if building one raises, those already built are closed before
+    the exception propagates.
     """
-    entries = hosts(explicit)
+    if kind is None:
+        kind = "openai" if config.provider_kind() == "openai" else "ollama"
+    if kind not in ("ollama", "openai"):
+        raise ValueError(f"a pool spreads over ollama or openai hosts, not {kind!r}")
+    host_kind: HostKind = "openai" if kind == "openai" else "ollama"
+    entries = hosts(explicit, kind=host_kind)
     if not entries:
+        switch = "VAELII_OPENAI_HOSTS" if kind == "openai" else "VAELII_OLLAMA_HOSTS"
         raise LLMBadHosts(
-            "VAELII_OLLAMA_HOSTS is blank: no hosts, so every vote would wait out "
-            "its acquire timeout"
+            f"{switch} is blank: no hosts, so every vote would wait out its acquire timeout"
         )
-    ollama = importlib.import_module("vaelii_llm.providers.ollama")
-    build: Callable[..., Provider] = ollama.provider
+    backend = importlib.import_module(f"vaelii_llm.providers.{kind}")
+    build: Callable[..., Provider] = backend.provider
+    at = "base_url" if kind == "openai" else "host"
     opts: dict[str, Any] = {} if model is None else {"model": model}
     built: list[Provider] = []
     tokens: list[Provider] = []
     try:
         for entry in entries:
-            provider = build(host=entry.url, **opts)
+            provider = build(**{at: entry.url}, **opts)
             built.append(provider)
             tokens.extend([provider] * entry.calls)
         return Pool(tokens, acquire_timeout_ms=acquire_timeout_ms)

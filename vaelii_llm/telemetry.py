@@ -13,7 +13,7 @@ What is recorded, after the GenAI semantic conventions:
 
 a turn
     a CLIENT span ``chat {gen_ai.request.model}`` with ``gen_ai.operation.name``
-    ``chat``, ``gen_ai.provider.name`` (``anthropic``, ``ollama``, ``stub``),
+    ``chat``, ``gen_ai.provider.name`` (``anthropic``, ``ollama``, ``openai``, ``stub``),
     ``gen_ai.request.model``/``max_tokens``/``temperature``/``stop_sequences``/
     ``stream``, ``server.address``/``server.port``, and from the
     :class:`~vaelii_llm._protocol.Response` ``gen_ai.response.model`` (the model

@@ -251,7 +251,8 @@ class SSEDecoder:
 
         From the first frame boundary of the chunk, when its lines are known
         to be UTF-8, a run of whole frames in the shape a JSON API writes is
-        taken in one step (:meth:`_regular`); everything else (the frame the
+        taken in one step (:meth:`_regular`, or :meth:`_regular_data` for
+        frames that name no type); everything else (the frame the
         chunk began in, the one it ends in, a stream of any other shape) is
         read a line at a time (:meth:`_by_line`).
         """
@@ -260,13 +261,17 @@ class SSEDecoder:
             self._ids = []
         frames: list[tuple[bytes, bytes]] = []
         regular = None
-        if self._valid and len(lines) >= 3 * _REGULAR_AT_LEAST:
+        if self._valid and len(lines) >= 2 * _REGULAR_AT_LEAST:
             try:
                 start = lines.index(b"") + 1  # the first frame boundary
             except ValueError:
                 start = len(lines)
-            end = start + (len(lines) - start) // 3 * 3
-            regular = self._regular(lines, start, end)
+            if start < len(lines) and lines[start].startswith(b"data: "):
+                end = start + (len(lines) - start) // 2 * 2
+                regular = self._regular_data(lines, start, end)
+            else:
+                end = start + (len(lines) - start) // 3 * 3
+                regular = self._regular(lines, start, end)
         if regular is None:
             self._by_line(lines, frames)
         else:
@@ -305,6 +310,20 @@ class SSEDecoder:
             for line in new:
                 names[line] = line[7:] or _MESSAGE
         return list(zip(map(names.__getitem__, events), map(_AFTER_DATA, data), strict=True))
+
+    def _regular_data(
+        self, lines: list[bytes], start: int, end: int
+    ) -> list[tuple[bytes, bytes]] | None:
+        """:meth:`_regular` for frames of exactly ``data: <data>`` and a blank
+        line, naming no type (the Chat Completions wire): each a ``message``."""
+        if end - start < 2 * _REGULAR_AT_LEAST:
+            return None
+        data = lines[start:end:2]
+        if any(lines[start + 1 : end : 2]) or not all(
+            map(bytes.startswith, data, repeat(b"data: "))
+        ):
+            return None
+        return list(zip(repeat(_MESSAGE), map(_AFTER_DATA, data)))
 
     def _by_line(self, lines: list[bytes], frames: list[tuple[bytes, bytes]]) -> None:
         """Apply ``lines`` one at a time, the two common fields tested first;

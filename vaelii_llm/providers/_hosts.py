@@ -1,5 +1,6 @@
-"""Reading an Ollama host the way Ollama reads ``OLLAMA_HOST``, and the vote
-pool's host list (``host[*n],…``) made of such hosts.
+"""Reading an Ollama host the way Ollama reads ``OLLAMA_HOST``, an
+OpenAI-compatible base URL, and the vote pool's host list (``host[*n],…``)
+made of either.
 
 Pure string work, no I/O, so the vote pool can parse its host list without
 loading the HTTP backend.
@@ -7,7 +8,7 @@ loading the HTTP backend.
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import Final, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from vaelii_llm import config
@@ -16,9 +17,12 @@ from vaelii_llm.errors import LLMBadHosts
 
 __all__ = [
     "DEFAULT_CALLS_PER_HOST",
+    "DEFAULT_OPENAI_PATH",
     "DEFAULT_PORT",
     "Host",
+    "HostKind",
     "hosts",
+    "normalize_base_url",
     "normalize_host",
 ]
 
@@ -27,6 +31,13 @@ DEFAULT_PORT: Final = DEFAULT_OLLAMA_PORT
 
 DEFAULT_CALLS_PER_HOST: Final = 2
 """``n`` of a ``host[*n]`` entry that names none."""
+
+DEFAULT_OPENAI_PATH: Final = "/v1"
+"""Where an OpenAI-compatible server that names no path mounts its API: vLLM,
+llama.cpp's server, LM Studio, SGLang, TGI and Ollama all serve ``/v1``."""
+
+HostKind = Literal["ollama", "openai"]
+"""The backends a host list can name: Ollama hosts, or OpenAI-compatible base URLs."""
 
 
 def normalize_host(host: str) -> str:
@@ -41,9 +52,30 @@ def normalize_host(host: str) -> str:
     carrying a ``user:password@`` (a gateway's credential belongs in the
     provider's ``headers=``; a message never quotes the password).
     """
+    scheme, hostname, port, path, has_scheme = _split(host, "an Ollama")
+    if port is None:
+        port = SCHEME_PORTS[scheme] if has_scheme else DEFAULT_PORT
+    return f"{scheme}://{hostname}:{port}{path}"
+
+
+def normalize_base_url(url: str) -> str:
+    """An OpenAI-compatible base URL for ``url``, read as :func:`normalize_host`
+    reads a host (no scheme: ``http://``; IPv6 bracketed; a password
+    refused), but a URL naming no port keeps its scheme's own, and one naming
+    no path gets :data:`DEFAULT_OPENAI_PATH`: ``gpu1:8000`` is
+    ``http://gpu1:8000/v1``. Raises ValueError as :func:`normalize_host` does."""
+    scheme, hostname, port, path, _ = _split(url, "an OpenAI-compatible server")
+    shown_port = "" if port is None else f":{port}"
+    return f"{scheme}://{hostname}{shown_port}{path or DEFAULT_OPENAI_PATH}"
+
+
+def _split(host: str, what: str) -> tuple[str, str, int | None, str, bool]:
+    """``host`` read as a URL: its scheme, its host (IPv6 bracketed), the port
+    it names (None: none), its path without a trailing slash, and whether it
+    named a scheme. ``what`` names the far end in the ValueError refusing it."""
     text = host.strip()
     if not text:
-        raise ValueError("an empty host names no Ollama")
+        raise ValueError(f"an empty host names no {what.split(' ', 1)[1]}")
     shown_host = config.hide_userinfo(text)
     if "@" in text.split("://", 1)[-1].split("/", 1)[0]:
         raise ValueError(
@@ -52,16 +84,17 @@ def normalize_host(host: str) -> str:
         )
     has_scheme = "://" in text
     if not has_scheme:
-        if text.count(":") > 1 and not text.startswith("["):
-            text = f"[{text}]"  # a bare IPv6 literal such as ::1
+        bare = text.split("/", 1)[0]
+        if bare.count(":") > 1 and not bare.startswith("["):
+            text = f"[{bare}]{text[len(bare) :]}"  # a bare IPv6 literal such as ::1
         text = "http://" + text
     try:
         parts = urlsplit(text)
     except ValueError as exc:
-        raise ValueError(f"{shown_host!r} is no host an Ollama can be reached at") from exc
+        raise ValueError(f"{shown_host!r} is no host {what} can be reached at") from exc
     scheme = parts.scheme.lower()
     if scheme not in SCHEME_PORTS:
-        raise ValueError(f"an Ollama host is http or https, not {scheme!r}")
+        raise ValueError(f"{what} host is http or https, not {scheme!r}")
     hostname = parts.hostname
     if not hostname:
         raise ValueError(f"{shown_host!r} names no host")
@@ -69,22 +102,23 @@ def normalize_host(host: str) -> str:
         port = parts.port
     except ValueError as exc:
         raise ValueError(f"{shown_host!r} names no valid port") from exc
-    if port is None:
-        port = SCHEME_PORTS[scheme] if has_scheme else DEFAULT_PORT
     shown = f"[{hostname}]" if ":" in hostname else hostname
-    path = parts.path.rstrip("/")
-    return f"{scheme}://{shown}:{port}{path}"
+    return scheme, shown, port, parts.path.rstrip("/"), has_scheme
 
 
 class Host(NamedTuple):
-    """One ``host[*n]`` entry: Ollama's base URL and how many calls it takes at once."""
+    """One ``host[*n]`` entry: its base URL (an Ollama host or an OpenAI-compatible
+    server) and how many calls it takes at once."""
 
     url: str
     calls: int
 
 
-def hosts(explicit: str | None = None) -> list[Host]:
-    """The vote pool's hosts: ``explicit``, else ``VAELII_OLLAMA_HOSTS``.
+def hosts(explicit: str | None = None, *, kind: HostKind = "ollama") -> list[Host]:
+    """The vote pool's hosts: ``explicit``, else ``VAELII_OLLAMA_HOSTS`` (or,
+    for ``kind="openai"``, ``VAELII_OPENAI_HOSTS``, each entry an
+    OpenAI-compatible base URL read by :func:`normalize_base_url`; unset, the
+    one configured ``OPENAI_BASE_URL`` as written).
 
     The list is ``host[*n],…``; ``n`` defaults to :data:`DEFAULT_CALLS_PER_HOST`
     and each host is read by :func:`normalize_host` (``gpu1:8080*4`` is four
@@ -94,36 +128,43 @@ def hosts(explicit: str | None = None) -> list[Host]:
     ``n`` that is not a whole number of at least 1 raises
     :class:`~vaelii_llm.errors.LLMBadHosts` naming the entry.
     """
-    raw = config.ollama_hosts(explicit)
+    openai = kind == "openai"
+    raw = config.openai_hosts(explicit) if openai else config.ollama_hosts(explicit)
     if raw is None:
+        if openai:  # the provider's own base URL, taken as the provider takes it
+            return [Host(config.openai_base_url(), DEFAULT_CALLS_PER_HOST)]
         configured = config.ollama_host()
         return [Host(_read_host(configured, configured), DEFAULT_CALLS_PER_HOST)]
     raw = raw.strip()
     if not raw:
         return []
-    return [_read_entry(entry) for entry in raw.split(",")]
+    return [_read_entry(entry, kind) for entry in raw.split(",")]
 
 
-def _read_entry(entry: str) -> Host:
+def _read_entry(entry: str, kind: HostKind) -> Host:
+    shown = config.hide_userinfo(entry)  # what a refusal quotes: no password
     text = entry.strip()
     if not text:
-        raise LLMBadHosts("an entry of the host list is empty (a stray comma?)", entry)
+        raise LLMBadHosts("an entry of the host list is empty (a stray comma?)", shown)
     host, star, count = text.rpartition("*")
     if not star:
-        return Host(_read_host(text, entry), DEFAULT_CALLS_PER_HOST)
+        return Host(_read_host(text, entry, kind), DEFAULT_CALLS_PER_HOST)
     if "*" in host:
-        raise LLMBadHosts("an entry names at most one *n", entry)
+        raise LLMBadHosts("an entry names at most one *n", shown)
     count = count.strip()
     if not (count.isascii() and count.isdigit()):
-        raise LLMBadHosts("a host's *n must be a whole number of calls", entry)
+        raise LLMBadHosts("a host's *n must be a whole number of calls", shown)
     calls = int(count)
     if calls < 1:
-        raise LLMBadHosts("a host's *n must be at least 1", entry)
-    return Host(_read_host(host, entry), calls)
+        raise LLMBadHosts("a host's *n must be at least 1", shown)
+    return Host(_read_host(host, entry, kind), calls)
 
 
-def _read_host(host: str, entry: str) -> str:
+def _read_host(host: str, entry: str, kind: HostKind = "ollama") -> str:
     try:
-        return normalize_host(host)
+        return normalize_base_url(host) if kind == "openai" else normalize_host(host)
     except ValueError as exc:
-        raise LLMBadHosts(f"a host of the list will not read ({exc})", entry) from exc
+        # the entry shown with its password cut, as the reason shows it
+        raise LLMBadHosts(
+            f"a host of the list will not read ({exc})", config.hide_userinfo(entry)
+        ) from exc

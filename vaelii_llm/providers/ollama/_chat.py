@@ -134,10 +134,12 @@ def _wire_tool(tool: ToolSchema) -> _Tool:
 
 def _tool_call(block: ToolUseBlock) -> dict[str, Any]:
     """The call as Ollama sent it when it came from Ollama (its ``raw`` has a
-    ``function``), else built from the block: a call another vendor made
-    carries that vendor's JSON in ``raw``, which this wire cannot read."""
-    if block.raw is not None and isinstance(block.raw.get("function"), dict):
-        return block.raw
+    ``function`` whose arguments are an object), else built from the block: a
+    call another vendor made carries that vendor's JSON in ``raw`` (the Chat
+    Completions wire's arguments are a string), which this wire cannot read."""
+    function = block.raw.get("function") if block.raw is not None else None
+    if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
+        return block.raw  # type: ignore[return-value]
     return {"function": {"name": block.name, "arguments": block.input}}
 
 

@@ -1,0 +1,212 @@
+"""Conformance: what this backend sends is a request the official ``openai``
+package's own types accept, and what it reads of a stream is what the official
+client reads of the same bytes.
+
+The request check walks the package's ``CompletionCreateParams`` TypedDicts
+(``typing`` only: required keys present, no key the type does not name,
+literals and scalars of their type, every union tried), for the body of one
+neutral request holding every shape the encoder writes (system, user text,
+an assistant's text and tool calls, tool results, tools with and without
+``strict``, stop sequences, a JSON schema format), streamed and not.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pytest
+import typing_extensions
+from fake_openai import MODEL, FakeOpenAI, random_turn, transcript
+
+from vaelii_llm._protocol import (
+    Message,
+    Request,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSchema,
+    ToolUseBlock,
+)
+from vaelii_llm.providers import openai as ours
+from vaelii_llm.providers.openai._chat import chat_body
+
+sdk = pytest.importorskip("openai")
+params = pytest.importorskip("openai.types.chat.completion_create_params")
+
+
+def conforms(value: Any, hint: Any, at: str = "body") -> list[str]:  # noqa: C901 (one rule a kind)
+    """Where ``value`` departs from the type ``hint`` (empty: it conforms)."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing_extensions.Required, typing_extensions.NotRequired, typing.Annotated):
+        return conforms(value, args[0], at)
+    if hint is Any or hint is object:
+        return []
+    if origin in (typing.Union, types.UnionType):
+        found = [conforms(value, arg, at) for arg in args]
+        return [] if any(not f for f in found) else [f"{at}: no branch of {hint} fits"]
+    if origin is typing.Literal or origin is typing_extensions.Literal:
+        return [] if value in args else [f"{at}: {value!r} is not one of {args}"]
+    if hint is type(None):
+        return [] if value is None else [f"{at}: {value!r} is not None"]
+    if typing_extensions.is_typeddict(hint):
+        if not isinstance(value, dict):
+            return [f"{at}: {type(value).__name__} is no {hint.__name__}"]
+        fields = typing.get_type_hints(hint, include_extras=True)
+        out = [
+            f"{at}.{key}: {hint.__name__} names no such key" for key in value if key not in fields
+        ]
+        # The package declares every TypedDict total=False and marks what it
+        # requires Required[...]; read from the hints, since under postponed
+        # annotations the class's own __required_keys__ cannot see it.
+        required = [
+            k for k, f in fields.items() if typing.get_origin(f) is typing_extensions.Required
+        ]
+        out += [f"{at}.{key}: required" for key in required if key not in value]
+        for key, item in value.items():
+            if key in fields:
+                out += conforms(item, fields[key], f"{at}.{key}")
+        return out
+    if origin in (dict, Mapping) or hint is dict:
+        return [] if isinstance(value, dict) else [f"{at}: not an object"]
+    if origin in (list, Iterable, Sequence) or (
+        isinstance(origin, type) and issubclass(origin, Iterable) and origin is not str
+    ):
+        if isinstance(value, str) or not isinstance(value, list):
+            return [f"{at}: not a list"]
+        return [e for n, item in enumerate(value) for e in conforms(item, args[0], f"{at}[{n}]")]
+    if hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return [] if ok else [f"{at}: not a number"]
+    if isinstance(hint, type):
+        return [] if isinstance(value, hint) else [f"{at}: {value!r} is not {hint.__name__}"]
+    alias = getattr(hint, "__value__", None)  # a `type X = ...` alias
+    if alias is not None:
+        return conforms(value, alias, at)
+    raise AssertionError(f"{at}: the checker has no rule for {hint!r}")
+
+
+def neutral_request() -> Request:
+    call = ToolUseBlock(id="call_1", name="kb_query", input={"goal": "(afraidOf ?x ?y)"})
+    return Request(
+        system="Answer from the KB.",
+        messages=[
+            Message(role="user", content="Who is afraid of whom?"),
+            Message(
+                role="assistant",
+                content=[ThinkingBlock(thinking="look it up"), TextBlock(text="Asking."), call],
+            ),
+            Message(
+                role="user",
+                content=[
+                    ToolResultBlock(tool_use_id="call_1", content="[{:bindings ...}]"),
+                    TextBlock(text="Now answer."),
+                ],
+            ),
+            Message(role="assistant", content=[call]),
+            Message(role="user", content=[ToolResultBlock(tool_use_id="call_1", content="ok")]),
+        ],
+        tools=[
+            ToolSchema(
+                name="kb_query",
+                description="Prove a goal.",
+                input_schema={"type": "object", "properties": {"goal": {"type": "string"}}},
+            ),
+            ToolSchema(
+                name="kb_types_of",
+                description="Types of a term.",
+                input_schema={
+                    "type": "object",
+                    "properties": {"term": {"type": "string"}},
+                    "required": ["term"],
+                    "additionalProperties": False,
+                },
+                strict=True,
+            ),
+        ],
+        max_tokens=300,
+        stop_sequences=["END"],
+        format={"type": "object", "properties": {"answer": {"type": "string"}}},
+        temperature=0.2,
+    )
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_request_is_one_the_official_types_accept(stream: bool, field: Any) -> None:
+    body = json.loads(
+        chat_body(neutral_request(), model=MODEL, max_tokens_field=field, stream=stream)
+    )
+    hint = (
+        params.CompletionCreateParamsStreaming
+        if stream
+        else params.CompletionCreateParamsNonStreaming
+    )
+    assert conforms(body, hint) == []
+    assert body[field] == 300
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "user", "assistant", "tool"]
+
+
+def test_the_checker_refuses_what_the_types_do_not_name() -> None:
+    body = json.loads(
+        chat_body(neutral_request(), model=MODEL, max_tokens_field="max_tokens", stream=False)
+    )
+    body["max_tokenz"] = 1
+    body["messages"][0]["role"] = "robot"
+    body["messages"][2]["tool_calls"][0]["function"]["arguments"] = {"goal": "x"}
+    del body["messages"][3]["tool_call_id"]
+    found = conforms(body, params.CompletionCreateParamsNonStreaming)
+    assert "body.max_tokenz: CompletionCreateParamsNonStreaming names no such key" in found
+    assert "body.messages[0]: no branch" in " ".join(found)
+    assert "body.messages[2]: no branch" in " ".join(found)
+    assert "body.messages[3]: no branch" in " ".join(found)
+
+
+async def test_the_official_client_reads_the_same_turns_from_the_fake() -> None:
+    """The fake writes a wire the official client reads, and both read one
+    turn alike: text, reasoning aside (the client has no field for it), tool
+    calls, finish reason and usage."""
+    fake = await FakeOpenAI().start()
+    client = sdk.AsyncOpenAI(api_key="sk-test", base_url=fake.base_url, max_retries=0)
+    try:
+        async with ours.provider(base_url=fake.base_url, api_key="sk-test", model=MODEL) as p:
+            for seed in range(25):
+                turn = random_turn(random.Random(seed))
+                if turn.finish_reason == "length":  # the client's helper refuses a cut turn
+                    turn.finish_reason = "stop"
+                t = transcript(
+                    turn,
+                    random.Random(seed).choice(["vllm", "openai", "llamacpp"]),
+                )
+                fake.script = lambda _b, t=t: t
+                request = Request(messages=[Message(role="user", content="hi")])
+                mine = await p.complete(request)
+                async with client.chat.completions.stream(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "hi"}],
+                    stream_options={"include_usage": True},
+                ) as stream:
+                    theirs = await stream.get_final_completion()
+                (choice,) = theirs.choices
+                texts = [b.text for b in mine.content if isinstance(b, TextBlock)]
+                assert (choice.message.content or "") == "".join(texts)
+                calls = [b for b in mine.content if isinstance(b, ToolUseBlock)]
+                assert [
+                    (c.id, c.function.name, json.loads(c.function.arguments))
+                    for c in choice.message.tool_calls or []
+                ] == [(c.id, c.name, c.input) for c in calls]
+                assert choice.finish_reason == mine.vendor_stop_reason
+                assert theirs.usage is not None
+                assert (theirs.usage.prompt_tokens, theirs.usage.completion_tokens) == (
+                    mine.usage.input_tokens,
+                    mine.usage.output_tokens,
+                )
+    finally:
+        await client.close()
+        await fake.stop()

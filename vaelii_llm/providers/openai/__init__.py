@@ -1,0 +1,26 @@
+"""The OpenAI-compatible backend: the Chat Completions wire (vLLM, llama.cpp's
+server, LM Studio, SGLang, TGI, Ollama's ``/v1``, OpenAI).
+
+:func:`provider` builds an :class:`OpenAIProvider` on one base URL and model
+(no I/O). The key is optional (a local server needs none): when given, or set
+as ``OPENAI_API_KEY``, it is sent as ``Authorization: Bearer`` and shown
+nowhere. :func:`available` asks ``GET {base}/models`` under a two-second
+deadline; :func:`models` lists what the server serves.
+
+How a request and an answer map to the wire is told where each is done: the
+request and the codec in :mod:`~vaelii_llm.providers.openai._chat`, the
+answer and the stream's reassembly (``stream`` returns the Response
+``complete`` does) in :mod:`~vaelii_llm.providers.openai._assemble`. There
+is no retry: a 429 is an ``LLMApiError`` carrying its status. The session,
+the closed state, the turn and the stream pump are the shared skeleton's
+(:mod:`vaelii_llm.providers._http`).
+"""
+
+from __future__ import annotations
+
+from vaelii_llm.providers.openai._probes import available, models
+from vaelii_llm.providers.openai._provider import OpenAIProvider, provider
+
+OpenAIProvider.__module__ = __name__  # where a user finds it, as trio names its classes
+
+__all__ = ["OpenAIProvider", "available", "models", "provider"]

@@ -1,0 +1,381 @@
+"""The request on the wire (``POST {base}/chat/completions``), and the codec the skeleton drives.
+
+What goes out (:func:`chat_body`)
+    ``model`` (the request's, else the provider's, else none: a server
+    serving one model answers with it); ``messages``; the token limit as
+    ``max_completion_tokens`` where the far end is OpenAI's own API
+    (``api.openai.com``, an ``*.openai.azure.com`` deployment), whose
+    reasoning models refuse ``max_tokens``, and as ``max_tokens`` anywhere
+    else, since vLLM, llama.cpp's server, LM Studio, SGLang, TGI and Ollama
+    all read that one (a provider's ``max_tokens_field`` overrides the
+    choice); ``temperature`` (the request's, default 0 as on Ollama, for
+    reproducible answers); ``stop``, ``tools`` and ``response_format`` when
+    the request has them; on a streamed turn ``stream`` and
+    ``stream_options: {"include_usage": true}`` (the usage comes in a last
+    chunk).
+
+Messages
+    ``system`` first; a user message's text as a ``user`` message and each
+    tool result as a ``tool`` message naming its ``tool_call_id``, in order;
+    an assistant message as one message with its text as ``content`` and its
+    tool calls as ``tool_calls`` (``{"id", "type": "function", "function":
+    {"name", "arguments"}}``, a call this wire made sent back as it came).
+    Reasoning (thinking, redacted thinking) is not sent back: the wire has no
+    field for it, and DeepSeek refuses a request that carries it. A block the
+    wire has no shape for (a vendor's opaque block, a tool result from the
+    assistant, a tool call from the user) is :class:`~vaelii_llm.errors.LLMEncode`.
+
+Tools and format
+    A tool is ``{"type": "function", "function": {name, description,
+    parameters, strict}}`` (``strict`` only when the schema sets it). A
+    ``format`` JSON schema is ``response_format: {"type": "json_schema",
+    "json_schema": {"name", "schema", "strict"}}``, strict only where every
+    object in it lists all its properties as required and admits no others
+    (OpenAI refuses a strict schema that does not); one already in that
+    shape is sent as given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal, TypedDict
+from urllib.parse import urlsplit
+
+import msgspec
+
+from vaelii_llm import _transport as transport
+from vaelii_llm import config, errors
+from vaelii_llm._protocol import (
+    Block,
+    Message,
+    RedactedThinkingBlock,
+    Request,
+    Response,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSchema,
+    ToolUseBlock,
+)
+from vaelii_llm.providers.openai._assemble import (
+    WHOLE_DECODER,
+    ChunkAssembler,
+    Completion,
+    Frames,
+    response_of,
+)
+from vaelii_llm.providers.openai._key import APIKey
+
+__all__ = [
+    "CHAT_PATH",
+    "TOKEN_FIELDS",
+    "ChatCodec",
+    "Options",
+    "chat_body",
+    "endpoint",
+    "token_field",
+]
+
+CHAT_PATH: Final = "/chat/completions"
+"""Where a turn is POSTed, below the base URL."""
+
+TokenField = Literal["max_tokens", "max_completion_tokens"]
+TOKEN_FIELDS: Final[tuple[TokenField, ...]] = ("max_tokens", "max_completion_tokens")
+"""The two names the wire has for the token limit."""
+
+_OPENAI_HOSTS: Final = ("api.openai.com", ".openai.azure.com")
+"""The far ends that are OpenAI's own API (a host, or a host suffix)."""
+
+
+class Options(TypedDict, total=False):
+    """What a provider is built from, each optional (None: unset).
+
+    ``base_url``: default ``OPENAI_BASE_URL``. ``api_key``: default
+    ``OPENAI_API_KEY``; none is fine (a local server). ``model``: default
+    ``VAELII_OPENAI_MODEL``; none sends none. ``headers``: sent on every
+    request (a gateway's own; their ``Authorization`` beats the key's), never
+    logged or shown. ``max_tokens_field``: ``"max_tokens"`` or
+    ``"max_completion_tokens"``, instead of the choice by host (:func:`token_field`).
+    """
+
+    base_url: str | None
+    api_key: str | None
+    model: str | None
+    headers: Mapping[str, str] | None
+    max_tokens_field: str | None
+
+
+def token_field(base_url: str, explicit: str | None = None) -> TokenField:
+    """The name the token limit travels under: ``explicit`` when given (one of
+    :data:`TOKEN_FIELDS`, else ValueError), ``max_completion_tokens`` for
+    OpenAI's own API, ``max_tokens`` for every other server."""
+    if explicit is not None:
+        for name in TOKEN_FIELDS:
+            if explicit == name:
+                return name
+        raise ValueError(f"max_tokens_field is one of {TOKEN_FIELDS}, not {explicit!r}")
+    try:
+        host = (urlsplit(base_url).hostname or "").lower()
+    except ValueError:
+        host = ""
+    if host == _OPENAI_HOSTS[0] or host.endswith(_OPENAI_HOSTS[1]):
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
+def endpoint(base_url: str) -> transport.Endpoint:
+    """How the server at ``base_url`` is named in messages (a password cut)."""
+    return transport.Endpoint(
+        label=f"the Chat Completions API at {config.hide_userinfo(base_url)}", slug="openai"
+    )
+
+
+class _Function(msgspec.Struct, frozen=True, omit_defaults=True):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    strict: bool | None = None
+
+
+class _Tool(msgspec.Struct, frozen=True):
+    type: str
+    function: _Function
+
+
+class _OutFunction(msgspec.Struct, frozen=True):
+    name: str
+    arguments: str
+
+
+class _OutToolCall(msgspec.Struct, frozen=True):
+    id: str
+    type: str
+    function: _OutFunction
+
+
+class _OutMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: str
+    content: str | None
+    tool_calls: list[_OutToolCall | dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class _StreamOptions(msgspec.Struct, frozen=True):
+    include_usage: bool
+
+
+class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
+    messages: list[_OutMessage]
+    temperature: float
+    model: str | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stop: list[str] | None = None
+    tools: list[_Tool] | None = None
+    response_format: dict[str, Any] | None = None
+    stream: bool | None = None
+    stream_options: _StreamOptions | None = None
+
+
+_ENCODER: Final = msgspec.json.Encoder()
+_INCLUDE_USAGE: Final = _StreamOptions(include_usage=True)
+
+
+def _wire_tool(tool: ToolSchema) -> _Tool:
+    function = _Function(
+        name=tool.name,
+        description=tool.description,
+        parameters=tool.input_schema,
+        strict=tool.strict,
+    )
+    return _Tool(type="function", function=function)
+
+
+def _tool_call(block: ToolUseBlock) -> _OutToolCall | dict[str, Any]:
+    """The call as this wire sent it when it came from this wire (its ``raw``
+    is a ``function`` call whose arguments are a string, and names the same
+    call), so the arguments go back as the model wrote them; else built from
+    the block (another vendor's ``raw`` is no shape this wire reads)."""
+    raw = block.raw
+    if raw is not None and raw.get("type") == "function" and raw.get("id") == block.id:
+        function = raw.get("function")
+        if (
+            type(function) is dict
+            and type(function.get("arguments")) is str
+            and function.get("name") == block.name
+        ):
+            return raw
+    arguments = _ENCODER.encode(block.input).decode()
+    return _OutToolCall(
+        id=block.id, type="function", function=_OutFunction(name=block.name, arguments=arguments)
+    )
+
+
+def _assistant(blocks: list[Block], label: str) -> _OutMessage:
+    texts: list[str] = []
+    calls: list[_OutToolCall | dict[str, Any]] = []
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ToolUseBlock):
+            calls.append(_tool_call(block))
+        elif not isinstance(block, ThinkingBlock | RedactedThinkingBlock):
+            raise errors.LLMEncode(block.type, label)
+    text = "".join(texts)
+    return _OutMessage(
+        role="assistant",
+        content=text if text or not calls else None,
+        tool_calls=calls or None,
+    )
+
+
+def _user(blocks: list[Block], label: str) -> list[_OutMessage]:
+    out: list[_OutMessage] = []
+    texts: list[str] = []
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ToolResultBlock):
+            if texts:
+                out.append(_OutMessage(role="user", content="".join(texts)))
+                texts = []
+            out.append(
+                _OutMessage(role="tool", content=block.content, tool_call_id=block.tool_use_id)
+            )
+        else:
+            raise errors.LLMEncode(block.type, label)
+    if texts or not out:
+        out.append(_OutMessage(role="user", content="".join(texts)))
+    return out
+
+
+def _messages(request: Request, label: str) -> list[_OutMessage]:
+    out: list[_OutMessage] = []
+    if request.system:
+        out.append(_OutMessage(role="system", content=request.system))
+    for message in request.messages:
+        out.extend(_message(message, label))
+    return out
+
+
+def _message(message: Message, label: str) -> list[_OutMessage]:
+    if isinstance(message.content, str):
+        return [_OutMessage(role=message.role, content=message.content)]
+    if message.role == "assistant":
+        return [_assistant(message.content, label)]
+    return _user(message.content, label)
+
+
+def _closed(schema: Any) -> bool:
+    """Whether every object schema in ``schema`` requires all its properties
+    and admits no others: what OpenAI's strict mode demands."""
+    if type(schema) is list:
+        return all(_closed(item) for item in schema)
+    if type(schema) is not dict:
+        return True
+    properties = schema.get("properties")
+    if type(properties) is dict and (
+        set(schema.get("required") or ()) != set(properties)
+        or schema.get("additionalProperties") is not False
+    ):
+        return False
+    return all(_closed(value) for value in schema.values())
+
+
+def _response_format(schema: dict[str, Any]) -> dict[str, Any]:
+    # A JSON schema never has type "json_schema", so an already wrapped one is recognisable.
+    if schema.get("type") == "json_schema" and "json_schema" in schema:
+        return schema
+    title = schema.get("title")
+    name = title if type(title) is str and title.replace("_", "").isalnum() else "response"
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": name[:64], "schema": schema, "strict": _closed(schema)},
+    }
+
+
+def chat_body(
+    request: Request,
+    *,
+    model: str | None,
+    max_tokens_field: TokenField,
+    stream: bool,
+    label: str = "the Chat Completions API",
+) -> bytes:
+    """The ``/chat/completions`` body for ``request`` (the module docstring
+    says what goes out). Raises :class:`~vaelii_llm.errors.LLMEncode` for a
+    block this wire has no shape for."""
+    limit = request.max_tokens
+    body = _ChatRequest(
+        model=request.model or model,
+        messages=_messages(request, label),
+        temperature=request.temperature if request.temperature is not None else 0.0,
+        max_tokens=limit if max_tokens_field == "max_tokens" else None,
+        max_completion_tokens=limit if max_tokens_field == "max_completion_tokens" else None,
+        stop=list(request.stop_sequences) or None,
+        tools=[_wire_tool(t) for t in request.tools] or None,
+        response_format=_response_format(request.format) if request.format else None,
+        stream=True if stream else None,
+        stream_options=_INCLUDE_USAGE if stream else None,
+    )
+    return _ENCODER.encode(body)
+
+
+class ChatCodec:
+    """``/chat/completions`` as the shared HTTP skeleton drives it (no I/O here).
+
+    Built from a provider's :class:`Options`, each resolved here, once: the
+    base URL, the key (checked: a control character is refused naming the
+    header), the model and the token field.
+    """
+
+    whole_decoder: Final = WHOLE_DECODER
+
+    def __init__(self, options: Options) -> None:
+        unknown = options.keys() - Options.__annotations__.keys()
+        if unknown:  # as a keyword signature refuses it
+            raise TypeError(f"unexpected OpenAI option(s): {', '.join(sorted(unknown))}")
+        self.base_url = config.openai_base_url(options.get("base_url"))
+        self.model = config.openai_model(options.get("model"))
+        self.max_tokens_field = token_field(self.base_url, options.get("max_tokens_field"))
+        self.endpoint = endpoint(self.base_url)
+        self.url = self.base_url + CHAT_PATH
+        self.key = APIKey.of(options.get("api_key"))
+        self._headers = session_headers(self.key, options.get("headers"))
+
+    def session_headers(self) -> Mapping[str, str]:
+        return self._headers
+
+    def body(self, request: Request, *, stream: bool) -> bytes:
+        return chat_body(
+            request,
+            model=self.model,
+            max_tokens_field=self.max_tokens_field,
+            stream=stream,
+            label=self.endpoint.label,
+        )
+
+    def headers(self, request: Request, *, stream: bool, credential: None) -> None:
+        return None
+
+    def whole(self, parsed: Completion) -> Response:
+        return response_of(parsed, self.endpoint.label)
+
+    def stream_decoder(self) -> Frames:
+        return Frames(self.endpoint.label)
+
+    def assembler(self, *, deltas: bool) -> ChunkAssembler:
+        return ChunkAssembler(self.endpoint.label, deltas=deltas)
+
+
+def session_headers(key: APIKey | None, headers: Mapping[str, str] | None) -> dict[str, str]:
+    """The headers of every request: the key's ``Authorization``, then the
+    caller's own (which win), and ``Content-Type`` unless they name one."""
+    out = dict(key.headers() if key is not None else {})
+    for name, value in (headers or {}).items():
+        for held in [held for held in out if held.lower() == name.lower()]:
+            del out[held]
+        out[name] = value
+    if not any(name.lower() == "content-type" for name in out):
+        out["Content-Type"] = "application/json"
+    return out

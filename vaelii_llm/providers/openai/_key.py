@@ -1,0 +1,57 @@
+"""The OpenAI-compatible API key: optional, trimmed, checked, never shown.
+
+A local server (vLLM without ``--api-key``, llama.cpp's server, LM Studio)
+needs no key, so none is no error: the requests carry no ``Authorization``.
+A key, explicit or ``OPENAI_API_KEY``, is trimmed (a ``.env`` file's CRLF, a
+``$(cat key)``'s newline) and checked once, when the provider is built: a
+control character left in it is refused as
+:class:`~vaelii_llm.errors.LLMBadCredential` naming the ``Authorization``
+header, never the value. It travels in that header and nowhere else: no
+message, log line, repr or span holds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from vaelii_llm import _transport as transport
+from vaelii_llm import config
+
+__all__ = ["HEADER", "APIKey"]
+
+HEADER: Final = "Authorization"
+"""The header the key travels in, as ``Bearer <key>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class APIKey:
+    """A checked key and where it came from; its repr withholds the value."""
+
+    value: str = field(repr=False)
+    source: str
+
+    @classmethod
+    def of(cls, explicit: str | None = None) -> APIKey | None:
+        """The key to send: ``explicit`` (a blank one is none), else
+        ``OPENAI_API_KEY``; None when there is none."""
+        if explicit is not None:
+            trimmed = explicit.strip()
+            return cls(trimmed, "explicit") if trimmed else None
+        found = config.openai_api_key()
+        return cls(found, "OPENAI_API_KEY") if found is not None else None
+
+    def __post_init__(self) -> None:
+        trimmed = self.value.strip()
+        if trimmed != self.value:
+            object.__setattr__(self, "value", trimmed)
+        transport.checked_headers(self.headers())  # LLMBadCredential naming the header
+
+    def headers(self) -> dict[str, str]:
+        """The authentication header."""
+        return {HEADER: f"Bearer {self.value}"}
+
+    def __repr__(self) -> str:
+        return f"APIKey(source={self.source!r}, value=<withheld>)"
+
+    __str__ = __repr__

@@ -1,0 +1,82 @@
+"""Asking a server what it serves: ``GET {base}/models``, on the probe session.
+
+Each probe sends on the one shared probe session of the running loop
+(:func:`vaelii_llm._transport.probe_session`), with the key and the caller's
+headers a provider would send, under its own whole-request deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Final
+
+import msgspec
+
+from vaelii_llm import _transport as transport
+from vaelii_llm import config, errors
+from vaelii_llm.providers.openai._chat import endpoint, session_headers
+from vaelii_llm.providers.openai._key import APIKey
+
+__all__ = ["MODELS_PATH", "MODELS_TIMEOUT_MS", "available", "models"]
+
+log = logging.getLogger("vaelii_llm.providers.openai")
+
+MODELS_PATH: Final = "/models"
+MODELS_TIMEOUT_MS: Final = 2_000
+"""The probe's whole-request deadline, connection included: a server that is
+up lists its models in milliseconds."""
+
+
+class _Model(msgspec.Struct, frozen=True):
+    id: str
+
+
+class _ModelList(msgspec.Struct, frozen=True):
+    data: list[_Model]
+
+
+_MODELS_DECODER: Final = msgspec.json.Decoder(_ModelList)
+
+
+async def models(
+    base_url: str | None = None,
+    api_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    *,
+    timeout_ms: int = MODELS_TIMEOUT_MS,
+) -> list[str]:
+    """The ids of the models the server at ``base_url`` (default
+    ``OPENAI_BASE_URL``) serves, in its order, under a whole-request deadline
+    of ``timeout_ms``. Raises the typed error when it cannot answer (a 401 for
+    a missing or wrong key is :class:`~vaelii_llm.errors.LLMApiError`)."""
+    url = config.openai_base_url(base_url)
+    listed = await transport.request_json(
+        transport.probe_session(),
+        endpoint(url),
+        "GET",
+        url + MODELS_PATH,
+        deadline=transport.Deadline.after_ms(timeout_ms),
+        decoder=_MODELS_DECODER,
+        headers=session_headers(APIKey.of(api_key), headers),
+    )
+    return [model.id for model in listed.data]
+
+
+async def available(
+    base_url: str | None = None,
+    api_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> bool:
+    """Whether the server at ``base_url`` lists its models within two seconds.
+    Never raises for an unreachable, slow, wrong or refusing server (a 401
+    too): it answers False. An unusable key (a control character) answers
+    False and is logged at WARNING naming its header, never its value."""
+    try:
+        await models(base_url, api_key, headers)
+    except errors.LLMBadCredential as exc:
+        log.warning("the OpenAI-compatible API key is unusable: %s", exc)
+        return False
+    except (errors.LLMError, ValueError):
+        return False
+    return True

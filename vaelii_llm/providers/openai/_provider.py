@@ -1,0 +1,57 @@
+"""The provider: the shared HTTP skeleton over :class:`ChatCodec`, and its factory.
+
+The options a provider is built from are declared once, as
+:class:`~vaelii_llm.providers.openai._chat.Options`; the class and the
+factory take them as keywords, and the factory shows them by name to
+inspection (selection reads which options a backend takes from its record,
+which a test holds against this signature).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Unpack, get_type_hints
+
+from vaelii_llm.providers._http import HTTPProvider
+from vaelii_llm.providers.openai._assemble import Completion, Frame
+from vaelii_llm.providers.openai._chat import ChatCodec, Options
+
+__all__ = ["OpenAIProvider", "provider"]
+
+
+class OpenAIProvider(HTTPProvider[Completion, list[Frame]]):
+    """A provider on one OpenAI-compatible server and model. Build it with :func:`provider`.
+
+    Concurrent turns share the provider's connection pool. ``stream`` releases
+    its HTTP response when the caller stops early; iterate it under
+    ``contextlib.aclosing`` so that happens at once.
+    """
+
+    def __init__(self, **options: Unpack[Options]) -> None:
+        codec = ChatCodec(options)
+        self.base_url = codec.base_url
+        self.model = codec.model
+        self.endpoint = codec.endpoint
+        self._shown = codec.endpoint.label.removeprefix("the Chat Completions API at ")
+        super().__init__(codec)
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(base_url={self._shown!r}, model={self.model!r})"
+
+
+def provider(**options: Unpack[Options]) -> OpenAIProvider:
+    """A provider built from ``options`` (see
+    :class:`~vaelii_llm.providers.openai._chat.Options`: ``base_url``,
+    ``api_key``, ``model``, ``headers``, ``max_tokens_field``). No I/O happens
+    here. Raises :class:`~vaelii_llm.errors.LLMBadCredential` for a key holding
+    a control character, ValueError for an unknown ``max_tokens_field``."""
+    return OpenAIProvider(**options)
+
+
+provider.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in get_type_hints(Options).items()
+    ],
+    return_annotation=OpenAIProvider,
+)
