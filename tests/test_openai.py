@@ -26,6 +26,7 @@ from fake_openai import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kb_model import GOAL, NAMES, QUESTION, answer_from
 
 from vaelii_llm import errors, providers
 from vaelii_llm._protocol import (
@@ -1033,3 +1034,39 @@ async def test_the_agent_loop_and_pydantic_ai_run_on_it_unchanged(fake: FakeOpen
     tool_message = fake.bodies[-1]["messages"][-1]
     assert tool_message["role"] == "tool"
     assert tool_message["tool_call_id"] == "call_k"
+
+
+# -- the command, unchanged on this backend ------------------------------------
+
+
+def reads_the_kb(body: dict[str, Any]) -> Transcript:
+    """Ask for kb_query; once its result is back, answer from it word by word."""
+    results = [m for m in body["messages"] if m["role"] == "tool"]
+    if not results:
+        arguments = json.dumps({"goal": GOAL})
+        call = Call("call_ask_1", "kb_query", [arguments[:5], arguments[5:]])
+        return transcript(Turn(calls=[call], finish_reason="tool_calls"))
+    answer = answer_from(results[-1]["content"])
+    return transcript(Turn(text=[w + " " for w in answer.split(" ")]))
+
+
+async def test_ask_runs_unchanged_on_an_openai_compatible_server(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vaelii_llm import cli
+
+    fake = await FakeOpenAI(script=reads_the_kb).start()
+    try:
+        monkeypatch.setenv("VAELII_LLM_PROVIDER", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("VAELII_OPENAI_MODEL", MODEL)
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        code = await asyncio.to_thread(cli.main, ["ask", QUESTION, "--json"])
+    finally:
+        await fake.stop()
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [c["name"] for c in out["tool_calls"]] == ["kb_query"]
+    assert out["answer"].strip() == answer_from(out["tool_calls"][0]["result"])
+    assert all(name in out["answer"] for name in NAMES)
+    assert [m["role"] for m in fake.bodies[1]["messages"]][-1] == "tool"

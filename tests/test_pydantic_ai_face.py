@@ -10,10 +10,12 @@ real tool round trip on the wire.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import fake_ollama
+import fake_openai
 import pytest
 from aiohttp import web
 from anthropic_fake import FakeMessagesAPI, Transcript
@@ -40,7 +42,7 @@ from vaelii_llm import (
 )
 from vaelii_llm import errors as verrors
 from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
-from vaelii_llm.providers import anthropic, ollama, stub
+from vaelii_llm.providers import anthropic, ollama, openai, stub
 
 GOAL = "(afraidOf MissMuffet ?who)"
 QUERY = {"tool": "kb_query", "input": {"goal": GOAL}}
@@ -432,3 +434,29 @@ async def test_an_agent_on_a_loopback_ollama(streamed: bool) -> None:
     assert len(fake.bodies) == 2
     tool_message = [m for m in fake.bodies[1]["messages"] if m.get("role") == "tool"]
     assert [m["content"] for m in tool_message] == [await engine_answer()]
+
+
+def openai_script(body: dict[str, Any]) -> fake_openai.Transcript:
+    """A tool call first; prose once the tool's result is in the conversation."""
+    if any(m.get("role") == "tool" for m in body["messages"]):
+        prose = ["Miss Muffet is afraid of", " Muffet, ItsyBitsy and Fang."]
+        return fake_openai.transcript(fake_openai.Turn(text=prose))
+    arguments = json.dumps({"goal": GOAL})
+    call = fake_openai.Call("call_kb_1", "kb_query", [arguments[:9], arguments[9:]])
+    return fake_openai.transcript(fake_openai.Turn(calls=[call], finish_reason="tool_calls"))
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_agent_on_a_loopback_openai_compatible_server(streamed: bool) -> None:
+    fake = await fake_openai.FakeOpenAI(script=openai_script).start()
+    try:
+        async with openai.provider(base_url=fake.base_url, model=fake_openai.MODEL) as provider:
+            agent = Agent(VaeliiModel(provider), toolsets=[KBToolset(kb.sample())])
+            output = await run_agent(agent, "Who is Miss Muffet afraid of?", streamed)
+    finally:
+        await fake.stop()
+    assert output == ANSWER
+    assert len(fake.bodies) == 2
+    tool_message = [m for m in fake.bodies[1]["messages"] if m.get("role") == "tool"]
+    assert [m["content"] for m in tool_message] == [await engine_answer()]
+    assert [m["tool_call_id"] for m in tool_message] == ["call_kb_1"]

@@ -22,6 +22,8 @@ import pytest
 from aiohttp import web
 from anthropic_fake import FakeMessagesAPI, generate
 from fake_ollama import FakeOllama, chunk, final
+from fake_openai import MODEL as OPENAI_MODEL
+from fake_openai import FakeOpenAI
 from loopback import serve
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -30,7 +32,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from vaelii_llm import kb, pool, telemetry, tools
 from vaelii_llm._protocol import Message, Request, Response, TextBlock, Usage
 from vaelii_llm.errors import LLMApiError, LLMTimeout
-from vaelii_llm.providers import anthropic, ollama, stub
+from vaelii_llm.providers import anthropic, ollama, openai, stub
 from vaelii_llm.providers.stub import StubProvider
 
 if TYPE_CHECKING:
@@ -469,6 +471,30 @@ async def test_an_ollama_turn_reports_the_neutral_stop_reason_and_counts(otel: R
     a = attrs(otel.one("chat phi4:14b"))
     assert a["gen_ai.response.finish_reasons"] == ("end_turn",)
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (26, 282)
+
+
+async def test_an_openai_compatible_turn_on_loopback(otel: Recorded) -> None:
+    otel.enable()
+    fake = await FakeOpenAI().start()
+    try:
+        async with openai.provider(base_url=fake.base_url, model=OPENAI_MODEL) as model:
+            await model.complete(ASK)
+            async with aclosing(model.stream(ASK)) as items:
+                async for _ in items:
+                    pass
+    finally:
+        await fake.stop()
+    port = int(fake.url.rsplit(":", 1)[1])
+    spans = otel.finished()
+    assert [s.name for s in spans] == [f"chat {OPENAI_MODEL}"] * 2
+    for span, streamed in zip(spans, (False, True), strict=True):
+        a = attrs(span)
+        assert a["gen_ai.provider.name"] == "openai"
+        assert a["gen_ai.request.model"] == OPENAI_MODEL
+        assert a["gen_ai.response.finish_reasons"] == ("end_turn",)
+        assert (a["server.address"], a["server.port"]) == ("127.0.0.1", port)
+        assert a["gen_ai.request.stream"] is streamed
+        assert span.status.status_code is StatusCode.UNSET
 
 
 async def test_a_messages_api_turn_on_loopback(otel: Recorded) -> None:
