@@ -164,6 +164,7 @@ def test_providers_exports_are_frozen() -> None:
         "generation_provider",
         "provider",
         "register",
+        "unavailable_reason",
         "warm",
     ]
 

@@ -132,14 +132,15 @@ def _stub_only(reason: str) -> _Stop:
     return _Stop(ASK_STUB_ONLY, "stub-only", f"only the stub can answer: {reason}")
 
 
-def _ollama_missing(exc: errors.LLMApiError, model: str) -> str | None:
-    """The next step when the host has no ``model`` (its 404), else None."""
+def _ollama_missing(exc: errors.LLMApiError, model: str, host: str | None = None) -> str | None:
+    """The next step when the host (default: the configured one) has no
+    ``model`` (its 404), else None."""
     if exc.status != 404:
         return None
     from vaelii_llm.providers import ollama
 
     return (
-        f"the Ollama at {ollama.base_url()} has no model {model!r}: run `ollama pull {model}` "
+        f"the Ollama at {ollama.base_url(host)} has no model {model!r}: run `ollama pull {model}` "
         "there, or set VAELII_OLLAMA_MODEL to one it has (`ollama list`)"
     )
 
@@ -366,7 +367,7 @@ async def _why_turns_failed() -> str:
         try:
             await ollama.capabilities(model, host.url)
         except errors.LLMApiError as exc:
-            return _ollama_missing(exc, model) or f"{exc.type}: {exc}"
+            return _ollama_missing(exc, model, host.url) or f"{exc.type}: {exc}"
     return "the hosts answer their probes; `vaelii-llm warm` tries one turn and shows its error"
 
 
