@@ -173,6 +173,7 @@ PAGE = """<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Ask the knowledge base</title>
+<link rel="icon" href="data:,">
 <style>
   body { font: 16px/1.5 system-ui, sans-serif; max-width: 46rem; margin: 2rem auto;
          padding: 0 1rem; color: #1d1d1f; }
@@ -183,7 +184,7 @@ PAGE = """<!doctype html>
   #calls li { font: 13px/1.4 ui-monospace, monospace; background: #f3f3f5;
               border-radius: 4px; padding: .4rem .6rem; margin: .4rem 0;
               white-space: pre-wrap; overflow-wrap: anywhere; }
-  #calls .result { color: #555; }
+  #calls .result { color: #555; margin-left: 1.5rem; }
   #answer { white-space: pre-wrap; font-size: 1.1rem; min-height: 1.5rem; }
   #status { color: #666; font-size: 13px; }
   #status.error { color: #b00020; }
@@ -220,7 +221,7 @@ function show(event, data) {
   } else if (event === "tool_result") {
     const item = document.createElement("li");
     item.className = "result";
-    item.textContent = "   " + data.summary;
+    item.textContent = data.summary;
     calls.append(item);
   } else if (event === "text") {
     answer.textContent += data.text;
