@@ -276,6 +276,17 @@ async def test_every_other_shell_block_runs(here: Readme) -> None:
     assert await here.other_shell_blocks() >= 2
 
 
+async def test_the_first_request_block_says_the_stub_answered(here: Readme, tmp_path: Path) -> None:
+    [body] = [b for _, b in blocks("python") if "Is a spider an insect?" in b and "Request(" in b]
+    program = tmp_path / "first_request.py"
+    program.write_text(body)
+    code, out, err = await run([sys.executable, str(program)], clean_env(), tmp_path)
+    assert (code, err) == (0, "")
+    first = out.splitlines()[0]
+    assert first.startswith("StubProvider end_turn [TextBlock(text='No: a spider is an arachnid.")
+    assert "The stub said this: no model is set." in first
+
+
 def test_the_mcp_host_config_names_the_command_by_its_full_path() -> None:
     [(_, body)] = blocks("json")
     server = json.loads(body)["mcpServers"]["vaelii-kb"]
