@@ -440,3 +440,17 @@ def test_python_older_than_3_11_is_refused_in_words() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout == "vaelii-llm needs Python 3.11 or newer; this is Python 3.10.14\n"
+
+
+@pytest.mark.parametrize("kind", ["ollama", "anthropic"])
+def test_each_reason_takes_what_its_probe_takes(kind: str) -> None:
+    """Selection hands ``unavailable_reason`` the options declared for ``available``."""
+    import importlib
+    import inspect
+
+    module = importlib.import_module(f"vaelii_llm.providers.{kind}")
+    reason = inspect.signature(module.unavailable_reason).parameters
+    probe = inspect.signature(module.available).parameters
+    assert [(p.name, p.default) for p in reason.values()] == [
+        (p.name, p.default) for p in probe.values()
+    ]
