@@ -5,7 +5,7 @@ plays the model (so this runs with no key, no socket and no model) while the
 tool calls run for real against the sample KB. Set ``VAELII_LLM_PROVIDER=ollama``
 (an Ollama running, ``VAELII_OLLAMA_MODEL`` pulled) or ``anthropic`` (a
 credential in ``ANTHROPIC_API_KEY``) to let a real model drive; an unreachable
-backend falls back to the stub with a warning.
+backend falls back to the stub with a warning. The first lines say which answers.
 
 The loop is the caller's to write, and it is short: send the turn, run every
 ``tool_use`` block through :func:`vaelii_llm.tools.call` (which never raises),
@@ -33,6 +33,7 @@ from vaelii_llm import (
     providers,
     tools,
 )
+from vaelii_llm.providers.stub import StubProvider
 
 QUESTION = "Who is Miss Muffet afraid of, and what kind of thing is Muffet?"
 
@@ -81,6 +82,17 @@ async def offered_tools() -> list[ToolSchema]:
     return tools.schemas()
 
 
+async def who_answers(model: Provider) -> str:
+    """One line: the configured backend, or the stub and why no model answers."""
+    if not isinstance(model, StubProvider):
+        return f"answering: {config.provider_kind()}, a real model"
+    why = await providers.unavailable_reason() or "nothing is configured"
+    return (
+        f"answering: the scripted stub, not a model ({why}); set VAELII_LLM_PROVIDER=ollama "
+        "or anthropic to let one answer"
+    )
+
+
 async def main() -> None:
     base = kb.sample()
     count = await tools.call(base, "kb_sentex_count", {})
@@ -94,6 +106,7 @@ async def main() -> None:
     )
     model = await providers.provider(stub={"script": STUB_TURNS})
     async with model:
+        print(await who_answers(model))
         print(f"Q: {QUESTION}")
         answer = await read_loop(model, base, request)
         print("A:", " ".join(b.text for b in answer.content if isinstance(b, TextBlock)))

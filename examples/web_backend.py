@@ -1,12 +1,16 @@
 """An async web backend: an aiohttp.web app that answers questions over the KB.
 
 Run ``python examples/web_backend.py [--host 127.0.0.1] --port 8080`` (``--port 0``
-takes a free port; the address is printed), then::
+takes a free port; the address is printed), then open http://localhost:8080/ in a
+browser: type a question and watch the tool calls and the answer stream in. Or::
 
     curl -s localhost:8080/ask -d '{"question": "Who is Miss Muffet afraid of?"}'
     curl -sN localhost:8080/ask/stream -d '{"question": "Who is Miss Muffet afraid of?"}'
 
 What it shows:
+
+* ``GET /``: one page, served by the app itself (no build step, no external
+  asset), that posts to ``/ask/stream`` and draws each event as it arrives;
 
 * one provider for the app's lifetime, opened on startup and closed on cleanup
   (``cleanup_ctx``), shared by every request: the backends are safe to share
@@ -17,10 +21,12 @@ What it shows:
 * ``POST /ask/stream`` answers ``text/event-stream``: a ``tool_call`` and a
   ``tool_result`` event per call, a ``text`` event per delta, then ``final``
   (the same object ``/ask`` answers), or ``error`` if the model fails midway;
-* errors as JSON, never a traceback page: a body that is not a JSON object
-  with a string ``question`` is 400; a turn over its ``timeout_ms`` budget is
-  504 ``{"error": "llm-timeout"}``; any other refusal from the model is 502
-  with its type; anything else is 500 ``{"error": "internal"}``.
+* errors as JSON, never a traceback page: a body that is not exactly
+  ``{"question": str, "timeout_ms": int?}`` (empty, not JSON, a missing
+  ``question``, a field it does not take) is 400 saying which; a turn over
+  its ``timeout_ms`` budget is 504 ``{"error": "llm-timeout"}``; any other
+  refusal from the model is 502 with its type; anything else is 500
+  ``{"error": "internal"}``.
 
 With nothing configured the scripted stub answers every question with a line
 saying so. Set ``VAELII_LLM_PROVIDER=ollama`` (an Ollama at
@@ -56,8 +62,8 @@ PROVIDER = web.AppKey("provider", Provider)
 TOOLSET = web.AppKey("toolset", tools.Toolset)
 
 
-class AskBody(msgspec.Struct, frozen=True):
-    """What both routes accept; anything else is a 400."""
+class AskBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What both routes accept; anything else (an unknown field included) is a 400."""
 
     question: str
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=600_000)] = DEFAULT_TIMEOUT_MS
@@ -102,11 +108,19 @@ class BadBody(Exception):
     """The request body is not what the routes take."""
 
 
+BODY_SHAPE = '{"question": str, "timeout_ms": int?}'
+
+
 async def read_body(request: web.Request) -> AskBody:
+    raw = await request.read()
+    if not raw.strip():
+        raise BadBody(f"the body is empty; send {BODY_SHAPE}")
     try:
-        return ASK_DECODER.decode(await request.read())
-    except msgspec.DecodeError as exc:  # a ValidationError is a DecodeError too
-        raise BadBody(str(exc)) from None
+        return ASK_DECODER.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise BadBody(f"{exc}; send {BODY_SHAPE}") from None
+    except msgspec.DecodeError as exc:
+        raise BadBody(f"the body is not JSON ({exc}); send {BODY_SHAPE}") from None
 
 
 def first_request(app: web.Application, body: AskBody) -> Request:
@@ -153,6 +167,122 @@ async def ask_stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Ask the knowledge base</title>
+<link rel="icon" href="data:,">
+<style>
+  body { font: 16px/1.5 system-ui, sans-serif; max-width: 46rem; margin: 2rem auto;
+         padding: 0 1rem; color: #1d1d1f; }
+  form { display: flex; gap: .5rem; }
+  input { flex: 1; font: inherit; padding: .4rem .6rem; }
+  button { font: inherit; padding: .4rem 1rem; }
+  #calls { list-style: none; padding: 0; }
+  #calls li { font: 13px/1.4 ui-monospace, monospace; background: #f3f3f5;
+              border-radius: 4px; padding: .4rem .6rem; margin: .4rem 0;
+              white-space: pre-wrap; overflow-wrap: anywhere; }
+  #calls .result { color: #555; margin-left: 1.5rem; }
+  #answer { white-space: pre-wrap; font-size: 1.1rem; min-height: 1.5rem; }
+  #status { color: #666; font-size: 13px; }
+  #status.error { color: #b00020; }
+</style>
+</head>
+<body>
+<h1>Ask the knowledge base</h1>
+<form id="ask">
+  <input id="question" name="question" autocomplete="off" required
+         value="Who is Miss Muffet afraid of?" aria-label="Your question">
+  <button id="send" type="submit">Ask</button>
+</form>
+<ul id="calls"></ul>
+<div id="answer" aria-live="polite"></div>
+<p id="status"></p>
+<script>
+"use strict";
+const form = document.getElementById("ask");
+const calls = document.getElementById("calls");
+const answer = document.getElementById("answer");
+const statusLine = document.getElementById("status");
+
+function say(text, isError) {
+  statusLine.textContent = text;
+  statusLine.className = isError ? "error" : "";
+}
+
+function show(event, data) {
+  if (event === "tool_call") {
+    const item = document.createElement("li");
+    item.className = "call";
+    item.textContent = "-> " + data.name + " " + JSON.stringify(data.input);
+    calls.append(item);
+  } else if (event === "tool_result") {
+    const item = document.createElement("li");
+    item.className = "result";
+    item.textContent = data.summary;
+    calls.append(item);
+  } else if (event === "text") {
+    answer.textContent += data.text;
+  } else if (event === "final") {
+    say("done: " + data.stopped + " after " + data.turns + " turn(s)", data.stopped !== "answered");
+  } else if (event === "error") {
+    say(data.error + ": " + data.message, true);
+  }
+}
+
+async function ask(question) {
+  calls.replaceChildren();
+  answer.textContent = "";
+  say("asking...", false);
+  const response = await fetch("/ask/stream", {
+    method: "POST",
+    headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({question}),
+  });
+  if (!response.ok) {
+    const failure = await response.json();
+    say(failure.error + ": " + failure.message, true);
+    return;
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffered = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    buffered += value;
+    let end;
+    while ((end = buffered.indexOf("\\n\\n")) >= 0) {
+      const frame = buffered.slice(0, end);
+      buffered = buffered.slice(end + 2);
+      const event = /^event: (.*)$/m.exec(frame);
+      const data = /^data: (.*)$/m.exec(frame);
+      if (event && data) show(event[1], JSON.parse(data[1]));
+    }
+  }
+}
+
+form.addEventListener("submit", (submitted) => {
+  submitted.preventDefault();
+  const button = document.getElementById("send");
+  button.disabled = true;
+  ask(document.getElementById("question").value)
+    .catch((failure) => say("the request failed: " + failure, true))
+    .finally(() => { button.disabled = false; });
+});
+</script>
+</body>
+</html>
+"""
+"""The page ``GET /`` serves: a question box that posts to ``/ask/stream`` and
+draws each tool call, each result and the answer's text as their events arrive."""
+
+
+async def page(request: web.Request) -> web.StreamResponse:
+    return web.Response(text=PAGE, content_type="text/html")
+
+
 def make_app(
     open_provider: Callable[[], Awaitable[Provider]] = configured_provider,
     toolset: tools.Toolset | None = None,
@@ -167,6 +297,7 @@ def make_app(
             yield
 
     app.cleanup_ctx.append(hold_provider)
+    app.router.add_get("/", page)
     app.router.add_post("/ask", ask)
     app.router.add_post("/ask/stream", ask_stream)
     return app

@@ -92,9 +92,9 @@ def test_status_and_vote_on_the_stub(
     code, out, _ = run(capsys, "status")
     assert code == 0
     assert "answering:  stub" in out
-    code, out, _ = run(capsys, "vote", "Is a spider an insect?")
-    assert code == 0
-    assert "verdict: abstain" in out
+    code, out, err = run(capsys, "vote", "Is a spider an insect?")
+    assert (code, out) == (2, "")  # as `ask` does: the stub has no opinion to count
+    assert err.startswith("stub-only: only the stub can answer: the vote pool is model hosts")
 
 
 def test_warm_on_the_stub_has_nothing_to_do(
@@ -122,9 +122,10 @@ def test_refusals_print_one_line_not_a_traceback(
     missing = str(tmp_path / "no.edn")
     code, _, err = run(capsys, "call", "kb_types_of", '{"term": "x"}', "--kb", missing)
     assert (code, err.splitlines()[0][:9]) == (1, "bad-path:")
-    code, _, err = run(capsys, "vote", "q", "--votes", "0")
-    assert code == 2
-    assert err.startswith("error: a vote needs at least one turn")
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, "vote", "q", "--votes", "0")
+    assert exited.value.code == 2
+    assert "argument --votes: --votes takes at least 1, got 0" in capsys.readouterr().err
     monkeypatch.setenv("VAELII_LLM_PROVIDER", "bogus")
     code, _, err = run(capsys, "status")
     assert code == 2

@@ -42,7 +42,28 @@ def test_quickstart_runs_on_the_stub_against_the_sample_kb() -> None:
     assert any(line.startswith("A: Miss Muffet is afraid of") for line in lines)
     assert "  done: stop_reason=end_turn" in lines
     assert lines[-1].startswith("vote: no")
+    assert lines[1] == (  # a new user learns at once that no model answered
+        "answering: the scripted stub, not a model (nothing is configured); "
+        "set VAELII_LLM_PROVIDER=ollama or anthropic to let one answer"
+    )
     assert out.stderr == ""
+
+
+def test_quickstart_says_why_a_configured_backend_did_not_answer() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAELII_", "ANTHROPIC_"))}
+    env.update(VAELII_LLM_PROVIDER="ollama", VAELII_OLLAMA_HOST="http://127.0.0.1:9")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.splitlines()[1].startswith(
+        "answering: the scripted stub, not a model (llm-unreachable: Ollama at "
+        "http://127.0.0.1:9 is unreachable"
+    )
 
 
 # -- the other examples: each runs as a script, and does what its docstring says ----------

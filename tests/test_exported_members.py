@@ -48,14 +48,15 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.kb": "EngineRefusal KB load_edn open sample save synthetic",
     "vaelii_llm.pool": "Pool Vote hosts pool_from_config read_yes_no stub_pool vote",
     "vaelii_llm.providers": (
-        "Option active_kind available generation_provider provider register warm"
+        "Option active_kind available generation_provider provider register unavailable_reason warm"
     ),
     "vaelii_llm.providers.anthropic": (
-        "AnthropicProvider Credential DEFAULT_EFFORT DEFAULT_MODEL available provider"
+        "AnthropicProvider Credential DEFAULT_EFFORT DEFAULT_MODEL available provider "
+        "unavailable_reason"
     ),
     "vaelii_llm.providers.ollama": (
         "OllamaProvider available base_url capabilities context_length "
-        "generation_provider provider supports_tools version warm"
+        "generation_provider provider supports_tools unavailable_reason version warm"
     ),
     "vaelii_llm.providers.openai": "OpenAIProvider available models provider",
     "vaelii_llm.providers.stub": "StubProvider available provider",

@@ -125,13 +125,14 @@ async def check_surface(client: Client) -> None:
 
 def readme_entry() -> tuple[str, list[str]]:
     """The MCP host entry the README shows, with its KB path pointing at the sample
-    KB's file and its command at the console script this venv installed."""
+    KB's file and its command (``/path/to/.venv/bin/vaelii-llm``) at the console
+    script this venv installed."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Faces:") :]
     found = re.search(r"```json\n(.*?)```", section, re.DOTALL)
     assert found is not None
     entry = json.loads(found.group(1))["mcpServers"]["vaelii-kb"]
-    assert entry["command"] == "vaelii-llm"
+    assert entry["command"] == "/path/to/.venv/bin/vaelii-llm"
     script = Path(sys.executable).parent / "vaelii-llm"
     assert script.exists(), "install the package (pip install -e .) to get the command"
     assert "/path/to/kb.edn" in entry["args"]

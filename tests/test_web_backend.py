@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -168,6 +169,48 @@ async def test_a_body_that_is_not_a_question_is_400(app: Served, path: str, body
     assert status == 400
     assert got["error"] == "bad-request"
     assert "Traceback" not in got["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", 'the body is empty; send {"question": str, "timeout_ms": int?}'),
+        (b"  \n", 'the body is empty; send {"question": str, "timeout_ms": int?}'),
+        (
+            b'{"question": "q", "temperature": 0}',
+            (
+                'Object contains unknown field `temperature`; send {"question": str, '
+                '"timeout_ms": int?}'
+            ),
+        ),
+        (
+            b"{question",
+            "the body is not JSON (JSON is malformed: ",
+        ),
+    ],
+    ids=["empty", "blank", "extra-field", "not-json"],
+)
+@pytest.mark.parametrize("path", ["/ask", "/ask/stream"])
+async def test_a_400_says_what_is_wrong_with_the_body(
+    app: Served, path: str, body: bytes, message: str
+) -> None:
+    """The README's promise: anything but the two fields is refused, saying why."""
+    status, got = await app.post(path, data=body)
+    assert (status, got["error"]) == (400, "bad-request")
+    assert got["message"].startswith(message)
+    assert "truncated" not in got["message"]
+
+
+async def test_the_page_is_served_whole_with_no_external_asset(app: Served) -> None:
+    async with app.session.get(app.url + "/") as resp:
+        assert resp.status == 200
+        assert resp.content_type == "text/html"
+        page = await resp.text()
+    assert page.startswith("<!doctype html>")
+    assert 'fetch("/ask/stream"' in page
+    for external in ("@import", "http://", "https://", "url(", "<script src"):
+        assert external not in page, external
+    assert re.findall(r'(?:src|href)="([^"]*)"', page) == ["data:,"]  # no favicon fetch
 
 
 @pytest.mark.parametrize("path", ["/ask", "/ask/stream"])

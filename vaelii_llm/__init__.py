@@ -14,6 +14,14 @@ on first use, so ``import vaelii_llm`` imports no HTTP library and no backend:
 
 from __future__ import annotations
 
+import sys
+
+if sys.version_info < (3, 11):  # noqa: UP036 - said in words before a 3.11 module fails to load
+    raise ImportError(
+        "vaelii-llm needs Python 3.11 or newer; this is Python "
+        + ".".join(str(part) for part in sys.version_info[:3])
+    )
+
 import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING

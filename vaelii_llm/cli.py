@@ -5,7 +5,7 @@
 ``config``  every switch with the value it reads now (credentials only as set/unset)
 ``tools``   the tool schemas a model is offered, derived from the engine
 ``call``    run one tool call against the sample KB (or an EDN file)
-``vote``    a majority yes/no vote over the configured pool (the stub's when no host)
+``vote``    a majority yes/no vote over the configured Ollama hosts
 ``warm``    load the configured backend's model and hold it resident
 ``mcp``     serve the read surface to an MCP host (stdio, or streamable HTTP)
 """
@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -49,17 +49,23 @@ async def _status() -> int:
     from vaelii_llm import providers
 
     kind = config.provider_kind()
-    active = await providers.active_kind()
-    print(f"configured: {kind}\nanswering:  {active}")
+    reason = await providers.unavailable_reason(kind)
+    print(f"configured: {kind}\nanswering:  {'stub' if reason else kind}")
+    if reason:
+        print(f"why:        {reason}")
     if kind == "ollama":
         from vaelii_llm.providers import ollama
 
         model = config.ollama_model()
         print(f"host:       {ollama.base_url()}\nmodel:      {model}")
-        if active == "ollama":
-            caps = sorted(await ollama.capabilities(model))
+        if reason is None:
+            try:
+                caps = sorted(await ollama.capabilities(model))
+            except errors.LLMApiError as exc:
+                print(f"missing:    {_ollama_missing(exc, model) or f'{exc.type}: {exc}'}")
+                return 0
             print(f"capabilities: {', '.join(caps)}")
-            print(f"tools:      {'yes' if await ollama.supports_tools(model) else 'no'}")
+            print(f"tools:      {'yes' if 'tools' in caps else 'no'}")
             print(f"context:    {await ollama.context_length(model)}")
     elif kind == "openai":
         from vaelii_llm.providers import openai
@@ -67,7 +73,7 @@ async def _status() -> int:
         chosen = config.openai_model()
         print(f"base URL:   {config.hide_userinfo(config.openai_base_url())}")
         print(f"model:      {chosen or '(none sent: the server chooses)'}")
-        if active == "openai":
+        if reason is None:
             served = await openai.models()
             print(f"served:     {', '.join(served) if served else '(none listed)'}")
             if chosen is not None and chosen not in served:
@@ -95,6 +101,7 @@ def _print_tools(as_json: bool) -> int:
 ASK_EXIT: dict[str, int] = {"answered": 0, "refusal": 3, "max_tokens": 4, "max_turns": 5}
 """The exit status of ``ask`` for each way the tool loop stops."""
 ASK_STUB_ONLY = 2
+"""The exit status when the configured backend cannot answer (only the stub could)."""
 
 ASK_STOPPED: dict[str, str] = {
     "refusal": "refused: the model declined to answer",
@@ -106,18 +113,74 @@ ASK_STOPPED: dict[str, str] = {
 ASK_EPILOG = """exit status:
   0  answered
   1  a typed error (the model unreachable, a timeout, a bad --kb file)
-  2  only the stub can answer (nothing configured, or the backend fell back), or a bad argument
+  2  the configured backend cannot answer (nothing configured, unreachable, no credential,
+     a model not there or without tools): only the stub could; or a bad argument
   3  the model refused
   4  the answer was truncated at max_tokens
   5  the turn limit ran out while the model still asked for tools
 """
 
+NOTHING_CONFIGURED = (
+    "nothing is configured: set VAELII_LLM_PROVIDER=ollama (an Ollama at VAELII_OLLAMA_HOST) "
+    "or anthropic (ANTHROPIC_API_KEY); `vaelii-llm status` checks"
+)
 
-def _stub_only(reason: str) -> str:
+TOOL_MODELS = "llama3.2, qwen3 or mistral-nemo"
+"""Ollama models that call tools, named when the configured one cannot."""
+
+
+class _Stop(Exception):
+    """A command ends here: its exit status, a kind and one line saying why."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+
+
+def _stub_only(reason: str) -> _Stop:
+    return _Stop(ASK_STUB_ONLY, "stub-only", f"only the stub can answer: {reason}")
+
+
+def _ollama_missing(exc: errors.LLMApiError, model: str, host: str | None = None) -> str | None:
+    """The next step when the host (default: the configured one) has no
+    ``model`` (its 404), else None."""
+    if exc.status != 404:
+        return None
+    from vaelii_llm.providers import ollama
+
     return (
-        f"only the stub can answer ({reason}): set VAELII_LLM_PROVIDER=ollama (an Ollama at "
-        "VAELII_OLLAMA_HOST) or anthropic (ANTHROPIC_API_KEY); `vaelii-llm status` checks"
+        f"the Ollama at {ollama.base_url(host)} has no model {model!r}: run `ollama pull {model}` "
+        "there, or set VAELII_OLLAMA_MODEL to one it has (`ollama list`)"
     )
+
+
+async def _ollama_cannot_call_tools() -> str | None:
+    """Why the configured Ollama model cannot run the tool loop, or None."""
+    from vaelii_llm.providers import ollama
+
+    model = config.ollama_model()
+    try:
+        caps = await ollama.capabilities(model)
+    except errors.LLMApiError as exc:
+        missing = _ollama_missing(exc, model)
+        if missing is None:
+            raise
+        return missing
+    if "tools" in caps:
+        return None
+    return (
+        f"the Ollama model {model} cannot call tools (it can: {', '.join(sorted(caps))}); "
+        f"set VAELII_OLLAMA_MODEL to one that can, e.g. {TOOL_MODELS} (`ollama pull llama3.2`)"
+    )
+
+
+TOOLS_CHECKS: dict[str, Callable[[], Awaitable[str | None]]] = {
+    "ollama": _ollama_cannot_call_tools,
+}
+"""Kind → why its configured model cannot take the tools, asked before a turn
+sends them; a kind with no check here is trusted to take them."""
 
 
 @contextmanager
@@ -172,15 +235,20 @@ async def _ask(
 
     chosen = config.provider_kind(kind)
     if chosen == "stub":
-        print(_stub_only("nothing is configured"), file=sys.stderr)
-        return ASK_STUB_ONLY
+        raise _stub_only(NOTHING_CONFIGURED)
     toolset = tools.Toolset(kb.load_edn(kb_path) if kb_path else kb.sample())
+    reason = await providers.unavailable_reason(chosen)
+    if reason is not None:
+        raise _stub_only(f"{chosen} cannot answer now: {reason}")
+    check = TOOLS_CHECKS.get(chosen)
+    refused = None if check is None else await check()
+    if refused is not None:
+        raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
     with _quiet_fallback():
         model = await providers.provider(chosen)
     async with model:
-        if isinstance(model, StubProvider):
-            print(_stub_only(f"{chosen} is configured but cannot answer now"), file=sys.stderr)
-            return ASK_STUB_ONLY
+        if isinstance(model, StubProvider):  # it went away between the check and the build
+            raise _stub_only(f"{chosen} stopped answering; `vaelii-llm status` checks")
         printer = None if as_json else _AskPrinter(sys.stdout)
         try:
             result = await agent.run(
@@ -201,11 +269,20 @@ async def _ask(
     return ASK_EXIT[result.stopped]
 
 
-def _turns(text: str) -> int:
-    turns = int(text)
-    if turns < 1:
-        raise argparse.ArgumentTypeError(f"at least 1 turn, got {turns}")
-    return turns
+def _whole_number(least: int, what: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``least``, refused in words."""
+
+    def read(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} takes a whole number, got {text!r}") from None
+        if number < least:
+            raise argparse.ArgumentTypeError(f"{what} takes at least {least}, got {number}")
+        return number
+
+    read.__name__ = what  # argparse names a failed type by it
+    return read
 
 
 def _add_ask(commands: Any) -> None:
@@ -221,11 +298,17 @@ def _add_ask(commands: Any) -> None:
     ask.add_argument("question")
     ask.add_argument("--kb", dest="kb_path", help="an EDN file to load instead of the sample KB")
     ask.add_argument("--provider", help="a backend kind, instead of VAELII_LLM_PROVIDER")
-    ask.add_argument("--max-turns", type=_turns, default=8, help="model turns allowed (default 8)")
+    ask.add_argument(
+        "--max-turns",
+        type=_whole_number(1, "--max-turns"),
+        default=8,
+        help="model turns allowed (default 8)",
+    )
     ask.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON object at the end: answer, tool calls, stop reason, usage",
+        help="print one JSON object at the end: answer, tool calls, stop reason, usage "
+        '(on a failure: {"error", "message", "exit"})',
     )
 
 
@@ -235,8 +318,7 @@ async def _call(name: str, raw_input: str, kb_path: str | None, limit: int | Non
     try:
         arguments: Any = json.loads(raw_input) if raw_input else None
     except json.JSONDecodeError as exc:
-        print(f"the input is not JSON: {exc}", file=sys.stderr)
-        return 2
+        raise _Stop(2, "error", f"the input is not JSON: {exc}") from None
     base = kb.load_edn(kb_path) if kb_path else kb.sample()
     bound = {} if limit is None else {"max_result_chars": limit}  # else the tools' default
     result = await tools.call(base, name, arguments, **bound)
@@ -259,11 +341,13 @@ def _vote_progress(so_far: pool.Vote) -> None:
 async def _vote(question: str, votes: int) -> int:
     from vaelii_llm import pool
 
-    if config.provider_kind() in ("ollama", "openai"):
-        voters = await pool.pool_from_config()
-    else:
-        print("VAELII_LLM_PROVIDER is not ollama or openai: the stub votes (it answers nothing)")
-        voters = pool.stub_pool()
+    if config.provider_kind() not in ("ollama", "openai"):
+        raise _stub_only(
+            "the vote pool is model hosts: set VAELII_LLM_PROVIDER=ollama and "
+            "VAELII_OLLAMA_HOSTS (host[*n],...), or VAELII_LLM_PROVIDER=openai and "
+            "VAELII_OPENAI_HOSTS"
+        )
+    voters = await pool.pool_from_config()
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:
         outcome = await pool.vote(voters, question, votes=votes, on_vote=progress)
@@ -272,7 +356,31 @@ async def _vote(question: str, votes: int) -> int:
         f"verdict: {outcome.verdict}  tally: yes {tally['yes']}, no {tally['no']}  "
         f"failed: {outcome.failed} of {outcome.calls}"
     )
+    if not outcome.failed:
+        return 0
+    why = await _why_turns_failed()
+    if outcome.failed == outcome.calls:
+        raise _Stop(1, "vote-failed", f"every turn failed: {why}")
+    print(f"{outcome.failed} turn(s) failed: {why}", file=sys.stderr)
     return 0
+
+
+async def _why_turns_failed() -> str:
+    """What the pool's hosts say when probed: the first host that cannot
+    answer, or the model the hosts lack."""
+    from vaelii_llm import pool
+    from vaelii_llm.providers import ollama
+
+    model = config.ollama_model()
+    for host in pool.hosts():
+        reason = await ollama.unavailable_reason(host.url)
+        if reason is not None:
+            return reason
+        try:
+            await ollama.capabilities(model, host.url)
+        except errors.LLMApiError as exc:
+            return _ollama_missing(exc, model, host.url) or f"{exc.type}: {exc}"
+    return "the hosts answer their probes; `vaelii-llm warm` tries one turn and shows its error"
 
 
 async def _warm() -> int:
@@ -301,8 +409,8 @@ def _mcp(kb_path: str | None, http: str | None) -> int:
         return 2
     from vaelii_llm import kb, tools
 
-    toolset = tools.Toolset(kb.load_edn(kb_path) if kb_path else kb.sample())
     address = None if http is None else mcp_face.parse_address(http)
+    toolset = tools.Toolset(kb.load_edn(kb_path) if kb_path else kb.sample())
     try:
         if address is None:
             asyncio.run(mcp_face.serve_stdio(toolset))
@@ -310,17 +418,44 @@ def _mcp(kb_path: str | None, http: str | None) -> int:
             asyncio.run(mcp_face.serve_http(toolset, *address))
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # the port is taken, or the host is not this machine's
+        assert address is not None
+        host, port = address
+        raise _Stop(
+            1,
+            "cannot-listen",
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
+            "name a free port (--http HOST:PORT, or --http :0 for any)",
+        ) from None
     return 0
 
 
 def _add_mcp_parser(commands: Any) -> None:
-    mcp_cmd = commands.add_parser("mcp", help="serve the read surface to an MCP host")
+    mcp_cmd = commands.add_parser(
+        "mcp",
+        help="serve the read surface to an MCP host",
+        description="Serve the KB's read-only tools to an MCP host: over stdio (what a\n"
+        "desktop host launches), or streamable HTTP at /mcp with --http.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     mcp_cmd.add_argument("--kb", dest="kb_path", help="an EDN file to serve, not the sample KB")
     mcp_cmd.add_argument(
         "--http",
         metavar="HOST:PORT",
-        help="serve streamable HTTP instead of stdio (host 127.0.0.1 unless named)",
+        help="serve streamable HTTP instead of stdio: HOST:PORT, :PORT or PORT "
+        "(host 127.0.0.1 unless named)",
     )
+
+
+def _command(commands: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` page says what it does."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -331,62 +466,123 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vaelii-llm {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_ask(commands)
-    commands.add_parser("status", help="which backend answers now, and what its model can do")
-    commands.add_parser("config", help="every switch and the value it reads now")
-    tools_cmd = commands.add_parser("tools", help="the tools a model is offered")
+    _command(
+        commands,
+        "status",
+        "which backend answers now, and what its model can do",
+        "Say which backend is configured and which answers now; when it cannot, why\n"
+        "and what to do; for Ollama, the host, the model and what the model can do.",
+    )
+    _command(
+        commands,
+        "config",
+        "every switch and the value it reads now",
+        "Print every configuration switch with the value it reads now (credentials\n"
+        "only as set or unset, a URL's user:password@ cut).",
+    )
+    tools_cmd = _command(
+        commands,
+        "tools",
+        "the tools a model is offered",
+        "List the read-only tools a model is offered, derived from the engine's ops:\n"
+        "one line each, or the full JSON schemas with --json.",
+    )
     tools_cmd.add_argument("--json", action="store_true", help="print the full schemas")
-    call = commands.add_parser("call", help="run one tool call against a KB")
+    call = _command(
+        commands,
+        "call",
+        "run one tool call against a KB",
+        "Run one tool call against the sample KB (or --kb FILE) and print its result;\n"
+        "exit 0 when the tool answered, 1 when it refused (the result says why).",
+    )
     call.add_argument("tool", help="a tool name, e.g. kb_query")
     call.add_argument(
         "input", nargs="?", default="", help='a JSON object, e.g. \'{"goal": "(isa ?x Mammal)"}\''
     )
     call.add_argument("--kb", dest="kb_path", help="an EDN file to load instead of the sample KB")
-    call.add_argument("--max-chars", type=int, help="bound on the printed result")
-    vote = commands.add_parser("vote", help="a majority yes/no vote over the pool")
+    call.add_argument(
+        "--max-chars",
+        type=_whole_number(1, "--max-chars"),
+        help="bound on the printed result (default 4000)",
+    )
+    vote = _command(
+        commands,
+        "vote",
+        "a majority yes/no vote over the pool",
+        "Ask a yes/no question several times over the Ollama hosts of\n"
+        "VAELII_OLLAMA_HOSTS (else VAELII_OLLAMA_HOST) and print the verdict.\n"
+        "Exit 0 with a verdict, 1 when every turn failed (with the reason),\n"
+        "2 when no Ollama is configured.",
+    )
     vote.add_argument("question")
-    vote.add_argument("--votes", type=int, default=3)
-    commands.add_parser("warm", help="load the configured model and hold it resident")
+    vote.add_argument(
+        "--votes", type=_whole_number(1, "--votes"), default=3, help="turns asked (default 3)"
+    )
+    _command(
+        commands,
+        "warm",
+        "load the configured model and hold it resident",
+        "Load the configured backend's generation model and hold it resident, so the\n"
+        "first real turn does not wait for the load; prints how long the load took.",
+    )
     _add_mcp_parser(commands)
     return parser
 
 
+def _run(args: argparse.Namespace) -> int | None:
+    """The chosen command's exit status; None when no command was named."""
+    if args.command == "ask":
+        return asyncio.run(
+            _ask(args.question, args.kb_path, args.provider, args.max_turns, args.json)
+        )
+    if args.command == "config":
+        return _print_config()
+    if args.command == "tools":
+        return _print_tools(args.json)
+    if args.command == "status":
+        return asyncio.run(_status())
+    if args.command == "call":
+        return asyncio.run(_call(args.tool, args.input, args.kb_path, args.max_chars))
+    if args.command == "vote":
+        return asyncio.run(_vote(args.question, args.votes))
+    if args.command == "warm":
+        return asyncio.run(_warm())
+    if args.command == "mcp":
+        return _mcp(args.kb_path, args.http)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; the return value is the exit status."""
+    """Run the command; the return value is the exit status.
+
+    A failure is one line on stderr (``kind: what, where, and the next step``)
+    and its status; ``ask --json`` also prints it as a JSON object on stdout.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "ask":
-            return asyncio.run(
-                _ask(args.question, args.kb_path, args.provider, args.max_turns, args.json)
-            )
-        if args.command == "config":
-            return _print_config()
-        if args.command == "tools":
-            return _print_tools(args.json)
-        if args.command == "status":
-            return asyncio.run(_status())
-        if args.command == "call":
-            return asyncio.run(_call(args.tool, args.input, args.kb_path, args.max_chars))
-        if args.command == "vote":
-            return asyncio.run(_vote(args.question, args.votes))
-        if args.command == "warm":
-            return asyncio.run(_warm())
-        if args.command == "mcp":
-            return _mcp(args.kb_path, args.http)
+        status = _run(args)
+    except _Stop as exc:
+        stop = exc
     except errors.LLMError as exc:
-        print(f"{exc.type}: {exc}", file=sys.stderr)
-        return 1
+        stop = _Stop(1, exc.type, str(exc))
     except EngineRefusal as exc:  # its message starts with its type
-        print(exc, file=sys.stderr)
-        return 1
+        stop = _Stop(1, exc.type, str(exc).removeprefix(f"{exc.type}: "))
     except (ValueError, TypeError) as exc:  # a setting or an argument the library refused
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        stop = _Stop(2, "error", str(exc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    parser.print_help()
-    return 0
+    else:
+        if status is None:
+            parser.print_help()
+            return 0
+        return status
+    print(f"{stop.kind}: {stop.message}", file=sys.stderr)
+    if args.command == "ask" and args.json:
+        failure = {"error": stop.kind, "message": stop.message, "exit": stop.status}
+        print(json.dumps(failure, ensure_ascii=False))
+    return stop.status
 
 
 if __name__ == "__main__":

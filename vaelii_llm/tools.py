@@ -44,6 +44,7 @@ import asyncio
 import copy
 import functools
 import inspect
+import itertools
 import re
 import threading
 import time
@@ -382,17 +383,67 @@ def _build_schema(
             s.spelled() for s in shapes
         )
     strict = len(required) == len(properties)
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    refused = _refused_combinations(shapes, list(kinds), required)
+    if refused:
+        input_schema["not"] = {"anyOf": refused}
     return ToolSchema(
         name=tool_name(op),
         description=description,
-        input_schema={
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": False,
-        },
+        input_schema=input_schema,
         strict=True if strict else None,
     )
+
+
+def _refused_combinations(
+    shapes: Sequence[_Shape], names: Sequence[str], required: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The argument combinations no shape takes, as JSON Schema a validator and a
+    model can read: the dispatcher takes an input whose names are exactly one
+    shape's. Under the root's ``not`` (the Messages API refuses a top-level
+    ``anyOf``/``oneOf``/``allOf``): an argument given without one it needs, two
+    that no shape holds together, none of the arguments when some are needed,
+    then any combination those miss, spelled whole. Sorted: byte-stable."""
+    takes = [frozenset(s.names) for s in shapes]
+    out: list[dict[str, Any]] = []
+    for name in sorted(names):
+        holding = [t for t in takes if name in t]
+        needs = sorted(frozenset.intersection(*holding) - {name} - set(required))
+        if needs:
+            out.append({"required": [name], "not": {"required": needs}})
+    for a, b in itertools.combinations(sorted(names), 2):
+        if not any({a, b} <= t for t in takes):
+            out.append({"required": [a, b]})
+    if frozenset() not in takes and not required:
+        out.append({"not": {"anyOf": [{"required": [n]} for n in sorted(names)]}})
+    optional = sorted(set(names) - set(required))
+    for size in range(len(optional) + 1):
+        for extra in itertools.combinations(optional, size):
+            given = frozenset(required) | set(extra)
+            if given not in takes and not any(_refuses(rule, given) for rule in out):
+                absent = [{"required": [n]} for n in optional if n not in given]
+                rule: dict[str, Any] = {"required": sorted(given)}
+                if absent:
+                    rule["not"] = {"anyOf": absent}
+                out.append(rule)
+    return out
+
+
+def _refuses(rule: Mapping[str, Any], given: frozenset[str]) -> bool:
+    """Whether one of :func:`_refused_combinations`' rules matches ``given``."""
+    if not set(rule.get("required", ())) <= given:
+        return False
+    inner = rule.get("not")
+    if inner is None:
+        return True
+    if "anyOf" in inner:
+        return not any(_refuses(alt, given) for alt in inner["anyOf"])
+    return not _refuses(inner, given)
 
 
 class _Table:

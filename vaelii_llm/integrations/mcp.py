@@ -105,13 +105,16 @@ async def serve_stdio(toolset: Toolset) -> None:
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``HOST``, ``:PORT`` or ``[::1]:PORT`` -> ``(host, port)``.
+    """``HOST:PORT``, ``HOST``, ``:PORT``, ``PORT`` or ``[::1]:PORT`` -> ``(host, port)``.
 
-    The host defaults to 127.0.0.1 and the port to :data:`DEFAULT_PORT`.
+    The host defaults to 127.0.0.1 and the port to :data:`DEFAULT_PORT`; a bare
+    number is a port (no host is written as one).
     """
     text = text.strip()
     host, port_text = text, ""
-    if text.startswith("["):
+    if text.isdigit():
+        host, port_text = "", text
+    elif text.startswith("["):
         end = text.find("]")
         if end < 0:
             raise ValueError(f"an address opening with [ must close it: {text!r}")

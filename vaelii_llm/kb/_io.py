@@ -20,6 +20,7 @@ per-sentex Python work beyond rebuilding one dict entry per index key.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from array import array
 from collections.abc import Iterable
@@ -53,9 +54,61 @@ def _read_forms(text: str, origin: str) -> list[Any]:
     except Exception as exc:
         raise EngineRefusal(
             "malformed-sentence",
-            f"{origin} is not readable EDN ({type(exc).__name__}: {exc})"[:300],
+            f"{origin} is not readable EDN: {_where_unreadable(text, exc)}"[:300],
         ) from None
     return list(forms)
+
+
+def _line_col(text: str | bytes, at: int) -> str:
+    """Where offset ``at`` of ``text`` is, as a person counts: line and column from 1."""
+    newline = "\n" if isinstance(text, str) else b"\n"
+    line = text.count(newline, 0, at) + 1  # type: ignore[arg-type]
+    return f"line {line}, column {at - text.rfind(newline, 0, at)}"  # type: ignore[arg-type]
+
+
+_CLOSES: Final = {")": "(", "]": "[", "}": "{"}
+_LEXPOS: Final = re.compile(r"LexToken\(\w+,'(.*?)',\d+,(\d+)\)|lexpos (\d+)")
+
+
+def _where_unreadable(text: str, exc: Exception) -> str:
+    """Why edn_format refused ``text``, with a line and column: a bracket left
+    open or closing nothing (found by a scan that skips strings, comments and
+    character literals), else the place the reader stopped at."""
+    opened: list[tuple[str, int]] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            end = i + 1
+            while end < len(text) and text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            if end >= len(text):
+                return f"{_line_col(text, i)}: a string opened here is never closed"
+            i = end
+        elif ch == ";":
+            newline = text.find("\n", i)
+            i = len(text) if newline < 0 else newline
+        elif ch == "\\":
+            i += 1  # a character literal: \( is no bracket
+        elif ch in "([{":
+            opened.append((ch, i))
+        elif ch in _CLOSES:
+            if not opened:
+                return f"{_line_col(text, i)}: {ch!r} closes nothing"
+            opener, at = opened.pop()
+            if opener != _CLOSES[ch]:
+                return (
+                    f"{_line_col(text, i)}: {ch!r} closes the {opener!r} at {_line_col(text, at)}"
+                )
+        i += 1
+    if opened:
+        opener, at = opened[-1]
+        return f"{_line_col(text, at)}: the {opener!r} opened here is never closed"
+    found = _LEXPOS.search(str(exc))
+    if found is None:
+        return f"{type(exc).__name__}: {exc}"
+    pos = int(found.group(2) or found.group(3)) - 1  # the text was read inside "[ ]"
+    return f"{_line_col(text, max(pos, 0))}: the reader stopped here ({type(exc).__name__})"
 
 
 def _is_path(x: str | os.PathLike[str]) -> bool:
@@ -75,9 +128,17 @@ def load_edn(path_or_text: str | os.PathLike[str], into: KB | None = None) -> KB
     if _is_path(path_or_text):
         p = Path(path_or_text)
         try:
-            text = p.read_text(encoding="utf-8")
+            data = p.read_bytes()
         except OSError as exc:
             raise EngineRefusal("bad-path", f"cannot read {p}: {exc.strerror}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            where = _line_col(data, exc.start)
+            raise EngineRefusal(
+                "malformed-sentence",
+                f"{p} is not UTF-8 text: byte 0x{data[exc.start]:02x} at {where}; save it as UTF-8",
+            ) from None
         origin = str(p)
     else:
         text = str(path_or_text)

@@ -25,9 +25,17 @@ whatever symbol objects the store hands them.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final, NewType
 
 import msgspec
+
+# edn_format's lexer logs its whole rule table at INFO each time it is built (every
+# read); every reader of EDN imports this module first, so it is quiet unless a caller
+# has set that logger's level.
+_LEXER_LOG: Final = logging.getLogger("edn_format.edn_lex")
+if _LEXER_LOG.level == logging.NOTSET:
+    _LEXER_LOG.setLevel(logging.WARNING)
 
 __all__ = [
     "IRREVERSIBLE_ATTR",

@@ -9,7 +9,10 @@ A backend module offers:
 ``async available(**opts) -> bool``
     whether it can answer now (Ollama's probe takes ``host``, the Messages API
     check ``credential``);
-``generation_provider(**opts)`` and ``async warm(**opts)``, where it has them.
+``generation_provider(**opts)`` and ``async warm(**opts)``, where it has them;
+``async unavailable_reason(**opts) -> str | None``, where it has one: None
+    when it can answer, else one line saying why and what to do (it takes what
+    ``available`` takes; :func:`unavailable_reason` reads it).
 
 Options are one bag. :func:`provider`, :func:`generation_provider`,
 :func:`available`, :func:`active_kind` and :func:`warm` accept every option
@@ -47,6 +50,7 @@ __all__ = [
     "generation_provider",
     "provider",
     "register",
+    "unavailable_reason",
     "warm",
 ]
 
@@ -115,6 +119,31 @@ async def available(kind: str | None = None, **opts: Any) -> bool:
     """
     backend = _chosen(kind, opts)
     return await _probe(backend, importlib.import_module(backend.module), opts)
+
+
+async def unavailable_reason(kind: str | None = None, **opts: Any) -> str | None:
+    """None when the backend ``kind`` (default: the configured one) can answer
+    now, else one line saying why, where and what to do next: what a command
+    prints when it would fall back to the stub.
+
+    Asks the backend's own ``unavailable_reason`` (given what its probe takes)
+    where it has one, else says only that its probe said no. The stub always
+    answers. Takes the bag as :func:`available` does.
+    """
+    backend = _chosen(kind, opts)
+    if backend.kind == STUB:
+        return None
+    module = importlib.import_module(backend.module)
+    explain = getattr(module, "unavailable_reason", None)
+    if explain is None:
+        if await _probe(backend, module, opts):
+            return None
+        return f"{backend.kind} says it cannot answer now (its available() probe said no)"
+    try:
+        reason: str | None = await explain(**_for(backend, "available", opts))
+    except Exception as exc:  # a probe that raised is a probe that said no
+        return f"{backend.kind}'s probe failed ({type(exc).__name__})"
+    return reason
 
 
 async def active_kind(**opts: Any) -> str:

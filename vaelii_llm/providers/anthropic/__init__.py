@@ -60,6 +60,7 @@ __all__ = [
     "Credential",
     "available",
     "provider",
+    "unavailable_reason",
 ]
 
 log = logging.getLogger("vaelii_llm.providers.anthropic")
@@ -110,15 +111,33 @@ def provider(
     return AnthropicProvider(codec, step)
 
 
+async def _missing(
+    credential: str | Credential | None,
+) -> LLMNoCredential | LLMBadCredential | None:
+    """Why no usable credential can be found, or None when one can."""
+    try:
+        await credentials.resolve(credential)
+    except (LLMNoCredential, LLMBadCredential) as exc:
+        return exc
+    return None
+
+
+async def unavailable_reason(credential: str | Credential | None = None) -> str | None:
+    """None when a credential can be found (see :func:`available`), else one
+    line saying what is missing or unusable and what to set; never the value."""
+    missing = await _missing(credential)
+    if missing is None:
+        return None
+    if isinstance(missing, LLMBadCredential):
+        return f"{missing.type}: {missing}; set it again without that character (a pasted newline?)"
+    return f"{missing.type}: {missing}; set ANTHROPIC_API_KEY or run `ant auth login`"
+
+
 async def available(credential: str | Credential | None = None) -> bool:
     """Whether a credential can be found: the explicit one, the environment's,
     or the ``ant`` CLI's. An unusable credential (a control character) answers
     False and is logged at WARNING naming its header, never its value."""
-    try:
-        await credentials.resolve(credential)
-    except LLMNoCredential:
-        return False
-    except LLMBadCredential as exc:
-        log.warning("the Messages API credential is unusable: %s", exc)
-        return False
-    return True
+    missing = await _missing(credential)
+    if isinstance(missing, LLMBadCredential):
+        log.warning("the Messages API credential is unusable: %s", missing)
+    return missing is None

@@ -6,7 +6,8 @@ no credential: :func:`available` is a reachability probe (``/api/version``
 under a two-second deadline), so the backend can be tested end to end against
 a real model. :func:`warm` loads a model and holds it resident;
 :func:`capabilities`, :func:`supports_tools` and :func:`context_length` read
-``/api/show``; :func:`version` reads ``/api/version``; :func:`base_url` says
+``/api/show``; :func:`version` reads ``/api/version``; :func:`unavailable_reason` says
+why a host cannot answer; :func:`base_url` says
 which host the environment names.
 
 How a request and an answer map to the wire is told where each is done: the
@@ -25,6 +26,7 @@ from vaelii_llm.providers.ollama._probes import (
     capabilities,
     context_length,
     supports_tools,
+    unavailable_reason,
     version,
     warm,
 )
@@ -41,6 +43,7 @@ __all__ = [
     "generation_provider",
     "provider",
     "supports_tools",
+    "unavailable_reason",
     "version",
     "warm",
 ]

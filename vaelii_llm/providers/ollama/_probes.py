@@ -25,6 +25,7 @@ __all__ = [
     "context_length",
     "show",
     "supports_tools",
+    "unavailable_reason",
     "version",
     "warm",
 ]
@@ -89,14 +90,25 @@ async def version(host: str | None = None, *, timeout_ms: int = VERSION_TIMEOUT_
     return (await _ask(host, "GET", "/api/version", _VERSION_DECODER, timeout_ms)).version
 
 
+async def unavailable_reason(host: str | None = None) -> str | None:
+    """None when an Ollama answers at ``host`` within two seconds, else one
+    line naming the host, the cause and the next step. Never raises."""
+    try:
+        await version(host)
+    except errors.LLMError as exc:
+        return (
+            f"{exc.type}: {exc}; start Ollama there (`ollama serve`) "
+            "or point VAELII_OLLAMA_HOST at one"
+        )
+    except ValueError as exc:  # a host no URL can be made of
+        return f"error: {exc}; fix VAELII_OLLAMA_HOST"
+    return None
+
+
 async def available(host: str | None = None) -> bool:
     """Whether an Ollama answers at ``host`` within two seconds. Never raises
     for an unreachable, slow, wrong or malformed host: it answers False."""
-    try:
-        await version(host)
-    except (errors.LLMError, ValueError):
-        return False
-    return True
+    return await unavailable_reason(host) is None
 
 
 async def show(

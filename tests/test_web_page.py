@@ -1,0 +1,169 @@
+"""The web example's page (``GET /``) in a real headless Chromium.
+
+Debian's ``chromium`` and ``chromium-driver``, driven by Selenium (the
+``browser`` extra); ``.ci/run`` installs both in a lane of its own. The
+example app serves the real Ollama backend against a loopback Ollama
+(tests/fake_ollama.py); the answer's turn is held until the page shows the
+tool call, so the test sees the call arrive before the answer, not only the
+end state. A screenshot is written to ``$VAELII_TEST_ARTIFACTS`` (default
+``build/test-artifacts``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+from fake_ollama import FakeOllama
+from kb_model import ANSWER, GOAL, QUESTION, ollama_reader
+from test_web_backend import web_backend
+
+from vaelii_llm import Provider, ProviderBase, Request, Response, StreamItem
+from vaelii_llm.providers import ollama
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1000,760",
+)
+
+
+class HeldAnswer(ProviderBase):
+    """The real Ollama provider, whose turn after a tool result waits for :attr:`gate`."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.gate = asyncio.Event()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def _hold(self, request: Request) -> None:
+        if request.messages[-1].role == "user" and not isinstance(
+            request.messages[-1].content, str
+        ):
+            await self.gate.wait()
+
+    async def complete(self, request: Request) -> Response:
+        await self._hold(request)
+        return await self.inner.complete(request)
+
+    async def stream(
+        self, request: Request, *, deltas: bool = False
+    ) -> AsyncGenerator[StreamItem, None]:
+        await self._hold(request)
+        async with aclosing(self.inner.stream(request, deltas=deltas)) as items:
+            async for item in items:
+                yield item
+
+
+def browser_binaries() -> tuple[str, str]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        pytest.fail(
+            "the browser lane needs Debian's chromium and chromium-driver "
+            "(apt-get install chromium chromium-driver); .ci/run installs them"
+        )
+    return chromium, driver
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[str, HeldAnswer]]:
+    fake = await FakeOllama(script=ollama_reader).start()
+    held = HeldAnswer(ollama.provider(host=fake.url, model="llama3.2"))
+
+    async def open_model() -> Provider:
+        return held
+
+    server = TestServer(web_backend.make_app(open_model), host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/"), held
+    finally:
+        held.gate.set()
+        await server.close()
+        await fake.stop()
+
+
+def open_browser(tmp_path: Path) -> Any:
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = browser_binaries()
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
+    return webdriver.Chrome(options=options, service=Service(executable_path=driver))
+
+
+async def test_a_question_typed_into_the_page_shows_the_call_then_the_streamed_answer(
+    served: tuple[str, HeldAnswer], tmp_path: Path
+) -> None:
+    url, held = served
+    loop = asyncio.get_running_loop()
+    artifacts = Path(os.environ.get("VAELII_TEST_ARTIFACTS", ROOT / "build" / "test-artifacts"))
+    shot = artifacts / "web_page.png"
+
+    def drive() -> dict[str, Any]:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        artifacts.mkdir(parents=True, exist_ok=True)
+        browser = open_browser(tmp_path)
+        try:
+            wait = WebDriverWait(browser, 60)
+            browser.get(url + "/")
+            seen: dict[str, Any] = {"title": browser.title}
+            box = browser.find_element(By.ID, "question")
+            box.clear()
+            box.send_keys(QUESTION)
+            browser.find_element(By.ID, "send").click()
+            wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#calls li")) == 2)
+            seen["before"] = {
+                "calls": [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#calls li")],
+                "answer": browser.find_element(By.ID, "answer").text,
+                "status": browser.find_element(By.ID, "status").text,
+            }
+            loop.call_soon_threadsafe(held.gate.set)  # now the answer may come
+            wait.until(lambda b: b.find_element(By.ID, "status").text.startswith("done"))
+            seen["answer"] = browser.find_element(By.ID, "answer").text
+            seen["status"] = browser.find_element(By.ID, "status").text
+            seen["errors"] = [
+                entry
+                for entry in browser.get_log("browser")
+                if entry.get("level") in ("SEVERE", "ERROR")
+            ]
+            browser.save_screenshot(str(shot))
+            return seen
+        finally:
+            browser.quit()
+
+    seen = await asyncio.to_thread(drive)
+    assert seen["title"] == "Ask the knowledge base"
+    call, result = seen["before"]["calls"]
+    assert call == f'-> kb_query {{"goal":"{GOAL}"}}'
+    assert result.strip().startswith("ok: [{:bindings {?who Muffet}")
+    assert seen["before"]["answer"] == ""  # the call is on the page before any answer
+    assert seen["before"]["status"] == "asking..."
+    assert seen["answer"] == ANSWER
+    assert seen["status"] == "done: answered after 2 turn(s)"
+    assert seen["errors"] == []
+    assert shot.read_bytes().startswith(b"\x89PNG")
