@@ -22,7 +22,7 @@ import traceback
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import aiohttp
@@ -914,3 +914,425 @@ def test_a_finished_loop_is_not_kept_alive_by_its_probe_session() -> None:
 async def test_probe_session_under_the_test_runner_is_closed_at_teardown() -> None:
     """filterwarnings=error: an unclosed session here would fail the run."""
     assert probe_session() is probe_session()
+
+
+# --- the failure table, row by row --------------------------------------------
+
+
+def failure_table() -> list[tuple[str, str]]:
+    """``(raised, when)`` for each row of the module docstring's failure table,
+    ``when`` with its whitespace folded."""
+    lines = (transport.__doc__ or "").splitlines()
+    rules = [n for n, line in enumerate(lines) if line.startswith("=" * 16 + "  ")]
+    assert len(rules) == 3, "the table's three rules"
+    starts = [
+        n
+        for n, char in enumerate(lines[rules[0]])
+        if char == "=" and lines[rules[0]][n - 1 : n] != "="
+    ]
+    rows: list[list[str]] = []
+    for line in lines[rules[1] + 1 : rules[2]]:
+        raised, when = line[: starts[1]].strip(), line[starts[1] : starts[2]].strip()
+        if raised:
+            rows.append([raised, when])
+        else:
+            rows[-1][1] += " " + when
+    return [(raised, " ".join(when.split())) for raised, when in rows]
+
+
+class Watched(set[aiohttp.ClientResponse]):
+    """An ``inflight`` set that says when a response joined it (its headers arrived)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.joined = asyncio.Event()
+
+    def add(self, response: aiohttp.ClientResponse) -> None:
+        super().add(response)
+        self.joined.set()
+
+
+class Case:
+    """One way to make a row's condition happen; ``run`` returns what it raised."""
+
+    def __init__(self, session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.session = session
+        self.monkeypatch = monkeypatch
+        self.far = FarEnd()
+
+    async def turn(
+        self,
+        path: str,
+        url: str,
+        *,
+        budget_ms: int = 2_000,
+        headers: dict[str, str] | None = None,
+        max_body_bytes: int = transport.DEFAULT_MAX_BODY_BYTES,
+        decoder: msgspec.json.Decoder[Any] = ANY,
+        inflight: set[aiohttp.ClientResponse] | None = None,
+        session: aiohttp.ClientSession | None = None,
+    ) -> BaseException:
+        """One turn on ``path`` ("whole" or "stream"); what it raised (it must raise)."""
+        own = session or self.session
+        deadline = Deadline.after_ms(budget_ms)
+        try:
+            if path == "whole":
+                await request_json(
+                    own,
+                    END,
+                    "POST",
+                    url,
+                    deadline=deadline,
+                    decoder=decoder,
+                    body=b"{}",
+                    headers=headers,
+                    max_body_bytes=max_body_bytes,
+                    inflight=inflight,
+                )
+            else:
+                async with open_stream(
+                    own,
+                    END,
+                    "POST",
+                    url,
+                    deadline=deadline,
+                    body=b"{}",
+                    headers=headers,
+                    max_body_bytes=max_body_bytes,
+                    inflight=inflight,
+                ) as chunks:
+                    async for _ in chunks:
+                        pass
+        except Exception as exc:
+            return exc
+        raise AssertionError("the turn did not fail")
+
+
+BOTH_PATHS = ("whole", "stream")
+Scenario = Callable[[Case], Coroutine[Any, Any, list[BaseException]]]
+
+
+async def bad_header(case: Case) -> list[BaseException]:
+    secret = {"x-api-key": "sk-SECRET\r\nX-Evil: 1"}
+    return [await case.turn(p, "http://127.0.0.1:9/", headers=secret) for p in BOTH_PATHS]
+
+
+async def invalid_url(case: Case) -> list[BaseException]:
+    return [await case.turn(p, "http://alice:s3cret@h:x/") for p in BOTH_PATHS]
+
+
+async def unbuildable(case: Case) -> list[BaseException]:
+    auth = {"Authorization": "Bearer tok-SECRET"}
+    url = "http://user:pw-SECRET@127.0.0.1:9/"
+    return [await case.turn(p, url, headers=auth) for p in BOTH_PATHS]
+
+
+async def refused_or_reset(case: Case) -> list[BaseException]:
+    async def handler(request: web.Request) -> web.Response:
+        reset_connection(request)
+        await case.far.hold()
+        return web.Response()
+
+    errors = [await case.turn(p, refused_url()) for p in BOTH_PATHS]
+    async with serve(handler) as url:
+        errors += [await case.turn(p, url) for p in BOTH_PATHS]
+    return errors
+
+
+async def unresolved(case: Case) -> list[BaseException]:
+    async def resolve(*args: Any, **kwargs: Any) -> Any:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    case.monkeypatch.setattr(aiohttp.ThreadedResolver, "resolve", resolve)
+    return [await case.turn(p, "http://no-such-host.invalid/") for p in BOTH_PATHS]
+
+
+@contextmanager
+def unanswered_port() -> Iterator[str]:
+    """A loopback URL whose listener's queue is full: a connection to it never completes."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(3)]
+        try:
+            for filler in fillers:
+                filler.setblocking(False)
+                with suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            for filler in fillers:
+                filler.close()
+
+
+async def no_connection(case: Case) -> list[BaseException]:
+    case.monkeypatch.setattr(transport, "CONNECT_TIMEOUT_MS", 50)
+    errors = []
+    with unanswered_port() as url:
+        async with create_session() as quick:  # its connect bound: 50 ms; the turn's: 10 min
+            for p in BOTH_PATHS:
+                errors.append(await case.turn(p, url, budget_ms=600_000, session=quick))
+    for err in errors:
+        assert "no connection inside 50 ms" in str(err)
+    return errors
+
+
+async def stall_before_headers(case: Case) -> list[BaseException]:
+    async def handler(request: web.Request) -> web.Response:
+        await case.far.hold()
+        return web.Response()
+
+    async with serve(handler) as url:
+        errors = [await case.turn(p, url, budget_ms=300) for p in BOTH_PATHS]
+    for err in errors:
+        assert isinstance(err, LLMTimeout)
+        assert (err.phase, err.timeout_ms) == ("headers", 300)
+    return errors
+
+
+async def malformed_head(case: Case) -> list[BaseException]:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async with serve_raw(handler) as url:
+        return [await case.turn(p, url) for p in BOTH_PATHS]
+
+
+async def non_2xx(case: Case) -> list[BaseException]:
+    async def handler(request: web.Request) -> web.Response:
+        if request.path == "/moved":
+            raise web.HTTPFound("http://127.0.0.1:9/elsewhere")
+        status = int(request.path.strip("/"))
+        return web.Response(status=status, text=f"<html>{status} from the far end</html>")
+
+    errors = []
+    async with serve(handler) as url:
+        for where in ("/502", "/429", "/529", "/moved"):
+            errors += [await case.turn(p, url + where) for p in BOTH_PATHS]
+    for err in errors:
+        assert isinstance(err, LLMApiError)
+        assert err.body.startswith("<html>") or err.status == 302
+    return errors
+
+
+async def non_2xx_refused_body(case: Case) -> list[BaseException]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(status=503)
+        resp.content_length = 100_000
+        await resp.prepare(request)
+        await resp.write(b"overloaded " * 10)
+        if request.path == "/cut":
+            cut_connection(request)
+        await case.far.hold()
+        return resp
+
+    errors = []
+    async with serve(handler) as url:
+        for p in BOTH_PATHS:
+            errors.append(await case.turn(p, url + "/cut"))
+            errors.append(await case.turn(p, url + "/big", max_body_bytes=1_000))
+    for err in errors:
+        assert isinstance(err, LLMApiError)
+        assert err.status == 503
+        assert isinstance(err.__cause__, LLMBadResponse)  # what the body's refusal was
+    return errors
+
+
+async def stall_in_body(case: Case) -> list[BaseException]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(b"[" * (1 if request.path == "/stall" else 4096))
+        while request.path == "/flood" and case.far.going():
+            await resp.write(b"[" * 4096)
+        await case.far.hold()
+        return resp
+
+    async with serve(handler) as url:
+        errors = [await case.turn(p, url + "/stall", budget_ms=1_000) for p in BOTH_PATHS]
+        errors.append(await case.turn("stream", url + "/flood", budget_ms=300))
+    for err in errors:
+        assert isinstance(err, LLMTimeout)
+        assert err.phase == "body"
+    return errors
+
+
+async def body_cut_short(case: Case) -> list[BaseException]:
+    sent = b'{"message": "' + b"a" * 5000
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        if request.path == "/short":
+            resp.content_length = 100_000
+        else:
+            resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(sent)
+        await asyncio.sleep(0.1)  # the client takes the bytes first (one loop, in order)
+        if request.path == "/reset":
+            reset_connection(request)
+        elif request.path != "/held":
+            cut_connection(request)
+        await case.far.hold()
+        return resp
+
+    errors = []
+    async with serve(handler) as url:
+        for p in BOTH_PATHS:
+            for how in ("/reset", "/close", "/short"):
+                errors.append(await case.turn(p, url + how))
+            inflight = Watched()
+            turn = asyncio.create_task(case.turn(p, url + "/held", inflight=inflight))
+            await inflight.joined.wait()  # its headers are in: the owner cuts its body
+            transport.cut(inflight)
+            errors.append(await turn)
+    for err in errors:
+        assert isinstance(err, LLMBadResponse)
+        assert "cut the body short" in str(err)
+        assert err.text in ("", sent.decode())  # what the whole-body path had read
+    return errors
+
+
+async def over_the_cap(case: Case) -> list[BaseException]:
+    body = b"[" + b"1," * 4096 + b"1]"
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path == "/announced":
+            return web.Response(body=body)
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(body)
+        await case.far.hold()
+        return resp
+
+    async with serve(handler) as url:
+        return [
+            await case.turn("whole", url + how, max_body_bytes=1_000)
+            for how in ("/announced", "/counted")
+        ]
+
+
+async def undecodable(case: Case) -> list[BaseException]:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body={"/html": b"<html>", "/deep": b"[" * 100_000}[request.path])
+
+    async with serve(handler) as url:
+        errors = [await case.turn("whole", url + "/html"), await case.turn("whole", url + "/deep")]
+        errors.append(await case.turn("whole", url + "/html", decoder=msgspec.json.Decoder(Ping)))
+    return errors
+
+
+async def cancelled(case: Case) -> list[BaseException]:
+    gone = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        try:
+            if request.path == "/body":
+                await resp.prepare(request)
+                await resp.write(b"[")
+            await case.far.hold()
+        finally:
+            gone.set()
+        return resp
+
+    errors: list[BaseException] = []
+    async with serve(handler) as url:
+        for p in BOTH_PATHS:
+            for where in ("/headers", "/body"):
+                gone.clear()
+                case.far.arrived.clear()
+                inflight = Watched()
+                turn = asyncio.create_task(case.turn(p, url + where, inflight=inflight))
+                await (inflight.joined if where == "/body" else case.far.arrived).wait()
+                turn.cancel()
+                with pytest.raises(asyncio.CancelledError) as info:
+                    await turn
+                errors.append(info.value)
+                await gone.wait()  # the far end saw its connection go (or came to its end)
+    return errors
+
+
+CASES: dict[str, Scenario] = {
+    "a header name that is no HTTP token, or a value holding a control character": bad_header,
+    "an invalid URL (its cause is dropped)": invalid_url,
+    "a request aiohttp will not build": unbuildable,
+    "refused, reset or closed before the headers": refused_or_reset,
+    "the host does not resolve": unresolved,
+    "no connection inside :data:`CONNECT_TIMEOUT_MS`": no_connection,
+    "the deadline passes before the headers (phase ``headers``)": stall_before_headers,
+    "a malformed HTTP head": malformed_head,
+    "a non-2xx status, 3xx, 429 and 529 included": non_2xx,
+    "a non-2xx body cut short or over the cap": non_2xx_refused_body,
+    "the deadline passes while the body is read, streamed or still flowing (phase ``body``)": (
+        stall_in_body
+    ),
+    "the body cut short after the headers (a reset, a close, a truncated chunked encoding, "
+    "a short Content-Length, or its owner's :func:`cut`)": body_cut_short,
+    "a body over the cap, announced or counted": over_the_cap,
+    "a 2xx body that will not decode into the caller's type": undecodable,
+    "the awaiting task is cancelled": cancelled,
+}
+ROWS = failure_table()
+TYPED_HERE = {"__exit__"}
+"""Where an error caused by aiohttp, an OSError or a TimeoutError may be raised: the boundary."""
+RAISED_ELSEWHERE = {"_check_headers", "_read_whole", "decode_json"}
+"""Where the other typed errors start: the header rule, the capped reader, the decoder."""
+
+
+def test_every_row_of_the_failure_table_has_a_case_and_no_case_is_left_over() -> None:
+    assert [when for _, when in ROWS] == list(CASES)
+
+
+def _origin(err: BaseException) -> str:
+    tb = err.__traceback__
+    assert tb is not None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    chain = []
+    cause = err.__cause__
+    while cause is not None:
+        chain.append(cause)
+        cause = cause.__cause__
+    return chain
+
+
+@pytest.mark.parametrize(("raised", "when"), ROWS, ids=[when[:40] for _, when in ROWS])
+async def test_each_row_of_the_failure_table(
+    session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch, raised: str, when: str
+) -> None:
+    """The row's condition, made to happen on every path it can, raises the
+    error the row names, from the one place that types it; a message never
+    holds a secret or a whole body; a hostile far end was still at it when
+    the turn ended."""
+    case = Case(session, monkeypatch)
+    errors = await CASES[when](case)
+    assert errors
+    for err in errors:
+        assert type(err).__name__ == raised, (when, repr(err))
+        if not isinstance(err, LLMError):
+            continue
+        message = str(err)
+        assert len(message) < MESSAGE_BOUND
+        assert "SECRET" not in message
+        assert "s3cret" not in "".join(traceback.format_exception(err))
+        wire_causes = [  # a decoder's refusal is a ValueError too, but not the wire's
+            c
+            for c in _causes(err)
+            if isinstance(c, aiohttp.ClientError | OSError | ValueError)
+            and not isinstance(c, msgspec.MsgspecError)
+        ]
+        if wire_causes:
+            assert _origin(err) in TYPED_HERE, (when, _origin(err))
+        elif err.__cause__ is None and not err.__suppress_context__:
+            assert _origin(err) in RAISED_ELSEWHERE, (when, _origin(err))
+    assert not case.far.ended.is_set()

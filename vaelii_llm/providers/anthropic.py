@@ -1050,11 +1050,9 @@ class MessagesCodec:
         self.shown_url = config.hide_userinfo(self.base_url)
         self.model = model or DEFAULT_MODEL
         self.effort = effort or DEFAULT_EFFORT
-        self._session_headers = {
-            "anthropic-version": API_VERSION,
-            "content-type": "application/json",
-            **(headers or {}),
-        }
+        self._session_headers = transport.with_json_content_type(
+            {"anthropic-version": API_VERSION, **(headers or {})}
+        )
         self.endpoint = transport.Endpoint(
             label=f"the Messages API at {self.shown_url}", slug="anthropic"
         )

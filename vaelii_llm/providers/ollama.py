@@ -701,10 +701,7 @@ class ChatCodec:
         # process, not per turn (each read costs a small turn a few percent).
         self._num_ctx = config.ollama_num_ctx(num_ctx)
         self._keep_alive = config.ollama_keep_alive(keep_alive)
-        self._headers = dict(headers)
-        if not any(name.lower() == "content-type" for name in self._headers):
-            # on the session, so no turn copies its headers to add it
-            self._headers["Content-Type"] = "application/json"
+        self._headers = transport.with_json_content_type(headers)
 
     def session_headers(self) -> Mapping[str, str]:
         return self._headers
