@@ -1018,7 +1018,11 @@ async def bad_header(case: Case) -> list[BaseException]:
 
 
 async def invalid_url(case: Case) -> list[BaseException]:
-    return [await case.turn(p, "http://alice:s3cret@h:x/") for p in BOTH_PATHS]
+    errors = [await case.turn(p, "http://alice:s3cret@h:x/") for p in BOTH_PATHS]
+    for err in errors:
+        assert err.__cause__ is None  # dropped, not chained: its text is the URL
+        assert err.__suppress_context__
+    return errors
 
 
 async def unbuildable(case: Case) -> list[BaseException]:
@@ -1044,7 +1048,10 @@ async def unresolved(case: Case) -> list[BaseException]:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     case.monkeypatch.setattr(aiohttp.ThreadedResolver, "resolve", resolve)
-    return [await case.turn(p, "http://no-such-host.invalid/") for p in BOTH_PATHS]
+    errors = [await case.turn(p, "http://no-such-host.invalid/") for p in BOTH_PATHS]
+    for err in errors:
+        assert "did not resolve" in str(err)
+    return errors
 
 
 @contextmanager
@@ -1260,8 +1267,10 @@ async def cancelled(case: Case) -> list[BaseException]:
 
 CASES: dict[str, Scenario] = {
     "a header name that is no HTTP token, or a value holding a control character": bad_header,
-    "an invalid URL (its cause is dropped)": invalid_url,
-    "a request aiohttp will not build": unbuildable,
+    "an invalid URL": invalid_url,
+    "a request aiohttp will not build (a password in the URL and an Authorization header)": (
+        unbuildable
+    ),
     "refused, reset or closed before the headers": refused_or_reset,
     "the host does not resolve": unresolved,
     "no connection inside :data:`CONNECT_TIMEOUT_MS`": no_connection,

@@ -28,10 +28,12 @@ raised            when                                    why
 ================  ======================================  ========================================
 LLMBadCredential  a header name that is no HTTP token,    a header most often carries a
                   or a value holding a control character  credential: it is named, never shown
-LLMUnreachable    an invalid URL (its cause is dropped)   nothing names a far end, and the URL's
-                                                          text may hold a password
-LLMUnreachable    a request aiohttp will not build        nothing was sent (a password both in
-                                                          the URL and in an Authorization header)
+LLMUnreachable    an invalid URL                          nothing names a far end; the cause is
+                                                          dropped, its text (the URL) may hold a
+                                                          password
+LLMUnreachable    a request aiohttp will not build (a     nothing was sent, so nothing reached a
+                  password in the URL and an              far end
+                  Authorization header)
 LLMUnreachable    refused, reset or closed before the     no answer began, so none was lost
                   headers
 LLMUnreachable    the host does not resolve               no answer began, so none was lost
@@ -40,7 +42,7 @@ LLMUnreachable    no connection inside                    a connection is quick 
 LLMTimeout        the deadline passes before the headers  one budget per turn, set once
                   (phase ``headers``)
 LLMBadResponse    a malformed HTTP head                   the far end answered, but not in HTTP
-LLMApiError       a non-2xx status, 3xx, 429 and 529      the far end's own refusal, its status
+LLMApiError       a non-2xx status, 3xx, 429 and 529      the far end's own answer, its status
                   included                                and whole body on the error; nothing
                                                           is retried, no redirect followed
 LLMApiError       a non-2xx body cut short or over the    the status is the news; what was read
