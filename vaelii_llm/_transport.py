@@ -52,8 +52,9 @@ LLMTimeout        the deadline passes while the body is   a drip or pings never 
                   ``body``)
 LLMBadResponse    the body cut short after the headers    the far end was reached and began to
                   (a reset, a close, a truncated chunked  answer, and a proxy turns an upstream
-                  encoding, a short Content-Length, or    reset into a clean end anyway;
-                  its owner's :func:`cut`)                ``err.text`` holds what was read whole
+                  encoding, a short Content-Length, the   reset into a clean end anyway;
+                  connection closed under the reader, or  ``err.text`` holds what was read whole
+                  its owner's :func:`cut`)
 LLMBadResponse    a body over the cap, announced or       larger than any answer: its opening is
                   counted                                 kept, the rest never read
 LLMBadResponse    a 2xx body that will not decode into    malformed, the wrong shape or too deep,
@@ -321,6 +322,12 @@ def _let_go(response: aiohttp.ClientResponse) -> None:
         response.close()
 
 
+def _gone(response: aiohttp.ClientResponse) -> bool:
+    """Whether the response's connection is closed (or already let go)."""
+    connection = response.connection
+    return connection is None or connection.closed
+
+
 class _Boundary:
     """The one place a failure becomes a typed error: the module docstring's table.
 
@@ -329,7 +336,8 @@ class _Boundary:
     the streamed path enters it for each wait and never across a ``yield``).
     An aiohttp error, an ``OSError`` or a ``TimeoutError`` leaving the block
     becomes the typed error the table names, the original chained; so does a
-    ``ValueError`` from building the request. Once :attr:`response` is set
+    ``ValueError`` from building the request, and aiohttp's ``RuntimeError``
+    for a read on a connection already closed. Once :attr:`response` is set
     the headers have arrived: a failure is the body's, the response is let go,
     and a non-2xx body refused while read is the status's error. Anything
     else (``CancelledError`` first) passes through untouched.
@@ -362,9 +370,9 @@ class _Boundary:
             timer.__exit__(exc_type, exc, tb)
         except TimeoutError as expired:  # the deadline's own cancellation, as asyncio names it
             exc = expired
+        typed = self._typed(exc, timer.expired())
         if self.response is not None:
             _let_go(self.response)
-        typed = self._typed(exc, timer.expired())
         if typed is not exc:
             raise typed
 
@@ -377,6 +385,10 @@ class _Boundary:
             typed = _caused(self._failed(exc, expired), exc)
         elif isinstance(exc, ValueError) and response is None:
             typed = _caused(_unreachable(exc, self.endpoint), exc)
+        elif isinstance(exc, RuntimeError) and response is not None and _gone(response):
+            # aiohttp's "Connection closed.": the connection was closed (its
+            # session closed) after the headers, before the read began.
+            typed = _caused(self._failed(exc, expired), exc)
         elif isinstance(exc, LLMBadResponse):  # the capped reader refused the body
             typed = exc
         else:
