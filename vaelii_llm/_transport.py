@@ -86,7 +86,6 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Final, TypeVar
 
 import aiohttp
@@ -356,18 +355,13 @@ class _Boundary:
         self._timer = timers.timeout_at(self.deadline.when).__enter__()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         timer = self._timer
         if exc is None:
             timer.__exit__(None, None, None)
             return
         try:
-            timer.__exit__(exc_type, exc, tb)
+            timer.__exit__(type(exc), exc, exc.__traceback__)
         except TimeoutError as expired:  # the deadline's own cancellation, as asyncio names it
             exc = expired
         typed = self._typed(exc, timer.expired())
