@@ -858,6 +858,46 @@ async def test_checked_headers_are_refused_once_and_then_sent_as_given() -> None
     ] * 2
 
 
+@pytest.mark.parametrize(
+    ("given", "sent"),
+    [
+        (None, "application/json"),
+        ({"X-Gateway": "g1"}, "application/json"),
+        ({"content-type": "application/x-ndjson"}, "application/x-ndjson"),
+        ({"CONTENT-TYPE": "text/plain"}, "text/plain"),
+    ],
+)
+async def test_one_rule_gives_a_json_body_its_content_type_once(
+    given: dict[str, str] | None, sent: str
+) -> None:
+    """On a session (as a backend puts it) or on the request alone, a body
+    goes out with one Content-Type: the caller's own, in whatever case, or JSON."""
+    seen: list[list[str]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.getall("Content-Type"))
+        return web.json_response({})
+
+    session_headers = transport.with_json_content_type(given)
+    assert given is None or session_headers is not given  # a copy: the caller's is untouched
+    async with serve(handler) as url, create_session(session_headers) as on_session:
+        await request_json(
+            on_session, END, "POST", url, deadline=Deadline.after_ms(AMPLE), decoder=ANY, body=b"{}"
+        )
+        async with create_session() as bare:
+            await request_json(
+                bare,
+                END,
+                "POST",
+                url,
+                deadline=Deadline.after_ms(AMPLE),
+                decoder=ANY,
+                body=b"{}",
+                headers=given,
+            )
+    assert seen == [[sent], [sent]]
+
+
 async def test_create_session_has_only_the_connect_bound() -> None:
     async with create_session() as s:
         assert s.timeout.total is None
