@@ -156,8 +156,8 @@ async def test_many_blocks_at_once_each_expire_exactly_when_theirs_passes() -> N
             plans.append((n, rng.uniform(0, 0.05), FAR))  # near deadline, endless work
         else:
             plans.append((n, FAR, rng.uniform(0, 0.05)))  # far deadline, short work
-    async with asyncio.timeout(FAR / 2):
-        await asyncio.gather(*(block(*plan) for plan in plans))
+    # A deadline that failed to fire shows as "done": its work ends by itself.
+    await asyncio.gather(*(block(*plan) for plan in plans))
     for n, delay, _ in plans:
         kind, when, at = outcomes[n]
         assert kind == ("cut" if delay < FAR else "done"), n

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Final
 
-__all__ = ["Timeout", "timeout_at"]
+__all__ = ["timeout_at"]
 
 _ENTERED: Final = 1
 _EXPIRED: Final = 2

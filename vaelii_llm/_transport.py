@@ -1,12 +1,13 @@
 """The one transport: client sessions, whole-turn deadlines and typed failures, on aiohttp.
 
-Every turn and probe of every HTTP backend goes through :func:`send_request`
-(or :func:`request_json` / :func:`open_stream` above it). This module parses no
-vendor format: a backend pumps its bytes into a :mod:`vaelii_llm._wire` decoder
-or through :func:`decode_json` with its own typed decoder.
+Every request of every HTTP backend, turns and probes, is made by
+:func:`request_json` (a whole body, decoded) or :func:`open_stream` (the body
+handed over as it arrives). This module parses no vendor format: a backend
+pumps its bytes into a :mod:`vaelii_llm._wire` decoder or through
+:func:`decode_json` with its own typed decoder.
 
 Deadlines. A turn has one absolute :class:`Deadline`, computed once from its
-``timeout_ms``. Waiting for the response headers and every read of the body
+``timeout_ms``. Waiting for the response headers and every wait for the body
 happen under :func:`vaelii_llm._timers.timeout_at` (``asyncio.timeout_at``'s
 behaviour on one loop timer shared by every turn), so a far end that drips a
 byte a second, or sends SSE pings forever, ends in :class:`LLMTimeout` when the
@@ -16,49 +17,64 @@ every chunk, so it never fires on a drip. Connecting has its own fixed bound,
 minutes, a connection completes in well under a second or not at all. A probe
 passes a short deadline and is bounded by it, connection included.
 
-What each failure becomes (the original is chained as ``__cause__``, but for an invalid URL):
+Failures. One boundary, :class:`_Boundary`, is the only place an aiohttp
+error, an ``OSError`` or a ``TimeoutError`` becomes an :class:`LLMError`, and
+one reader, :func:`_read_whole`, the only place a body is read whole under its
+size cap; both paths go through both. What each failure becomes, the original
+chained as ``__cause__`` (``tests/test_transport.py`` drives every row):
 
-==========================================================  ===================
-failure                                                     raised
-==========================================================  ===================
-the deadline passes before the headers arrive               LLMTimeout
-the deadline passes while the body is read or streamed      LLMTimeout
-refused, reset or closed before the headers, unresolved     LLMUnreachable
-no connection inside CONNECT_TIMEOUT_MS; an invalid URL     LLMUnreachable
-(not chained: an invalid URL's text may hold a password)
-a request aiohttp refuses to build (credentials both in the
-URL and in an Authorization header)                         LLMUnreachable
-any other OSError or aiohttp connection error before them   LLMUnreachable
-a malformed HTTP head, or a malformed first chunk size       LLMBadResponse
-a non-2xx status (429 and 529 included)                     LLMApiError
-the body cut short: a reset, a close, a truncated chunked   LLMBadResponse
-encoding or a short Content-Length after the headers
-a body over the cap (announced or counted)                  LLMBadResponse
-a 200 whose body will not decode into the caller's type     LLMBadResponse
-a header value holding a control character, or a name
-that is no HTTP token                                       LLMBadCredential
-==========================================================  ===================
+================  ======================================  ========================================
+raised            when                                    why
+================  ======================================  ========================================
+LLMBadCredential  a header name that is no HTTP token,    a header most often carries a
+                  or a value holding a control character  credential: it is named, never shown
+LLMUnreachable    an invalid URL                          nothing names a far end; the cause is
+                                                          dropped, its text (the URL) may hold a
+                                                          password
+LLMUnreachable    a request aiohttp will not build (a     nothing was sent, so nothing reached a
+                  password in the URL and an              far end
+                  Authorization header)
+LLMUnreachable    refused, reset or closed before the     no answer began, so none was lost
+                  headers
+LLMUnreachable    the host does not resolve               no answer began, so none was lost
+LLMUnreachable    no connection inside                    a connection is quick or never: a
+                  :data:`CONNECT_TIMEOUT_MS`              long turn must not wait on one
+LLMTimeout        the deadline passes before the headers  one budget per turn, set once
+                  (phase ``headers``)
+LLMBadResponse    a malformed HTTP head                   the far end answered, but not in HTTP
+LLMApiError       a non-2xx status, 3xx, 429 and 529      the far end's own answer, its status
+                  included                                and whole body on the error; nothing
+                                                          is retried, no redirect followed
+LLMApiError       a non-2xx body cut short or over the    the status is the news; what was read
+                  cap                                     is its body
+LLMTimeout        the deadline passes while the body is   a drip or pings never extend the one
+                  read, streamed or still flowing (phase  budget
+                  ``body``)
+LLMBadResponse    the body cut short after the headers    the far end was reached and began to
+                  (a reset, a close, a truncated chunked  answer, and a proxy turns an upstream
+                  encoding, a short Content-Length, the   reset into a clean end anyway;
+                  connection closed under the reader, or  ``err.text`` holds what was read whole
+                  its owner's :func:`cut`)
+LLMBadResponse    a body over the cap, announced or       larger than any answer: its opening is
+                  counted                                 kept, the rest never read
+LLMBadResponse    a 2xx body that will not decode into    malformed, the wrong shape or too deep,
+                  the caller's type                       the same refusal; the body on
+                                                          ``err.text``
+CancelledError    the awaiting task is cancelled          the caller asked: never typed, never
+                                                          swallowed; the response is closed
+================  ======================================  ========================================
 
-A body cut short after the headers is a bad response, not an unreachable
-host: the far end was reached and began to answer, and a proxy in front of it
-turns an upstream reset into a cleanly ended chunked body, so a caller could
-not tell the two apart anyway. A stream that ends cleanly but without its
-terminal event is the same refusal, raised by the backend that knows which
-event that is. ``err.text`` holds what was read before the cut (the streamed
-path hands its bytes to the caller as they come and keeps none of them).
-A read its owner ends with :func:`cut` (a provider's ``aclose``) fails the
-same way; the owner then reports its own refusal.
+When the deadline is spent, whatever failure its passing caused (or that came
+after it) is :class:`LLMTimeout`; with the deadline unspent a failure is
+mapped by the table and nothing else. A stream that ends cleanly but without
+its terminal event is a bad response too, raised by the backend that knows
+which event that is (the streamed path hands its bytes over as they come and
+keeps none of them). A read its owner ends with :func:`cut` (a provider's
+``aclose``) fails as a cut body; the owner then reports its own refusal.
 
-When the deadline is spent, whatever failure the expiry caused becomes
-:class:`LLMTimeout`; with the deadline unspent the failure is mapped as above
-and nothing else. A cancellation of the awaiting task is never turned into a
-typed error: it propagates as ``CancelledError``, and the response is closed.
-
-Nothing here retries, backs off, sleeps or reads ``retry-after``; redirects
-are not followed (a 3xx is an :class:`LLMApiError`, and a credential header
-never travels to a host the caller did not name). Header values are never
-logged or put in a message: a value with a control character is refused as
-:class:`LLMBadCredential` naming only the header.
+Nothing here retries, backs off, sleeps or reads ``retry-after``; a credential
+header never travels to a host the caller did not name. Header values are
+never logged or put in a message.
 """
 
 from __future__ import annotations
@@ -89,8 +105,6 @@ from vaelii_llm.errors import (
 )
 
 __all__ = [
-    "CONNECT_TIMEOUT_MS",
-    "DEFAULT_MAX_BODY_BYTES",
     "USER_AGENT",
     "Deadline",
     "Endpoint",
@@ -101,9 +115,8 @@ __all__ = [
     "drain",
     "open_stream",
     "probe_session",
-    "read_body",
     "request_json",
-    "send_request",
+    "with_json_content_type",
 ]
 
 T = TypeVar("T")
@@ -210,7 +223,7 @@ def create_session(headers: Mapping[str, str] | None = None) -> aiohttp.ClientSe
     """
     _check_headers(headers)
     sent = dict(headers) if headers else {}
-    if not any(name.lower() == "user-agent" for name in sent):
+    if not _named(sent, "user-agent"):
         sent["User-Agent"] = USER_AGENT
     return aiohttp.ClientSession(
         headers=sent,
@@ -281,107 +294,11 @@ def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
     if isinstance(exc, aiohttp.ClientResponseError):  # the HTTP head would not parse
         detail = excerpt(" ".join(str(exc.message).split()), 120)
         return LLMBadResponse(endpoint.label, f"answered malformed HTTP ({detail})")
+    if isinstance(exc, ValueError):  # aiohttp refused to build it; its text quotes no header value
+        return LLMUnreachable(
+            endpoint.label, f"the request could not be sent ({excerpt(str(exc), 120)})"
+        )
     return LLMUnreachable(endpoint.label, f"{type(exc).__name__}: {exc}")
-
-
-async def send_request(
-    session: aiohttp.ClientSession,
-    endpoint: Endpoint,
-    method: str,
-    url: str,
-    *,
-    deadline: Deadline,
-    body: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-) -> aiohttp.ClientResponse:
-    """Send one request; return the response once 2xx headers have arrived.
-
-    The caller releases the response (``request_json`` and ``open_stream`` do).
-    A ``body`` goes out as ``application/json`` unless a Content-Type (here or
-    on the session) says otherwise. A non-2xx status has its body read (under
-    the deadline, at most ``max_body_bytes``) and raises :class:`LLMApiError`
-    carrying the status and the whole body. Other failures: see the module
-    docstring.
-    """
-    sent = _outgoing(session, headers, body)
-    timer = timers.timeout_at(deadline.when)
-    try:
-        with timer:
-            response = await session.request(
-                method, url, data=body, headers=sent, allow_redirects=False
-            )
-    except _URL_ERRORS as exc:
-        # Their text (and so any traceback of them) is the URL, which may carry
-        # a user:password: the cause is dropped rather than chained.
-        raise _unreachable(exc, endpoint) from None
-    except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
-        if timer.expired():
-            raise LLMTimeout(endpoint.label, deadline.timeout_ms) from exc
-        raise _unreachable(exc, endpoint) from exc
-    except ValueError as exc:  # aiohttp refused to build it; its text quotes no header value
-        reason = f"the request could not be sent ({excerpt(str(exc), 120)})"
-        raise LLMUnreachable(endpoint.label, reason) from exc
-    if 200 <= response.status < 300:
-        return response
-    status = response.status
-    try:
-        data = await read_body(response, endpoint, deadline, max_bytes=max_body_bytes)
-    except LLMBadResponse as err:  # cut short or over the cap: the status is the news
-        raise LLMApiError(endpoint.label, status, err.text) from err
-    finally:
-        response.release()
-    raise LLMApiError(endpoint.label, status, data.decode("utf-8", "replace"))
-
-
-async def read_body(
-    response: aiohttp.ClientResponse,
-    endpoint: Endpoint,
-    deadline: Deadline,
-    *,
-    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
-) -> bytes:
-    """The whole body, read under the deadline's remaining time.
-
-    A body announced or counted over ``max_bytes`` is refused
-    (:class:`LLMBadResponse`, its opening 64 KiB on ``err.text``) without
-    reading the rest. On any failure, cancellation included, the response is
-    closed, so its connection is never reused.
-    """
-    label = endpoint.label
-    try:
-        announced = response.content_length
-        if announced is not None and announced > max_bytes:
-            raise LLMBadResponse(
-                label, f"announced a {announced}-byte body, over the {max_bytes}-byte cap"
-            )
-        chunks: list[bytes] = []
-        size = 0
-        timer = timers.timeout_at(deadline.when)
-        try:
-            with timer:
-                while chunk := await response.content.readany():
-                    size += len(chunk)
-                    if size > max_bytes:
-                        chunks.append(chunk)
-                        raise LLMBadResponse(
-                            label,
-                            f"sent a body over the {max_bytes}-byte cap (its opening is kept)",
-                            b"".join(chunks)[:_OPENING],
-                        )
-                    chunks.append(chunk)
-        except (aiohttp.ClientError, OSError) as exc:
-            if timer.expired():
-                raise LLMTimeout(label, deadline.timeout_ms, "body") from exc
-            raise LLMBadResponse(
-                label,
-                f"cut the body short after {size} bytes ({_cut_reason(exc)})",
-                b"".join(chunks),
-            ) from exc
-    except BaseException:
-        response.close()
-        raise
-    return b"".join(chunks)
 
 
 def _cut_reason(exc: BaseException) -> str:
@@ -389,8 +306,150 @@ def _cut_reason(exc: BaseException) -> str:
     return excerpt(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, 160)
 
 
+def _caused(typed: LLMError, cause: BaseException | None) -> LLMError:
+    """``typed`` with ``cause`` chained (``None``: the cause dropped, as ``from None``)."""
+    typed.__cause__ = cause
+    return typed
+
+
+def _let_go(response: aiohttp.ClientResponse) -> None:
+    """Release a response whose body was read to its end (its connection is
+    reused); close any other, so a half-read connection never is."""
+    if response.content.at_eof():
+        response.release()
+    else:
+        response.close()
+
+
+def _gone(response: aiohttp.ClientResponse) -> bool:
+    """Whether the response's connection is closed (or already let go)."""
+    connection = response.connection
+    return connection is None or connection.closed
+
+
+class _Boundary:
+    """The one place a failure becomes a typed error: the module docstring's table.
+
+    ``with boundary:`` runs its block under the turn's deadline (a fresh
+    :func:`~vaelii_llm._timers.timeout_at` block each time it is entered, so
+    the streamed path enters it for each wait and never across a ``yield``).
+    An aiohttp error, an ``OSError`` or a ``TimeoutError`` leaving the block
+    becomes the typed error the table names, the original chained; so does a
+    ``ValueError`` from building the request, and aiohttp's ``RuntimeError``
+    for a read on a connection already closed. Once :attr:`response` is set
+    the headers have arrived: a failure is the body's, the response is let go,
+    and a non-2xx body refused while read is the status's error. Anything
+    else (``CancelledError`` first) passes through untouched.
+    """
+
+    __slots__ = ("_timer", "deadline", "endpoint", "kept", "received", "response")
+
+    def __init__(self, endpoint: Endpoint, deadline: Deadline) -> None:
+        self.endpoint = endpoint
+        self.deadline = deadline
+        self.response: aiohttp.ClientResponse | None = None
+        self.kept: list[bytes] | None = None  # the body read so far, on the whole-body path
+        self.received = 0  # bytes of the body read so far, on either path
+
+    def __enter__(self) -> _Boundary:
+        self._timer = timers.timeout_at(self.deadline.when).__enter__()
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        timer = self._timer
+        if exc is None:
+            timer.__exit__(None, None, None)
+            return
+        try:
+            timer.__exit__(type(exc), exc, exc.__traceback__)
+        except TimeoutError as expired:  # the deadline's own cancellation, as asyncio names it
+            exc = expired
+        typed = self._typed(exc, timer.expired())
+        if self.response is not None:
+            _let_go(self.response)
+        if typed is not exc:
+            raise typed
+
+    def _typed(self, exc: BaseException, expired: bool) -> BaseException:
+        """The error ``exc`` becomes (``exc`` itself when it stays as it is)."""
+        response = self.response
+        if isinstance(exc, _URL_ERRORS):
+            return _caused(_unreachable(exc, self.endpoint), None)  # its text is the URL
+        if isinstance(exc, aiohttp.ClientError | OSError):  # TimeoutError is an OSError
+            typed = _caused(self._failed(exc, expired), exc)
+        elif isinstance(exc, ValueError) and response is None:
+            typed = _caused(_unreachable(exc, self.endpoint), exc)
+        elif isinstance(exc, RuntimeError) and response is not None and _gone(response):
+            # aiohttp's "Connection closed.": the connection was closed (its
+            # session closed) after the headers, before the read began.
+            typed = _caused(self._failed(exc, expired), exc)
+        elif isinstance(exc, LLMBadResponse):  # the capped reader refused the body
+            typed = exc
+        else:
+            return exc
+        if (
+            response is None
+            or 200 <= response.status < 300
+            or not isinstance(typed, LLMBadResponse)
+        ):
+            return typed
+        return _caused(LLMApiError(self.endpoint.label, response.status, typed.text), typed)
+
+    def _failed(self, exc: BaseException, expired: bool) -> LLMError:
+        """The typed error for an aiohttp error or an ``OSError``, by where it happened."""
+        deadline = self.deadline
+        headers = self.response is None
+        if expired or deadline.when <= asyncio.get_running_loop().time():
+            return LLMTimeout(
+                self.endpoint.label, deadline.timeout_ms, "headers" if headers else "body"
+            )
+        if headers:
+            return _unreachable(exc, self.endpoint)
+        return LLMBadResponse(
+            self.endpoint.label,
+            f"cut the body short after {self.received} bytes ({_cut_reason(exc)})",
+            b"".join(self.kept or ()),
+        )
+
+
+async def _read_whole(boundary: _Boundary, max_bytes: int) -> bytes:
+    """The response's whole body, in the boundary (the only place a body is read whole).
+
+    A body announced or counted over ``max_bytes`` is refused
+    (:class:`LLMBadResponse`, its opening 64 KiB on ``err.text``) without
+    reading the rest. A non-2xx's body, read whole, is raised as
+    :class:`LLMApiError` carrying the status.
+    """
+    response = boundary.response
+    assert response is not None
+    label = boundary.endpoint.label
+    announced = response.content_length
+    if announced is not None and announced > max_bytes:
+        raise LLMBadResponse(
+            label, f"announced a {announced}-byte body, over the {max_bytes}-byte cap"
+        )
+    kept: list[bytes] = []
+    boundary.kept = kept
+    size = 0
+    content = response.content
+    while chunk := await content.readany():
+        size += len(chunk)
+        boundary.received = size
+        kept.append(chunk)
+        if size > max_bytes:
+            raise LLMBadResponse(
+                label,
+                f"sent a body over the {max_bytes}-byte cap (its opening is kept)",
+                b"".join(kept)[:_OPENING],
+            )
+    data = kept[0] if len(kept) == 1 else b"".join(kept)
+    if 200 <= response.status < 300:
+        return data
+    raise LLMApiError(label, response.status, data.decode("utf-8", "replace"))
+
+
 def decode_json(data: bytes, endpoint: Endpoint, decoder: msgspec.json.Decoder[T]) -> T:
-    """Decode a 200's body with the caller's typed decoder, guarded.
+    """Decode a 2xx body with the caller's typed decoder, guarded.
 
     Whatever the bytes make the parser raise (malformed JSON, the wrong shape,
     invalid UTF-8, ``RecursionError`` from deep nesting, ``MemoryError``)
@@ -420,72 +479,47 @@ async def request_json(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     inflight: set[aiohttp.ClientResponse] | None = None,
 ) -> T:
-    """Send, read the whole body under the deadline, decode it; the response is always released.
+    """Send, read the whole body under the deadline, decode it; the response is always let go.
 
-    What :func:`send_request` then :func:`read_body` do, failures mapped the
-    same way, under one timer for the headers and the body (the small-turn
-    path: one timer, not two, and no header copy when there is nothing to add).
+    One timer for the headers and the body (the small-turn path). A ``body``
+    goes out as ``application/json`` unless a Content-Type (here or on the
+    session) says otherwise. A non-2xx raises :class:`LLMApiError` with its
+    status and body; other failures: see the module docstring.
     ``inflight``: a set that holds the response while its body is read, so its
     owner can cut the read (see :func:`cut`).
     """
     sent = _outgoing(session, headers, body)
-    label = endpoint.label
-    timer = timers.timeout_at(deadline.when)
-    response: aiohttp.ClientResponse | None = None
-    chunks: list[bytes] = []
-    try:
-        with timer:
-            response = await session.request(
-                method, url, data=body, headers=sent, allow_redirects=False
-            )
-            if inflight is None:
-                await _read_into(response, label, chunks, max_body_bytes)
-            else:
-                inflight.add(response)
-                try:
-                    await _read_into(response, label, chunks, max_body_bytes)
-                finally:
-                    inflight.discard(response)
-    except _URL_ERRORS as exc:
-        raise _unreachable(exc, endpoint) from None  # the URL may hold a password
-    except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
-        if response is None:
-            if timer.expired():
-                raise LLMTimeout(label, deadline.timeout_ms) from exc
-            raise _unreachable(exc, endpoint) from exc
-        response.close()
-        if timer.expired():
-            raise LLMTimeout(label, deadline.timeout_ms, "body") from exc
-        size = sum(map(len, chunks))
-        cut = LLMBadResponse(
-            label,
-            f"cut the body short after {size} bytes ({_cut_reason(exc)})",
-            b"".join(chunks),
+    boundary = _Boundary(endpoint, deadline)
+    with boundary:
+        response = boundary.response = await session.request(
+            method, url, data=body, headers=sent, allow_redirects=False
         )
-        if 200 <= response.status < 300:
-            raise cut from exc
-        raise LLMApiError(label, response.status, cut.text) from cut
-    except ValueError as exc:
-        if response is not None:
-            response.close()
-            raise
-        reason = f"the request could not be sent ({excerpt(str(exc), 120)})"
-        raise LLMUnreachable(label, reason) from exc
-    except LLMBadResponse as err:  # over the cap
-        assert response is not None
-        response.close()
-        if 200 <= response.status < 300:
-            raise
-        raise LLMApiError(label, response.status, err.text) from err
-    except BaseException:
-        if response is not None:
-            response.close()
-        raise
+        if inflight is None:
+            data = await _read_whole(boundary, max_body_bytes)
+        else:
+            inflight.add(response)
+            try:
+                data = await _read_whole(boundary, max_body_bytes)
+            finally:
+                inflight.discard(response)
     response.release()
-    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    if 200 <= response.status < 300:
-        return decode_json(data, endpoint, decoder)
-    raise LLMApiError(label, response.status, data.decode("utf-8", "replace"))
+    return decode_json(data, endpoint, decoder)
+
+
+def _named(headers: Mapping[str, str], name: str) -> bool:
+    """Whether ``headers`` name the header ``name`` (lower case), in any case."""
+    return any(key.lower() == name for key in headers)
+
+
+def with_json_content_type(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """``headers`` (copied) with ``Content-Type: application/json``, unless they
+    name a Content-Type of their own: what a JSON body is sent as, decided
+    here only. A backend puts the result on its session, so no turn copies
+    its headers to add it."""
+    sent = dict(headers) if headers else {}
+    if not _named(sent, "content-type"):
+        sent["Content-Type"] = "application/json"
+    return sent
 
 
 def _outgoing(
@@ -496,73 +530,32 @@ def _outgoing(
     _check_headers(headers)
     if body is None or "Content-Type" in session.headers:
         return headers
-    sent: CIMultiDict[str] = CIMultiDict(headers or {})
-    if "Content-Type" not in sent:
-        sent["Content-Type"] = "application/json"
-    return sent
+    return with_json_content_type(headers)
 
 
-async def _read_into(
-    response: aiohttp.ClientResponse, label: str, chunks: list[bytes], max_bytes: int
-) -> None:
-    """The body's chunks into ``chunks``, refusing one announced or counted
-    over ``max_bytes`` (:class:`LLMBadResponse`, its opening kept). The caller
-    holds the timer and maps a read failure."""
-    announced = response.content_length
-    if announced is not None and announced > max_bytes:
-        raise LLMBadResponse(
-            label, f"announced a {announced}-byte body, over the {max_bytes}-byte cap"
-        )
-    size = 0
-    content = response.content
-    while chunk := await content.readany():
-        size += len(chunk)
-        chunks.append(chunk)
-        if size > max_bytes:
-            raise LLMBadResponse(
-                label,
-                f"sent a body over the {max_bytes}-byte cap (its opening is kept)",
-                b"".join(chunks)[:_OPENING],
-            )
-
-
-async def _chunks(
-    response: aiohttp.ClientResponse, endpoint: Endpoint, deadline: Deadline
-) -> AsyncGenerator[bytes, None]:
-    """The body's bytes as they arrive, each wait bounded by the deadline.
+async def _chunks(boundary: _Boundary) -> AsyncGenerator[bytes, None]:
+    """The body's bytes as they arrive, each wait in the boundary.
 
     Bytes already buffered are taken without a wait (and without entering a
-    timer); only an actual wait runs under
-    :func:`~vaelii_llm._timers.timeout_at`, which never spans a ``yield``. A
-    body that keeps flowing past the deadline is cut too.
+    timer); only an actual wait runs under the deadline, never across a
+    ``yield``. A body that keeps flowing past the deadline is cut too.
     """
-    loop = asyncio.get_running_loop()
+    response = boundary.response
+    assert response is not None
     content = response.content
-    label = endpoint.label
-    received = 0
+    when = boundary.deadline.when
+    clock = asyncio.get_running_loop().time
     while True:
-        if loop.time() >= deadline.when:  # still flowing, but the turn's budget is spent
-            response.close()
-            raise LLMTimeout(label, deadline.timeout_ms, "body") from TimeoutError(
-                "the deadline passed while the body was still arriving"
-            )
-        timer = None
-        try:
-            chunk = content.read_nowait()
-            if not chunk:
-                timer = timers.timeout_at(deadline.when)
-                with timer:
-                    chunk = await content.readany()
-        except (aiohttp.ClientError, OSError) as exc:
-            response.close()
-            if timer is not None and timer.expired():
-                raise LLMTimeout(label, deadline.timeout_ms, "body") from exc
-            raise LLMBadResponse(
-                label, f"cut the stream short after {received} bytes ({_cut_reason(exc)})"
-            ) from exc
+        if clock() >= when:  # still flowing, but the turn's budget is spent
+            with boundary:
+                raise TimeoutError("the deadline passed while the body was still arriving")
+        chunk = content.read_nowait() if content.exception() is None else b""
         if not chunk:
-            return
-        received += len(chunk)
+            with boundary:
+                chunk = await content.readany()
+            if not chunk:
+                return
+        boundary.received += len(chunk)
         yield chunk
 
 
@@ -597,26 +590,25 @@ async def open_stream(
     """Send a request and hand over its body as an async iterator of chunks.
 
     ``async with open_stream(...) as chunks: async for chunk in chunks: ...``.
-    Each wait for a chunk is bounded by the turn's deadline; expiry closes the
-    response and raises :class:`LLMTimeout`, a cut connection raises
-    :class:`LLMBadResponse`. Leaving the block in any way (the end of the body,
-    an exception, ``break``, cancellation, ``aclose``) releases the response at
-    once, closing its connection unless the body was read to its end.
-    ``max_body_bytes`` bounds only a non-2xx body, read for :class:`LLMApiError`.
-    ``inflight``: a set that holds the response until the block is left, so
-    its owner can cut the stream (see :func:`cut`).
+    The headers and each wait for a chunk are bounded by the turn's deadline;
+    failures as in the module docstring. Leaving the block in any way (the
+    end of the body, an exception, ``break``, cancellation, ``aclose``)
+    releases the response at once, closing its connection unless the body was
+    read to its end. A ``body`` goes out as ``application/json`` unless a
+    Content-Type says otherwise. ``max_body_bytes`` bounds only a non-2xx
+    body, read for :class:`LLMApiError`. ``inflight``: a set that holds the
+    response until the block is left, so its owner can cut the stream (see
+    :func:`cut`).
     """
-    response = await send_request(
-        session,
-        endpoint,
-        method,
-        url,
-        deadline=deadline,
-        body=body,
-        headers=headers,
-        max_body_bytes=max_body_bytes,
-    )
-    chunks = _chunks(response, endpoint, deadline)
+    sent = _outgoing(session, headers, body)
+    boundary = _Boundary(endpoint, deadline)
+    with boundary:
+        response = boundary.response = await session.request(
+            method, url, data=body, headers=sent, allow_redirects=False
+        )
+        if not 200 <= response.status < 300:
+            await _read_whole(boundary, max_body_bytes)  # raises LLMApiError with the body
+    chunks = _chunks(boundary)
     if inflight is not None:
         inflight.add(response)
     try:
@@ -627,10 +619,7 @@ async def open_stream(
         try:
             await chunks.aclose()
         finally:
-            if response.content.at_eof():
-                response.release()
-            else:
-                response.close()
+            _let_go(response)
 
 
 def cut(inflight: set[aiohttp.ClientResponse]) -> None:

@@ -18,6 +18,7 @@ import asyncio
 import statistics
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from pathlib import Path
 
 import msgspec
@@ -55,24 +56,30 @@ async def stall_after(request: web.Request) -> web.StreamResponse:
 async def drip(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse()
     await resp.prepare(request)
-    while True:
-        await resp.write(b"[")
-        await asyncio.sleep(0.2)
+    with suppress(ConnectionResetError):  # the client leaving at its deadline ends it
+        while True:
+            await resp.write(b"[")
+            await asyncio.sleep(0.2)
+    return resp
 
 
 async def pings(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    while True:
-        await resp.write(b": ping\n\n")
-        await asyncio.sleep(0.1)
+    with suppress(ConnectionResetError):  # the client leaving at its deadline ends it
+        while True:
+            await resp.write(b": ping\n\n")
+            await asyncio.sleep(0.1)
+    return resp
 
 
 async def flood(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse()
     await resp.prepare(request)
-    while True:
-        await resp.write(b"data: x\n\n" * 4096)
+    with suppress(ConnectionResetError):  # the client leaving at its deadline ends it
+        while True:
+            await resp.write(b"data: x\n\n" * 4096)
+    return resp
 
 
 CASES: list[tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]], str, int]] = [

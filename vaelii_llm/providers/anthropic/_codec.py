@@ -40,11 +40,9 @@ class MessagesCodec:
         self.shown_url = config.hide_userinfo(base_url)
         self.model = model
         self.effort = effort
-        self._session_headers = {
-            "anthropic-version": API_VERSION,
-            "content-type": "application/json",
-            **headers,
-        }
+        self._session_headers = transport.with_json_content_type(
+            {"anthropic-version": API_VERSION, **headers}
+        )
         self.endpoint = transport.Endpoint(
             label=f"the Messages API at {self.shown_url}", slug="anthropic"
         )

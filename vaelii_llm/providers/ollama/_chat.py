@@ -262,10 +262,7 @@ class ChatCodec:
         self.url = self.base_url + CHAT_PATH
         self._num_ctx = options.get("num_ctx")
         self._keep_alive = options.get("keep_alive")
-        self._headers = dict(options.get("headers") or {})
-        if not any(name.lower() == "content-type" for name in self._headers):
-            # on the session, so no turn copies its headers to add it
-            self._headers["Content-Type"] = "application/json"
+        self._headers = transport.with_json_content_type(options.get("headers"))
 
     def session_headers(self) -> Mapping[str, str]:
         return self._headers

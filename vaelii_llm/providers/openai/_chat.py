@@ -376,6 +376,4 @@ def session_headers(key: APIKey | None, headers: Mapping[str, str] | None) -> di
         for held in [held for held in out if held.lower() == name.lower()]:
             del out[held]
         out[name] = value
-    if not any(name.lower() == "content-type" for name in out):
-        out["Content-Type"] = "application/json"
-    return out
+    return transport.with_json_content_type(out)
