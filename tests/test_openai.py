@@ -79,12 +79,13 @@ def whole(t: Transcript) -> Response:
 def streamed(t: Transcript, cuts: list[int] | None = None, *, deltas: bool = False) -> list[Any]:
     """The transcript's SSE bytes through the codec's decoder and assembler,
     cut at ``cuts`` (byte offsets), as the skeleton's pump drives them."""
-    from vaelii_llm.providers.openai._assemble import Frames
+    from vaelii_llm._wire.sse import SSEFrames
+    from vaelii_llm.providers.openai._assemble import not_sse
 
     data = t.sse()
     points = sorted({c % (len(data) + 1) for c in cuts or []})
     pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
-    decoder = Frames("test")
+    decoder = SSEFrames("test", not_sse)
     asm = ChunkAssembler("test", deltas=deltas)
     items: list[Any] = []
     for piece in filter(None, pieces):  # b"" would mark the end

@@ -37,6 +37,7 @@ line-at-a-time reference written from the rules above.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import repeat
 from operator import itemgetter
 from typing import Final
@@ -45,7 +46,7 @@ import msgspec
 
 from vaelii_llm.errors import LLMBadResponse
 
-__all__ = ["MAX_EVENT_BYTES", "SSEDecoder", "SSEEvent"]
+__all__ = ["MAX_EVENT_BYTES", "Frame", "SSEDecoder", "SSEEvent", "SSEFrames"]
 
 MAX_EVENT_BYTES: Final = 16 * 2**20
 """The most bytes one event (or one NDJSON line) may take before it is refused.
@@ -421,3 +422,40 @@ def _unfinished_bytes(lines: list[bytes], held: int) -> int:
             return tail
         tail += len(line) + 1
     return tail + held
+
+
+Frame = tuple[bytes, bytes]
+"""One event as :meth:`SSEDecoder.feed_frames` hands it over: its type and data."""
+
+OPENING_KEPT: Final = 64 * 1024
+"""How much of a streamed answer that holds no event is kept for its refusal:
+a gateway's JSON error or a proxy's HTML page, recognisable from its opening."""
+
+
+class SSEFrames:
+    """An :class:`SSEDecoder`'s frames as an HTTP stream pump feeds it, keeping,
+    until the first event, the body's opening: a streamed answer in which no
+    event ever came (a JSON error, a proxy's HTML page) ends in
+    ``refuse(opening, label)``, the backend's own reading of what was sent."""
+
+    __slots__ = ("_decoder", "_label", "_opening", "_refuse")
+
+    def __init__(self, label: str, refuse: Callable[[bytes, str], Exception]) -> None:
+        self._label = label
+        self._refuse = refuse
+        self._decoder = SSEDecoder(label)
+        self._opening: bytearray | None = bytearray()  # kept until the first event
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """The frames ``data`` completed; ``b""`` marks the end of the body."""
+        frames = self._decoder.feed_frames(data)
+        opening = self._opening
+        if opening is not None:
+            if frames:
+                self._opening = None
+            elif not data:
+                if opening:
+                    raise self._refuse(bytes(opening), self._label)
+            elif len(opening) < OPENING_KEPT:
+                opening += data[: OPENING_KEPT - len(opening)]
+        return frames

@@ -45,13 +45,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from vaelii_llm import config
+from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
 from vaelii_llm.providers._http import Credentials, HTTPProvider
 from vaelii_llm.providers.anthropic import _credentials as credentials
 from vaelii_llm.providers.anthropic._codec import MessagesCodec
 from vaelii_llm.providers.anthropic._credentials import Credential
 from vaelii_llm.providers.anthropic._encode import DEFAULT_EFFORT, DEFAULT_MODEL
-from vaelii_llm.providers.anthropic._stream import Frame
 
 __all__ = [
     "DEFAULT_EFFORT",

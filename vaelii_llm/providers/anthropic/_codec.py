@@ -15,10 +15,11 @@ import msgspec
 from vaelii_llm import _transport as transport
 from vaelii_llm import config
 from vaelii_llm._protocol import Request, Response
+from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers.anthropic._credentials import Credential
-from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER, from_parsed
+from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER, from_parsed, not_sse
 from vaelii_llm.providers.anthropic._encode import betas, build_body
-from vaelii_llm.providers.anthropic._stream import Frames, StreamAssembler
+from vaelii_llm.providers.anthropic._stream import StreamAssembler
 
 __all__ = ["API_VERSION", "MessagesCodec"]
 
@@ -84,8 +85,8 @@ class MessagesCodec:
     def whole(self, parsed: dict[str, Any]) -> Response:
         return from_parsed(parsed, self.endpoint.label)
 
-    def stream_decoder(self) -> Frames:
-        return Frames(self.endpoint.label)
+    def stream_decoder(self) -> SSEFrames:
+        return SSEFrames(self.endpoint.label, not_sse)
 
     def assembler(self, *, deltas: bool) -> StreamAssembler:
         return StreamAssembler(self.endpoint.label, deltas=deltas)

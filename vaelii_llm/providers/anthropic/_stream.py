@@ -55,7 +55,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
-from vaelii_llm._wire.sse import SSEDecoder
+from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMApiError, LLMBadResponse
 from vaelii_llm.providers.anthropic._decode import (
     WHOLE_DECODER,
@@ -63,17 +63,11 @@ from vaelii_llm.providers.anthropic._decode import (
     decode_block,
     lenient,
     mark_cut,
-    not_sse,
 )
 
-__all__ = ["Frames", "StreamAssembler"]
+__all__ = ["StreamAssembler"]
 
-Frame = tuple[bytes, bytes]
 """One SSE event as the decoder hands it over: its type and its data, UTF-8 bytes."""
-
-_NOT_SSE_KEPT: Final = 64 * 1024
-"""How much of a streamed answer that holds no SSE event is kept for the error:
-a gateway's JSON error or a proxy's HTML page, recognisable from its opening."""
 
 
 class _BlockStart(msgspec.Struct, frozen=True):
@@ -494,30 +488,3 @@ def _start_delta(index: int, start: dict[str, Any]) -> Delta | None:
         if isinstance(thinking, str) and thinking:
             return ThinkingDelta(index=index, thinking=thinking)
     return None
-
-
-class Frames:
-    """The SSE decoder as the skeleton feeds it: ``(event, data)`` byte pairs,
-    and, until the first event, the opening bytes, so a streamed answer in
-    which no event ever came (a gateway's JSON error, a proxy's HTML page)
-    is refused with what it sent when the body ends."""
-
-    __slots__ = ("_decoder", "_label", "_opening")
-
-    def __init__(self, label: str) -> None:
-        self._label = label
-        self._decoder = SSEDecoder(label)
-        self._opening: bytearray | None = bytearray()  # kept until the first event
-
-    def feed(self, data: bytes) -> list[Frame]:
-        frames = self._decoder.feed_frames(data)
-        opening = self._opening
-        if opening is not None:
-            if frames:
-                self._opening = None
-            elif not data:
-                if opening:
-                    raise not_sse(bytes(opening), self._label)
-            elif len(opening) < _NOT_SSE_KEPT:
-                opening += data[: _NOT_SSE_KEPT - len(opening)]
-        return frames

@@ -65,25 +65,21 @@ from vaelii_llm._protocol import (
     Usage,
     nearest_stop_reason,
 )
-from vaelii_llm._wire.sse import SSEDecoder
+from vaelii_llm._wire.sse import Frame
 
 __all__ = [
     "WHOLE_DECODER",
     "ChunkAssembler",
     "Completion",
-    "Frames",
+    "not_sse",
     "response_of",
     "stop_reason",
 ]
 
-Frame = tuple[bytes, bytes]
 """One SSE event as the decoder hands it over: its type and its data."""
 
 DONE: Final = b"[DONE]"
 """The data of the stream's terminal event."""
-
-_NOT_SSE_KEPT: Final = 64 * 1024
-"""How much of a streamed answer holding no SSE event is kept for the error."""
 
 
 # -- the whole answer -------------------------------------------------------------
@@ -598,41 +594,17 @@ class ChunkAssembler:
         return self._turn.response(self._content)
 
 
-class Frames:
-    """The SSE decoder as the skeleton feeds it: ``(event, data)`` byte pairs,
-    and, until the first event, the opening bytes, so a streamed answer in
-    which no event ever came (a server's JSON error, a proxy's HTML page)
-    is refused with what it sent when the body ends: its ``error`` as
-    :class:`~vaelii_llm.errors.LLMApiError`, anything else as
+def not_sse(opening: bytes, label: str) -> errors.LLMError:
+    """The refusal of a streamed answer that held no event: the body's
+    ``error`` as :class:`~vaelii_llm.errors.LLMApiError`, anything else as
     :class:`~vaelii_llm.errors.LLMBadResponse`."""
-
-    __slots__ = ("_decoder", "_label", "_opening")
-
-    def __init__(self, label: str) -> None:
-        self._label = label
-        self._decoder = SSEDecoder(label)
-        self._opening: bytearray | None = bytearray()  # kept until the first event
-
-    def feed(self, data: bytes) -> list[Frame]:
-        frames = self._decoder.feed_frames(data)
-        opening = self._opening
-        if opening is not None:
-            if frames:
-                self._opening = None
-            elif not data:
-                if opening:
-                    self._refuse(bytes(opening))
-            elif len(opening) < _NOT_SSE_KEPT:
-                opening += data[: _NOT_SSE_KEPT - len(opening)]
-        return frames
-
-    def _refuse(self, opening: bytes) -> None:
+    try:
+        parsed = WHOLE_DECODER.decode(opening)
+    except Exception:
+        parsed = None
+    if parsed is not None:
         try:
-            parsed = WHOLE_DECODER.decode(opening)
-        except Exception:
-            parsed = None
-        if parsed is not None:
-            _refuse_error(parsed, self._label)
-        raise errors.LLMBadResponse(
-            self._label, "answered a streamed turn with no SSE event", opening
-        )
+            _refuse_error(parsed, label)
+        except errors.LLMError as refused:
+            return refused
+    return errors.LLMBadResponse(label, "answered a streamed turn with no SSE event", opening)

@@ -57,11 +57,12 @@ from vaelii_llm._protocol import (
     ToolSchema,
     ToolUseBlock,
 )
+from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers.openai._assemble import (
     WHOLE_DECODER,
     ChunkAssembler,
     Completion,
-    Frames,
+    not_sse,
     response_of,
 )
 from vaelii_llm.providers.openai._key import APIKey
@@ -361,8 +362,8 @@ class ChatCodec:
     def whole(self, parsed: Completion) -> Response:
         return response_of(parsed, self.endpoint.label)
 
-    def stream_decoder(self) -> Frames:
-        return Frames(self.endpoint.label)
+    def stream_decoder(self) -> SSEFrames:
+        return SSEFrames(self.endpoint.label, not_sse)
 
     def assembler(self, *, deltas: bool) -> ChunkAssembler:
         return ChunkAssembler(self.endpoint.label, deltas=deltas)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import inspect
 from typing import Unpack, get_type_hints
 
+from vaelii_llm._wire.sse import Frame
 from vaelii_llm.providers._http import HTTPProvider
-from vaelii_llm.providers.openai._assemble import Completion, Frame
+from vaelii_llm.providers.openai._assemble import Completion
 from vaelii_llm.providers.openai._chat import ChatCodec, Options
 
 __all__ = ["OpenAIProvider", "provider"]
