@@ -148,6 +148,7 @@ def test_config_exports_are_frozen() -> None:
         "ollama_model",
         "ollama_num_ctx",
         "otel_enabled",
+        "pool_redis_url",
         "provider_kind",
     ]
     # Every switch's reader is exported: the table and the surface name the same readers.
@@ -177,6 +178,7 @@ SPEC_DEFAULTS = {
     "VAELII_OLLAMA_NUM_CTX": "8192",
     "VAELII_OLLAMA_KEEP_ALIVE": "30m",
     "VAELII_OLLAMA_HOSTS": None,
+    "VAELII_POOL_REDIS_URL": None,
     "ANTHROPIC_API_KEY": None,
     "ANTHROPIC_AUTH_TOKEN": None,
     "ANTHROPIC_BASE_URL": "https://api.anthropic.com",
@@ -201,6 +203,7 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
     assert str(config.ollama_num_ctx()) == SPEC_DEFAULTS["VAELII_OLLAMA_NUM_CTX"]
     assert config.ollama_keep_alive() == SPEC_DEFAULTS["VAELII_OLLAMA_KEEP_ALIVE"]
     assert config.ollama_hosts() is None
+    assert config.pool_redis_url() is None
 
 
 MODULES = [
@@ -232,6 +235,7 @@ MODULES = [
     "vaelii_llm.pool",
     "vaelii_llm._pool",
     "vaelii_llm._vote",
+    "vaelii_llm._redis_slots",
     "vaelii_llm.engine",
     "vaelii_llm.tools",
     "vaelii_llm._edn",

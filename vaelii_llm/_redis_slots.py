@@ -1,0 +1,341 @@
+"""A pool's per-host slots kept in Redis, so every process naming the same Redis
+and pool name shares one limit per host (the ``redis`` extra).
+
+Each host is a lease semaphore: a sorted set of lease ids scored by the
+server-clock millisecond at which each lease expires. One Lua script takes a
+lease (dropping expired ones first, then choosing a host as
+:meth:`~vaelii_llm._pool.Pool` would in process: a free host this vote uses
+least, then the least busy), one releases it, one renews every lease this
+process holds. A lease is renewed every third of its TTL while its call runs,
+so a process killed with SIGKILL frees its slots within the TTL and nothing
+ever needs a flush; an idle pool's keys expire by themselves.
+
+A release pushes a word on the pool's ``freed`` list, which the first caller
+waiting in each process blocks on (``BLPOP``, served in the order the
+processes blocked), with a short poll for leases that expired. Every Redis
+failure is raised as :class:`~vaelii_llm.errors.LLMUnreachable` naming the
+Redis (its URL without a password), never as a ``redis`` exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+try:
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import RedisError
+except ImportError as exc:  # pragma: no cover - the extra is in the test extra
+    raise ImportError(
+        "a pool whose slots live in Redis needs the redis package: "
+        "pip install 'vaelii-llm[redis]'"
+    ) from exc
+
+from vaelii_llm.config import hide_userinfo
+from vaelii_llm.errors import LLMUnreachable
+
+__all__ = ["RedisSlots"]
+
+log = logging.getLogger("vaelii_llm.pool")
+
+OP_TIMEOUT_S: Final = 5.0
+"""The most one Redis command may take (connect included) before it fails."""
+
+POLL_S: Final = 0.2
+"""How long a waiting caller blocks on ``freed`` before it asks again: leases
+that expire (a killed process) and cool-downs that end push nothing."""
+
+SCHEMES: Final = ("redis://", "rediss://", "unix://")
+
+_COMMON = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+TAKE: Final = (
+    _COMMON
+    + """
+-- KEYS: n lease sets, then n cool-down flags.
+-- ARGV: lease id, ttl ms, then per host: slots, this vote's turns on it, cooling here (1/0).
+local n = #KEYS / 2
+local ttl = tonumber(ARGV[2])
+local held, cooling = {}, {}
+local all_cooling = true
+for i = 1, n do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+  held[i] = redis.call('ZCARD', KEYS[i])
+  cooling[i] = ARGV[2 + 3 * i] == '1' or redis.call('EXISTS', KEYS[n + i]) == 1
+  if not cooling[i] then all_cooling = false end
+end
+local best, best_uses, best_held = 0, 0, 0
+for i = 1, n do
+  local uses = tonumber(ARGV[1 + 3 * i])
+  if held[i] < tonumber(ARGV[3 * i]) and (all_cooling or not cooling[i]) then
+    if best == 0 or uses < best_uses or (uses == best_uses and held[i] < best_held) then
+      best, best_uses, best_held = i, uses, held[i]
+    end
+  end
+end
+if best > 0 then
+  redis.call('ZADD', KEYS[best], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[best], ttl)
+end
+return best
+"""
+)
+
+RELEASE: Final = """
+-- KEYS: the lease set, the freed list. ARGV: lease id, how many words freed keeps, ttl ms.
+local gone = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('RPUSH', KEYS[2], '1')
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return gone
+"""
+
+RENEW: Final = (
+    _COMMON
+    + """
+-- KEYS: each lease's set. ARGV: ttl ms, then the lease ids in KEYS' order.
+local ttl = tonumber(ARGV[1])
+local kept = 0
+for i = 1, #KEYS do
+  if redis.call('ZSCORE', KEYS[i], ARGV[i + 1]) then
+    redis.call('ZADD', KEYS[i], now + ttl, ARGV[i + 1])
+    redis.call('PEXPIRE', KEYS[i], ttl)
+    kept = kept + 1
+  end
+end
+return kept
+"""
+)
+
+COUNT: Final = (
+    _COMMON
+    + """
+-- KEYS: n lease sets, then n cool-down flags. Answers held, cooling per host.
+local n = #KEYS / 2
+local out = {}
+for i = 1, n do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+  out[2 * i - 1] = redis.call('ZCARD', KEYS[i])
+  out[2 * i] = redis.call('EXISTS', KEYS[n + i])
+end
+return out
+"""
+)
+
+
+def check_url(url: str) -> str:
+    """``url`` trimmed, or ValueError when it is no Redis URL (shown without a password)."""
+    text = url.strip()
+    if not text.startswith(SCHEMES):
+        raise ValueError(
+            f"{hide_userinfo(text)!r} is no Redis URL: it starts with one of {', '.join(SCHEMES)}"
+        )
+    return text
+
+
+class RedisSlots:
+    """The slots of a pool's hosts, held in Redis under ``vaelii:pool:{name}:``.
+
+    ``hosts`` names each host (the same in every process), ``slots`` how many
+    calls at once it takes. The client is made on first use, in the loop that
+    uses it. Methods raise :class:`~vaelii_llm.errors.LLMUnreachable` when
+    Redis fails; releases and renewals run in the background and only log.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        hosts: Sequence[str],
+        slots: Sequence[int],
+        *,
+        lease_ttl_ms: int,
+        cooldown_ms: int,
+    ) -> None:
+        self._url = check_url(url)
+        self.label = f"the vote pool's Redis at {hide_userinfo(self._url)}"
+        prefix = f"vaelii:pool:{{{name}}}"  # a hash tag: one cluster slot for the pool
+        self._lease_keys = tuple(f"{prefix}:lease:{host}" for host in hosts)
+        self._cool_keys = tuple(f"{prefix}:cool:{host}" for host in hosts)
+        self._freed_key = f"{prefix}:freed"
+        self._slots = tuple(slots)
+        self._ttl_ms = lease_ttl_ms
+        self._cooldown_ms = cooldown_ms
+        self._client: aioredis.Redis | None = None
+        self._scripts: dict[str, Any] = {}
+        self._held: dict[str, int] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._renewer: asyncio.Task[None] | None = None
+        self._closed = False
+        self._counter = itertools.count()
+        self._token = os.urandom(4).hex()
+
+    # -- Redis ---------------------------------------------------------------
+
+    def _redis(self) -> aioredis.Redis:
+        if self._client is None:
+            self._client = aioredis.from_url(
+                self._url,
+                socket_timeout=OP_TIMEOUT_S,
+                socket_connect_timeout=OP_TIMEOUT_S,
+                # One retry on a fresh connection (a pooled one may predate a
+                # Redis restart); a Redis that is gone fails at once, typed.
+                retry=Retry(NoBackoff(), 1),
+            )
+            for key, source in (("take", TAKE), ("release", RELEASE), ("renew", RENEW)):
+                self._scripts[key] = self._client.register_script(source)
+            self._scripts["count"] = self._client.register_script(COUNT)
+        return self._client
+
+    async def _call(self, op: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            return await op()
+        except (RedisError, OSError) as exc:
+            reason = hide_userinfo(f"{type(exc).__name__}: {exc}")
+            raise LLMUnreachable(self.label, reason) from exc
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _lease(self) -> str:
+        return f"{socket.gethostname()}:{os.getpid()}:{self._token}:{next(self._counter)}"
+
+    # -- taking, waiting, giving back -------------------------------------------
+
+    async def take(self, uses: Sequence[int], cooling: Sequence[bool]) -> tuple[int, str] | None:
+        """Take a lease on the best free host: (host index, lease id), or None when
+        every host is full. Cancelled while Redis answers, a lease it took is
+        given back as soon as the answer arrives."""
+        lease = self._lease()
+        args: list[Any] = [lease, self._ttl_ms]
+        for slots, used, cool in zip(self._slots, uses, cooling, strict=True):
+            args += [slots, used, 1 if cool else 0]
+        self._redis()
+        script = self._scripts["take"]
+        keys = [*self._lease_keys, *self._cool_keys]
+        op = self._spawn(self._call(lambda: script(keys=keys, args=args)))
+        try:
+            best = int(await asyncio.shield(op))
+        except asyncio.CancelledError:
+            op.add_done_callback(lambda done: self._abandoned(done, lease))
+            raise
+        if best == 0:
+            return None
+        self._hold(lease, best - 1)
+        return best - 1, lease
+
+    def _abandoned(self, done: asyncio.Future[Any], lease: str) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        best = int(done.result())
+        if best:
+            self._hold(lease, best - 1)
+            self.give_back(best - 1, lease)
+
+    def _hold(self, lease: str, index: int) -> None:
+        self._held[lease] = index
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.ensure_future(self._renew())
+
+    async def wait(self, changed: asyncio.Future[None]) -> None:
+        """Until a lease is released anywhere, ``changed`` is set (a release or a
+        close in this process), or :data:`POLL_S` has passed."""
+        client = self._redis()
+        popped = self._spawn(
+            self._call(lambda: client.blpop([self._freed_key], timeout=POLL_S))  # type: ignore[arg-type]
+        )
+        try:
+            await asyncio.wait((popped, changed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not popped.done():
+                popped.cancel()
+        if popped.done() and not popped.cancelled():
+            popped.result()  # raises LLMUnreachable when Redis failed
+
+    def give_back(self, index: int, lease: str) -> None:
+        """Release ``lease`` in the background; a Redis that fails leaves it to expire."""
+        if self._held.pop(lease, None) is None or self._closed:
+            return
+        self._spawn(self._release(index, lease))
+
+    async def _release(self, index: int, lease: str) -> None:
+        script = self._scripts["release"]
+        keys = [self._lease_keys[index], self._freed_key]
+        try:
+            await self._call(lambda: script(keys=keys, args=[lease, sum(self._slots), self._ttl_ms]))
+        except LLMUnreachable as exc:
+            log.warning("a lease was not released (it expires in its TTL): %s", exc)
+
+    def cool(self, index: int) -> None:
+        """Mark the host cooling for every process, in the background."""
+        client = self._redis()
+        key = self._cool_keys[index]
+        self._spawn(self._cool(lambda: client.set(key, 1, px=self._cooldown_ms)))
+
+    async def _cool(self, op: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            await self._call(op)
+        except LLMUnreachable as exc:
+            log.warning("a host's cool-down was not shared: %s", exc)
+
+    async def _renew(self) -> None:
+        while self._held:
+            await asyncio.sleep(self._ttl_ms / 3000)
+            held = list(self._held.items())
+            if not held:
+                return
+            script = self._scripts["renew"]
+            keys = [self._lease_keys[index] for _, index in held]
+            args = [self._ttl_ms, *(lease for lease, _ in held)]
+            try:
+                kept = int(await self._call(lambda: script(keys=keys, args=args)))
+            except LLMUnreachable as exc:
+                log.warning("leases were not renewed: %s", exc)
+                continue
+            if kept < len(held):
+                log.warning(
+                    "%d lease(s) expired before renewal (a pause longer than the TTL); "
+                    "their calls run on beyond the shared limit",
+                    len(held) - kept,
+                )
+
+    # -- reading and closing ---------------------------------------------------
+
+    async def counts(self) -> tuple[list[int], list[bool]]:
+        """Per host: the leases every process holds, and whether it is cooling."""
+        self._redis()
+        script = self._scripts["count"]
+        keys = [*self._lease_keys, *self._cool_keys]
+        flat = await self._call(lambda: script(keys=keys, args=[]))
+        return [int(v) for v in flat[0::2]], [bool(int(v)) for v in flat[1::2]]
+
+    async def aclose(self) -> None:
+        """Give back every lease still held, wait for the background work, close the client."""
+        if self._closed:
+            return
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+        for lease, index in list(self._held.items()):
+            self.give_back(index, lease)
+        while self._tasks:  # a take given up on may still add a release
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.sleep(0)
+        self._closed = True
+        if self._client is not None:
+            await self._client.aclose()
