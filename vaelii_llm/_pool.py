@@ -448,8 +448,10 @@ class Pool(Generic[P]):
         self._held[index] -= 1
         self._outstanding -= 1
         if lease is not None and self._shared is not None:
-            self._shared.give_back(index, lease)
-        self._wake()
+            # The first waiter here looks again once Redis has the slot back.
+            self._shared.give_back(index, lease, self._wake)
+        else:
+            self._wake()
 
     def _cool(self, index: int) -> None:
         if self._cooldown_ms == 0 or self._closed:

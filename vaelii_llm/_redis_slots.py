@@ -53,6 +53,10 @@ POLL_S: Final = 0.2
 """How long a waiting caller blocks on ``freed`` before it asks again: leases
 that expire (a killed process) and cool-downs that end push nothing."""
 
+CLOSE_GRACE_S: Final = 1.0
+"""How long closing waits for releases still on their way; a Redis that does not
+answer by then has them cancelled (those leases expire in their TTL)."""
+
 SCHEMES: Final = ("redis://", "rediss://", "unix://")
 
 _COMMON = """
@@ -266,19 +270,25 @@ class RedisSlots:
         if popped.done() and not popped.cancelled():
             popped.result()  # raises LLMUnreachable when Redis failed
 
-    def give_back(self, index: int, lease: str) -> None:
-        """Release ``lease`` in the background; a Redis that fails leaves it to expire."""
+    def give_back(
+        self, index: int, lease: str, then: Callable[[], None] | None = None
+    ) -> None:
+        """Release ``lease`` in the background, then call ``then``; a Redis that
+        fails leaves the lease to expire."""
         if self._held.pop(lease, None) is None or self._closed:
             return
-        self._spawn(self._release(index, lease))
+        self._spawn(self._release(index, lease, then))
 
-    async def _release(self, index: int, lease: str) -> None:
+    async def _release(self, index: int, lease: str, then: Callable[[], None] | None) -> None:
         script = self._scripts["release"]
         keys = [self._lease_keys[index], self._freed_key]
         try:
             await self._call(lambda: script(keys=keys, args=[lease, sum(self._slots), self._ttl_ms]))
         except LLMUnreachable as exc:
             log.warning("a lease was not released (it expires in its TTL): %s", exc)
+        finally:
+            if then is not None:
+                then()
 
     def cool(self, index: int) -> None:
         """Mark the host cooling for every process, in the background."""
@@ -333,8 +343,14 @@ class RedisSlots:
                 await self._renewer
         for lease, index in list(self._held.items()):
             self.give_back(index, lease)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLOSE_GRACE_S
         while self._tasks:  # a take given up on may still add a release
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            left = deadline - loop.time()
+            if left <= 0:
+                for task in self._tasks:
+                    task.cancel()
+            await asyncio.wait(set(self._tasks), timeout=max(left, 0))
             await asyncio.sleep(0)
         self._closed = True
         if self._client is not None:
