@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import socket
-import subprocess
 from pathlib import Path
 from types import TracebackType
 
@@ -44,7 +43,7 @@ class RedisServer:
 
     def __init__(self) -> None:
         self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: asyncio.subprocess.Process | None = None
 
     @property
     def url(self) -> str:
@@ -52,35 +51,33 @@ class RedisServer:
 
     async def start(self) -> RedisServer:
         """Start (again, on the same port once one was chosen); return once it answers PING."""
-        binary = redis_server_binary()
+        binary = str(redis_server_binary())
+        err = b""
         for _ in range(5):  # another process may take a just-freed port: pick again
             port = self.port or _free_port()
-            process = subprocess.Popen(
-                [
-                    str(binary),
-                    "--port", str(port),
-                    "--bind", "127.0.0.1",
-                    "--save", "",
-                    "--appendonly", "no",
-                    "--protected-mode", "yes",
-                    "--loglevel", "warning",
-                ],  # fmt: skip
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+            options = ["--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+            options += ["--appendonly", "no", "--loglevel", "warning"]
+            process = await asyncio.create_subprocess_exec(
+                binary,
+                *options,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
             )
             if await self._answers(port, process):
                 self.port, self.process = port, process
                 return self
-            process.kill()
-            _, err = process.communicate()
+            if process.returncode is None:
+                process.kill()
+            _, err = await process.communicate()
             if self.port:  # a restart on our own port: no other port will do
-                raise RuntimeError(f"redis-server would not restart on {port}: {err.decode()}")
-        raise RuntimeError(f"redis-server would not start: {err.decode()}")
+                break
+        raise RuntimeError(f"redis-server would not start: {err.decode(errors='replace')}")
 
     @staticmethod
-    async def _answers(port: int, process: subprocess.Popen[bytes]) -> bool:
+    async def _answers(port: int, process: asyncio.subprocess.Process) -> bool:
         for _ in range(500):  # up to ~10 s on a loaded machine
-            if process.poll() is not None:
+            if process.returncode is not None:
                 return False
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -100,16 +97,16 @@ class RedisServer:
             await asyncio.sleep(0.02)
         return False
 
-    def stop(self, *, kill: bool = True) -> None:
-        """Stop the server: SIGKILL (a crash) or SIGTERM; wait for it to be gone."""
+    async def stop(self, *, kill: bool = True) -> None:
+        """Stop the server: SIGKILL (a crash) or SIGTERM; return once it is gone."""
         process, self.process = self.process, None
-        if process is None:
+        if process is None or process.returncode is not None:
             return
         if kill:
             process.kill()
         else:
             process.terminate()
-        process.communicate()
+        await process.communicate()
 
     async def __aenter__(self) -> RedisServer:
         return await self.start()
@@ -120,4 +117,4 @@ class RedisServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        await self.stop()

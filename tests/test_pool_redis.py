@@ -12,7 +12,7 @@ import re
 import signal
 import sys
 import tomllib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-
 from fake_ollama import chunk, final, merged
 from loopback import refused_url, serve, serve_raw
 from redis_server import RedisServer
+
 from vaelii_llm import config
 from vaelii_llm._pool import Pool
 from vaelii_llm.errors import LLMBadHosts, LLMPoolTimeout, LLMUnreachable
@@ -107,6 +107,15 @@ def shared_pool(
     return Pool(tokens, redis_url=redis_url, **options)
 
 
+async def until(check: Callable[[], bool]) -> None:
+    """Return once ``check()`` holds; a hang guard fails the test after ~20 s."""
+    for _ in range(4000):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the condition never held")
+
+
 async def settled(pool: Pool[Any]) -> list[int]:
     """Each host's slots held by every process, once no release is on its way."""
     for _ in range(200):
@@ -143,7 +152,9 @@ async def test_two_pool_names_do_not_share(redis_server: RedisServer) -> None:
         async with full, other, full.provider():
             async with other.provider() as p:  # not blocked by "batch"
                 assert p is other.providers[0]
-            busy = shared_pool([a.url], redis_server.url, slots=1, name="batch", acquire_timeout_ms=0)
+            busy = shared_pool(
+                [a.url], redis_server.url, slots=1, name="batch", acquire_timeout_ms=0
+            )
             async with busy:
                 with pytest.raises(LLMPoolTimeout):
                     async with busy.provider():
@@ -175,16 +186,14 @@ async def test_a_slot_freed_in_another_pool_wakes_a_waiter(redis_server: RedisSe
                     await release.wait()
 
             holding = asyncio.create_task(hold())
-            while (await holder.read_statistics()).hosts[0].held_everywhere == 0:
-                await asyncio.sleep(0.005)
+            await until(lambda: holder.outstanding == 1)
 
             async def wait_turn() -> int:
                 async with waiter.provider():
                     return (await waiter.read_statistics()).hosts[0].held_everywhere or 0
 
             turn = asyncio.create_task(wait_turn())
-            while waiter.statistics().waiters == 0:
-                await asyncio.sleep(0.005)
+            await until(lambda: waiter.statistics().waiters == 1)
             release.set()
             await holding
             assert await turn == 1  # it got the slot the other pool gave back
@@ -206,13 +215,11 @@ async def test_waiters_in_one_process_are_served_in_arrival_order(
                         await gate.wait()
 
             first = asyncio.create_task(call(0))
-            while p.outstanding == 0:
-                await asyncio.sleep(0.005)
+            await until(lambda: p.outstanding == 1)
             rest = []
             for n in range(1, 6):
                 rest.append(asyncio.create_task(call(n)))
-                while p.statistics().waiters < n:
-                    await asyncio.sleep(0.005)
+                await until(lambda n=n: p.statistics().waiters == n)
             gate.set()
             await asyncio.gather(first, *rest)
             assert order == [0, 1, 2, 3, 4, 5]
@@ -241,32 +248,29 @@ def pool_over(urls: list[str], where: dict[str, Any], slots: int = 2, **options:
 async def test_a_vote_of_three_over_three_hosts_sends_one_turn_to_each(
     where: dict[str, Any],
 ) -> None:
-    async with hosts(3) as found:
-        async with pool_over([h.url for h in found], where) as p:
-            for round_ in range(1, 4):
-                result = await vote(p, "Is a spider an insect?")
-                assert result.tally == {"yes": 3, "no": 0}
-                assert [h.calls for h in found] == [round_] * 3
+    async with hosts(3) as found, pool_over([h.url for h in found], where) as p:
+        for round_ in range(1, 4):
+            result = await vote(p, "Is a spider an insect?")
+            assert result.tally == {"yes": 3, "no": 0}
+            assert [h.calls for h in found] == [round_] * 3
 
 
 async def test_a_vote_spreads_as_evenly_as_the_hosts_allow(where: dict[str, Any]) -> None:
-    async with hosts(2) as (a, b):
-        async with pool_over([a.url, b.url], where, slots=3) as p:
-            await vote(p, "Is a spider an insect?", votes=5)
-            assert sorted([a.most, b.most]) == [2, 3]
-            assert a.calls + b.calls == 5
+    async with hosts(2) as (a, b), pool_over([a.url, b.url], where, slots=3) as p:
+        await vote(p, "Is a spider an insect?", votes=5)
+        assert sorted([a.most, b.most]) == [2, 3]
+        assert a.calls + b.calls == 5
 
 
 async def test_a_call_goes_to_the_least_busy_free_host(where: dict[str, Any]) -> None:
-    async with hosts(2) as (a, b):
-        async with pool_over([a.url, b.url], where, slots=3) as p:
-            first, second = p.providers
-            async with p.provider() as one, p.provider() as two, p.provider() as three:
-                assert (one, two, three) == (first, second, first)
-                async with p.provider() as four:
-                    assert four is second  # 2 held on the first, 1 on the second
-                    held = [h.held for h in (await p.read_statistics()).hosts]
-                    assert held == [2, 2]
+    async with hosts(2) as (a, b), pool_over([a.url, b.url], where, slots=3) as p:
+        first, second = p.providers
+        async with p.provider() as one, p.provider() as two, p.provider() as three:
+            assert (one, two, three) == (first, second, first)
+            async with p.provider() as four:
+                assert four is second  # 2 held on the first, 1 on the second
+                held = [h.held for h in (await p.read_statistics()).hosts]
+                assert held == [2, 2]
 
 
 async def test_an_unreachable_host_is_passed_over_for_the_cool_down(where: dict[str, Any]) -> None:
@@ -284,12 +288,11 @@ async def test_an_unreachable_host_is_passed_over_for_the_cool_down(where: dict[
 
 
 async def test_a_cool_down_ends(where: dict[str, Any]) -> None:
-    async with hosts(1) as (a,):
-        async with pool_over([a.url, refused_url()], where, cooldown_ms=200) as p:
-            assert (await vote(p, "q", votes=2)).failed == 1
-            assert (await vote(p, "q", votes=2)).failed == 0  # passed over
-            await asyncio.sleep(0.25)  # longer than the cool-down: it is over for sure
-            assert (await vote(p, "q", votes=2)).failed == 1
+    async with hosts(1) as (a,), pool_over([a.url, refused_url()], where, cooldown_ms=200) as p:
+        assert (await vote(p, "q", votes=2)).failed == 1
+        assert (await vote(p, "q", votes=2)).failed == 0  # passed over
+        await asyncio.sleep(0.25)  # longer than the cool-down: it is over for sure
+        assert (await vote(p, "q", votes=2)).failed == 1
 
 
 async def test_when_every_host_cools_they_are_all_still_asked(where: dict[str, Any]) -> None:
@@ -305,9 +308,9 @@ async def test_a_waiter_takes_a_cooling_host_when_its_cool_down_ends() -> None:
         p = pool_over([a.url, down], {}, slots=1, cooldown_ms=300, acquire_timeout_ms=30_000)
         async with p:
             await vote(p, "q", votes=2)  # cools the refused host
-            async with p.provider():  # the good host is now busy
-                async with p.provider() as later:  # waits out the cool-down
-                    assert later is p.providers[1]
+            # The good host is busy; the second call waits out the cool-down.
+            async with p.provider(), p.provider() as later:
+                assert later is p.providers[1]
 
 
 async def test_an_unreachable_host_cools_down_for_every_pool_sharing_it(
@@ -334,9 +337,8 @@ async def test_redis_stopped_mid_run_ends_every_call_typed(redis_server: RedisSe
     async with hosts(2, delay=0.2) as (a, b):
         p = shared_pool([a.url, b.url], redis_server.url, slots=1, acquire_timeout_ms=3_000)
         votes = [asyncio.create_task(vote(p, "Is a spider an insect?")) for _ in range(6)]
-        while a.active + b.active < 2:  # two turns hold slots, sixteen wait
-            await asyncio.sleep(0.005)
-        redis_server.stop()
+        await until(lambda: a.active + b.active == 2)  # two turns hold slots, sixteen wait
+        await redis_server.stop()
         async with asyncio.timeout(30):  # a hang guard only: the calls end on their own
             results = await asyncio.gather(*votes)
         failed = sum(r.failed for r in results)
@@ -525,7 +527,8 @@ async def test_four_worker_processes_share_the_limit_and_a_killed_one_frees_its_
 
 
 SECTION = re.search(
-    r"^### Many workers, one limit per host\n(.*?)(?=^#)", Path(ROOT / "README.md").read_text(),
+    r"^### Many workers, one limit per host\n(.*?)(?=^#)",
+    Path(ROOT / "README.md").read_text(),
     re.DOTALL | re.MULTILINE,
 )
 
@@ -572,7 +575,6 @@ async def test_the_readme_vote_block_runs_on_redis_unchanged(
         assert out.decode().startswith("yes ")
         assert (a.calls, b.calls) in {(2, 1), (1, 2)}  # spread over both hosts
         stats = await rclient.info("commandstats")
-        assert stats["cmdstat_evalsha"]["calls"] + stats.get("cmdstat_eval", {}).get(
-            "calls", 0
-        ) >= 6  # three takes and three releases, in Redis
-
+        assert (
+            stats["cmdstat_evalsha"]["calls"] + stats.get("cmdstat_eval", {}).get("calls", 0) >= 6
+        )  # three takes and three releases, in Redis

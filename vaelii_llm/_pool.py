@@ -186,7 +186,7 @@ class Pool(Generic[P]):
         self._tokens: tuple[P, ...] = tuple(listed)
         distinct = {id(token): token for token in listed}
         self._hosts: tuple[P, ...] = tuple(distinct.values())
-        counts = {key: 0 for key in distinct}
+        counts = dict.fromkeys(distinct, 0)
         for token in listed:
             counts[id(token)] += 1
         self._slots: tuple[int, ...] = tuple(counts.values())
@@ -270,7 +270,9 @@ class Pool(Generic[P]):
         local = self._cooling()
         return self._snapshot(everywhere, [a or b for a, b in zip(cooling, local, strict=True)])
 
-    def _snapshot(self, everywhere: Sequence[int] | None, cooling: Sequence[bool]) -> PoolStatistics:
+    def _snapshot(
+        self, everywhere: Sequence[int] | None, cooling: Sequence[bool]
+    ) -> PoolStatistics:
         if everywhere is None and self._shared is None:
             everywhere = self._held
         hosts = tuple(
@@ -431,7 +433,9 @@ class Pool(Generic[P]):
         finally:
             self._waiting -= 1
 
-    def _hand_out(self, index: int, lease: str | None, spread: Spread | None) -> tuple[int, str | None]:
+    def _hand_out(
+        self, index: int, lease: str | None, spread: Spread | None
+    ) -> tuple[int, str | None]:
         self._held[index] += 1
         self._outstanding += 1
         if spread is not None:

@@ -35,8 +35,7 @@ try:
     from redis.exceptions import RedisError
 except ImportError as exc:  # pragma: no cover - the extra is in the test extra
     raise ImportError(
-        "a pool whose slots live in Redis needs the redis package: "
-        "pip install 'vaelii-llm[redis]'"
+        "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
     ) from exc
 
 from vaelii_llm.config import hide_userinfo
@@ -202,9 +201,9 @@ class RedisSlots:
             self._scripts["count"] = self._client.register_script(COUNT)
         return self._client
 
-    async def _call(self, op: Callable[[], Awaitable[Any]]) -> Any:
+    async def _call(self, op: Awaitable[Any]) -> Any:
         try:
-            return await op()
+            return await op
         except (RedisError, OSError) as exc:
             reason = hide_userinfo(f"{type(exc).__name__}: {exc}")
             raise LLMUnreachable(self.label, reason) from exc
@@ -231,7 +230,7 @@ class RedisSlots:
         self._redis()
         script = self._scripts["take"]
         keys = [*self._lease_keys, *self._cool_keys]
-        op = self._spawn(self._call(lambda: script(keys=keys, args=args)))
+        op = self._spawn(self._call(script(keys=keys, args=args)))
         try:
             best = int(await asyncio.shield(op))
         except asyncio.CancelledError:
@@ -259,9 +258,7 @@ class RedisSlots:
         """Until a lease is released anywhere, ``changed`` is set (a release or a
         close in this process), or :data:`POLL_S` has passed."""
         client = self._redis()
-        popped = self._spawn(
-            self._call(lambda: client.blpop([self._freed_key], timeout=POLL_S))  # type: ignore[arg-type]
-        )
+        popped = self._spawn(self._call(client.blpop([self._freed_key], timeout=POLL_S)))
         try:
             await asyncio.wait((popped, changed), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -270,9 +267,7 @@ class RedisSlots:
         if popped.done() and not popped.cancelled():
             popped.result()  # raises LLMUnreachable when Redis failed
 
-    def give_back(
-        self, index: int, lease: str, then: Callable[[], None] | None = None
-    ) -> None:
+    def give_back(self, index: int, lease: str, then: Callable[[], None] | None = None) -> None:
         """Release ``lease`` in the background, then call ``then``; a Redis that
         fails leaves the lease to expire."""
         if self._held.pop(lease, None) is None or self._closed:
@@ -283,7 +278,7 @@ class RedisSlots:
         script = self._scripts["release"]
         keys = [self._lease_keys[index], self._freed_key]
         try:
-            await self._call(lambda: script(keys=keys, args=[lease, sum(self._slots), self._ttl_ms]))
+            await self._call(script(keys=keys, args=[lease, sum(self._slots), self._ttl_ms]))
         except LLMUnreachable as exc:
             log.warning("a lease was not released (it expires in its TTL): %s", exc)
         finally:
@@ -294,9 +289,9 @@ class RedisSlots:
         """Mark the host cooling for every process, in the background."""
         client = self._redis()
         key = self._cool_keys[index]
-        self._spawn(self._cool(lambda: client.set(key, 1, px=self._cooldown_ms)))
+        self._spawn(self._cool(client.set(key, 1, px=self._cooldown_ms)))
 
-    async def _cool(self, op: Callable[[], Awaitable[Any]]) -> None:
+    async def _cool(self, op: Awaitable[Any]) -> None:
         try:
             await self._call(op)
         except LLMUnreachable as exc:
@@ -312,7 +307,7 @@ class RedisSlots:
             keys = [self._lease_keys[index] for _, index in held]
             args = [self._ttl_ms, *(lease for lease, _ in held)]
             try:
-                kept = int(await self._call(lambda: script(keys=keys, args=args)))
+                kept = int(await self._call(script(keys=keys, args=args)))
             except LLMUnreachable as exc:
                 log.warning("leases were not renewed: %s", exc)
                 continue
@@ -330,7 +325,7 @@ class RedisSlots:
         self._redis()
         script = self._scripts["count"]
         keys = [*self._lease_keys, *self._cool_keys]
-        flat = await self._call(lambda: script(keys=keys, args=[]))
+        flat = await self._call(script(keys=keys, args=[]))
         return [int(v) for v in flat[0::2]], [bool(int(v)) for v in flat[1::2]]
 
     async def aclose(self) -> None:
