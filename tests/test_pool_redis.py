@@ -575,6 +575,6 @@ async def test_the_readme_vote_block_runs_on_redis_unchanged(
         assert out.decode().startswith("yes ")
         assert (a.calls, b.calls) in {(2, 1), (1, 2)}  # spread over both hosts
         stats = await rclient.info("commandstats")
-        assert (
-            stats["cmdstat_evalsha"]["calls"] + stats.get("cmdstat_eval", {}).get("calls", 0) >= 6
-        )  # three takes and three releases, in Redis
+        # Three leases taken and given back by the scripts, in Redis.
+        assert stats["cmdstat_zadd"]["calls"] >= 3
+        assert stats["cmdstat_zrem"]["calls"] >= 3

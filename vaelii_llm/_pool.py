@@ -17,6 +17,7 @@ process holds (:mod:`vaelii_llm._redis_slots`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import time
 from collections.abc import Iterable, Sequence
@@ -55,6 +56,10 @@ DEFAULT_LEASE_TTL_MS: Final = 30_000
 
 DEFAULT_POOL_NAME: Final = "default"
 """The name a shared pool's Redis keys carry when none is given."""
+
+POLL_S: Final = 0.2
+"""How often callers waiting on a shared pool look again when no word came: a
+lease that expired (a killed process) or a cool-down that ended pushes none."""
 
 POOL_LABEL: Final = "the vote pool"
 """How the pool is named in the errors it raises."""
@@ -159,6 +164,7 @@ class Pool(Generic[P]):
         "_slots",
         "_tokens",
         "_waiting",
+        "_watcher",
     )
 
     def __init__(
@@ -193,7 +199,7 @@ class Pool(Generic[P]):
         self._names = tuple(host_name(host, n) for n, host in enumerate(self._hosts))
         self._held = [0] * len(self._hosts)
         self._cool_until = [0.0] * len(self._hosts)
-        self._cool_timers: dict[int, asyncio.TimerHandle] = {}
+        self._cool_timers: dict[int, asyncio.Handle] = {}
         self._cooldown_ms = cooldown_ms
         self._acquire_timeout_ms = acquire_timeout_ms
         self._line = asyncio.Lock()
@@ -202,6 +208,7 @@ class Pool(Generic[P]):
         self._waiting = 0
         self._closed = False
         self._shared: RedisSlots | None = None
+        self._watcher: asyncio.Future[None] | None = None
         if redis_url is not None:
             if not isinstance(name, str) or not name.strip():
                 raise ValueError("a shared pool's name is a non-blank string")
@@ -361,35 +368,13 @@ class Pool(Generic[P]):
     async def _acquire(self, spread: Spread | None) -> tuple[int, str | None]:
         if self._closed:
             raise LLMClosed(POOL_LABEL)
+        if self._shared is not None:
+            return await self._acquire_shared(spread)
         if self._waiting == 0 and not self._line.locked():
-            if self._shared is None:
-                index = self._choose(spread)
-                if index is not None:
-                    return self._hand_out(index, None, spread)
-            else:
-                got = await self._first_take(spread)
-                if got is not None:
-                    return self._hand_out(*got, spread)
-                if self._acquire_timeout_ms == 0:
-                    raise LLMPoolTimeout(POOL_LABEL, 0)
+            index = self._choose(spread)
+            if index is not None:
+                return self._hand_out(index, None, spread)
         return await self._wait_in_line(spread)
-
-    async def _first_take(self, spread: Spread | None) -> tuple[int, str] | None:
-        assert self._shared is not None
-        uses = spread.uses if spread is not None else [0] * len(self._hosts)
-        if self._acquire_timeout_ms == 0:  # one try, bounded by Redis's own timeout
-            return await self._shared.take(uses, self._cooling())
-        try:
-            async with asyncio.timeout(self._acquire_timeout_ms / 1000):
-                return await self._shared.take(uses, self._cooling())
-        except TimeoutError as exc:
-            raise self._silent_redis() from exc
-
-    def _silent_redis(self) -> LLMUnreachable:
-        assert self._shared is not None
-        return LLMUnreachable(
-            self._shared.label, f"no answer inside the pool's {self._acquire_timeout_ms} ms"
-        )
 
     async def _wait_in_line(self, spread: Spread | None) -> tuple[int, str | None]:
         # First come, first served: the line (an asyncio.Lock, which wakes its
@@ -400,38 +385,87 @@ class Pool(Generic[P]):
         # out with no await between the choice and the count.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._acquire_timeout_ms / 1000
-        asking_redis = False
         self._waiting += 1
         try:
             async with asyncio.timeout_at(deadline), self._line:
                 while True:
                     if self._closed:
                         raise LLMClosed(POOL_LABEL, waited=True)
-                    if self._shared is None:
-                        index = self._choose(spread)
-                        if index is not None:
-                            return self._hand_out(index, None, spread)
-                    else:
-                        uses = spread.uses if spread is not None else [0] * len(self._hosts)
-                        asking_redis = True
-                        got = await self._shared.take(uses, self._cooling())
-                        asking_redis = False
-                        if got is not None:
-                            return self._hand_out(*got, spread)
-                    changed = self._changed = loop.create_future()
-                    try:
-                        if self._shared is None:
-                            await changed
-                        else:
-                            await self._shared.wait(changed)
-                    finally:
-                        self._changed = None
+                    index = self._choose(spread)
+                    if index is not None:
+                        return self._hand_out(index, None, spread)
+                    await self._changed_future()
         except TimeoutError as exc:
-            if asking_redis:
-                raise self._silent_redis() from exc
             raise LLMPoolTimeout(POOL_LABEL, self._acquire_timeout_ms) from exc
         finally:
             self._waiting -= 1
+
+    async def _acquire_shared(self, spread: Spread | None) -> tuple[int, str | None]:
+        # First come, first served in this process: a call that finds others
+        # waiting waits behind them. Every wake-up (a release here or anywhere,
+        # a poll, a close) wakes the waiters in the order they queued, and
+        # their takes reach Redis in one script, in that order.
+        shared = self._shared
+        assert shared is not None
+        uses = spread.uses if spread is not None else [0] * len(self._hosts)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._acquire_timeout_ms / 1000
+        asking_redis = True
+        try:
+            if self._waiting == 0:
+                if self._acquire_timeout_ms == 0:  # one try, bounded by Redis's own timeout
+                    got = await shared.take(uses, self._cooling())
+                else:
+                    async with asyncio.timeout_at(deadline):
+                        got = await shared.take(uses, self._cooling())
+                if got is not None:
+                    return self._hand_out(*got, spread)
+                if self._acquire_timeout_ms == 0:
+                    raise LLMPoolTimeout(POOL_LABEL, 0)
+            self._waiting += 1
+            try:
+                self._watch()
+                async with asyncio.timeout_at(deadline):
+                    while True:
+                        asking_redis = False
+                        # Shielded: one waiter cancelled must not wake the rest.
+                        await asyncio.shield(self._changed_future())
+                        if self._closed:
+                            raise LLMClosed(POOL_LABEL, waited=True)
+                        asking_redis = True
+                        got = await shared.take(uses, self._cooling())
+                        if got is not None:
+                            return self._hand_out(*got, spread)
+            finally:
+                self._waiting -= 1
+        except TimeoutError as exc:
+            if asking_redis:
+                raise LLMUnreachable(
+                    shared.label, f"no answer inside the pool's {self._acquire_timeout_ms} ms"
+                ) from exc
+            raise LLMPoolTimeout(POOL_LABEL, self._acquire_timeout_ms) from exc
+
+    def _watch(self) -> None:
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.ensure_future(self._watch_redis())
+
+    async def _watch_redis(self) -> None:
+        # While calls wait here, block on Redis's word that a slot came free
+        # anywhere (or a short poll), and wake them.
+        assert self._shared is not None
+        while self._waiting > 0 and not self._closed:
+            try:
+                await self._shared.wait(self._changed_future())
+            except LLMUnreachable:
+                self._wake()  # each waiter meets the failure in its own take
+                await asyncio.sleep(POLL_S)
+            else:
+                self._wake()
+
+    def _changed_future(self) -> asyncio.Future[None]:
+        if self._changed is None or self._changed.done():
+            self._changed = asyncio.get_running_loop().create_future()
+        return self._changed
 
     def _hand_out(
         self, index: int, lease: str | None, spread: Spread | None
@@ -460,15 +494,24 @@ class Pool(Generic[P]):
     def _cool(self, index: int) -> None:
         if self._cooldown_ms == 0 or self._closed:
             return
-        seconds = self._cooldown_ms / 1000
-        self._cool_until[index] = time.monotonic() + seconds
-        # When it ends, the caller waiting first may take that host again.
+        self._cool_until[index] = time.monotonic() + self._cooldown_ms / 1000
+        self._cool_ended(index)
+        if self._shared is not None:
+            self._shared.cool(index)
+
+    def _cool_ended(self, index: int) -> None:
+        # When a cool-down ends, the caller waiting first may take that host
+        # again. A loop's clock may run a little ahead of time.monotonic (uvloop
+        # rounds to milliseconds), so a timer that fires early is set again.
         earlier = self._cool_timers.pop(index, None)
         if earlier is not None:
             earlier.cancel()
-        self._cool_timers[index] = asyncio.get_running_loop().call_later(seconds, self._wake)
-        if self._shared is not None:
-            self._shared.cool(index)
+        left = self._cool_until[index] - time.monotonic()
+        if left > 0:
+            loop = asyncio.get_running_loop()
+            self._cool_timers[index] = loop.call_later(left + 0.001, self._cool_ended, index)
+        else:
+            self._cool_timers[index] = asyncio.get_running_loop().call_soon(self._wake)
 
     # -- closing -----------------------------------------------------------
 
@@ -492,6 +535,10 @@ class Pool(Generic[P]):
         for timer in self._cool_timers.values():
             timer.cancel()
         first: Exception | None = None
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         if self._shared is not None:
             await self._shared.aclose()
         for provider in self._hosts:

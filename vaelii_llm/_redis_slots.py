@@ -38,6 +38,7 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test extra
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
     ) from exc
 
+from vaelii_llm._pool import POLL_S
 from vaelii_llm.config import hide_userinfo
 from vaelii_llm.errors import LLMUnreachable
 
@@ -48,9 +49,8 @@ log = logging.getLogger("vaelii_llm.pool")
 OP_TIMEOUT_S: Final = 5.0
 """The most one Redis command may take (connect included) before it fails."""
 
-POLL_S: Final = 0.2
-"""How long a waiting caller blocks on ``freed`` before it asks again: leases
-that expire (a killed process) and cool-downs that end push nothing."""
+MAX_CONNECTIONS: Final = 16
+"""Connections one pool opens to Redis at most."""
 
 CLOSE_GRACE_S: Final = 1.0
 """How long closing waits for releases still on their way; a Redis that does not
@@ -66,42 +66,69 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 TAKE: Final = (
     _COMMON
     + """
--- KEYS: n lease sets, then n cool-down flags.
--- ARGV: lease id, ttl ms, then per host: slots, this vote's turns on it, cooling here (1/0).
+-- Takes a lease for each caller of this process that asked in the same instant,
+-- in the order they asked. KEYS: n lease sets, then n cool-down flags.
+-- ARGV: ttl ms, n slot counts, then per caller: its lease id and its preferences.
 local n = #KEYS / 2
-local ttl = tonumber(ARGV[2])
-local held, cooling = {}, {}
-local all_cooling = true
+local ttl = tonumber(ARGV[1])
+local held, shared_cool = {}, {}
 for i = 1, n do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
   held[i] = redis.call('ZCARD', KEYS[i])
-  cooling[i] = ARGV[2 + 3 * i] == '1' or redis.call('EXISTS', KEYS[n + i]) == 1
-  if not cooling[i] then all_cooling = false end
+  shared_cool[i] = redis.call('EXISTS', KEYS[n + i]) == 1
 end
-local best, best_uses, best_held = 0, 0, 0
-for i = 1, n do
-  local uses = tonumber(ARGV[1 + 3 * i])
-  if held[i] < tonumber(ARGV[3 * i]) and (all_cooling or not cooling[i]) then
-    if best == 0 or uses < best_uses or (uses == best_uses and held[i] < best_held) then
-      best, best_uses, best_held = i, uses, held[i]
+local out, taken = {}, {}
+local at = 2 + n
+while at <= #ARGV do
+  -- A caller's preferences: '' (none), or its vote's turns on each host then
+  -- whether this process sees each host cooling, comma-separated.
+  local uses, cooling, all_cooling = {}, {}, true
+  for i = 1, n do
+    uses[i], cooling[i] = 0, shared_cool[i]
+  end
+  local k = 0
+  for word in string.gmatch(ARGV[at + 1], '[^,]+') do
+    k = k + 1
+    if k <= n then uses[k] = tonumber(word) else cooling[k - n] = cooling[k - n] or word == '1' end
+  end
+  for i = 1, n do
+    if not cooling[i] then all_cooling = false end
+  end
+  local best, best_uses, best_held = 0, 0, 0
+  for i = 1, n do
+    if held[i] < tonumber(ARGV[1 + i]) and (all_cooling or not cooling[i]) then
+      if best == 0 or uses[i] < best_uses or (uses[i] == best_uses and held[i] < best_held) then
+        best, best_uses, best_held = i, uses[i], held[i]
+      end
     end
   end
+  if best > 0 then
+    redis.call('ZADD', KEYS[best], now + ttl, ARGV[at])
+    held[best] = held[best] + 1
+    taken[best] = true
+  end
+  out[#out + 1] = best
+  at = at + 2
 end
-if best > 0 then
-  redis.call('ZADD', KEYS[best], now + ttl, ARGV[1])
-  redis.call('PEXPIRE', KEYS[best], ttl)
+for i in pairs(taken) do
+  redis.call('PEXPIRE', KEYS[i], ttl)
 end
-return best
+return out
 """
 )
 
 RELEASE: Final = """
--- KEYS: the lease set, the freed list. ARGV: lease id, how many words freed keeps, ttl ms.
-local gone = redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('RPUSH', KEYS[2], '1')
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return gone
+-- KEYS: each lease's set, then the freed list. ARGV: how many words freed keeps,
+-- ttl ms, then the lease ids in KEYS' order. One word is pushed per lease.
+local m = #KEYS - 1
+local freed = KEYS[#KEYS]
+for i = 1, m do
+  redis.call('ZREM', KEYS[i], ARGV[2 + i])
+  redis.call('RPUSH', freed, '1')
+end
+redis.call('LTRIM', freed, -tonumber(ARGV[1]), -1)
+redis.call('PEXPIRE', freed, ARGV[2])
+return m
 """
 
 RENEW: Final = (
@@ -180,22 +207,32 @@ class RedisSlots:
         self._held: dict[str, int] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._renewer: asyncio.Task[None] | None = None
+        self._takes: list[tuple[str, str, asyncio.Future[int]]] = []
+        self._taking: asyncio.Future[Any] | None = None
+        self._releases: list[tuple[int, str, Callable[[], None] | None]] = []
+        self._releasing: asyncio.Future[Any] | None = None
         self._closed = False
         self._counter = itertools.count()
-        self._token = os.urandom(4).hex()
+        self._pid = 0
+        self._owner = ""
 
     # -- Redis ---------------------------------------------------------------
 
     def _redis(self) -> aioredis.Redis:
         if self._client is None:
-            self._client = aioredis.from_url(
+            connections = aioredis.BlockingConnectionPool.from_url(
                 self._url,
+                # Commands beyond these wait for a connection (up to the op
+                # timeout) rather than fail: one process needs few.
+                max_connections=MAX_CONNECTIONS,
+                timeout=OP_TIMEOUT_S,
                 socket_timeout=OP_TIMEOUT_S,
                 socket_connect_timeout=OP_TIMEOUT_S,
                 # One retry on a fresh connection (a pooled one may predate a
                 # Redis restart); a Redis that is gone fails at once, typed.
                 retry=Retry(NoBackoff(), 1),
             )
+            self._client = aioredis.Redis.from_pool(connections)
             for key, source in (("take", TAKE), ("release", RELEASE), ("renew", RENEW)):
                 self._scripts[key] = self._client.register_script(source)
             self._scripts["count"] = self._client.register_script(COUNT)
@@ -215,39 +252,58 @@ class RedisSlots:
         return task
 
     def _lease(self) -> str:
-        return f"{socket.gethostname()}:{os.getpid()}:{self._token}:{next(self._counter)}"
+        # Host and process first, so an operator reading the keys sees whose it is.
+        pid = os.getpid()
+        if pid != self._pid:  # a fork
+            self._pid = pid
+            self._owner = f"{socket.gethostname()}:{pid}:{os.urandom(4).hex()}"
+        return f"{self._owner}:{next(self._counter)}"
 
     # -- taking, waiting, giving back -------------------------------------------
 
     async def take(self, uses: Sequence[int], cooling: Sequence[bool]) -> tuple[int, str] | None:
         """Take a lease on the best free host: (host index, lease id), or None when
-        every host is full. Cancelled while Redis answers, a lease it took is
-        given back as soon as the answer arrives."""
-        lease = self._lease()
-        args: list[Any] = [lease, self._ttl_ms]
-        for slots, used, cool in zip(self._slots, uses, cooling, strict=True):
-            args += [slots, used, 1 if cool else 0]
+        every host is full. The takes asked for in one instant go to Redis in one
+        script, in the order they were asked. Cancelled before it is sent, a take
+        is dropped; after, a lease it took is given back when the answer comes."""
         self._redis()
+        lease = self._lease()
+        asked: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        prefs = ""
+        if any(uses) or any(cooling):
+            prefs = ",".join([*map(str, uses), *("1" if cool else "0" for cool in cooling)])
+        self._takes.append((lease, prefs, asked))
+        if self._taking is None or self._taking.done():
+            self._taking = self._spawn(self._send_takes())
+        best = await asked
+        return None if best == 0 else (best - 1, lease)
+
+    async def _send_takes(self) -> None:
         script = self._scripts["take"]
         keys = [*self._lease_keys, *self._cool_keys]
-        op = self._spawn(self._call(script(keys=keys, args=args)))
-        try:
-            best = int(await asyncio.shield(op))
-        except asyncio.CancelledError:
-            op.add_done_callback(lambda done: self._abandoned(done, lease))
-            raise
-        if best == 0:
-            return None
-        self._hold(lease, best - 1)
-        return best - 1, lease
-
-    def _abandoned(self, done: asyncio.Future[Any], lease: str) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
-        best = int(done.result())
-        if best:
-            self._hold(lease, best - 1)
-            self.give_back(best - 1, lease)
+        while self._takes:
+            batch = [take for take in self._takes if not take[2].done()]
+            self._takes = []
+            if not batch:
+                continue
+            args: list[Any] = [self._ttl_ms, *self._slots]
+            for lease, prefs, _ in batch:
+                args += (lease, prefs)
+            try:
+                found = await self._call(script(keys=keys, args=args))
+            except LLMUnreachable as exc:
+                for _, _, asked in batch:
+                    if not asked.done():
+                        asked.set_exception(LLMUnreachable(exc.label, exc.reason))
+                continue
+            for (lease, _, asked), best in zip(batch, found, strict=True):
+                best = int(best)
+                if best:
+                    self._hold(lease, best - 1)
+                if not asked.done():
+                    asked.set_result(best)
+                elif best:  # its caller gave up while Redis answered
+                    self.give_back(best - 1, lease)
 
     def _hold(self, lease: str, index: int) -> None:
         self._held[lease] = index
@@ -269,21 +325,29 @@ class RedisSlots:
 
     def give_back(self, index: int, lease: str, then: Callable[[], None] | None = None) -> None:
         """Release ``lease`` in the background, then call ``then``; a Redis that
-        fails leaves the lease to expire."""
+        fails leaves the lease to expire. Releases of one instant go in one script."""
         if self._held.pop(lease, None) is None or self._closed:
             return
-        self._spawn(self._release(index, lease, then))
+        self._releases.append((index, lease, then))
+        if self._releasing is None or self._releasing.done():
+            self._releasing = self._spawn(self._send_releases())
 
-    async def _release(self, index: int, lease: str, then: Callable[[], None] | None) -> None:
+    async def _send_releases(self) -> None:
         script = self._scripts["release"]
-        keys = [self._lease_keys[index], self._freed_key]
-        try:
-            await self._call(script(keys=keys, args=[lease, sum(self._slots), self._ttl_ms]))
-        except LLMUnreachable as exc:
-            log.warning("a lease was not released (it expires in its TTL): %s", exc)
-        finally:
-            if then is not None:
-                then()
+        while self._releases:
+            batch, self._releases = self._releases, []
+            keys = [*(self._lease_keys[index] for index, _, _ in batch), self._freed_key]
+            args = [sum(self._slots), self._ttl_ms, *(lease for _, lease, _ in batch)]
+            try:
+                await self._call(script(keys=keys, args=args))
+            except LLMUnreachable as exc:
+                log.warning(
+                    "%d lease(s) not released (they expire in their TTL): %s", len(batch), exc
+                )
+            finally:
+                for _, _, then in batch:
+                    if then is not None:
+                        then()
 
     def cool(self, index: int) -> None:
         """Mark the host cooling for every process, in the background."""
