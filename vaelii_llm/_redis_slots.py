@@ -2,17 +2,19 @@
 and pool name shares one limit per host (the ``redis`` extra).
 
 Each host is a lease semaphore: a sorted set of lease ids scored by the
-server-clock millisecond at which each lease expires. One Lua script takes a
-lease (dropping expired ones first, then choosing a host as
-:meth:`~vaelii_llm._pool.Pool` would in process: a free host this vote uses
-least, then the least busy), one releases it, one renews every lease this
-process holds. A lease is renewed every third of its TTL while its call runs,
-so a process killed with SIGKILL frees its slots within the TTL and nothing
-ever needs a flush; an idle pool's keys expire by themselves.
+server-clock millisecond at which each lease expires. One Lua script takes
+leases (dropping expired ones first, then choosing for each caller a host as
+:class:`~vaelii_llm._pool.Pool` would in process: a free host not cooling, the
+one the caller's vote uses least, then the least busy), one releases them, one
+renews every lease this process holds. The takes (and the releases) asked for
+in one instant go in one script call, in the order they were asked. A lease is
+renewed every third of its TTL while its call runs, so a process killed with
+SIGKILL frees its slots within the TTL and nothing ever needs a flush; an idle
+pool's keys expire by themselves.
 
-A release pushes a word on the pool's ``freed`` list, which the first caller
-waiting in each process blocks on (``BLPOP``, served in the order the
-processes blocked), with a short poll for leases that expired. Every Redis
+A release pushes a word on the pool's ``freed`` list, on which one watcher per
+process blocks (``BLPOP``, served in the order the processes blocked) while
+calls wait there, with a short poll for leases that expired. Every Redis
 failure is raised as :class:`~vaelii_llm.errors.LLMUnreachable` naming the
 Redis (its URL without a password), never as a ``redis`` exception.
 """
