@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import re
 import signal
 import sys
@@ -393,13 +394,19 @@ async def test_cancelled_calls_leave_no_slot_held(redis_server: RedisServer) -> 
     async with hosts(2, delay=0.01) as (a, b):
         p = shared_pool([a.url, b.url], redis_server.url, acquire_timeout_ms=30_000)
         async with p:
-            for n in range(16):
-                tasks = [asyncio.create_task(vote(p, "q")) for _ in range(4)]
-                for _ in range(n % 7):
+            rng = random.Random(23)
+
+            async def cancel_soon(task: asyncio.Task[Any]) -> None:
+                # Some loop turns (a Redis answer landing among them), or a short sleep.
+                for _ in range(rng.randrange(60)):
                     await asyncio.sleep(0)
-                await asyncio.sleep(0.002 * (n % 5))
-                for t in tasks[: 1 + n % 4]:
-                    t.cancel()
+                await asyncio.sleep(rng.choice([0, 0, 0.001, 0.005]))
+                task.cancel()
+
+            for _ in range(24):
+                tasks = [asyncio.create_task(vote(p, "q")) for _ in range(4)]
+                cancels = [cancel_soon(t) for t in tasks if rng.random() < 0.7]
+                await asyncio.gather(*cancels)
                 await asyncio.gather(*tasks, return_exceptions=True)
             assert (p.outstanding, p.statistics().waiters) == (0, 0)
             assert await settled(p) == [0, 0]

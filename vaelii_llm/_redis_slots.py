@@ -277,7 +277,14 @@ class RedisSlots:
         self._takes.append((lease, prefs, asked))
         if self._taking is None or self._taking.done():
             self._taking = self._spawn(self._send_takes())
-        best = await asked
+        try:
+            best = await asked
+        except asyncio.CancelledError:
+            # Cancelled in the instant its answer came: the lease it took goes back.
+            taken = asked.done() and not asked.cancelled() and asked.exception() is None
+            if taken and asked.result():
+                self.give_back(asked.result() - 1, lease)
+            raise
         return None if best == 0 else (best - 1, lease)
 
     async def _send_takes(self) -> None:
