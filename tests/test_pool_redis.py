@@ -165,14 +165,21 @@ async def test_two_pool_names_do_not_share(redis_server: RedisServer) -> None:
 async def test_a_busy_shared_pool_times_out_as_a_busy_pool(redis_server: RedisServer) -> None:
     async with hosts(1) as (a,):
         holder = shared_pool([a.url], redis_server.url, slots=1)
-        waiter = shared_pool([a.url], redis_server.url, slots=1, acquire_timeout_ms=300)
-        async with holder, waiter, holder.provider():
-            with pytest.raises(LLMPoolTimeout) as raised:
-                async with waiter.provider():
-                    pass
-            assert raised.value.phase == "acquire"
-            stats = await waiter.read_statistics()
-            assert (stats.hosts[0].held, stats.hosts[0].held_everywhere, stats.idle) == (0, 1, 0)
+        waiter = shared_pool([a.url], redis_server.url, slots=1, acquire_timeout_ms=1_000)
+        async with holder, waiter:
+            async with waiter.provider():  # Redis answers this pool before it is busy
+                pass
+            async with holder.provider():
+                with pytest.raises(LLMPoolTimeout) as raised:
+                    async with waiter.provider():
+                        pass
+                assert raised.value.phase == "acquire"
+                stats = await waiter.read_statistics()
+                assert (stats.hosts[0].held, stats.hosts[0].held_everywhere, stats.idle) == (
+                    0,
+                    1,
+                    0,
+                )
 
 
 async def test_a_slot_freed_in_another_pool_wakes_a_waiter(redis_server: RedisServer) -> None:

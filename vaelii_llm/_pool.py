@@ -331,11 +331,11 @@ class Pool(Generic[P]):
         """
         return _Checkout(self, None)
 
-    def spread(self) -> Spread:
-        """A vote's record of the hosts its turns took (see :meth:`checkout`)."""
+    def _spread(self) -> Spread:
+        """A vote's record of the hosts its turns took (see :meth:`_checkout`)."""
         return Spread(len(self._hosts))
 
-    def checkout(self, spread: Spread | None) -> _Checkout[P]:
+    def _checkout(self, spread: Spread | None) -> _Checkout[P]:
         """:meth:`provider`, choosing among free hosts the one ``spread`` has used least."""
         return _Checkout(self, spread)
 
@@ -410,7 +410,9 @@ class Pool(Generic[P]):
         uses = spread.uses if spread is not None else [0] * len(self._hosts)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._acquire_timeout_ms / 1000
-        asking_redis = True
+        # The budget ran out on a Redis that never answered: unreachable. Once it
+        # has answered "every host is full", the pool is busy.
+        answered = False
         try:
             if self._waiting == 0:
                 if self._acquire_timeout_ms == 0:  # one try, bounded by Redis's own timeout
@@ -418,6 +420,7 @@ class Pool(Generic[P]):
                 else:
                     async with asyncio.timeout_at(deadline):
                         got = await shared.take(uses, self._cooling())
+                answered = True
                 if got is not None:
                     return self._hand_out(*got, spread)
                 if self._acquire_timeout_ms == 0:
@@ -427,19 +430,18 @@ class Pool(Generic[P]):
                 self._watch()
                 async with asyncio.timeout_at(deadline):
                     while True:
-                        asking_redis = False
                         # Shielded: one waiter cancelled must not wake the rest.
                         await asyncio.shield(self._changed_future())
                         if self._closed:
                             raise LLMClosed(POOL_LABEL, waited=True)
-                        asking_redis = True
                         got = await shared.take(uses, self._cooling())
+                        answered = True
                         if got is not None:
                             return self._hand_out(*got, spread)
             finally:
                 self._waiting -= 1
         except TimeoutError as exc:
-            if asking_redis:
+            if not answered:
                 raise LLMUnreachable(
                     shared.label, f"no answer inside the pool's {self._acquire_timeout_ms} ms"
                 ) from exc

@@ -129,7 +129,7 @@ _FAILED: Final = _Failed()
 
 async def _turn(pool: Pool[P], request: Request, spread: Spread) -> YesNo | _Failed | None:
     try:
-        async with pool.checkout(spread) as p:
+        async with pool._checkout(spread) as p:
             response = await p.complete(request)
     except LLMError:
         return _FAILED
@@ -178,7 +178,7 @@ async def vote(
         else Request(messages=[Message(role="user", content=question)])
     )
     finished: list[YesNo | _Failed | None] = []
-    spread = pool.spread()
+    spread = pool._spread()
 
     async def counted_turn() -> YesNo | _Failed | None:
         reading = await _turn(pool, request, spread)
