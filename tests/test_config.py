@@ -139,6 +139,7 @@ SET_TO = {
     "VAELII_OLLAMA_NUM_CTX": ("1234", 1234),
     "VAELII_OLLAMA_KEEP_ALIVE": ("5m", "5m"),
     "VAELII_OLLAMA_HOSTS": ("a*2,b", "a*2,b"),
+    "VAELII_POOL_REDIS_URL": (" redis://r:6379/0\n", "redis://r:6379/0"),
     "ANTHROPIC_API_KEY": ("sk-1", "sk-1"),
     "ANTHROPIC_AUTH_TOKEN": ("tok-1", "tok-1"),
     "ANTHROPIC_BASE_URL": ("http://gw:1/", "http://gw:1"),

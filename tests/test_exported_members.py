@@ -34,7 +34,7 @@ EXPORTS: dict[str, str] = {
         "SWITCHES Switch anthropic_api_key anthropic_auth_token anthropic_base_url "
         "live_llm ollama_generation_model ollama_host ollama_hosts ollama_keep_alive "
         "ollama_model ollama_num_ctx openai_api_key openai_base_url openai_hosts openai_model "
-        "otel_enabled provider_kind"
+        "otel_enabled pool_redis_url provider_kind"
     ),
     "vaelii_llm.engine": ("Context Engine Handle Options Sentence Term embedded irreversible op"),
     "vaelii_llm.errors": (

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from vaelii_llm import pool as vpool
-from vaelii_llm._pool import DEFAULT_ACQUIRE_TIMEOUT_MS, PoolStatistics
+from vaelii_llm._pool import DEFAULT_ACQUIRE_TIMEOUT_MS, HostStatistics, PoolStatistics
 from vaelii_llm._protocol import (
     Message,
     ProviderBase,
@@ -268,10 +268,22 @@ async def test_several_bugs_raise_the_first_with_a_note() -> None:
 async def test_statistics_follow_checkouts_and_waiters() -> None:
     a, b = CountingProvider(), CountingProvider()
     p = Pool([a, a, b])
-    assert p.statistics() == PoolStatistics(size=3, idle=3, outstanding=0, waiters=0)
+    name = f"{__name__}.CountingProvider"
+    assert p.statistics() == PoolStatistics(
+        size=3,
+        idle=3,
+        outstanding=0,
+        waiters=0,
+        hosts=(
+            HostStatistics(f"{name}#0", slots=2, held=0, held_everywhere=0, cooling=False),
+            HostStatistics(f"{name}#1", slots=1, held=0, held_everywhere=0, cooling=False),
+        ),
+    )
+    assert await p.read_statistics() == p.statistics()  # in process: nothing else to read
     async with AsyncExitStack() as stack:
         first = await stack.enter_async_context(p.provider())
         assert stats(p) == (3, 2, 1, 0)
+        assert [h.held for h in p.statistics().hosts] == [1, 0]
         await stack.enter_async_context(p.provider())
         await stack.enter_async_context(p.provider())
         assert stats(p) == (3, 0, 3, 0)

@@ -222,6 +222,8 @@ class Readme:
                 continue  # made the environment; the activation prefixes every block
             if any(word in body for word in ("vaelii-llm ask", "web_backend.py", "curl")):
                 continue  # run by ask_block and web_blocks
+            if "VAELII_POOL_REDIS_URL" in body:
+                continue  # checked against the extra and the switch by test_pool_redis.py
             if BENCH_BLOCK in body:  # minutes of benchmarks: check it names real scripts
                 assert list((self.root / "tests" / "bench").glob("bench_*.py"))
                 continue

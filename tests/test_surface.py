@@ -111,6 +111,7 @@ SPEC_DEFAULTS = {
     "VAELII_OLLAMA_NUM_CTX": "8192",
     "VAELII_OLLAMA_KEEP_ALIVE": "30m",
     "VAELII_OLLAMA_HOSTS": None,
+    "VAELII_POOL_REDIS_URL": None,
     "ANTHROPIC_API_KEY": None,
     "ANTHROPIC_AUTH_TOKEN": None,
     "ANTHROPIC_BASE_URL": "https://api.anthropic.com",
@@ -143,6 +144,7 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
     assert config.openai_api_key() is None
     assert config.openai_model() is None
     assert config.openai_hosts() is None
+    assert config.pool_redis_url() is None
 
 
 MODULES = [
@@ -180,6 +182,7 @@ MODULES = [
     "vaelii_llm.pool",
     "vaelii_llm._pool",
     "vaelii_llm._vote",
+    "vaelii_llm._redis_slots",
     "vaelii_llm.engine",
     "vaelii_llm.tools",
     "vaelii_llm._edn",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
 
 from vaelii_llm import telemetry
-from vaelii_llm._pool import POOL_LABEL, Pool
+from vaelii_llm._pool import POOL_LABEL, Pool, Spread
 from vaelii_llm._protocol import Message, Provider, Request, Response, StopReason, TextBlock
 from vaelii_llm.errors import LLMClosed, LLMError
 
@@ -127,9 +127,9 @@ class _Failed:
 _FAILED: Final = _Failed()
 
 
-async def _turn(pool: Pool[P], request: Request) -> YesNo | _Failed | None:
+async def _turn(pool: Pool[P], request: Request, spread: Spread) -> YesNo | _Failed | None:
     try:
-        async with pool.provider() as p:
+        async with pool._checkout(spread) as p:
             response = await p.complete(request)
     except LLMError:
         return _FAILED
@@ -178,9 +178,10 @@ async def vote(
         else Request(messages=[Message(role="user", content=question)])
     )
     finished: list[YesNo | _Failed | None] = []
+    spread = pool._spread()
 
     async def counted_turn() -> YesNo | _Failed | None:
-        reading = await _turn(pool, request)
+        reading = await _turn(pool, request, spread)
         if on_vote is not None:
             finished.append(reading)
             on_vote(_count(finished, votes))

@@ -38,6 +38,7 @@ __all__ = [
     "openai_hosts",
     "openai_model",
     "otel_enabled",
+    "pool_redis_url",
     "provider_kind",
 ]
 
@@ -133,6 +134,14 @@ _OLLAMA_HOSTS = Switch(
     "The hosts a vote pool spreads its calls over, n calls at once per host "
     "(unset: the one host above; blank: no hosts).",
 )
+_POOL_REDIS_URL = Switch(
+    "VAELII_POOL_REDIS_URL",
+    "pool_redis_url",
+    "a redis://, rediss:// or unix:// URL",
+    None,
+    "Where a pool built by pool.pool_from_config() keeps its per-host slots, shared by "
+    "every process that names the same Redis (unset: in this process only).",
+)
 _ANTHROPIC_API_KEY = Switch(
     "ANTHROPIC_API_KEY",
     "anthropic_api_key",
@@ -212,6 +221,7 @@ SWITCHES: tuple[Switch, ...] = (
     _OLLAMA_NUM_CTX,
     _OLLAMA_KEEP_ALIVE,
     _OLLAMA_HOSTS,
+    _POOL_REDIS_URL,
     _ANTHROPIC_API_KEY,
     _ANTHROPIC_AUTH_TOKEN,
     _ANTHROPIC_BASE_URL,
@@ -309,6 +319,12 @@ def ollama_hosts(explicit: str | None = None) -> str | None:
         return explicit
     value = os.environ.get(_OLLAMA_HOSTS.name)
     return None if value is None else value.strip()
+
+
+def pool_redis_url(explicit: str | None = None) -> str | None:
+    """The Redis a pool shares its host slots through, or None for slots in this
+    process. A ``user:password@`` in it is never shown (:func:`hide_userinfo`)."""
+    return explicit or _read(_POOL_REDIS_URL)
 
 
 def anthropic_api_key(explicit: str | None = None) -> str | None:

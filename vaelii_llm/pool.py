@@ -10,8 +10,12 @@ cancellation included.
 
 ``VAELII_OLLAMA_HOSTS`` (``host[*n],…``, read by :func:`hosts`) names the hosts
 :func:`pool_from_config` spreads its calls over, or, for the OpenAI-compatible
-backend (a vLLM fleet), ``VAELII_OPENAI_HOSTS`` in the same grammar;
-:func:`stub_pool` is a pool of one stub provider, for tests.
+backend (a vLLM fleet), ``VAELII_OPENAI_HOSTS`` in the same grammar: a vote's
+turns go to distinct hosts where it can, among free hosts to the least busy,
+and a host whose call was unreachable is passed over for a short cool-down.
+``VAELII_POOL_REDIS_URL`` keeps the ``n`` slots of each host in Redis, shared
+by every worker process (the ``redis`` extra). :func:`stub_pool` is a pool of
+one stub provider, for tests.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from vaelii_llm import config
-from vaelii_llm._pool import DEFAULT_ACQUIRE_TIMEOUT_MS, Pool
+from vaelii_llm._pool import (
+    DEFAULT_ACQUIRE_TIMEOUT_MS,
+    DEFAULT_COOLDOWN_MS,
+    DEFAULT_LEASE_TTL_MS,
+    DEFAULT_POOL_NAME,
+    Pool,
+)
 from vaelii_llm._protocol import Provider
 from vaelii_llm._vote import Vote, read_yes_no, vote
 from vaelii_llm.errors import LLMBadHosts
@@ -38,6 +48,10 @@ async def pool_from_config(
     kind: str | None = None,
     model: str | None = None,
     acquire_timeout_ms: int = DEFAULT_ACQUIRE_TIMEOUT_MS,
+    redis_url: str | None = None,
+    name: str = DEFAULT_POOL_NAME,
+    lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+    cooldown_ms: int = DEFAULT_COOLDOWN_MS,
 ) -> Pool[Any]:
     """A pool of providers over :func:`hosts`, one provider per entry.
 
@@ -46,11 +60,15 @@ async def pool_from_config(
     provider with the configured key); None: ``openai`` when
     ``VAELII_LLM_PROVIDER`` names it, else ``ollama``. An entry's ``n``
     becomes ``n`` tokens of that entry's provider. ``model`` (None: the
-    configured model) is passed to every provider. The backend is imported
-    here, on first use, never at import. Refuses an empty or malformed host
-    list with :class:`~vaelii_llm.errors.LLMBadHosts` before building any
-    provider; if building one raises, those already built are closed before
-    the exception propagates.
+    configured model) is passed to every provider. ``redis_url`` (None:
+    ``VAELII_POOL_REDIS_URL``, read now; unset: slots in this process) shares
+    the slots through Redis under ``name``, with leases that expire
+    ``lease_ttl_ms`` after a process stops renewing them; ``cooldown_ms`` is
+    how long an unreachable host is passed over (see :class:`Pool`). The
+    backend is imported here, on first use, never at import. Refuses an empty
+    or malformed host list with :class:`~vaelii_llm.errors.LLMBadHosts` before
+    building any provider; if building one raises, those already built are
+    closed before the exception propagates.
     """
     if kind is None:
         kind = "openai" if config.provider_kind() == "openai" else "ollama"
@@ -74,7 +92,14 @@ async def pool_from_config(
             provider = build(**{at: entry.url}, **opts)
             built.append(provider)
             tokens.extend([provider] * entry.calls)
-        return Pool(tokens, acquire_timeout_ms=acquire_timeout_ms)
+        return Pool(
+            tokens,
+            acquire_timeout_ms=acquire_timeout_ms,
+            redis_url=config.pool_redis_url(redis_url),
+            name=name,
+            lease_ttl_ms=lease_ttl_ms,
+            cooldown_ms=cooldown_ms,
+        )
     except BaseException:
         for provider in built:
             with contextlib.suppress(Exception):  # the build error is the one to raise
