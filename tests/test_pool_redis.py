@@ -573,13 +573,10 @@ async def test_the_readme_vote_block_runs_on_redis_unchanged(
             "VAELII_OLLAMA_HOSTS": f"{a.url},{b.url}",
             "VAELII_POOL_REDIS_URL": redis_server.url,
         }
-        harness = "import asyncio\n\nasync def main():\n" + "".join(
-            f"    {line}\n" for line in block.group(1).splitlines()
-        )
-        proc = await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(  # the block is a whole program
             sys.executable,
             "-c",
-            harness + "\nasyncio.run(main())\n",
+            block.group(1),
             env=env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
