@@ -5,7 +5,8 @@ It builds its pool with ``pool_from_config`` from the environment
 obeys one command per line on stdin, answering one JSON line on stdout:
 
 ``vote N``  runs N three-turn votes at once; answers the tallies.
-``hold``    starts a two-turn vote the hosts never answer; answers at once.
+``hold``    once no process holds a slot (the other workers' releases landed),
+            starts a two-turn vote the hosts never answer; answers at once.
 ``settle``  waits until no process holds a slot (read from Redis), then answers
             this pool's statistics, closes the pool and exits.
 """
@@ -16,10 +17,21 @@ import asyncio
 import dataclasses
 import json
 import sys
+from typing import Any
 
-from vaelii_llm.pool import pool_from_config, vote
+from vaelii_llm._pool import PoolStatistics
+from vaelii_llm.pool import Pool, pool_from_config, vote
 
 TTL_MS = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+
+
+async def idle(pool: Pool[Any]) -> PoolStatistics:
+    """This pool's statistics once no process holds a slot (read from Redis)."""
+    while True:
+        stats = await pool.read_statistics()
+        if all(h.held_everywhere == 0 for h in stats.hosts):
+            return stats
+        await asyncio.sleep(0.05)
 
 
 async def main() -> None:
@@ -36,14 +48,11 @@ async def main() -> None:
                 )
                 print(json.dumps([r.tally for r in results]), flush=True)
             elif line[0] == "hold":
+                await idle(pool)
                 held.add(asyncio.ensure_future(vote(pool, "HOLD", votes=2)))
                 print(json.dumps({"holding": True}), flush=True)
             elif line[0] == "settle":
-                while True:
-                    stats = await pool.read_statistics()
-                    if all(h.held_everywhere == 0 for h in stats.hosts):
-                        break
-                    await asyncio.sleep(0.05)
+                stats = await idle(pool)
                 print(json.dumps(dataclasses.asdict(stats)), flush=True)
                 return
 
