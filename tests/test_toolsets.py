@@ -107,7 +107,9 @@ async def test_a_prefix_resolves_a_clash_and_routes_the_call() -> None:
     assert (first.ok, first.result) == (second.ok, second.result)
     assert "Spider" in first.result
     names = [t.name for t in model.requests()[0].tools]
-    assert "r_kb_query" in names and "kb_query" in names and len(names) == len(set(names))
+    assert "r_kb_query" in names
+    assert "kb_query" in names
+    assert len(names) == len(set(names))
     with pytest.raises(ValueError, match="not 1-64 letters"):
         tools.prefixed(left, "bad prefix ")
 
@@ -117,7 +119,8 @@ async def test_an_unknown_name_across_toolsets_is_an_error_result(kb_tools: tool
     model = stub.provider(script=[use("no_such_tool"), "done"])
     result = await agent.run(model, "q", toolsets=[kb_tools, other])
     [call] = result.tool_calls
-    assert not call.ok and call.result.startswith("unknown-tool: ")
+    assert not call.ok
+    assert call.result.startswith("unknown-tool: ")
 
 
 async def test_the_tools_sent_are_byte_stable(kb_tools: tools.Toolset) -> None:
@@ -126,7 +129,7 @@ async def test_the_tools_sent_are_byte_stable(kb_tools: tools.Toolset) -> None:
     async with McpToolset.stdio(SERVER, start_timeout=START_TIMEOUT_S) as two:
         again = agent.request("q", [kb_tools, two]).tools
     assert msgspec.json.encode(first) == msgspec.json.encode(again)
-    listed = [s for s in first if s.name == "echo"][0].input_schema
+    listed = next(s for s in first if s.name == "echo").input_schema
     assert list(listed) == sorted(listed)  # the server sent type, required, properties
     server_names = [s.name for s in first[len(kb_tools.schemas()) :]]
     assert server_names == sorted(server_names)
@@ -188,14 +191,19 @@ async def every_answer_bounded(toolset: McpToolset, kb_tools: tools.Toolset) -> 
     model = stub.provider(script=MISBEHAVING)
     async with toolset as server:
         result = await agent.run(model, "q", toolsets=[kb_tools, server], max_turns=10)
-    assert result.stopped == "answered" and result.answer == "Done."
+    assert result.stopped == "answered"
+    assert result.answer == "Done."
     calls = {c.name + str(i): c for i, c in enumerate(result.tool_calls)}
     echo, picture, fail, boom, hang, huge, after = calls.values()
     assert (echo.ok, echo.result) == (True, "hello")
-    assert picture.ok and "[image: image/png, 72 bytes" in picture.result
+    assert picture.ok
+    assert "[image: image/png, 72 bytes" in picture.result
     assert (fail.ok, fail.result) == (False, "no-such-file: /nowhere")
-    assert not boom.ok and boom.result.startswith("mcp-error: ") and "boom refuses" in boom.result
-    assert not hang.ok and hang.result.startswith("mcp-timeout: ")
+    assert not boom.ok
+    assert boom.result.startswith("mcp-error: ")
+    assert "boom refuses" in boom.result
+    assert not hang.ok
+    assert hang.result.startswith("mcp-timeout: ")
     assert len(huge.result) <= MARKED
     if huge.ok:  # a transport that carried the ten megabytes: cut as the KB's tools cut
         assert huge.result == "x" * 4000 + _edn.CUT_MARKER
@@ -210,10 +218,12 @@ async def test_a_server_that_dies_mid_loop_answers_errors_and_leaves_no_process(
     script = [use("pid"), use("die"), use("echo", text="anyone?"), "Without it."]
     async with misbehaving("stdio") as server:
         result = await agent.run(stub.provider(script=script), "q", toolsets=[kb_tools, server])
-        assert server.gone is not None and "misbehaving" in server.gone
+        assert server.gone is not None
+        assert "misbehaving" in server.gone
     pid_call, died, after = result.tool_calls
     assert result.stopped == "answered"
-    assert not died.ok and died.result.startswith("mcp-server-gone: ")
+    assert not died.ok
+    assert died.result.startswith("mcp-server-gone: ")
     assert (after.ok, after.result) == (False, died.result)
     assert gone(int(pid_call.result))
 
@@ -224,7 +234,9 @@ async def test_closing_the_toolset_stops_its_child_process() -> None:
         assert not gone(pid)
     assert gone(pid)
     closed = await server.call("echo", {"text": "x"})
-    assert not closed.ok and closed.error is not None and closed.error.startswith("mcp-closed: ")
+    assert not closed.ok
+    assert closed.error is not None
+    assert closed.error.startswith("mcp-closed: ")
 
 
 async def test_a_server_that_will_not_start_is_one_typed_line() -> None:
@@ -242,8 +254,10 @@ async def test_bad_input_to_an_mcp_tool_is_an_error_result() -> None:
     async with misbehaving("stdio") as server:
         unknown = await server.call("nope")
         shaped = await server.call("echo", ["not", "an", "object"])
-    assert not unknown.ok and (unknown.error or "") == "mcp-error: misbehaving nope: MCPError: no tool nope"
-    assert not shaped.ok and (shaped.error or "").startswith("bad-input: ")
+    assert not unknown.ok
+    assert (unknown.error or "") == "mcp-error: misbehaving nope: MCPError: no tool nope"
+    assert not shaped.ok
+    assert (shaped.error or "").startswith("bad-input: ")
 
 
 async def test_an_mcp_calls_span_names_the_server(otel: Recorded) -> None:
@@ -338,7 +352,8 @@ async def test_ask_mcp_turn_limit_exits_5(
         code, _, err = await ask(capsys, "ask", "q", "--mcp", SERVER_FLAG, "--max-turns", "2")
     finally:
         await fake.stop()
-    assert code == 5 and err.startswith("turn limit")
+    assert code == 5
+    assert err.startswith("turn limit")
 
 
 async def test_ask_mcp_on_the_stub_exits_2_without_launching_anything(
@@ -349,8 +364,10 @@ async def test_ask_mcp_on_the_stub_exits_2_without_launching_anything(
             monkeypatch.delenv(name)
     marker = tmp_path / "launched"
     launcher = f"{sys.executable} -c \"open('{marker}', 'w')\""
-    code, out, err = await ask(capsys, "ask", "q", "--mcp", launcher)
-    assert code == 2 and err.startswith("stub-only: ") and len(err.splitlines()) == 1
+    code, _out, err = await ask(capsys, "ask", "q", "--mcp", launcher)
+    assert code == 2
+    assert err.startswith("stub-only: ")
+    assert len(err.splitlines()) == 1
     assert not marker.exists()
 
 
@@ -359,7 +376,9 @@ async def test_ask_mcp_that_will_not_start_exits_1(
 ) -> None:
     ollama_env(monkeypatch, echo_model.url)
     code, _, err = await ask(capsys, "ask", "q", "--mcp", "/nonexistent/server")
-    assert code == 1 and err.startswith("mcp-server: ") and len(err.splitlines()) == 1
+    assert code == 1
+    assert err.startswith("mcp-server: ")
+    assert len(err.splitlines()) == 1
 
 
 async def test_ask_refuses_a_clash_and_no_tools_with_2(
@@ -367,9 +386,11 @@ async def test_ask_refuses_a_clash_and_no_tools_with_2(
 ) -> None:
     ollama_env(monkeypatch, echo_model.url)
     code, _, err = await ask(capsys, "ask", "q", "--mcp", " ".join(OUR_MCP))
-    assert code == 2 and "is offered by both 'kb' and 'vaelii-llm'" in err
+    assert code == 2
+    assert "is offered by both 'kb' and 'vaelii-llm'" in err
     code, _, err = await ask(capsys, "ask", "q", "--no-kb")
-    assert code == 2 and "--no-kb leaves no tools" in err
+    assert code == 2
+    assert "--no-kb leaves no tools" in err
 
 
 async def test_tools_mcp_lists_what_the_model_would_see(
@@ -389,4 +410,5 @@ async def test_tools_mcp_lists_what_the_model_would_see(
     ]
     code, out, _ = await ask(capsys, "tools", "--mcp", SERVER_FLAG)
     names = [line.split()[0] for line in out.splitlines()]
-    assert names[0].startswith("kb_") and names[-1] == "pid"
+    assert names[0].startswith("kb_")
+    assert names[-1] == "pid"
