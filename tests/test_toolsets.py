@@ -193,8 +193,7 @@ async def every_answer_bounded(toolset: McpToolset, kb_tools: tools.Toolset) -> 
         result = await agent.run(model, "q", toolsets=[kb_tools, server], max_turns=10)
     assert result.stopped == "answered"
     assert result.answer == "Done."
-    calls = {c.name + str(i): c for i, c in enumerate(result.tool_calls)}
-    echo, picture, fail, boom, hang, huge, after = calls.values()
+    echo, picture, fail, boom, hang, huge, after = result.tool_calls
     assert (echo.ok, echo.result) == (True, "hello")
     assert picture.ok
     assert "[image: image/png, 72 bytes" in picture.result
@@ -204,9 +203,7 @@ async def every_answer_bounded(toolset: McpToolset, kb_tools: tools.Toolset) -> 
     assert "boom refuses" in boom.result
     assert not hang.ok
     assert hang.result.startswith("mcp-timeout: ")
-    assert len(huge.result) <= MARKED
-    if huge.ok:  # a transport that carried the ten megabytes: cut as the KB's tools cut
-        assert huge.result == "x" * 4000 + _edn.CUT_MARKER
+    assert (huge.ok, huge.result) == (True, "x" * 4000 + _edn.CUT_MARKER)  # as the KB cuts
     assert (after.ok, after.result) == (True, "still here")  # the session outlived the hang
     for call in result.tool_calls:
         assert len(call.result) <= MARKED
@@ -356,6 +353,50 @@ async def test_ask_mcp_turn_limit_exits_5(
     assert err.startswith("turn limit")
 
 
+def echo_then_cut(body: dict[str, Any]) -> list[dict[str, Any]]:
+    if not [m for m in body["messages"] if m["role"] == "tool"]:
+        return [chunk(tool_calls=[tool_call("echo", {"text": "part"})]), final()]
+    return [chunk("The server said part of"), final(done_reason="length")]
+
+
+async def test_ask_mcp_truncated_exits_4(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = await FakeOllama(script=echo_then_cut).start()
+    try:
+        ollama_env(monkeypatch, fake.url)
+        code, out, err = await ask(capsys, "ask", "q", "--no-kb", "--mcp", SERVER_FLAG)
+    finally:
+        await fake.stop()
+    assert code == 4
+    assert out.splitlines()[:2] == ['-> echo {"text": "part"}', "   ok: part"]
+    assert err.startswith("truncated")
+
+
+async def test_ask_mcp_refused_exits_3(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import random
+
+    from anthropic_fake import FakeMessagesAPI, generate
+    from loopback import serve
+
+    fake = FakeMessagesAPI(
+        transcript=generate(random.Random(7), kinds=["text"], stop_reason="refusal", unknown=False)
+    )
+    async with serve(fake.app()) as url:
+        for name in list(os.environ):
+            if name.startswith(("VAELII_", "ANTHROPIC_")):
+                monkeypatch.delenv(name)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+        code, _, err = await ask(
+            capsys, "ask", "q", "--provider", "anthropic", "--json", "--mcp", SERVER_FLAG
+        )
+    assert code == 3
+    assert err.splitlines()[-1] == "refused: the model declined to answer"
+
+
 async def test_ask_mcp_on_the_stub_exits_2_without_launching_anything(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -412,3 +453,15 @@ async def test_tools_mcp_lists_what_the_model_would_see(
     names = [line.split()[0] for line in out.splitlines()]
     assert names[0].startswith("kb_")
     assert names[-1] == "pid"
+
+
+async def test_ask_mcp_http_answers_from_the_servers_tool(
+    echo_model: FakeOllama,
+    http_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ollama_env(monkeypatch, echo_model.url)
+    code, out, err = await ask(capsys, "ask", "say it", "--no-kb", "--mcp-http", http_url)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-1] == "The server said: from the server"
