@@ -27,7 +27,7 @@ EXPORTS: dict[str, str] = {
     ),
     "vaelii_llm.agent": (
         "AgentResult Event Stopped TextArrived ToolCall ToolCallFinished ToolCallStarted "
-        "events request run"
+        "events request run together"
     ),
     "vaelii_llm.cli": "main",
     "vaelii_llm.config": (
@@ -44,6 +44,7 @@ EXPORTS: dict[str, str] = {
     ),
     "vaelii_llm.integrations": "",
     "vaelii_llm.integrations.mcp": "DEFAULT_PORT serve_http serve_stdio server",
+    "vaelii_llm.integrations.mcp_client": "McpServerError McpToolset",
     "vaelii_llm.integrations.pydantic_ai": "KBToolset VaeliiModel",
     "vaelii_llm.kb": "EngineRefusal KB load_edn open sample save synthetic",
     "vaelii_llm.pool": "Pool Vote hosts pool_from_config read_yes_no stub_pool vote",
@@ -62,8 +63,8 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.providers.stub": "StubProvider available provider",
     "vaelii_llm.telemetry": "disable enable enabled",
     "vaelii_llm.tools": (
-        "HOST_PATH_OPS MAX_LIMIT ToolResult Toolset UNBOUNDED_OPS WRITE_OPS call op_of "
-        "read_ops schema schemas tool_name"
+        "HOST_PATH_OPS MAX_LIMIT ToolResult ToolSource Toolset UNBOUNDED_OPS WRITE_OPS call "
+        "op_of prefixed read_ops schema schemas tool_name"
     ),
 }
 

@@ -326,7 +326,7 @@ def test_inline_commands_run_on_the_stub(
 
 def test_the_exit_status_table_is_the_commands() -> None:
     rows = dict(re.findall(r"^\| (\d) \| (.*?) \|$", README, re.MULTILINE))
-    assert set(cli.ASK_EXIT.values()) | {1, 2} == {int(code) for code in rows}
+    assert set(cli.ASK_EXIT.values()) | {1, 2, cli.ASK_SERVER_GONE} == {int(c) for c in rows}
     for stopped, code in cli.ASK_EXIT.items():
         assert str(code) in rows, stopped
     assert rows[str(cli.ASK_STUB_ONLY)].startswith("the configured backend cannot answer")

@@ -190,6 +190,7 @@ MODULES = [
     "vaelii_llm.cli",
     "vaelii_llm.integrations",
     "vaelii_llm.integrations.mcp",
+    "vaelii_llm.integrations.mcp_client",
     "vaelii_llm.integrations.pydantic_ai",
     "vaelii_llm.agent",
     "vaelii_llm.telemetry",

@@ -65,6 +65,7 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "EDNRefusal",
     "Written",
+    "cut",
     "read",
     "write",
 ]
@@ -466,6 +467,20 @@ def write(
     finally:
         for frame in reversed(stack):  # stop what we stopped reading, at once
             _close(frame)
+    return _written(writer, clocked_out)
+
+
+def cut(text: str, max_chars: int) -> Written:
+    """Plain ``text`` bounded as :func:`write` bounds an answer: at most
+    ``max_chars`` of it, then :data:`CUT_MARKER` when cut (a tool answer that
+    arrives as text, such as an MCP server's, is bounded by this)."""
+    writer = _Writer(max_chars)
+    writer.write(text)
+    return _written(writer, False)
+
+
+def _written(writer: _Writer, clocked_out: bool) -> Written:
+    """The writer's text with the marker saying why it stopped, if it stopped."""
     text = "".join(writer.parts)
     if clocked_out:
         return Written(text + CLOCK_MARKER, True)

@@ -1,4 +1,5 @@
-"""The tool loop, written once: a model reads a KB through a :class:`~vaelii_llm.tools.Toolset`.
+"""The tool loop, written once: a model reads a KB (a :class:`~vaelii_llm.tools.Toolset`)
+and any other :class:`~vaelii_llm.tools.ToolSource`, such as an MCP server's tools.
 
 ``vaelii-llm ask``, the web backend example and any caller run this one loop.
 Each turn it streams the model's answer and branches on ``stop_reason`` first:
@@ -19,6 +20,12 @@ After ``max_turns`` model turns that still ask for tools it stops with
 ``stopped="max_turns"`` and runs nothing more. An :class:`~vaelii_llm.errors.LLMError`
 from the model (a timeout, an unreachable host) propagates unchanged; a tool
 never raises (its refusal travels back to the model as an error result).
+
+Several tool sets share one loop (``toolsets=[kb_tools, files, search]``): their
+tools are sent in the order given, each set's own (byte-stable) order kept, so
+the prompt cache survives from turn to turn. Two sets offering one tool name are
+refused before the first turn, naming both; :func:`vaelii_llm.tools.prefixed`
+renames one set's tools to resolve it.
 
 :func:`events` yields what a watcher wants while it runs (:class:`ToolCallStarted`,
 :class:`ToolCallFinished`, :class:`TextArrived`) and then the :class:`AgentResult`;
@@ -44,10 +51,11 @@ from vaelii_llm._protocol import (
     TextBlock,
     TextDelta,
     ToolResultBlock,
+    ToolSchema,
     ToolUseBlock,
     Usage,
 )
-from vaelii_llm.tools import Toolset
+from vaelii_llm.tools import ToolResult, ToolSource
 
 __all__ = [
     "AgentResult",
@@ -60,6 +68,7 @@ __all__ = [
     "events",
     "request",
     "run",
+    "together",
 ]
 
 DEFAULT_MAX_TURNS = 8
@@ -154,11 +163,71 @@ class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
         }
 
 
-def request(question: str, toolset: Toolset, **fields: Any) -> Request:
+class _Together:
+    """Several tool sources as one: each tool name routed to the set offering it."""
+
+    name = "toolsets"
+
+    def __init__(self, sources: Sequence[ToolSource]) -> None:
+        self.route: dict[str, ToolSource] = {}
+        self.listed: list[ToolSchema] = []
+        for source in sources:
+            for schema in source.schemas():
+                held = self.route.get(schema.name)
+                if held is not None:
+                    raise ValueError(
+                        f"the tool {schema.name!r} is offered by both {held.name!r} and "
+                        f"{source.name!r}; give one of them a prefix "
+                        "(vaelii_llm.tools.prefixed(toolset, 'x_'))"
+                    )
+                self.route[schema.name] = source
+                self.listed.append(schema)
+
+    def schemas(self) -> list[ToolSchema]:
+        return list(self.listed)
+
+    async def call(self, name: str, input: Any = None) -> ToolResult:
+        held = self.route.get(name) if isinstance(name, str) else None
+        if held is None:
+            shown = repr(name)[:80]
+            return ToolResult(
+                ok=False,
+                error=f"unknown-tool: no tool is named {shown}; the tools are "
+                + ", ".join(self.route),
+            )
+        return await held.call(name, input)
+
+
+def together(
+    toolset: ToolSource | Sequence[ToolSource] | None = None,
+    toolsets: Sequence[ToolSource] | None = None,
+) -> ToolSource:
+    """The one source the loop calls: ``toolset`` itself, or every set of
+    ``toolsets`` (names checked, a clash refused with ``ValueError`` naming both)."""
+    given: list[ToolSource] = []
+    if toolset is not None:
+        if isinstance(toolset, ToolSource):
+            given.append(toolset)
+        elif isinstance(toolset, Sequence) and not isinstance(toolset, str | Request):
+            given.extend(toolset)
+        else:
+            raise TypeError(f"a toolset is a vaelii_llm.tools.ToolSource, not {toolset!r}")
+    given.extend(toolsets or ())
+    if not given:
+        raise TypeError("the loop needs a toolset (or toolsets=[...])")
+    for source in given:
+        if not isinstance(source, ToolSource):
+            raise TypeError(f"a toolset is a vaelii_llm.tools.ToolSource, not {source!r}")
+    return given[0] if len(given) == 1 else _Together(given)
+
+
+def request(question: str, toolset: ToolSource | Sequence[ToolSource], **fields: Any) -> Request:
     """The first turn for ``question``: :data:`SYSTEM` and every tool of
-    ``toolset``, unless ``fields`` (any :class:`Request` field) say otherwise."""
+    ``toolset`` (one set or several), unless ``fields`` (any :class:`Request`
+    field) say otherwise."""
     fields.setdefault("system", SYSTEM)
-    fields.setdefault("tools", toolset.schemas())
+    if "tools" not in fields:
+        fields["tools"] = together(toolset).schemas()
     return Request(messages=[Message(role="user", content=question)], **fields)
 
 
@@ -207,7 +276,7 @@ async def _turn(
 
 
 async def _run_tools(
-    toolset: Toolset, uses: Sequence[ToolUseBlock], turn: int, calls: list[ToolCall]
+    toolset: ToolSource, uses: Sequence[ToolUseBlock], turn: int, calls: list[ToolCall]
 ) -> AsyncGenerator[Event | ToolResultBlock, None]:
     for use in uses:
         if use.partial:  # cut inside its input: never run
@@ -223,22 +292,42 @@ async def _run_tools(
         yield ToolResultBlock(tool_use_id=use.id, content=result.text, is_error=not result.ok)
 
 
+def _arguments(
+    toolset: ToolSource | Sequence[ToolSource] | str | Request | None,
+    question: str | Request | None,
+    toolsets: Sequence[ToolSource] | None,
+) -> tuple[ToolSource, str | Request]:
+    """``(model, toolset, question)`` or ``(model, question, toolsets=[...])``."""
+    if question is None and isinstance(toolset, str | Request) and toolsets is not None:
+        toolset, question = None, toolset
+    if question is None:
+        raise TypeError("the loop needs a question (a str or a first Request)")
+    if isinstance(toolset, str | Request):
+        raise TypeError("give the toolset before the question, or toolsets=[...]")
+    return together(toolset, toolsets), question
+
+
 async def events(
     model: Provider,
-    toolset: Toolset,
-    question: str | Request,
+    toolset: ToolSource | Sequence[ToolSource] | str | Request | None = None,
+    question: str | Request | None = None,
     *,
+    toolsets: Sequence[ToolSource] | None = None,
     max_turns: int = DEFAULT_MAX_TURNS,
     deltas: bool = True,
 ) -> AsyncGenerator[Event | AgentResult, None]:
     """Run the loop, yielding each event as it happens and the
     :class:`AgentResult` last. ``question`` is the user's text (asked with
-    :func:`request`) or a whole first :class:`Request`. ``deltas=False`` asks
+    :func:`request`) or a whole first :class:`Request`. The tools are
+    ``toolset``'s, or every set of ``toolsets`` (then the question may come
+    second: ``events(model, "…", toolsets=[a, b])``); a name two sets offer is
+    refused with ``ValueError`` before the first turn. ``deltas=False`` asks
     the backend for whole blocks only (text then arrives a block at a time).
     Iterate under ``contextlib.aclosing``: stopping early closes the turn's
     HTTP response at once."""
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
         raise ValueError(f"max_turns is a whole number of at least 1, got {max_turns!r}")
+    toolset, question = _arguments(toolset, question, toolsets)
     first = request(question, toolset) if isinstance(question, str) else question
     messages = list(first.messages)
     calls: list[ToolCall] = []
@@ -300,16 +389,18 @@ def _stopped(reason: StopReason | None, turn: int, max_turns: int) -> Stopped | 
 
 async def run(
     model: Provider,
-    toolset: Toolset,
-    question: str | Request,
+    toolset: ToolSource | Sequence[ToolSource] | str | Request | None = None,
+    question: str | Request | None = None,
     *,
+    toolsets: Sequence[ToolSource] | None = None,
     max_turns: int = DEFAULT_MAX_TURNS,
     deltas: bool = False,
     on_event: Callable[[Event], None] | None = None,
 ) -> AgentResult:
     """Run the loop of :func:`events` to its end and return the result;
     ``on_event`` sees each event as it happens."""
-    async with aclosing(events(model, toolset, question, max_turns=max_turns, deltas=deltas)) as it:
+    loop = events(model, toolset, question, toolsets=toolsets, max_turns=max_turns, deltas=deltas)
+    async with aclosing(loop) as it:
         async for item in it:
             if isinstance(item, AgentResult):
                 return item

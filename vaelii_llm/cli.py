@@ -19,8 +19,8 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
 from vaelii_llm import __version__, config, errors
@@ -81,12 +81,16 @@ async def _status() -> int:
     return 0
 
 
-def _print_tools(as_json: bool) -> int:
+async def _print_tools(as_json: bool, servers: Sequence[_Server] = (), kb_too: bool = True) -> int:
     import msgspec
 
-    from vaelii_llm import tools
+    from vaelii_llm import agent, tools
 
-    listed = tools.schemas()
+    if not (kb_too or servers):
+        raise _Stop(2, "error", "--no-kb leaves no tools: name a server with --mcp or --mcp-http")
+    kb_tools = [tools.Toolset(None)] if kb_too else []  # the schemas need no KB
+    async with _with_servers(kb_tools, servers) as sources:
+        listed = agent.together(toolsets=sources).schemas()
     if as_json:
         print(msgspec.json.format(msgspec.json.encode(listed)).decode())
     else:
@@ -110,14 +114,21 @@ ASK_STOPPED: dict[str, str] = {
     "(raise --max-turns)",
 }
 
+ASK_SERVER_GONE = 6
+"""The exit status when an MCP server died (or hung up) during the loop."""
+
 ASK_EPILOG = """exit status:
   0  answered
-  1  a typed error (the model unreachable, a timeout, a bad --kb file)
+  1  a typed error (the model unreachable, a timeout, a bad --kb file, an MCP server
+     that would not start or list its tools)
   2  the configured backend cannot answer (nothing configured, unreachable, no credential,
      a model not there or without tools): only the stub could; or a bad argument
+     (two toolsets offering one tool name among them)
   3  the model refused
   4  the answer was truncated at max_tokens
   5  the turn limit ran out while the model still asked for tools
+  6  an MCP server died or hung up during the loop (its later calls were error
+     results the model read; the answer is printed, then the reason)
 """
 
 NOTHING_CONFIGURED = (
@@ -227,16 +238,63 @@ class _AskPrinter:
             self.out.flush()
 
 
+_Server = tuple[str, str]
+"""An MCP server named on the command line: ``("stdio", COMMAND)`` or ``("http", URL)``."""
+
+
+def _kb_toolset(kb_path: str | None, kb_too: bool, servers: Sequence[_Server]) -> list[Any]:
+    """The KB's toolset, unless ``--no-kb`` (which needs a server in its place)."""
+    from vaelii_llm import kb, tools
+
+    if not kb_too:
+        if not servers:
+            raise _Stop(
+                2, "error", "--no-kb leaves no tools: name a server with --mcp or --mcp-http"
+            )
+        return []
+    return [tools.Toolset(kb.load_edn(kb_path) if kb_path else kb.sample())]
+
+
+@asynccontextmanager
+async def _with_servers(sources: list[Any], servers: Sequence[_Server]) -> AsyncIterator[list[Any]]:
+    """``sources`` and each MCP server's toolset, open; every server's session
+    (and child process) closed on the way out, however the command ends."""
+    if not servers:
+        yield sources
+        return
+    try:
+        from vaelii_llm.integrations.mcp_client import McpServerError, McpToolset
+    except ImportError:
+        raise _Stop(
+            2, "error", "--mcp needs the mcp extra: pip install 'vaelii-llm[mcp]'"
+        ) from None
+    async with AsyncExitStack() as stack:
+        opened = list(sources)
+        for how, where in servers:
+            made = McpToolset.stdio(where) if how == "stdio" else McpToolset.http(where)
+            try:
+                opened.append(await stack.enter_async_context(made))
+            except McpServerError as exc:
+                raise _Stop(1, "mcp-server", str(exc)) from None
+        yield opened
+
+
 async def _ask(
-    question: str, kb_path: str | None, kind: str | None, max_turns: int, as_json: bool
+    question: str,
+    kb_path: str | None,
+    kind: str | None,
+    max_turns: int,
+    as_json: bool,
+    servers: Sequence[_Server] = (),
+    kb_too: bool = True,
 ) -> int:
-    from vaelii_llm import agent, kb, providers, tools
+    from vaelii_llm import agent, providers
     from vaelii_llm.providers.stub import StubProvider
 
     chosen = config.provider_kind(kind)
     if chosen == "stub":
         raise _stub_only(NOTHING_CONFIGURED)
-    toolset = tools.Toolset(kb.load_edn(kb_path) if kb_path else kb.sample())
+    sources = _kb_toolset(kb_path, kb_too, servers)
     reason = await providers.unavailable_reason(chosen)
     if reason is not None:
         raise _stub_only(f"{chosen} cannot answer now: {reason}")
@@ -246,15 +304,15 @@ async def _ask(
         raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
     with _quiet_fallback():
         model = await providers.provider(chosen)
-    async with model:
+    async with model, _with_servers(sources, servers) as sources:
         if isinstance(model, StubProvider):  # it went away between the check and the build
             raise _stub_only(f"{chosen} stopped answering; `vaelii-llm status` checks")
         printer = None if as_json else _AskPrinter(sys.stdout)
         try:
             result = await agent.run(
                 model,
-                toolset,
                 question,
+                toolsets=sources,
                 max_turns=max_turns,
                 deltas=not as_json,
                 on_event=printer,
@@ -266,6 +324,10 @@ async def _ask(
         print(json.dumps(result.summary(), ensure_ascii=False))
     if result.stopped != "answered":
         print(ASK_STOPPED[result.stopped].format(turns=result.turns), file=sys.stderr)
+    gone = [s.gone for s in sources if getattr(s, "gone", None)]
+    if gone:
+        print(f"mcp-server-gone: {gone[0]}", file=sys.stderr)
+        return ASK_SERVER_GONE
     return ASK_EXIT[result.stopped]
 
 
@@ -283,6 +345,30 @@ def _whole_number(least: int, what: str) -> Callable[[str], int]:
 
     read.__name__ = what  # argparse names a failed type by it
     return read
+
+
+def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="'COMMAND ARGS...'",
+        help="an MCP server to launch over stdio and offer the tools of (repeatable)",
+    )
+    parser.add_argument(
+        "--mcp-http",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an MCP server over streamable HTTP to offer the tools of (repeatable)",
+    )
+    parser.add_argument(
+        "--no-kb", action="store_true", help="offer only the MCP servers' tools, not the KB's"
+    )
+
+
+def _servers(args: argparse.Namespace) -> list[_Server]:
+    return [("stdio", c) for c in args.mcp] + [("http", u) for u in args.mcp_http]
 
 
 def _add_ask(commands: Any) -> None:
@@ -304,6 +390,7 @@ def _add_ask(commands: Any) -> None:
         default=8,
         help="model turns allowed (default 8)",
     )
+    _add_server_flags(ask)
     ask.add_argument(
         "--json",
         action="store_true",
@@ -488,6 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
         "one line each, or the full JSON schemas with --json.",
     )
     tools_cmd.add_argument("--json", action="store_true", help="print the full schemas")
+    _add_server_flags(tools_cmd)
     call = _command(
         commands,
         "call",
@@ -533,12 +621,20 @@ def _run(args: argparse.Namespace) -> int | None:
     """The chosen command's exit status; None when no command was named."""
     if args.command == "ask":
         return asyncio.run(
-            _ask(args.question, args.kb_path, args.provider, args.max_turns, args.json)
+            _ask(
+                args.question,
+                args.kb_path,
+                args.provider,
+                args.max_turns,
+                args.json,
+                _servers(args),
+                not args.no_kb,
+            )
         )
     if args.command == "config":
         return _print_config()
     if args.command == "tools":
-        return _print_tools(args.json)
+        return asyncio.run(_print_tools(args.json, _servers(args), not args.no_kb))
     if args.command == "status":
         return asyncio.run(_status())
     if args.command == "call":

@@ -127,6 +127,8 @@ TOOL_NAME: Final = "gen_ai.tool.name"
 TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 WORKFLOW_NAME: Final = "gen_ai.workflow.name"
+TOOL_SERVER: Final = "vaelii_llm.tool.server"
+"""The MCP server a tool call went to (no semantic convention names it yet)."""
 INPUT_MESSAGES: Final = "gen_ai.input.messages"
 OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
@@ -588,6 +590,7 @@ def traced_tool(
     params = list(inspect.signature(fn).parameters)
     name_at = params.index("name")
     input_at = params.index("input") if "input" in params else None
+    server_at = params.index("server") if "server" in params else None
 
     @functools.wraps(fn)
     async def call(*args: Params.args, **kwargs: Params.kwargs) -> ToolR:
@@ -596,6 +599,9 @@ def traced_tool(
             return await fn(*args, **kwargs)
         name = args[name_at] if len(args) > name_at else kwargs.get("name")
         attrs: dict[str, Any] = {OPERATION: "execute_tool", TOOL_NAME: str(name)}
+        if server_at is not None:  # a tool of an MCP server: which one
+            server = args[server_at] if len(args) > server_at else kwargs.get("server")
+            attrs[TOOL_SERVER] = str(server)
         if state.capture_content and input_at is not None:
             given = args[input_at] if len(args) > input_at else kwargs.get("input")
             attrs[TOOL_CALL_ARGUMENTS] = _json(given)

@@ -52,7 +52,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 import anyio
 import anyio.to_thread
@@ -70,9 +70,11 @@ __all__ = [
     "UNBOUNDED_OPS",
     "WRITE_OPS",
     "ToolResult",
+    "ToolSource",
     "Toolset",
     "call",
     "op_of",
+    "prefixed",
     "read_ops",
     "schema",
     "schemas",
@@ -151,6 +153,60 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     def block(self, tool_use_id: str) -> ToolResultBlock:
         """The ``tool_result`` block answering the ``tool_use`` block ``tool_use_id``."""
         return ToolResultBlock(tool_use_id=tool_use_id, content=self.text, is_error=not self.ok)
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """What the agent loop needs of a set of tools: a ``name`` (for messages and
+    spans), the tools' schemas in a byte-stable order, and a ``call`` that answers
+    a :class:`ToolResult` and never raises (cancellation aside). The KB's
+    :class:`Toolset` is one; ``vaelii_llm.integrations.mcp_client.McpToolset`` (any
+    MCP server's tools) is another."""
+
+    @property
+    def name(self) -> str: ...
+
+    def schemas(self) -> list[ToolSchema]: ...
+
+    async def call(self, name: str, input: Any = None) -> ToolResult: ...
+
+
+class _Prefixed:
+    """A :class:`ToolSource` whose tool names carry ``prefix`` (see :func:`prefixed`)."""
+
+    def __init__(self, inner: ToolSource, prefix: str) -> None:
+        self.inner = inner
+        self.prefix = prefix
+        self.name = inner.name
+
+    def schemas(self) -> list[ToolSchema]:
+        return [msgspec.structs.replace(s, name=self.prefix + s.name) for s in self.inner.schemas()]
+
+    async def call(self, name: str, input: Any = None) -> ToolResult:
+        if not isinstance(name, str) or not name.startswith(self.prefix):
+            listed = ", ".join(s.name for s in self.schemas())
+            return ToolResult(
+                ok=False,
+                error=f"unknown-tool: no tool is named {_json(name)}; the tools are {listed}",
+            )
+        return await self.inner.call(name[len(self.prefix) :], input)
+
+
+def prefixed(source: ToolSource, prefix: str) -> ToolSource:
+    """``source`` with every tool name starting ``prefix`` (``"fs_"``: ``read`` ->
+    ``fs_read``), so two sets offering one name can share a loop. The prefixed names
+    must still fit the providers' grammar (letters, digits, ``_``, ``-``; at most
+    64); a prefix that breaks one is refused with ``ValueError``."""
+    if not isinstance(prefix, str) or not prefix:
+        raise ValueError(f"a prefix is a non-empty string, got {prefix!r}")
+    wrapped = _Prefixed(source, prefix)
+    for schema in wrapped.schemas():
+        if not _NAME_GRAMMAR.match(schema.name):
+            raise ValueError(
+                f"the prefix {prefix!r} makes the tool name {schema.name!r}, which is not "
+                f"1-{_NAME_MAX} letters, digits, _ or -"
+            )
+    return wrapped
 
 
 class _ToolRefusal(Exception):
@@ -657,7 +713,8 @@ class Toolset:
 
     ``engine`` defaults to :func:`vaelii_llm.engine.embedded`; ``workers`` engine
     reads run at once (each in a worker thread), more calls wait their turn;
-    ``max_result_chars`` bounds each printed answer.
+    ``max_result_chars`` bounds each printed answer; ``name`` names the set in
+    the agent loop's messages (a :class:`ToolSource`).
     """
 
     def __init__(
@@ -667,9 +724,11 @@ class Toolset:
         engine: engine_mod.Engine | None = None,
         workers: int = _READ_WORKERS,
         max_result_chars: int = _MAX_RESULT_CHARS,
+        name: str = "kb",
     ) -> None:
         if type(workers) is not int or workers < 1:
             raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
+        self.name = name
         self.kb = kb
         self.engine = engine if engine is not None else engine_mod.embedded()
         self.workers = workers
