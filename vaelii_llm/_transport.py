@@ -253,15 +253,18 @@ class Network:
         max_connections: int | None = None,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
-        if proxy is not None:
-            if not isinstance(proxy, str) or not proxy.lower().startswith(("http://", "https://")):
-                raise ValueError("proxy is an http:// or https:// URL")  # never quoted: a secret
+        if proxy is not None and (
+            not isinstance(proxy, str) or not proxy.lower().startswith(("http://", "https://"))
+        ):
+            raise ValueError("proxy is an http:// or https:// URL")  # never quoted: a secret
         if max_connections is not None and (
             isinstance(max_connections, bool)
             or not isinstance(max_connections, int)
             or max_connections < 1
         ):
-            raise ValueError(f"max_connections is a whole number of 1 or more, not {max_connections!r}")
+            raise ValueError(
+                f"max_connections is a whole number of 1 or more, not {max_connections!r}"
+            )
         if session is not None and not isinstance(session, aiohttp.ClientSession):
             raise TypeError(f"session is an aiohttp.ClientSession, not {type(session).__name__}")
         if session is not None and (proxy is not None or ssl is not None or max_connections):
@@ -303,7 +306,10 @@ def _checked_ssl(option: SSLOption) -> _ssl.SSLContext | bool | None:
     if option is False:
         if not _warned_unverified:
             _warned_unverified = True
-            log.warning("ssl=False: TLS certificates are not verified (anyone on the path can read and change turns)")
+            log.warning(
+                "ssl=False: TLS certificates are not verified "
+                "(anyone on the path can read and change turns)"
+            )
         return False
     if isinstance(option, str | os.PathLike):
         path = os.fspath(option)
@@ -313,7 +319,9 @@ def _checked_ssl(option: SSLOption) -> _ssl.SSLContext | bool | None:
             return _ssl.create_default_context(cafile=path)
         except (OSError, _ssl.SSLError) as exc:
             raise ValueError(f"ssl: cannot load the CA bundle {path!r} ({exc})") from None
-    raise TypeError(f"ssl is an ssl.SSLContext, a CA bundle path or a bool, not {type(option).__name__}")
+    raise TypeError(
+        f"ssl is an ssl.SSLContext, a CA bundle path or a bool, not {type(option).__name__}"
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -455,21 +463,36 @@ def _drop(session: aiohttp.ClientSession) -> None:
     connector = session.connector
     if connector is not None and not connector.closed:
         with suppress(Exception):
-            connector._close()  # noqa: SLF001  (the synchronous half of close())
-    session._connector = None  # noqa: SLF001
+            connector._close()
+    session._connector = None
 
 
 _probe_sessions: Final = LoopSessions(create_session)
 
 
-def probe_session() -> aiohttp.ClientSession:
+_network_probe_sessions: dict[tuple[object, ...], LoopSessions] = {}
+
+
+def probe_session(network: Network = DEFAULT_NETWORK) -> aiohttp.ClientSession:
     """The running loop's shared probe session, created on first use.
 
     One per loop (see :class:`LoopSessions`), never one per probe; it closes
     when its loop shuts down. A second ``asyncio.run`` gets a new one. A loop
-    closed without ``shutdown_asyncgens`` leaves it unclosed.
+    closed without ``shutdown_asyncgens`` leaves it unclosed. A ``network``
+    with a proxy or TLS settings has probe sessions of its own (one per loop
+    for each such setting); one naming a caller's session probes on it.
     """
-    return _probe_sessions.get()
+    if network is DEFAULT_NETWORK:
+        return _probe_sessions.get()
+    if network.session is not None:
+        return network.session
+    key = (network.proxy, network.ssl, network.max_connections)
+    sessions = _network_probe_sessions.get(key)
+    if sessions is None:
+        sessions = _network_probe_sessions[key] = LoopSessions(
+            lambda: create_session(None, network)
+        )
+    return sessions.get()
 
 
 def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
@@ -495,7 +518,8 @@ def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
         return LLMUnreachable(endpoint.label, f"could not connect ({exc.os_error})")
     if isinstance(exc, aiohttp.ClientHttpProxyError):  # the proxy refused the tunnel
         return LLMUnreachable(
-            endpoint.label, f"the proxy refused the request ({exc.status} {excerpt(str(exc.message), 80)})"
+            endpoint.label,
+            f"the proxy refused the request ({exc.status} {excerpt(str(exc.message), 80)})",
         )
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return LLMUnreachable(endpoint.label, "closed the connection before answering")

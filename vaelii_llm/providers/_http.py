@@ -69,9 +69,10 @@ with its codec, and its probes go through :mod:`vaelii_llm._transport`.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypedDict, TypeVar, get_type_hints
 
 import aiohttp
 import msgspec
@@ -81,7 +82,64 @@ from vaelii_llm import telemetry
 from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
 from vaelii_llm.errors import LLMClosed, LLMError, LLMUnreachable
 
-__all__ = ["DRAIN_S", "Assembler", "Codec", "Credentials", "HTTPProvider", "WireDecoder"]
+__all__ = [
+    "DRAIN_S",
+    "Assembler",
+    "ClientSession",
+    "Codec",
+    "Credentials",
+    "HTTPProvider",
+    "NetworkOptions",
+    "SSLOption",
+    "WireDecoder",
+    "keyword_signature",
+    "network",
+]
+
+ClientSession = aiohttp.ClientSession
+"""What ``session=`` takes (named here so a backend imports no HTTP library)."""
+SSLOption = transport.SSLOption
+"""What ``ssl=`` takes: see :class:`~vaelii_llm._transport.Network`."""
+
+
+class NetworkOptions(TypedDict, total=False):
+    """How every HTTP backend's provider reaches its far end, the same four
+    options on each (see :class:`~vaelii_llm._transport.Network`): ``proxy``
+    (unset: ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY``), ``ssl`` (unset:
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else the system's CAs),
+    ``max_connections`` (unset: no cap) and ``session`` (a caller's own,
+    never closed here)."""
+
+    proxy: str | None
+    ssl: SSLOption
+    max_connections: int | None
+    session: ClientSession | None
+
+
+NETWORK_KEYS: Final = frozenset(NetworkOptions.__annotations__)
+
+
+def keyword_signature(options: type[Mapping[str, Any]], returns: type) -> inspect.Signature:
+    """A factory's signature with one keyword per key of the TypedDict
+    ``options``, default None: the backend's own keys, then the network
+    ones (selection reads which options a backend takes from there)."""
+    hints = get_type_hints(options)
+    order = [name for name in hints if name not in NETWORK_KEYS] + list(
+        NetworkOptions.__annotations__
+    )
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [inspect.Parameter(name, keyword, default=None, annotation=hints[name]) for name in order],
+        return_annotation=returns,
+    )
+
+
+def network(options: Mapping[str, Any]) -> transport.Network:
+    """The :class:`~vaelii_llm._transport.Network` the network keys of
+    ``options`` describe (the shared default when none is set)."""
+    given = {key: options[key] for key in NETWORK_KEYS if options.get(key) is not None}
+    return transport.Network(**given) if given else transport.DEFAULT_NETWORK
+
 
 DRAIN_S: Final = 0.05
 """How long a stream may take to end after its terminal event before its
