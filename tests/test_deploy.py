@@ -101,8 +101,17 @@ def test_one_provider_over_many_event_loops_answers_and_leaves_nothing_open(
     dev`` nothing is reported unclosed (stderr stays empty)."""
     env = {k: v for k, v in os.environ.items() if k not in PROXY_ENV}
     done = subprocess.run(
-        [sys.executable, "-W", "error", "-X", "dev", str(HERE / "loop_hopping.py")]
-        + [kind, loop, fake_ollama_process],
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-X",
+            "dev",
+            str(HERE / "loop_hopping.py"),
+            kind,
+            loop,
+            fake_ollama_process,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -188,7 +197,8 @@ async def test_two_providers_on_one_caller_session_close_without_closing_it(
         assert text(items[-1]) == ANSWER
         await one.aclose()
         await two.aclose()
-        assert one.closed and two.closed
+        assert one.closed
+        assert two.closed
         assert not own.closed
         async with own.get(fake.url + "/api/version") as still:  # still usable
             assert (await still.json())["version"] == fake.version
@@ -325,7 +335,7 @@ async def test_proxy_credentials_never_appear_in_an_error_log_or_span(
 
 
 def test_a_proxy_that_is_no_url_is_refused_without_quoting_it() -> None:
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ValueError, match="proxy is an http") as refused:
         ollama.provider(proxy="socks5://user:" + SECRET + "@h:1")
     assert SECRET not in str(refused.value)
 
@@ -474,8 +484,10 @@ async def test_ssl_false_answers_and_warns_once(
             finally:
                 await provider.aclose()
     assert [r.getMessage() for r in caplog.records if "not verified" in r.getMessage()] == [
-        "ssl=False: TLS certificates are not verified "
-        "(anyone on the path can read and change turns)"
+        (
+            "ssl=False: TLS certificates are not verified "
+            "(anyone on the path can read and change turns)"
+        )
     ]
 
 
@@ -553,7 +565,7 @@ async def test_every_http_backend_reaches_through_the_same_options(
             plain = build()
             through = build(proxy=proxy.url, ssl=ca_file)
             try:
-                with pytest.raises(LLMUnreachable, match="TLS with 127.0.0.1"):
+                with pytest.raises(LLMUnreachable, match=r"TLS with 127\.0\.0\.1"):
                     await plain.complete(ASK)
                 with pytest.raises(LLMApiError) as reached:  # no Messages/Chat route there: 404
                     await through.complete(ASK)
