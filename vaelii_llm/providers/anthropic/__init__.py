@@ -74,7 +74,7 @@ log = logging.getLogger("vaelii_llm.providers.anthropic")
 
 
 class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
-    """A Messages API provider; build it with :func:`provider`. Use it within one event loop."""
+    """A Messages API provider; build it with :func:`provider`. Usable from any event loop."""
 
     def __init__(
         self,
