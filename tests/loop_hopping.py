@@ -1,5 +1,5 @@
 """One provider used from several event loops, run by tests/test_deploy.py
-in a child process under ``-W error -X dev`` (an unclosed session or
+in a child process under ``-W error`` (an unclosed session or
 connector there is a ``ResourceWarning`` on stderr, which the test refuses).
 
 ``python tests/loop_hopping.py KIND LOOP URL``: ``KIND`` is ``turns`` (three

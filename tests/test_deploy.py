@@ -2,7 +2,7 @@
 
 Real parts only: the fake Ollama and loopback servers, a small forward and
 CONNECT proxy (tests/proxy.py), an HTTPS backend whose certificate comes from
-a test CA (trustme), and child processes under ``-W error -X dev`` for the
+a test CA (trustme), and child processes under ``-W error`` for the
 loop-hopping runs (tests/loop_hopping.py).
 """
 
@@ -47,12 +47,14 @@ def text(response: Response) -> str:
 
 
 def everything_shown(err: BaseException) -> str:
-    """Every message, repr and cause's text on the error's chain."""
+    """Every message, repr and text on the error's chain, as a traceback or a
+    log line's ``exc_info`` shows it (a context suppressed with ``from None``
+    is not shown)."""
     shown = []
     seen: BaseException | None = err
     while seen is not None:
         shown += [str(seen), repr(seen), str(getattr(seen, "text", ""))]
-        seen = seen.__cause__ or seen.__context__
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
     return "\n".join(shown)
 
 
@@ -97,16 +99,15 @@ def test_one_provider_over_many_event_loops_answers_and_leaves_nothing_open(
     fake_ollama_process: str, kind: str, answers: int, loop: str
 ) -> None:
     """Three ``asyncio.run`` turns then ``aclose`` in a fourth (or pydantic-ai's
-    ``run_sync`` then ``run``): every turn answers, and under ``-W error -X
-    dev`` nothing is reported unclosed (stderr stays empty)."""
+    ``run_sync`` then ``run``): every turn answers, and under ``-W error``
+    nothing is reported unclosed (stderr stays empty). The code before #24
+    fails here: a closed loop's session, or a hang on uvloop."""
     env = {k: v for k, v in os.environ.items() if k not in PROXY_ENV}
     done = subprocess.run(
         [
             sys.executable,
             "-W",
             "error",
-            "-X",
-            "dev",
             str(HERE / "loop_hopping.py"),
             kind,
             loop,
@@ -469,6 +470,16 @@ async def test_tls_through_a_connect_proxy(
         finally:
             await provider.aclose()
         assert proxy.seen == [("CONNECT", url.removeprefix("https://"))]
+        # The wrong password: the proxy refuses the tunnel, typed, the secret unshown.
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url.replace(SECRET, "wrong-" + SECRET))
+        provider = ollama.provider(host=url, ssl=ca_file)
+        try:
+            with pytest.raises(LLMUnreachable, match="the proxy refused the request") as refused:
+                await provider.complete(ASK)
+        finally:
+            await provider.aclose()
+        assert "407" in str(refused.value)
+        assert SECRET not in everything_shown(refused.value)
 
 
 async def test_ssl_false_answers_and_warns_once(
@@ -574,3 +585,20 @@ async def test_every_http_backend_reaches_through_the_same_options(
                 await plain.aclose()
                 await through.aclose()
         assert [method for method, _ in proxy.seen] == ["CONNECT", "CONNECT"]
+
+
+async def test_probes_take_the_same_options(fake: FakeOllama) -> None:
+    """``available`` and ``warm`` reach through the proxy they are given."""
+
+    async def models(_request: web.Request) -> web.StreamResponse:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async with serve(models) as chat_server, forward_proxy("user", SECRET) as proxy:
+        assert await openai.available(chat_server + "/v1", proxy=proxy.url)
+        warmed = await ollama.warm(fake.url, proxy=proxy.url, timeout_ms=10_000)
+        assert text(warmed) == ANSWER
+        assert not await ollama.available(fake.url, proxy="http://127.0.0.1:9")  # none there
+    assert [target for _, target in proxy.seen] == [
+        chat_server + "/v1/models",
+        fake.url + "/api/chat",
+    ]

@@ -64,6 +64,13 @@ CancelledError    the awaiting task is cancelled          the caller asked: neve
                                                           swallowed; the response is closed
 ================  ======================================  ========================================
 
+Connecting includes a proxy and TLS: a proxy that refuses the connection is
+unreachable like a host; a certificate that does not verify (or a failed
+handshake) is :class:`LLMUnreachable` naming the host and OpenSSL's reason; a
+proxy refusing the tunnel (a 407 to ``CONNECT``) is :class:`LLMUnreachable`
+with its cause dropped, since it quotes the proxy's URL, credentials and all
+(``tests/test_deploy.py`` drives these).
+
 When the deadline is spent, whatever failure its passing caused (or that came
 after it) is :class:`LLMTimeout`; with the deadline unspent a failure is
 mapped by the table and nothing else. A stream that ends cleanly but without
@@ -94,7 +101,9 @@ from typing import Final, TypeVar
 
 import aiohttp
 import msgspec
+from aiohttp.helpers import get_env_proxy_for_url
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from vaelii_llm import __version__
 from vaelii_llm import _timers as timers
@@ -314,14 +323,21 @@ def _checked_ssl(option: SSLOption) -> _ssl.SSLContext | bool | None:
     if isinstance(option, str | os.PathLike):
         path = os.fspath(option)
         try:
-            if os.path.isdir(path):
-                return _ssl.create_default_context(capath=path)
-            return _ssl.create_default_context(cafile=path)
+            return _ca_context(path)
         except (OSError, _ssl.SSLError) as exc:
             raise ValueError(f"ssl: cannot load the CA bundle {path!r} ({exc})") from None
     raise TypeError(
         f"ssl is an ssl.SSLContext, a CA bundle path or a bool, not {type(option).__name__}"
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _ca_context(path: str) -> _ssl.SSLContext:
+    """The default context verifying against the CA bundle at ``path``, made
+    once per path (so probes naming it share one probe session per loop)."""
+    if os.path.isdir(path):
+        return _ssl.create_default_context(capath=path)
+    return _ssl.create_default_context(cafile=path)
 
 
 @functools.lru_cache(maxsize=4)
@@ -344,8 +360,25 @@ DEFAULT_NETWORK: Final = Network()
 """The environment's proxy and CA settings, no cap, the provider's own sessions."""
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url``, read as aiohttp's
+    ``trust_env`` reads it (``HTTP_PROXY``/``HTTPS_PROXY`` by the URL's
+    scheme, none when ``NO_PROXY`` covers its host, credentials from the URL
+    or ``.netrc``), or None. Read when a session is made, not per request: a
+    turn pays nothing for it."""
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url))
+    except (LookupError, ValueError):
+        return None
+    if auth is not None and proxy.user is None:
+        proxy = proxy.with_user(auth.login).with_password(auth.password)
+    return str(proxy)
+
+
 def create_session(
-    headers: Mapping[str, str] | None = None, network: Network = DEFAULT_NETWORK
+    headers: Mapping[str, str] | None = None,
+    network: Network = DEFAULT_NETWORK,
+    url: str | None = None,
 ) -> aiohttp.ClientSession:
     """A new client session for a provider to own (and close in its ``aclose``).
 
@@ -356,8 +389,9 @@ def create_session(
     clock. The pool is capped by ``network.max_connections``; with no cap
     (the default) waiting for a free connection never counts against the
     connect bound: the caller's own concurrency (the vote pool's tokens) is
-    the cap. Proxy and TLS: see :class:`Network`. Must be called with a loop
-    running.
+    the cap. Proxy and TLS: see :class:`Network`; with no ``network.proxy``,
+    the environment's proxy for ``url`` (:func:`env_proxy`), the one far end
+    the session's requests go to. Must be called with a loop running.
     """
     _check_headers(headers)
     sent = dict(headers) if headers else {}
@@ -371,8 +405,7 @@ def create_session(
         connector=aiohttp.TCPConnector(
             limit=network.max_connections or 0, ssl=_session_ssl(network.ssl)
         ),
-        proxy=network.proxy,
-        trust_env=True,
+        proxy=network.proxy or (env_proxy(url) if url is not None else None),
     )
 
 
@@ -473,25 +506,27 @@ _probe_sessions: Final = LoopSessions(create_session)
 _network_probe_sessions: dict[tuple[object, ...], LoopSessions] = {}
 
 
-def probe_session(network: Network = DEFAULT_NETWORK) -> aiohttp.ClientSession:
+def probe_session(network: Network = DEFAULT_NETWORK, url: str = "") -> aiohttp.ClientSession:
     """The running loop's shared probe session, created on first use.
 
     One per loop (see :class:`LoopSessions`), never one per probe; it closes
     when its loop shuts down. A second ``asyncio.run`` gets a new one. A loop
     closed without ``shutdown_asyncgens`` leaves it unclosed. A ``network``
     with a proxy or TLS settings has probe sessions of its own (one per loop
-    for each such setting); one naming a caller's session probes on it.
+    for each such setting); one naming a caller's session probes on it. With
+    no ``network.proxy``, the environment's proxy for ``url`` (the far end
+    probed) is read now.
     """
-    if network is DEFAULT_NETWORK:
-        return _probe_sessions.get()
     if network.session is not None:
         return network.session
-    key = (network.proxy, network.ssl, network.max_connections)
+    proxy = network.proxy or env_proxy(url)
+    if proxy is None and network is DEFAULT_NETWORK:
+        return _probe_sessions.get()
+    key = (proxy, network.ssl, network.max_connections)
     sessions = _network_probe_sessions.get(key)
     if sessions is None:
-        sessions = _network_probe_sessions[key] = LoopSessions(
-            lambda: create_session(None, network)
-        )
+        reach = Network(proxy=proxy, ssl=network.ssl, max_connections=network.max_connections)
+        sessions = _network_probe_sessions[key] = LoopSessions(lambda: create_session(None, reach))
     return sessions.get()
 
 
@@ -611,8 +646,10 @@ class _Boundary:
     def _typed(self, exc: BaseException, expired: bool) -> BaseException:
         """The error ``exc`` becomes (``exc`` itself when it stays as it is)."""
         response = self.response
-        if isinstance(exc, _URL_ERRORS):
-            return _caused(_unreachable(exc, self.endpoint), None)  # its text is the URL
+        if isinstance(exc, (*_URL_ERRORS, aiohttp.ClientHttpProxyError)):
+            # Its text is the URL; a proxy's refusal quotes the proxy's URL,
+            # credentials and all, and the Proxy-Authorization header.
+            return _caused(_unreachable(exc, self.endpoint), None)
         if isinstance(exc, aiohttp.ClientError | OSError):  # TimeoutError is an OSError
             typed = _caused(self._failed(exc, expired), exc)
         elif isinstance(exc, ValueError) and response is None:

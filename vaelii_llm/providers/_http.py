@@ -276,7 +276,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._credentials = credentials
         self._network = network
         self._sessions = transport.LoopSessions(
-            lambda: transport.create_session(codec.session_headers(), network)
+            lambda: transport.create_session(codec.session_headers(), network, codec.url)
         )
         self._shared_headers: Mapping[str, str] | None = None  # on a caller's session
         self._closed = False

@@ -76,7 +76,7 @@ async def _ask(
     """One probe of the host at ``host``: ``path`` under a whole-request deadline."""
     url = base_url(host)
     return await transport.request_json(
-        transport.probe_session(reach),
+        transport.probe_session(reach, url),
         endpoint(url),
         method,
         url + path,
@@ -230,7 +230,9 @@ async def warm(
         timeout_ms=timeout_ms,
     )
     chunk = await transport.request_json(
-        transport.probe_session(network({"proxy": proxy, "ssl": ssl, "session": session})),
+        transport.probe_session(
+            network({"proxy": proxy, "ssl": ssl, "session": session}), codec.url
+        ),
         codec.endpoint,
         "POST",
         codec.url,

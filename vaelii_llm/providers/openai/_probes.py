@@ -56,7 +56,7 @@ async def models(
     a missing or wrong key is :class:`~vaelii_llm.errors.LLMApiError`)."""
     url = config.openai_base_url(base_url)
     listed = await transport.request_json(
-        transport.probe_session(network({"proxy": proxy, "ssl": ssl, "session": session})),
+        transport.probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),
         endpoint(url),
         "GET",
         url + MODELS_PATH,
