@@ -605,7 +605,7 @@ async def test_breaking_out_releases_the_response() -> None:
             async for item in items:
                 assert isinstance(item, TextBlock)
                 break
-        session = p._session
+        session = p._sessions.current()
         assert session is not None
         assert not session.connector._acquired  # type: ignore[union-attr]
         api.released.set()  # the far end is let go only now
@@ -686,7 +686,7 @@ async def test_connection_reused_after_a_whole_stream() -> None:
         for _ in range(3):
             async for _ in p.stream(req()):
                 pass
-        session = p._session
+        session = p._sessions.current()
         assert session is not None
         assert not session.connector._acquired  # type: ignore[union-attr]
         pooled = session.connector._conns.values()  # type: ignore[union-attr]
@@ -725,7 +725,7 @@ async def test_a_closed_provider_refuses_further_turns() -> None:
         p = anthropic.provider(credential=SECRET, base_url=url)
         async with p:
             await p.complete(req())
-        assert p._session is None
+        assert len(p._sessions) == 0
         with pytest.raises(LLMClosed, match="closed"):
             await p.complete(req())
         with pytest.raises(LLMClosed, match="closed"):
@@ -804,7 +804,7 @@ def test_constructor_does_no_io_and_reads_base_url(monkeypatch: pytest.MonkeyPat
     p = anthropic.provider(credential=SECRET)
     assert p.endpoint.label == "the Messages API at http://example.invalid:1"
     assert p.model == "claude-opus-5-5"
-    assert p._session is None
+    assert len(p._sessions) == 0
 
 
 async def test_bad_explicit_credential_refused_at_construction() -> None:

@@ -118,12 +118,12 @@ async def test_a_closed_provider_refuses_every_turn_with_llm_closed(kind: str) -
 async def test_a_session_closed_under_the_provider_is_made_again(kind: str) -> None:
     async with backend(kind) as (p, _):
         first = await p.complete(ask())
-        session = p._session
+        session = p._sessions.current()
         assert session is not None
         await session.close()
         assert await p.complete(ask()) == first
-        assert p._session is not None
-        assert p._session is not session
+        assert p._sessions.current() is not None
+        assert p._sessions.current() is not session
         assert (await collect(p))[-1] == first
 
 

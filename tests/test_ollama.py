@@ -615,7 +615,17 @@ def test_the_factories_take_each_option_by_name(factory: Any) -> None:
     params = inspect.signature(factory).parameters
     assert [(name, p.kind, p.default) for name, p in params.items()] == [
         (name, inspect.Parameter.KEYWORD_ONLY, None)
-        for name in ("host", "model", "num_ctx", "keep_alive", "headers")
+        for name in (
+            "host",
+            "model",
+            "num_ctx",
+            "keep_alive",
+            "headers",
+            "proxy",
+            "ssl",
+            "max_connections",
+            "session",
+        )
     ]
     with pytest.raises(TypeError, match="hots"):
         factory(hots="gpu1")

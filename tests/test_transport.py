@@ -637,8 +637,11 @@ def test_public_surfaces_are_frozen() -> None:
     import vaelii_llm._wire as wire
 
     assert sorted(transport.__all__) == [
+        "DEFAULT_NETWORK",
         "Deadline",
         "Endpoint",
+        "LoopSessions",
+        "Network",
         "USER_AGENT",
         "checked_headers",
         "create_session",

@@ -72,6 +72,21 @@ class Backend:
 
 
 _EVERY_OLLAMA_CALL = ("provider", "generation_provider", "available", "warm")
+
+
+def _network(reach: tuple[str, ...], pool: tuple[str, ...]) -> tuple[Option, ...]:
+    """The four options every HTTP backend takes the same way (see
+    :class:`vaelii_llm.providers._http.NetworkOptions`): ``proxy``, ``ssl`` and
+    ``session`` read by ``reach`` (its turns and probes), ``max_connections``
+    by ``pool`` (what holds a pool)."""
+    return (
+        Option("proxy", "str | None", None, reach),
+        Option("ssl", "SSLOption", None, reach),
+        Option("max_connections", "int | None", None, pool),
+        Option("session", "ClientSession | None", None, reach),
+    )
+
+
 _OLLAMA_TURN = ("provider", "generation_provider", "warm")
 
 BUILTIN: Final = (
@@ -87,6 +102,7 @@ BUILTIN: Final = (
             Option("headers", "Mapping[str, str] | None", None, _OLLAMA_TURN),
             # The warm-up's own deadline: a cold load of a big model takes minutes.
             Option("timeout_ms", "int", 300_000, ("warm",)),
+            *_network(_EVERY_OLLAMA_CALL, ("provider", "generation_provider")),
         ),
     ),
     Backend(
@@ -98,6 +114,7 @@ BUILTIN: Final = (
             Option("model", "str | None", None, ("provider",)),
             Option("effort", "str | None", None, ("provider",)),
             Option("headers", "Mapping[str, str] | None", None, ("provider",)),
+            *_network(("provider",), ("provider",)),
         ),
     ),
     Backend(
@@ -109,6 +126,7 @@ BUILTIN: Final = (
             Option("model", "str | None", None, ("provider",)),
             Option("headers", "Mapping[str, str] | None", None, ("provider", "available")),
             Option("max_tokens_field", "str | None", None, ("provider",)),
+            *_network(("provider", "available"), ("provider",)),
         ),
     ),
 )

@@ -64,6 +64,13 @@ CancelledError    the awaiting task is cancelled          the caller asked: neve
                                                           swallowed; the response is closed
 ================  ======================================  ========================================
 
+Connecting includes a proxy and TLS: a proxy that refuses the connection is
+unreachable like a host; a certificate that does not verify (or a failed
+handshake) is :class:`LLMUnreachable` naming the host and OpenSSL's reason; a
+proxy refusing the tunnel (a 407 to ``CONNECT``) is :class:`LLMUnreachable`
+with its cause dropped, since it quotes the proxy's URL, credentials and all
+(``tests/test_deploy.py`` drives these).
+
 When the deadline is spent, whatever failure its passing caused (or that came
 after it) is :class:`LLMTimeout`; with the deadline unspent a failure is
 mapped by the table and nothing else. A stream that ends cleanly but without
@@ -80,17 +87,23 @@ never logged or put in a message.
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
+import os
 import re
+import ssl as _ssl
 import sys
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
 import aiohttp
 import msgspec
+from aiohttp.helpers import get_env_proxy_for_url
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from vaelii_llm import __version__
 from vaelii_llm import _timers as timers
@@ -105,9 +118,12 @@ from vaelii_llm.errors import (
 )
 
 __all__ = [
+    "DEFAULT_NETWORK",
     "USER_AGENT",
     "Deadline",
     "Endpoint",
+    "LoopSessions",
+    "Network",
     "checked_headers",
     "create_session",
     "cut",
@@ -141,6 +157,8 @@ and paragraph separators, which aiohttp would quote back in its own error."""
 _BAD_HEADER_NAME: Final = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 """A header name is an RFC 9110 token; anything else (a colon, a space) is refused."""
 _URL_ERRORS: Final = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)
+
+log = logging.getLogger("vaelii_llm.transport")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,16 +228,170 @@ def checked_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
     return _CheckedHeaders(CIMultiDict(headers))
 
 
-def create_session(headers: Mapping[str, str] | None = None) -> aiohttp.ClientSession:
+SSLOption = _ssl.SSLContext | str | bool | None
+"""What ``ssl=`` takes: a context (a client certificate loaded in it too), a
+CA bundle path (a file, or a directory of hashed certificates), ``True`` or
+``None`` for the default verification, ``False`` to verify nothing."""
+
+
+class Network:
+    """How a provider's sessions reach the far end: ``proxy``, ``ssl``,
+    ``max_connections``, or a caller's own ``session``. Checked when built.
+
+    ``proxy``: an ``http://`` proxy URL (``user:password@`` in it is sent as
+    proxy credentials and never shown); unset, the environment's
+    ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` are honoured, as aiohttp's
+    ``trust_env`` reads them. ``ssl``: see :data:`SSLOption`; unset,
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are honoured when set (read when a
+    session is made), else the system's CAs. ``False`` logs a warning once
+    per process. ``max_connections``: open connections per provider and event
+    loop, all hosts together; unset, no cap (the caller's own concurrency,
+    the vote pool's tokens, is the cap). ``session``: an
+    ``aiohttp.ClientSession`` the caller owns and closes; used as it is (its
+    own proxy, TLS and pool settings), never closed here, so it serves only
+    the loop it was made on.
+    """
+
+    __slots__ = ("max_connections", "proxy", "session", "ssl")
+
+    def __init__(
+        self,
+        *,
+        proxy: str | None = None,
+        ssl: SSLOption = None,
+        max_connections: int | None = None,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        if proxy is not None and (
+            not isinstance(proxy, str) or not proxy.lower().startswith(("http://", "https://"))
+        ):
+            raise ValueError("proxy is an http:// or https:// URL")  # never quoted: a secret
+        if max_connections is not None and (
+            isinstance(max_connections, bool)
+            or not isinstance(max_connections, int)
+            or max_connections < 1
+        ):
+            raise ValueError(
+                f"max_connections is a whole number of 1 or more, not {max_connections!r}"
+            )
+        if session is not None and not isinstance(session, aiohttp.ClientSession):
+            raise TypeError(f"session is an aiohttp.ClientSession, not {type(session).__name__}")
+        if session is not None and (proxy is not None or ssl is not None or max_connections):
+            raise ValueError(
+                "session= is used as the caller made it: give proxy, ssl and "
+                "max_connections to the session instead"
+            )
+        self.proxy = proxy
+        self.ssl = _checked_ssl(ssl)
+        self.max_connections = max_connections
+        self.session = session
+
+    def __repr__(self) -> str:
+        proxy = None if self.proxy is None else _hide_userinfo(self.proxy)
+        return (
+            f"Network(proxy={proxy!r}, ssl={self.ssl!r}, "
+            f"max_connections={self.max_connections!r}, session={self.session is not None})"
+        )
+
+
+def _hide_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` cut."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+
+
+_warned_unverified = False
+
+
+def _checked_ssl(option: SSLOption) -> _ssl.SSLContext | bool | None:
+    """``ssl=`` made ready: a path loaded into a context now (a bad one refused
+    now), ``False`` warned about once per process."""
+    global _warned_unverified
+    if option is None or option is True or isinstance(option, _ssl.SSLContext):
+        return option
+    if option is False:
+        if not _warned_unverified:
+            _warned_unverified = True
+            log.warning(
+                "ssl=False: TLS certificates are not verified "
+                "(anyone on the path can read and change turns)"
+            )
+        return False
+    if isinstance(option, str | os.PathLike):
+        path = os.fspath(option)
+        try:
+            return _ca_context(path)
+        except (OSError, _ssl.SSLError) as exc:
+            raise ValueError(f"ssl: cannot load the CA bundle {path!r} ({exc})") from None
+    raise TypeError(
+        f"ssl is an ssl.SSLContext, a CA bundle path or a bool, not {type(option).__name__}"
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _ca_context(path: str) -> _ssl.SSLContext:
+    """The default context verifying against the CA bundle at ``path``, made
+    once per path (so probes naming it share one probe session per loop)."""
+    if os.path.isdir(path):
+        return _ssl.create_default_context(capath=path)
+    return _ssl.create_default_context(cafile=path)
+
+
+@functools.lru_cache(maxsize=4)
+def _env_context(cafile: str | None, capath: str | None) -> _ssl.SSLContext:
+    """The default context with ``SSL_CERT_FILE``/``SSL_CERT_DIR`` loaded
+    (aiohttp's own default was made at import, before the caller set them)."""
+    return _ssl.create_default_context(cafile=cafile or None, capath=capath or None)
+
+
+def _session_ssl(option: _ssl.SSLContext | bool | None) -> _ssl.SSLContext | bool:
+    if option is not None:
+        return option
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    if cafile or capath:
+        return _env_context(cafile, capath)
+    return True
+
+
+DEFAULT_NETWORK: Final = Network()
+"""The environment's proxy and CA settings, no cap, the provider's own sessions."""
+
+
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url``, read as aiohttp's
+    ``trust_env`` reads it (``HTTP_PROXY``/``HTTPS_PROXY`` by the URL's
+    scheme, none when ``NO_PROXY`` covers its host, credentials from the URL
+    or ``.netrc``), or None. Read when a session is made, not per request: a
+    turn pays nothing for it."""
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url))
+    except (LookupError, ValueError):
+        return None
+    if auth is not None and proxy.user is None:
+        proxy = proxy.with_user(auth.login).with_password(auth.password)
+    return str(proxy)
+
+
+def create_session(
+    headers: Mapping[str, str] | None = None,
+    network: Network = DEFAULT_NETWORK,
+    url: str | None = None,
+) -> aiohttp.ClientSession:
     """A new client session for a provider to own (and close in its ``aclose``).
 
     ``headers`` are sent on every request (a gateway's or proxy's extra headers,
     a credential), with :data:`USER_AGENT` unless they name their own.
     Connecting is bounded by :data:`CONNECT_TIMEOUT_MS`; there is
     no total or per-read timeout, since the turn's :class:`Deadline` is the only
-    clock. The pool has no size cap, so waiting for a free connection never
-    counts against the connect bound: the caller's own concurrency (the vote
-    pool's tokens) is the cap. Must be called with a loop running.
+    clock. The pool is capped by ``network.max_connections``; with no cap
+    (the default) waiting for a free connection never counts against the
+    connect bound: the caller's own concurrency (the vote pool's tokens) is
+    the cap. Proxy and TLS: see :class:`Network`; with no ``network.proxy``,
+    the environment's proxy for ``url`` (:func:`env_proxy`), the one far end
+    the session's requests go to. Must be called with a loop running.
     """
     _check_headers(headers)
     sent = dict(headers) if headers else {}
@@ -230,53 +402,132 @@ def create_session(headers: Mapping[str, str] | None = None) -> aiohttp.ClientSe
         timeout=aiohttp.ClientTimeout(
             total=None, connect=CONNECT_TIMEOUT_MS / 1000, sock_read=None, sock_connect=None
         ),
-        connector=aiohttp.TCPConnector(limit=0),
+        connector=aiohttp.TCPConnector(
+            limit=network.max_connections or 0, ssl=_session_ssl(network.ssl)
+        ),
+        proxy=network.proxy or (env_proxy(url) if url is not None else None),
     )
 
 
-_probe_sessions: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]
-] = weakref.WeakKeyDictionary()
+class LoopSessions:
+    """One session per running event loop, made by ``make`` on first use in that loop.
+
+    A session is bound to the loop it was made on, so a provider used from
+    several loops (two ``asyncio.run`` calls, ``run_sync`` then ``run``) has
+    one for each. Each closes when its loop shuts down: it is tied to an async
+    generator registered with the loop, and ``asyncio.run`` (and
+    ``asyncio.Runner``) finalise every such generator before closing the
+    loop. :meth:`aclose` closes every one still open, from any loop: the
+    running loop's at once, another running loop's on that loop (awaited
+    here), a stopped loop's connections dropped without a wait.
+    """
+
+    __slots__ = ("_held", "_make")
+
+    def __init__(self, make: Callable[[], aiohttp.ClientSession]) -> None:
+        self._make = make
+        self._held: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]
+        ] = weakref.WeakKeyDictionary()
+
+    def get(self) -> aiohttp.ClientSession:
+        """The running loop's session (made now if it has none, or its was closed)."""
+        loop = asyncio.get_running_loop()
+        held = self._held.get(loop)
+        if held is not None and not held[0].closed:
+            return held[0]
+        session = self._make()
+        closer = self._close_at_loop_shutdown(loop, session)
+        # The generator's first step awaits nothing, so it completes synchronously;
+        # starting it calls the loop's first-iteration hook, which registers it for
+        # shutdown_asyncgens(). The map keeps it alive until the loop is gone.
+        with suppress(StopIteration):
+            closer.asend(None).send(None)
+        self._held[loop] = (session, closer)
+        return session
+
+    def __len__(self) -> int:
+        """How many loops hold a session."""
+        return len(self._held)
+
+    def current(self) -> aiohttp.ClientSession | None:
+        """The running loop's session if one is open (none is made)."""
+        held = self._held.get(asyncio.get_running_loop())
+        return held[0] if held is not None and not held[0].closed else None
+
+    async def _close_at_loop_shutdown(
+        self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession
+    ) -> AsyncGenerator[None, None]:
+        """Suspended for the loop's life; closing it closes the session and
+        drops the loop's entry (the session refers to its loop, so the weak
+        key alone would never let the entry go)."""
+        try:
+            yield
+        finally:
+            held = self._held.get(loop)
+            if held is not None and held[0] is session:
+                del self._held[loop]
+            await session.close()
+
+    async def aclose(self) -> None:
+        """Close every loop's session (see the class docstring)."""
+        here = asyncio.get_running_loop()
+        held = list(self._held.items())
+        self._held.clear()
+        for loop, (session, closer) in held:
+            if loop is here:
+                await closer.aclose()
+            elif loop.is_running() and not loop.is_closed():
+                with suppress(RuntimeError):  # the loop closed meanwhile
+                    await asyncio.wrap_future(
+                        asyncio.run_coroutine_threadsafe(_aclose(closer), loop)
+                    )
+            elif not session.closed:
+                _drop(session)
 
 
-async def _close_at_loop_shutdown(
-    loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession
-) -> AsyncGenerator[None, None]:
-    """Suspended for the loop's life; ``shutdown_asyncgens()`` closes it, closing
-    the session and dropping the loop's entry (the session refers to its loop,
-    so the weak key alone would never let the entry go)."""
-    try:
-        yield
-    finally:
-        held = _probe_sessions.get(loop)
-        if held is not None and held[0] is session:
-            del _probe_sessions[loop]
-        await session.close()
+async def _aclose(closer: AsyncGenerator[None, None]) -> None:
+    await closer.aclose()
 
 
-def probe_session() -> aiohttp.ClientSession:
+def _drop(session: aiohttp.ClientSession) -> None:
+    """Close a session whose loop no longer runs: its connections are closed
+    without waiting on that loop, and the session marked closed."""
+    connector = session.connector
+    if connector is not None and not connector.closed:
+        with suppress(Exception):
+            connector._close()
+    session._connector = None
+
+
+_probe_sessions: Final = LoopSessions(create_session)
+
+
+_network_probe_sessions: dict[tuple[object, ...], LoopSessions] = {}
+
+
+def probe_session(network: Network = DEFAULT_NETWORK, url: str = "") -> aiohttp.ClientSession:
     """The running loop's shared probe session, created on first use.
 
-    A session is bound to the loop it was made on, so there is one per loop
-    (held in a map keyed weakly by the loop), never one per probe. It closes
-    when its loop shuts down: it is tied to an async generator registered with
-    the loop, and ``asyncio.run`` (and ``asyncio.Runner``) finalise every such
-    generator before closing the loop. A second ``asyncio.run`` gets a new one.
-    A loop closed without ``shutdown_asyncgens`` leaves it unclosed.
+    One per loop (see :class:`LoopSessions`), never one per probe; it closes
+    when its loop shuts down. A second ``asyncio.run`` gets a new one. A loop
+    closed without ``shutdown_asyncgens`` leaves it unclosed. A ``network``
+    with a proxy or TLS settings has probe sessions of its own (one per loop
+    for each such setting); one naming a caller's session probes on it. With
+    no ``network.proxy``, the environment's proxy for ``url`` (the far end
+    probed) is read now.
     """
-    loop = asyncio.get_running_loop()
-    held = _probe_sessions.get(loop)
-    if held is not None and not held[0].closed:
-        return held[0]
-    session = create_session()
-    closer = _close_at_loop_shutdown(loop, session)
-    # The generator's first step awaits nothing, so it completes synchronously;
-    # starting it calls the loop's first-iteration hook, which registers it for
-    # shutdown_asyncgens(). The map keeps it alive until the loop is gone.
-    with suppress(StopIteration):
-        closer.asend(None).send(None)
-    _probe_sessions[loop] = (session, closer)
-    return session
+    if network.session is not None:
+        return network.session
+    proxy = network.proxy or env_proxy(url)
+    if proxy is None and network is DEFAULT_NETWORK:
+        return _probe_sessions.get()
+    key = (proxy, network.ssl, network.max_connections)
+    sessions = _network_probe_sessions.get(key)
+    if sessions is None:
+        reach = Network(proxy=proxy, ssl=network.ssl, max_connections=network.max_connections)
+        sessions = _network_probe_sessions[key] = LoopSessions(lambda: create_session(None, reach))
+    return sessions.get()
 
 
 def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
@@ -287,8 +538,24 @@ def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
         return LLMUnreachable(endpoint.label, "the URL is not a valid http(s) URL")
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return LLMUnreachable(endpoint.label, f"the host did not resolve ({exc.os_error})")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return LLMUnreachable(
+            endpoint.label,
+            f"TLS with {exc.host}:{exc.port} failed: {_tls_reason(exc.certificate_error)}",
+        )
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):
+        return LLMUnreachable(
+            endpoint.label, f"TLS with {exc.host}:{exc.port} failed: {_tls_reason(exc.os_error)}"
+        )
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return LLMUnreachable(endpoint.label, f"could not connect to the proxy ({exc.os_error})")
     if isinstance(exc, aiohttp.ClientConnectorError):
         return LLMUnreachable(endpoint.label, f"could not connect ({exc.os_error})")
+    if isinstance(exc, aiohttp.ClientHttpProxyError):  # the proxy refused the tunnel
+        return LLMUnreachable(
+            endpoint.label,
+            f"the proxy refused the request ({exc.status} {excerpt(str(exc.message), 80)})",
+        )
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return LLMUnreachable(endpoint.label, "closed the connection before answering")
     if isinstance(exc, aiohttp.ClientResponseError):  # the HTTP head would not parse
@@ -299,6 +566,12 @@ def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
             endpoint.label, f"the request could not be sent ({excerpt(str(exc), 120)})"
         )
     return LLMUnreachable(endpoint.label, f"{type(exc).__name__}: {exc}")
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """The TLS failure in a few words: OpenSSL's verify message, else its reason."""
+    message = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or str(exc)
+    return excerpt(str(message), 120)
 
 
 def _cut_reason(exc: BaseException) -> str:
@@ -373,8 +646,10 @@ class _Boundary:
     def _typed(self, exc: BaseException, expired: bool) -> BaseException:
         """The error ``exc`` becomes (``exc`` itself when it stays as it is)."""
         response = self.response
-        if isinstance(exc, _URL_ERRORS):
-            return _caused(_unreachable(exc, self.endpoint), None)  # its text is the URL
+        if isinstance(exc, (*_URL_ERRORS, aiohttp.ClientHttpProxyError)):
+            # Its text is the URL; a proxy's refusal quotes the proxy's URL,
+            # credentials and all, and the Proxy-Authorization header.
+            return _caused(_unreachable(exc, self.endpoint), None)
         if isinstance(exc, aiohttp.ClientError | OSError):  # TimeoutError is an OSError
             typed = _caused(self._failed(exc, expired), exc)
         elif isinstance(exc, ValueError) and response is None:

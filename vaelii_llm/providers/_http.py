@@ -3,10 +3,15 @@
 :class:`HTTPProvider` owns everything a backend does with the network, so a
 fix made here holds for every backend at once:
 
-* the session: one ``aiohttp`` session per provider, made on the first turn
-  (with the codec's :meth:`~Codec.session_headers` and the package's
-  User-Agent, see :data:`vaelii_llm._transport.USER_AGENT`), made again if
-  something closed it, shared by any number of concurrent turns;
+* the session: one ``aiohttp`` session per provider and running event loop
+  (:class:`~vaelii_llm._transport.LoopSessions`), made on the loop's first
+  turn (with the codec's :meth:`~Codec.session_headers`, the package's
+  User-Agent, see :data:`vaelii_llm._transport.USER_AGENT`, and the
+  provider's :class:`~vaelii_llm._transport.Network`: proxy, TLS, connection
+  cap), closed with its loop or by ``aclose`` from any loop, shared by any
+  number of concurrent turns; or the caller's own session (``session=``),
+  which every turn uses with the codec's session headers sent per request,
+  and which is never closed here;
 * the closed state: after :meth:`~HTTPProvider.aclose` every turn, streamed
   or not, raises :class:`~vaelii_llm.errors.LLMClosed`, also a turn that was
   waiting for its credential or in flight when the close came (the far
@@ -64,8 +69,10 @@ with its codec, and its probes go through :mod:`vaelii_llm._transport`.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypedDict, TypeVar, get_type_hints
 
 import aiohttp
 import msgspec
@@ -73,9 +80,66 @@ import msgspec
 from vaelii_llm import _transport as transport
 from vaelii_llm import telemetry
 from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
-from vaelii_llm.errors import LLMClosed, LLMError
+from vaelii_llm.errors import LLMClosed, LLMError, LLMUnreachable
 
-__all__ = ["DRAIN_S", "Assembler", "Codec", "Credentials", "HTTPProvider", "WireDecoder"]
+__all__ = [
+    "DRAIN_S",
+    "Assembler",
+    "ClientSession",
+    "Codec",
+    "Credentials",
+    "HTTPProvider",
+    "NetworkOptions",
+    "SSLOption",
+    "WireDecoder",
+    "keyword_signature",
+    "network",
+]
+
+ClientSession = aiohttp.ClientSession
+"""What ``session=`` takes (named here so a backend imports no HTTP library)."""
+SSLOption = transport.SSLOption
+"""What ``ssl=`` takes: see :class:`~vaelii_llm._transport.Network`."""
+
+
+class NetworkOptions(TypedDict, total=False):
+    """How every HTTP backend's provider reaches its far end, the same four
+    options on each (see :class:`~vaelii_llm._transport.Network`): ``proxy``
+    (unset: ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY``), ``ssl`` (unset:
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else the system's CAs),
+    ``max_connections`` (unset: no cap) and ``session`` (a caller's own,
+    never closed here)."""
+
+    proxy: str | None
+    ssl: SSLOption
+    max_connections: int | None
+    session: ClientSession | None
+
+
+NETWORK_KEYS: Final = frozenset(NetworkOptions.__annotations__)
+
+
+def keyword_signature(options: type[Mapping[str, Any]], returns: type) -> inspect.Signature:
+    """A factory's signature with one keyword per key of the TypedDict
+    ``options``, default None: the backend's own keys, then the network
+    ones (selection reads which options a backend takes from there)."""
+    hints = get_type_hints(options)
+    order = [name for name in hints if name not in NETWORK_KEYS] + list(
+        NetworkOptions.__annotations__
+    )
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [inspect.Parameter(name, keyword, default=None, annotation=hints[name]) for name in order],
+        return_annotation=returns,
+    )
+
+
+def network(options: Mapping[str, Any]) -> transport.Network:
+    """The :class:`~vaelii_llm._transport.Network` the network keys of
+    ``options`` describe (the shared default when none is set)."""
+    given = {key: options[key] for key in NETWORK_KEYS if options.get(key) is not None}
+    return transport.Network(**given) if given else transport.DEFAULT_NETWORK
+
 
 DRAIN_S: Final = 0.05
 """How long a stream may take to end after its terminal event before its
@@ -156,11 +220,14 @@ class Credentials(Generic[C]):
     secret: nothing here logs or shows it.
     """
 
-    __slots__ = ("_failed", "_lock", "_lookup", "found")
+    __slots__ = ("_failed", "_locks", "_lookup", "found")
 
     def __init__(self, lookup: Callable[[], Awaitable[C]], found: C | None = None) -> None:
         self._lookup = lookup
-        self._lock = asyncio.Lock()
+        # One lock per event loop: a lock waited on binds to its loop.
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
         self._failed: tuple[int, LLMError | None] = (0, None)  # failures so far, the last one
         self.found = found
 
@@ -173,7 +240,11 @@ class Credentials(Generic[C]):
         if found is not None:
             return found
         failures = self._failed[0]
-        async with self._lock:
+        loop = asyncio.get_running_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = asyncio.Lock()
+        async with lock:
             found = self.found
             if found is not None:
                 return found
@@ -195,10 +266,19 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
     iterate it under ``contextlib.aclosing`` so that happens at once.
     """
 
-    def __init__(self, codec: Codec[W, B], credentials: Credentials[Any] | None = None) -> None:
+    def __init__(
+        self,
+        codec: Codec[W, B],
+        credentials: Credentials[Any] | None = None,
+        network: transport.Network = transport.DEFAULT_NETWORK,
+    ) -> None:
         self._codec = codec
         self._credentials = credentials
-        self._session: aiohttp.ClientSession | None = None
+        self._network = network
+        self._sessions = transport.LoopSessions(
+            lambda: transport.create_session(codec.session_headers(), network, codec.url)
+        )
+        self._shared_headers: Mapping[str, str] | None = None  # on a caller's session
         self._closed = False
         self._inflight: set[aiohttp.ClientResponse] = set()  # bodies being read, cut by aclose
         telemetry.on_build()
@@ -209,13 +289,37 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         return self._closed
 
     def _http(self) -> aiohttp.ClientSession:
-        """The provider's session, made on first use (and again if something closed it)."""
+        """The running loop's session, made on first use in the loop (and again
+        if something closed it), or the caller's own."""
         if self._closed:
             raise LLMClosed(self._codec.endpoint.label)
-        session = self._session
-        if session is None or session.closed:
-            session = self._session = transport.create_session(self._codec.session_headers())
-        return session
+        own = self._network.session
+        if own is None:
+            return self._sessions.get()
+        if own.closed or own.connector is None:
+            raise LLMUnreachable(self._codec.endpoint.label, "the caller's session is closed")
+        if getattr(own, "_loop", None) is not asyncio.get_running_loop():
+            raise LLMUnreachable(
+                self._codec.endpoint.label, "the caller's session belongs to another event loop"
+            )
+        return own
+
+    def _headers(self, turn: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        """A turn's headers: as the codec gave them on the provider's own
+        session (which carries the session headers); on a caller's session,
+        the codec's session headers (and the User-Agent, unless that session
+        names one) under them."""
+        own = self._network.session
+        if own is None:
+            return turn
+        shared = self._shared_headers
+        if shared is None:
+            base = {} if "User-Agent" in own.headers else {"User-Agent": transport.USER_AGENT}
+            base.update(self._codec.session_headers())
+            shared = self._shared_headers = transport.checked_headers(base)
+        if not turn:
+            return shared
+        return {**shared, **turn}
 
     async def _credential(self) -> Any:
         """The credential step's answer (None with no step); LLMClosed when
@@ -244,7 +348,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
         body = codec.body(request, stream=False)
-        headers = codec.headers(request, stream=False, credential=await self._credential())
+        headers = self._headers(
+            codec.headers(request, stream=False, credential=await self._credential())
+        )
         try:
             parsed = await transport.request_json(
                 self._http(),
@@ -279,7 +385,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
         body = codec.body(request, stream=True)
-        headers = codec.headers(request, stream=True, credential=await self._credential())
+        headers = self._headers(
+            codec.headers(request, stream=True, credential=await self._credential())
+        )
         decoder = codec.stream_decoder()
         assembler = codec.assembler(deltas=deltas)
         try:
@@ -311,10 +419,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         yield assembler.result()
 
     async def aclose(self) -> None:
-        """Close the session; every turn, those in flight included, raises
-        LLMClosed. Closing twice is harmless."""
+        """Close the provider's sessions, on every loop it was used from (a
+        caller's own session stays open); every turn, those in flight
+        included, raises LLMClosed. Closing twice is harmless."""
         self._closed = True
         transport.cut(self._inflight)
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        await self._sessions.aclose()

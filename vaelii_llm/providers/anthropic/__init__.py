@@ -45,9 +45,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from vaelii_llm import config
+from vaelii_llm._transport import DEFAULT_NETWORK, Network
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
-from vaelii_llm.providers._http import Credentials, HTTPProvider
+from vaelii_llm.providers._http import (
+    ClientSession,
+    Credentials,
+    HTTPProvider,
+    SSLOption,
+    network,
+)
 from vaelii_llm.providers.anthropic import _credentials as credentials
 from vaelii_llm.providers.anthropic._codec import MessagesCodec
 from vaelii_llm.providers.anthropic._credentials import Credential
@@ -67,10 +74,15 @@ log = logging.getLogger("vaelii_llm.providers.anthropic")
 
 
 class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
-    """A Messages API provider; build it with :func:`provider`. Use it within one event loop."""
+    """A Messages API provider; build it with :func:`provider`. Usable from any event loop."""
 
-    def __init__(self, codec: MessagesCodec, credential: Credentials[Credential]) -> None:
-        super().__init__(codec, credential)
+    def __init__(
+        self,
+        codec: MessagesCodec,
+        credential: Credentials[Credential],
+        network: Network = DEFAULT_NETWORK,
+    ) -> None:
+        super().__init__(codec, credential, network)
         self._messages = codec
         self._credential_step = credential
         self.endpoint = codec.endpoint
@@ -99,16 +111,25 @@ def provider(
     model: str | None = None,
     effort: str | None = None,
     headers: Mapping[str, str] | None = None,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    max_connections: int | None = None,
+    session: ClientSession | None = None,
 ) -> AnthropicProvider:
     """A Messages API provider, built without I/O (see the module docstring).
 
     ``headers`` are sent on every request (a gateway's or proxy's own); they
     are never logged or shown. A ``user:password@`` in ``base_url`` is sent as
-    the URL says and cut from every message and the repr."""
+    the URL says and cut from every message and the repr. ``proxy``, ``ssl``,
+    ``max_connections``, ``session``: how it reaches the API, as on every HTTP
+    backend (:class:`~vaelii_llm.providers._http.NetworkOptions`)."""
+    reach = network(
+        {"proxy": proxy, "ssl": ssl, "max_connections": max_connections, "session": session}
+    )
     url = config.anthropic_base_url(base_url)
     codec = MessagesCodec(url, model or DEFAULT_MODEL, effort or DEFAULT_EFFORT, headers or {})
     step = Credentials(credentials.resolve, credentials.resolve_now(credential))
-    return AnthropicProvider(codec, step)
+    return AnthropicProvider(codec, step, reach)
 
 
 async def _missing(

@@ -25,7 +25,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 
 import msgspec
 
@@ -44,6 +44,7 @@ from vaelii_llm._protocol import (
 )
 from vaelii_llm._wire.ndjson import NDJSONDecoder
 from vaelii_llm.providers._hosts import normalize_host
+from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.ollama._assemble import (
     CHUNK_DECODER,
     ChatAssembler,
@@ -57,7 +58,7 @@ CHAT_PATH: Final = "/api/chat"
 """Where a turn is POSTed, below the base URL: a provider's turns and :func:`warm`."""
 
 
-class Options(TypedDict, total=False):
+class Options(NetworkOptions, total=False):
     """What an Ollama provider is built from, each optional (None: unset).
 
     ``host``: see :func:`base_url`. ``model``: default ``VAELII_OLLAMA_MODEL``
@@ -65,6 +66,8 @@ class Options(TypedDict, total=False):
     request naming none; unset, ``VAELII_OLLAMA_NUM_CTX`` and
     ``VAELII_OLLAMA_KEEP_ALIVE`` are read at each turn. ``headers``: sent on
     every turn (a gateway's or proxy's own), never logged or shown.
+    ``proxy``, ``ssl``, ``max_connections``, ``session``: how it reaches
+    the host, as on every HTTP backend (:class:`~vaelii_llm.providers._http.NetworkOptions`).
     """
 
     host: str | None

@@ -16,6 +16,7 @@ import msgspec
 from vaelii_llm import _transport as transport
 from vaelii_llm import config, errors
 from vaelii_llm._protocol import Message, Request, Response
+from vaelii_llm.providers._http import ClientSession, SSLOption, network
 from vaelii_llm.providers.ollama._chat import _ENCODER, ChatCodec, base_url, endpoint
 
 __all__ = [
@@ -70,11 +71,12 @@ async def _ask(
     decoder: msgspec.json.Decoder[T],
     timeout_ms: int,
     body: bytes | None = None,
+    reach: transport.Network = transport.DEFAULT_NETWORK,
 ) -> T:
     """One probe of the host at ``host``: ``path`` under a whole-request deadline."""
     url = base_url(host)
     return await transport.request_json(
-        transport.probe_session(),
+        transport.probe_session(reach, url),
         endpoint(url),
         method,
         url + path,
@@ -84,17 +86,34 @@ async def _ask(
     )
 
 
-async def version(host: str | None = None, *, timeout_ms: int = VERSION_TIMEOUT_MS) -> str:
+async def version(
+    host: str | None = None,
+    *,
+    timeout_ms: int = VERSION_TIMEOUT_MS,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    session: ClientSession | None = None,
+) -> str:
     """The host's Ollama version (``/api/version``), under a whole-request
-    deadline of ``timeout_ms``. Raises the typed error when it cannot answer."""
-    return (await _ask(host, "GET", "/api/version", _VERSION_DECODER, timeout_ms)).version
+    deadline of ``timeout_ms``. Raises the typed error when it cannot answer.
+    ``proxy``, ``ssl``, ``session``: as a provider's (NetworkOptions)."""
+    reach = network({"proxy": proxy, "ssl": ssl, "session": session})
+    return (
+        await _ask(host, "GET", "/api/version", _VERSION_DECODER, timeout_ms, None, reach)
+    ).version
 
 
-async def unavailable_reason(host: str | None = None) -> str | None:
+async def unavailable_reason(
+    host: str | None = None,
+    *,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    session: ClientSession | None = None,
+) -> str | None:
     """None when an Ollama answers at ``host`` within two seconds, else one
     line naming the host, the cause and the next step. Never raises."""
     try:
-        await version(host)
+        await version(host, proxy=proxy, ssl=ssl, session=session)
     except errors.LLMError as exc:
         return (
             f"{exc.type}: {exc}; start Ollama there (`ollama serve`) "
@@ -105,10 +124,16 @@ async def unavailable_reason(host: str | None = None) -> str | None:
     return None
 
 
-async def available(host: str | None = None) -> bool:
+async def available(
+    host: str | None = None,
+    *,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    session: ClientSession | None = None,
+) -> bool:
     """Whether an Ollama answers at ``host`` within two seconds. Never raises
     for an unreachable, slow, wrong or malformed host: it answers False."""
-    return await unavailable_reason(host) is None
+    return await unavailable_reason(host, proxy=proxy, ssl=ssl, session=session) is None
 
 
 async def show(
@@ -174,6 +199,9 @@ async def warm(
     *,
     timeout_ms: int = WARM_TIMEOUT_MS,
     headers: Mapping[str, str] | None = None,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    session: ClientSession | None = None,
 ) -> Response:
     """Load ``model`` (default: the generation model) and hold it resident.
 
@@ -202,7 +230,9 @@ async def warm(
         timeout_ms=timeout_ms,
     )
     chunk = await transport.request_json(
-        transport.probe_session(),
+        transport.probe_session(
+            network({"proxy": proxy, "ssl": ssl, "session": session}), codec.url
+        ),
         codec.endpoint,
         "POST",
         codec.url,

@@ -8,16 +8,23 @@ inspection (selection reads which options a backend takes from there).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from typing import TypeVar, Unpack, get_type_hints
+from typing import TypeVar, Unpack
 
 from vaelii_llm import config
-from vaelii_llm.providers._http import HTTPProvider
+from vaelii_llm.providers._http import (
+    ClientSession,
+    HTTPProvider,
+    SSLOption,
+    keyword_signature,
+    network,
+)
 from vaelii_llm.providers.ollama._assemble import ChatChunk
 from vaelii_llm.providers.ollama._chat import ChatCodec, Options
 
 __all__ = ["OllamaProvider", "generation_provider", "provider"]
+
+_ANNOTATION_NAMES = (ClientSession, SSLOption)  # what the option records name
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -34,7 +41,7 @@ class OllamaProvider(HTTPProvider[ChatChunk, list[bytes]]):
         codec = ChatCodec(options)
         self.base_url = codec.base_url
         self.model = codec.model
-        super().__init__(codec)
+        super().__init__(codec, network=network(options))
 
     def __repr__(self) -> str:
         return f"OllamaProvider(base_url={self.base_url!r}, model={self.model!r})"
@@ -42,14 +49,7 @@ class OllamaProvider(HTTPProvider[ChatChunk, list[bytes]]):
 
 def _takes_options(factory: F) -> F:
     """``factory`` shown to inspection with one keyword per option, default None."""
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    factory.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [
-            inspect.Parameter(name, keyword, default=None, annotation=kind)
-            for name, kind in get_type_hints(Options).items()
-        ],
-        return_annotation=OllamaProvider,
-    )
+    factory.__signature__ = keyword_signature(Options, OllamaProvider)  # type: ignore[attr-defined]
     return factory
 
 
@@ -57,8 +57,9 @@ def _takes_options(factory: F) -> F:
 def provider(**options: Unpack[Options]) -> OllamaProvider:
     """A provider built from ``options`` (see
     :class:`~vaelii_llm.providers.ollama._chat.Options`: ``host``, ``model``,
-    ``num_ctx``, ``keep_alive``, ``headers``). No I/O happens here. Raises
-    ValueError for a host that names none."""
+    ``num_ctx``, ``keep_alive``, ``headers``, ``proxy``, ``ssl``,
+    ``max_connections``, ``session``). No I/O happens here. Raises
+    ValueError for a host that names none, or a network option out of shape."""
     return OllamaProvider(**options)
 
 

@@ -38,7 +38,7 @@ Tools and format
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal, TypedDict
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -58,6 +58,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
 )
 from vaelii_llm._wire.sse import SSEFrames
+from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._assemble import (
     WHOLE_DECODER,
     ChunkAssembler,
@@ -88,7 +89,7 @@ _OPENAI_HOSTS: Final = ("api.openai.com", ".openai.azure.com")
 """The far ends that are OpenAI's own API (a host, or a host suffix)."""
 
 
-class Options(TypedDict, total=False):
+class Options(NetworkOptions, total=False):
     """What a provider is built from, each optional (None: unset).
 
     ``base_url``: default ``OPENAI_BASE_URL``. ``api_key``: default
@@ -97,6 +98,8 @@ class Options(TypedDict, total=False):
     request (a gateway's own; their ``Authorization`` beats the key's), never
     logged or shown. ``max_tokens_field``: ``"max_tokens"`` or
     ``"max_completion_tokens"``, instead of the choice by host (:func:`token_field`).
+    ``proxy``, ``ssl``, ``max_connections``, ``session``: how it reaches the
+    server, as on every HTTP backend (:class:`~vaelii_llm.providers._http.NetworkOptions`).
     """
 
     base_url: str | None

@@ -15,6 +15,7 @@ import msgspec
 
 from vaelii_llm import _transport as transport
 from vaelii_llm import config, errors
+from vaelii_llm.providers._http import ClientSession, SSLOption, network
 from vaelii_llm.providers.openai._chat import endpoint, session_headers
 from vaelii_llm.providers.openai._key import APIKey
 
@@ -45,6 +46,9 @@ async def models(
     headers: Mapping[str, str] | None = None,
     *,
     timeout_ms: int = MODELS_TIMEOUT_MS,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    session: ClientSession | None = None,
 ) -> list[str]:
     """The ids of the models the server at ``base_url`` (default
     ``OPENAI_BASE_URL``) serves, in its order, under a whole-request deadline
@@ -52,7 +56,7 @@ async def models(
     a missing or wrong key is :class:`~vaelii_llm.errors.LLMApiError`)."""
     url = config.openai_base_url(base_url)
     listed = await transport.request_json(
-        transport.probe_session(),
+        transport.probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),
         endpoint(url),
         "GET",
         url + MODELS_PATH,
@@ -67,13 +71,17 @@ async def available(
     base_url: str | None = None,
     api_key: str | None = None,
     headers: Mapping[str, str] | None = None,
+    *,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    session: ClientSession | None = None,
 ) -> bool:
     """Whether the server at ``base_url`` lists its models within two seconds.
     Never raises for an unreachable, slow, wrong or refusing server (a 401
     too): it answers False. An unusable key (a control character) answers
     False and is logged at WARNING naming its header, never its value."""
     try:
-        await models(base_url, api_key, headers)
+        await models(base_url, api_key, headers, proxy=proxy, ssl=ssl, session=session)
     except errors.LLMBadCredential as exc:
         log.warning("the OpenAI-compatible API key is unusable: %s", exc)
         return False

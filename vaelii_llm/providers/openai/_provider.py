@@ -9,15 +9,22 @@ which a test holds against this signature).
 
 from __future__ import annotations
 
-import inspect
-from typing import Unpack, get_type_hints
+from typing import Unpack
 
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._http import HTTPProvider
+from vaelii_llm.providers._http import (
+    ClientSession,
+    HTTPProvider,
+    SSLOption,
+    keyword_signature,
+    network,
+)
 from vaelii_llm.providers.openai._assemble import Completion
 from vaelii_llm.providers.openai._chat import ChatCodec, Options
 
 __all__ = ["OpenAIProvider", "provider"]
+
+_ANNOTATION_NAMES = (ClientSession, SSLOption)  # what the option records name
 
 
 class OpenAIProvider(HTTPProvider[Completion, list[Frame]]):
@@ -34,7 +41,7 @@ class OpenAIProvider(HTTPProvider[Completion, list[Frame]]):
         self.model = codec.model
         self.endpoint = codec.endpoint
         self._shown = codec.endpoint.label.removeprefix("the Chat Completions API at ")
-        super().__init__(codec)
+        super().__init__(codec, network=network(options))
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(base_url={self._shown!r}, model={self.model!r})"
@@ -49,10 +56,4 @@ def provider(**options: Unpack[Options]) -> OpenAIProvider:
     return OpenAIProvider(**options)
 
 
-provider.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
-        for name, kind in get_type_hints(Options).items()
-    ],
-    return_annotation=OpenAIProvider,
-)
+provider.__signature__ = keyword_signature(Options, OpenAIProvider)  # type: ignore[attr-defined]
