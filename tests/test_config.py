@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -191,3 +192,17 @@ def test_the_credentials_are_the_secret_rows() -> None:
         "ANTHROPIC_AUTH_TOKEN",
         "OPENAI_API_KEY",
     }
+
+
+@pytest.mark.parametrize("value", [None, "", "  4096 ", "ünïcode", "a=b"])
+def test_the_fast_environment_lookup_sees_what_os_environ_holds_now(
+    monkeypatch: pytest.MonkeyPatch, value: str | None
+) -> None:
+    name = "VAELII_TEST_FAST_LOOKUP"
+    monkeypatch.delenv(name, raising=False)
+    assert config._getenv(name) is None
+    if value is not None:
+        monkeypatch.setenv(name, value)
+    assert config._getenv(name) == os.environ.get(name) == value
+    monkeypatch.delenv(name, raising=False)
+    assert config._getenv(name) is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -236,9 +237,40 @@ SWITCHES: tuple[Switch, ...] = (
 name from its row."""
 
 
+def _environ_get() -> Callable[[str], str | None]:
+    """A lookup of one variable in ``os.environ`` as it is now.
+
+    ``os.environ.get`` of an unset variable costs a raised and caught
+    KeyError, about a microsecond, on every turn that reads a switch at the
+    call. CPython's ``os.environ`` keeps its variables in a plain dict of
+    encoded names and values (``_data``), updated by every change made through
+    it; reading that dict directly is a dict lookup. Elsewhere, or should the
+    layout change, it is ``os.environ.get``.
+    """
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    encode = getattr(environ, "encodekey", None)
+    decode = getattr(environ, "decodevalue", None)
+    if not isinstance(data, dict) or encode is None or decode is None:
+        return environ.get
+    keys: dict[str, object] = {}
+
+    def get(name: str) -> str | None:
+        key = keys.get(name)
+        if key is None:
+            key = keys[name] = encode(name)
+        value = data.get(key)
+        return None if value is None else str(decode(value))
+
+    return get
+
+
+_getenv: Final = _environ_get()
+
+
 def _read(switch: Switch) -> str | None:
     """The switch's variable trimmed, or None when unset or blank."""
-    value = os.environ.get(switch.name)
+    value = _getenv(switch.name)
     if value is None:
         return None
     value = value.strip()
@@ -317,7 +349,7 @@ def ollama_hosts(explicit: str | None = None) -> str | None:
     (no hosts, which the pool refuses rather than building one nobody answers)."""
     if explicit is not None:
         return explicit
-    value = os.environ.get(_OLLAMA_HOSTS.name)
+    value = _getenv(_OLLAMA_HOSTS.name)
     return None if value is None else value.strip()
 
 
@@ -364,7 +396,7 @@ def openai_hosts(explicit: str | None = None) -> str | None:
     """The raw ``base-url[*n],…`` list, read as :func:`ollama_hosts` reads its own."""
     if explicit is not None:
         return explicit
-    value = os.environ.get(_OPENAI_HOSTS.name)
+    value = _getenv(_OPENAI_HOSTS.name)
     return None if value is None else value.strip()
 
 
