@@ -349,7 +349,11 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             raise LLMClosed(codec.endpoint.label)
         body = codec.body(request, stream=False)
         headers = self._headers(
-            codec.headers(request, stream=False, credential=await self._credential())
+            codec.headers(
+                request,
+                stream=False,
+                credential=None if self._credentials is None else await self._credential(),
+            )
         )
         try:
             parsed = await transport.request_json(
@@ -386,7 +390,11 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             raise LLMClosed(codec.endpoint.label)
         body = codec.body(request, stream=True)
         headers = self._headers(
-            codec.headers(request, stream=True, credential=await self._credential())
+            codec.headers(
+                request,
+                stream=True,
+                credential=None if self._credentials is None else await self._credential(),
+            )
         )
         decoder = codec.stream_decoder()
         assembler = codec.assembler(deltas=deltas)
