@@ -7,7 +7,6 @@ import datetime
 import itertools
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -329,11 +328,11 @@ def test_depth_bound_is_exact_and_ignores_strings() -> None:
     assert edn.read(commented) == (Symbol("a"),)
 
 
-def test_deep_input_is_refused_fast() -> None:
-    start = time.perf_counter()
-    with pytest.raises(EDNRefusal):
+def test_deep_input_is_refused_at_the_depth_bound() -> None:
+    # Unbalanced on purpose: a reader that parsed the whole text first would
+    # refuse the imbalance; this one stops at the bound, and says so.
+    with pytest.raises(EDNRefusal, match=f"deeper than {MAX_DEPTH} brackets"):
         edn.read("(" * 30_000 + ")" * 2_000)
-    assert time.perf_counter() - start < 5.0  # refused at the depth bound, not parsed whole
 
 
 @settings(max_examples=300, deadline=None)

@@ -388,12 +388,11 @@ async def test_a_redis_that_never_answers_ends_within_the_acquire_timeout() -> N
     async with serve_raw(silent) as base, hosts(1) as (a,):
         url = base.replace("http://", "redis://")
         p = shared_pool([a.url], url, acquire_timeout_ms=300)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        # Ended by the pool's own acquire timeout (its message), not by
+        # Redis's 5 s operation timeout.
         with pytest.raises(LLMUnreachable, match="no answer inside the pool's 300 ms"):
             async with p.provider():
                 pass
-        assert loop.time() - started < 4  # well short of Redis's own 5 s op timeout
         await p.aclose()
 
 
