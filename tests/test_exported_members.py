@@ -59,7 +59,7 @@ EXPORTS: dict[str, str] = {
         "OllamaProvider available base_url capabilities context_length "
         "generation_provider provider supports_tools unavailable_reason version warm"
     ),
-    "vaelii_llm.providers.openai": "OpenAIProvider available models provider",
+    "vaelii_llm.providers.openai": "OpenAIProvider available models provider unavailable_reason",
     "vaelii_llm.providers.stub": "StubProvider available provider",
     "vaelii_llm.telemetry": "disable enable enabled",
     "vaelii_llm.tools": (

@@ -1071,3 +1071,37 @@ async def test_ask_runs_unchanged_on_an_openai_compatible_server(
     assert out["answer"].strip() == answer_from(out["tool_calls"][0]["result"])
     assert all(name in out["answer"] for name in NAMES)
     assert [m["role"] for m in fake.bodies[1]["messages"]][-1] == "tool"
+
+
+async def test_why_it_cannot_answer_names_the_server_the_cause_and_the_next_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loopback import refused_url
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    fake = await FakeOpenAI(key="right-key").start()
+    try:
+        assert await openai.unavailable_reason(fake.base_url, "right-key") is None
+        wrong = await openai.unavailable_reason(fake.base_url, "sk-wrong-SECRET")
+        assert wrong is not None
+        assert wrong.startswith("llm-api-error: ")
+        assert wrong.endswith("set OPENAI_API_KEY to a key this server accepts")
+        assert "SECRET" not in wrong
+        bad = await openai.unavailable_reason(fake.base_url, "sk-\nSECRET")
+        assert bad is not None
+        assert "Authorization" in bad
+        assert "SECRET" not in bad
+        # selection asks the backend, passing what its probe takes
+        routed = await providers.unavailable_reason(
+            "openai", base_url=fake.base_url, api_key="right-key"
+        )
+        assert routed is None
+    finally:
+        await fake.stop()
+    down = refused_url() + "/v1"
+    reason = await openai.unavailable_reason(down)
+    assert reason is not None
+    assert reason.startswith("llm-unreachable: ")
+    assert down.split("//")[1].split("/")[0] in reason
+    assert reason.endswith("start the server there or point OPENAI_BASE_URL at one")
+    assert await openai.available(down) is False

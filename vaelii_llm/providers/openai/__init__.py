@@ -18,9 +18,9 @@ the closed state, the turn and the stream pump are the shared skeleton's
 
 from __future__ import annotations
 
-from vaelii_llm.providers.openai._probes import available, models
+from vaelii_llm.providers.openai._probes import available, models, unavailable_reason
 from vaelii_llm.providers.openai._provider import OpenAIProvider, provider
 
 OpenAIProvider.__module__ = __name__  # where a user finds it, as trio names its classes
 
-__all__ = ["OpenAIProvider", "available", "models", "provider"]
+__all__ = ["OpenAIProvider", "available", "models", "provider", "unavailable_reason"]

@@ -19,7 +19,7 @@ from vaelii_llm.providers._http import ClientSession, SSLOption, network
 from vaelii_llm.providers.openai._chat import endpoint, session_headers
 from vaelii_llm.providers.openai._key import APIKey
 
-__all__ = ["MODELS_PATH", "MODELS_TIMEOUT_MS", "available", "models"]
+__all__ = ["MODELS_PATH", "MODELS_TIMEOUT_MS", "available", "models", "unavailable_reason"]
 
 log = logging.getLogger("vaelii_llm.providers.openai")
 
@@ -67,6 +67,48 @@ async def models(
     return [model.id for model in listed.data]
 
 
+async def _failure(
+    base_url: str | None,
+    api_key: str | None,
+    headers: Mapping[str, str] | None,
+    proxy: str | None,
+    ssl: SSLOption,
+    session: ClientSession | None,
+) -> errors.LLMError | ValueError | None:
+    """Why the server at ``base_url`` did not list its models, or None."""
+    try:
+        await models(base_url, api_key, headers, proxy=proxy, ssl=ssl, session=session)
+    except (errors.LLMError, ValueError) as exc:
+        return exc
+    return None
+
+
+async def unavailable_reason(
+    base_url: str | None = None,
+    api_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    *,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    session: ClientSession | None = None,
+) -> str | None:
+    """None when the server at ``base_url`` lists its models within two
+    seconds (see :func:`available`), else one line naming the server, the
+    cause and the next step; never the key. Never raises."""
+    failed = await _failure(base_url, api_key, headers, proxy, ssl, session)
+    if failed is None:
+        return None
+    if isinstance(failed, ValueError):
+        return f"error: {failed}; fix OPENAI_BASE_URL"
+    if isinstance(failed, errors.LLMBadCredential):
+        return f"{failed.type}: {failed}; set OPENAI_API_KEY again without that character"
+    if isinstance(failed, errors.LLMApiError) and failed.status in (401, 403):
+        return f"{failed.type}: {failed}; set OPENAI_API_KEY to a key this server accepts"
+    if isinstance(failed, errors.LLMApiError):
+        return f"{failed.type}: {failed}; point OPENAI_BASE_URL at the server's /v1"
+    return f"{failed.type}: {failed}; start the server there or point OPENAI_BASE_URL at one"
+
+
 async def available(
     base_url: str | None = None,
     api_key: str | None = None,
@@ -80,11 +122,7 @@ async def available(
     Never raises for an unreachable, slow, wrong or refusing server (a 401
     too): it answers False. An unusable key (a control character) answers
     False and is logged at WARNING naming its header, never its value."""
-    try:
-        await models(base_url, api_key, headers, proxy=proxy, ssl=ssl, session=session)
-    except errors.LLMBadCredential as exc:
-        log.warning("the OpenAI-compatible API key is unusable: %s", exc)
-        return False
-    except (errors.LLMError, ValueError):
-        return False
-    return True
+    failed = await _failure(base_url, api_key, headers, proxy, ssl, session)
+    if isinstance(failed, errors.LLMBadCredential):
+        log.warning("the OpenAI-compatible API key is unusable: %s", failed)
+    return failed is None
