@@ -24,6 +24,7 @@ from typing import Any, Literal
 import pytest
 from aiohttp import web
 from anthropic_fake import FakeMessagesAPI, Transcript
+from deltas_check import assert_deltas_make_the_blocks
 from fake_ollama import FakeOllama, chunk, final, tool_call
 from fake_openai import Call, FakeOpenAI, Turn, split, transcript
 from fake_openai import Transcript as ChatTranscript
@@ -40,7 +41,6 @@ from vaelii_llm._protocol import (
     StreamItem,
     TextBlock,
     TextDelta,
-    ThinkingBlock,
     ThinkingDelta,
     ToolResultBlock,
     ToolUseBlock,
@@ -86,18 +86,7 @@ async def turn(model: Provider, request: Request, mode: Mode) -> Response:
         assert deltas == []
     else:
         assert deltas, "stream(deltas=True) yielded no delta"
-        for index, block in enumerate(response.content):
-            if isinstance(block, TextBlock):
-                said = [d.text for d in deltas if isinstance(d, TextDelta) and d.index == index]
-                assert "".join(said) == block.text
-            if isinstance(block, ThinkingBlock):
-                thought = [
-                    d.thinking for d in deltas if isinstance(d, ThinkingDelta) and d.index == index
-                ]
-                assert "".join(thought) == block.thinking
-            if isinstance(block, ToolUseBlock):
-                started = [d for d in deltas if isinstance(d, ToolUseStart) and d.index == index]
-                assert [(d.id, d.name) for d in started] == [(block.id, block.name)]
+        assert_deltas_make_the_blocks(deltas, response.content)
     return response
 
 

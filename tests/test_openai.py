@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from deltas_check import assert_deltas_make_the_blocks
 from fake_openai import (
     MODEL,
     MODELS,
@@ -598,18 +599,7 @@ def test_a_reassembled_stream_equals_the_whole_answer(t: Transcript, cuts: list[
     assert plain[:-1] == expected.content
     with_deltas = streamed(t, cuts, deltas=True)
     assert [i for i in with_deltas if not isinstance(i, DELTAS)] == plain
-    for index, block in enumerate(expected.content):
-        if isinstance(block, TextBlock):
-            said = [d.text for d in with_deltas if isinstance(d, TextDelta) and d.index == index]
-            assert "".join(said) == block.text
-        elif isinstance(block, ThinkingBlock):
-            said = [
-                d.thinking for d in with_deltas if isinstance(d, ThinkingDelta) and d.index == index
-            ]
-            assert "".join(said) == block.thinking
-        elif isinstance(block, ToolUseBlock):
-            started = [d for d in with_deltas if isinstance(d, ToolUseStart) and d.index == index]
-            assert [(d.id, d.name) for d in started] == [(block.id, block.name)]
+    assert_deltas_make_the_blocks(with_deltas, expected.content)
 
 
 # ---------------------------------------------------------------- the key
