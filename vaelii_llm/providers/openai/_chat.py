@@ -38,7 +38,7 @@ Images and documents
     result's images and documents go in a ``user`` message right after the
     tool messages, named by the call's id, and its ``tool`` message says so:
     refusing them would leave an image-returning tool unusable on every
-    such server (pydantic-ai sends them the same way).
+    such server.
     What is checked before sending is :data:`MEDIA` (OpenAI's documented
     image types and request payload).
 
