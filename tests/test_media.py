@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
@@ -508,3 +512,29 @@ async def test_the_stub_takes_images_and_documents_and_keeps_them_for_the_test()
     [seen] = model.requests()
     assert seen.messages[0].content[:2] == [IMAGE, PDF_DOC]
     assert model.last_user_text() == "?"
+
+
+# ---------------------------------------------------------------- the guide
+
+
+GUIDE = ROOT / "docs" / "guides" / "images-and-documents.md"
+
+
+@pytest.mark.parametrize(
+    "n", range(len(re.findall(r"^```python\n", GUIDE.read_text(), re.MULTILINE)))
+)
+def test_every_program_of_the_guide_runs_on_the_stub(n: int, tmp_path: Path) -> None:
+    program = re.findall(r"^```python\n(.*?)^```", GUIDE.read_text(), re.DOTALL | re.MULTILINE)[n]
+    (tmp_path / "program.py").write_text(program)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAELII_", "ANTHROPIC_"))}
+    out = subprocess.run(
+        [sys.executable, "program.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (out.returncode, out.stderr) == (0, "")
+    assert out.stdout.strip()

@@ -58,7 +58,7 @@ Deltas
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 
@@ -138,7 +138,7 @@ class ToolResultBlock(Struct, frozen=True, kw_only=True, repr_omit_defaults=True
 
     type: ClassVar[str] = "tool_result"
     tool_use_id: str
-    content: str | list[TextBlock | ImageBlock | DocumentBlock]
+    content: str | Sequence[TextBlock | ImageBlock | DocumentBlock]
     is_error: bool = False
     raw: Raw = None
 

@@ -34,6 +34,7 @@ Images and documents
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
@@ -118,7 +119,7 @@ def encode_block(block: Block, label: str = "the Messages API") -> dict[str, Any
 
 
 def _result_list(
-    content: list[TextBlock | ImageBlock | DocumentBlock], label: str
+    content: Sequence[TextBlock | ImageBlock | DocumentBlock], label: str
 ) -> list[dict[str, Any]]:
     """A tool result's content list: its text, image and document blocks (the
     API's ``tool_result`` content takes no other kind this package builds)."""
