@@ -514,6 +514,26 @@ async def test_the_stub_takes_images_and_documents_and_keeps_them_for_the_test()
     assert model.last_user_text() == "?"
 
 
+async def test_the_agent_loop_carries_an_image_question_through_a_tool_turn() -> None:
+    from vaelii_llm import agent, kb, tools
+
+    toolset = tools.Toolset(kb.sample())
+    first = agent.request("What is in this picture?", toolset)
+    question = msgspec.structs.replace(
+        first, messages=[Message(role="user", content=[IMAGE, TextBlock(text="What is it?")])]
+    )
+    model = stub.provider(
+        script=[{"tool": "kb_types_of", "input": {"term": "Muffet"}}, "A spider, Muffet."]
+    )
+    result = await agent.run(model, toolset, question)
+    assert (result.stopped, result.answer) == ("answered", "A spider, Muffet.")
+    second = model.requests()[1]
+    assert second.messages[0].content[0] == IMAGE  # the image stays in the conversation
+    [tool_result] = second.messages[2].content
+    assert isinstance(tool_result, ToolResultBlock)
+    assert isinstance(tool_result.content, str)
+
+
 # ---------------------------------------------------------------- the guide
 
 
