@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import base64
 import importlib.util
 import json
 import os
@@ -231,6 +232,90 @@ async def test_vote_runs_over_configured_loopback_hosts() -> None:
     assert lines[0] == "voting over 3 provider token(s): Is this a test?"
     assert lines[-1] == "verdict: yes (votes ('yes', 'yes', 'yes'), failed 0)"
     assert len(server.bodies) == 3
+
+
+def test_vision_answers_about_its_image_on_the_stub() -> None:
+    assert run_example("vision") == ["A red square on a white background."]
+
+
+async def run_vision(env: dict[str, str], *args: str) -> tuple[int | None, str, str]:
+    """vision.py as a subprocess, while this loop serves its loopback far end."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(EXAMPLES / "vision.py"),
+        *args,
+        env={**stub_env(), **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()
+
+
+PNG_B64 = base64.b64encode((EXAMPLES / "red_square.png").read_bytes()).decode()
+
+
+async def test_vision_sends_the_image_to_a_loopback_messages_api(tmp_path: Path) -> None:
+    from aiohttp.test_utils import TestServer
+    from anthropic_fake import FakeMessagesAPI, Transcript
+
+    message = {
+        "id": "msg_vision",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-5-5",
+        "content": [{"type": "text", "text": "A red square, by this fake."}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 90, "output_tokens": 8},
+    }
+    api = FakeMessagesAPI(transcript=Transcript(events=[], message=message))
+    server = TestServer(api.app(), host="127.0.0.1", port=0)
+    await server.start_server()
+    big = tmp_path / "big.png"  # over the API's 5 MB per image, base64-encoded
+    big.write_bytes((EXAMPLES / "red_square.png").read_bytes() + bytes(4 * 1024 * 1024))
+    env = {
+        "VAELII_LLM_PROVIDER": "anthropic",
+        "ANTHROPIC_API_KEY": "sk-test",
+        "ANTHROPIC_BASE_URL": str(server.make_url("")).rstrip("/"),
+    }
+    try:
+        answered = await run_vision(env)
+        refused = await run_vision(env, str(big))
+    finally:
+        await server.close()
+    assert answered == (0, "A red square, by this fake.\n", "")
+    [seen] = api.seen  # the refused image never left the machine
+    image, question = seen.body["messages"][0]["content"]
+    assert image == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64},
+    }
+    assert question["text"].startswith("What shape is in this image")
+    code, out, err = refused
+    assert (code, out) == (1, "")
+    assert err.startswith("llm-encode: the Messages API at http://127.0.0.1:")
+    assert "over the Messages API's 5 MB per image" in err
+
+
+async def test_vision_sends_the_image_to_a_loopback_ollama() -> None:
+    from fake_ollama import MODEL, FakeOllama, chunk, final
+
+    server = await FakeOllama(script=lambda body: [chunk("Red. A square."), final()]).start()
+    env = {
+        "VAELII_LLM_PROVIDER": "ollama",
+        "VAELII_OLLAMA_HOST": server.url,
+        "VAELII_OLLAMA_MODEL": MODEL,
+    }
+    try:
+        answered = await run_vision(env)
+    finally:
+        await server.stop()
+    assert answered == (0, "Red. A square.\n", "")
+    [body] = server.bodies
+    [message] = body["messages"]
+    assert message["images"] == [PNG_B64]
+    assert message["content"].startswith("What shape is in this image")
 
 
 @pytest.mark.usefixtures("ctrl_c_reaches_children")

@@ -20,9 +20,9 @@ import vaelii_llm
 
 EXPORTS: dict[str, str] = {
     "vaelii_llm": (
-        "Block Delta Message OpaqueBlock Provider ProviderBase RedactedThinkingBlock "
-        "Request Response StopReason StreamItem TextBlock TextDelta ThinkingBlock "
-        "ThinkingDelta ToolResultBlock ToolSchema ToolUseBlock ToolUseStart Usage "
+        "Block Delta DocumentBlock ImageBlock Message OpaqueBlock Provider ProviderBase "
+        "RedactedThinkingBlock Request Response StopReason StreamItem TextBlock TextDelta "
+        "ThinkingBlock ThinkingDelta ToolResultBlock ToolSchema ToolUseBlock ToolUseStart Usage "
         "__version__ agent config engine errors kb pool providers tools"
     ),
     "vaelii_llm.agent": (

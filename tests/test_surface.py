@@ -151,6 +151,7 @@ MODULES = [
     "vaelii_llm._backends",
     "vaelii_llm._version",
     "vaelii_llm._protocol",
+    "vaelii_llm._media",
     "vaelii_llm.errors",
     "vaelii_llm.config",
     "vaelii_llm.providers",

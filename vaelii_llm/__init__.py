@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 from vaelii_llm._protocol import (
     Block,
     Delta,
+    DocumentBlock,
+    ImageBlock,
     Message,
     OpaqueBlock,
     Provider,
@@ -56,6 +58,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Block",
     "Delta",
+    "DocumentBlock",
+    "ImageBlock",
     "Message",
     "OpaqueBlock",
     "Provider",

@@ -43,6 +43,11 @@ Blocks
     its input: its ``input`` is a lenient reading of what arrived, and it must
     never be run (a loop that branches on ``stop_reason`` first never does).
 
+    :class:`ImageBlock` and :class:`DocumentBlock` (:mod:`vaelii_llm._media`)
+    go in a user message and in a tool result's content list; a
+    backend refuses one it cannot send, or one over its far end's documented
+    limits, with :class:`~vaelii_llm.errors.LLMEncode`, before sending.
+
 Deltas
     ``stream(request, deltas=True)`` also yields :class:`TextDelta`,
     :class:`ThinkingDelta` and :class:`ToolUseStart` items as the far end sends
@@ -53,16 +58,20 @@ Deltas
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 
 from msgspec import UNSET, Struct, UnsetType, field
 
+from vaelii_llm._media import DocumentBlock, ImageBlock
+
 __all__ = [
     "UNSET",
     "Block",
     "Delta",
+    "DocumentBlock",
+    "ImageBlock",
     "Message",
     "OpaqueBlock",
     "Provider",
@@ -124,11 +133,12 @@ class ToolUseBlock(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
 
 
 class ToolResultBlock(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
-    """What a tool answered, sent back in a user message."""
+    """What a tool answered, sent back in a user message: text, or a list of
+    text, image and document blocks (a screenshot, a chart, a fetched PDF)."""
 
     type: ClassVar[str] = "tool_result"
     tool_use_id: str
-    content: str
+    content: str | Sequence[TextBlock | ImageBlock | DocumentBlock]
     is_error: bool = False
     raw: Raw = None
 
@@ -142,7 +152,14 @@ class OpaqueBlock(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
 
 
 Block = (
-    TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock | OpaqueBlock
+    TextBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | OpaqueBlock
+    | ImageBlock
+    | DocumentBlock
 )
 
 

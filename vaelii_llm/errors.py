@@ -160,13 +160,20 @@ class LLMClosed(LLMError):
 
 
 class LLMEncode(LLMError):
-    """A built content block whose ``type`` the request encoder writes no shape for."""
+    """A built content block whose ``type`` the request encoder writes no shape
+    for, or, with ``reason``, one the far end would refuse (an image over its
+    size limit or of a type it does not take): refused before any byte is sent."""
 
     type: ClassVar[ErrorType] = "llm-encode"
 
-    def __init__(self, block_type: str, label: str) -> None:
+    def __init__(self, block_type: str, label: str, *, reason: str | None = None) -> None:
         self.block_type = block_type
-        super().__init__(f"{label} has no wire shape for a {excerpt(block_type, 60)!r} block")
+        self.reason = reason
+        shown = excerpt(block_type, 60)
+        if reason is None:
+            super().__init__(f"{label} has no wire shape for a {shown!r} block")
+        else:
+            super().__init__(f"{label} refuses this {shown!r} block: {reason}")
 
 
 class LLMNoCredential(LLMError):

@@ -543,8 +543,10 @@ def _parts(blocks: list[Block]) -> list[dict[str, Any]]:
                 {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.input}
             )
         elif isinstance(block, ToolResultBlock):
+            content = block.content  # a content list's images recorded by type alone
+            response = content if isinstance(content, str) else _parts(list(content))
             parts.append(
-                {"type": "tool_call_response", "id": block.tool_use_id, "response": block.content}
+                {"type": "tool_call_response", "id": block.tool_use_id, "response": response}
             )
         elif isinstance(block, RedactedThinkingBlock):
             parts.append({"type": "reasoning", "redacted": True})

@@ -20,17 +20,31 @@ Blocks
     wrote, is written from its fields; one of a type the encoder has no shape
     for (an :class:`~vaelii_llm._protocol.OpaqueBlock` with an empty ``raw``,
     a foreign class) is refused with :class:`~vaelii_llm.errors.LLMEncode`.
+
+Images and documents
+    An image is an ``image`` block whose ``source`` is ``base64`` (with its
+    ``media_type``) or ``url``; a document is a ``document`` block whose
+    ``source`` is ``base64`` (a PDF), ``url`` (a PDF) or ``text``
+    (``text/plain``), with its ``title`` when set. A tool result's content
+    list is sent as a list of such blocks and ``text`` blocks. What the API
+    takes is :data:`MEDIA` (its documented image types and per-image size,
+    and the request size a document must fit); a block outside it is refused
+    with ``LLMEncode`` naming the limit, before any byte is sent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
 
+from vaelii_llm._media import MediaLimits, check_document, check_image
 from vaelii_llm._protocol import (
     UNSET,
     Block,
+    DocumentBlock,
+    ImageBlock,
     Message,
     RedactedThinkingBlock,
     Request,
@@ -46,6 +60,7 @@ __all__ = [
     "DEFAULT_EFFORT",
     "DEFAULT_MODEL",
     "FALLBACK_BETA",
+    "MEDIA",
     "NEVER_SENT",
     "betas",
     "build_body",
@@ -58,6 +73,16 @@ DEFAULT_EFFORT: Final = "medium"
 reasoning sends ``effort``."""
 FALLBACK_BETA: Final = "server-side-fallback-2026-07-01"
 NEVER_SENT: Final = frozenset({"temperature", "top_p", "top_k", "tool_choice"})
+_MB: Final = 1024 * 1024
+MEDIA: Final = MediaLimits(
+    image_types=frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"}),
+    # The API measures an image as the base64 string it receives.
+    image_base64=5 * _MB,
+    image_limit="the Messages API's 5 MB per image",
+    document_base64=32 * _MB,
+    document_limit="the Messages API's 32 MB request size",
+)
+"""What the Messages API takes as images and documents, from its documentation."""
 
 
 def encode_block(block: Block, label: str = "the Messages API") -> dict[str, Any]:
@@ -79,11 +104,55 @@ def encode_block(block: Block, label: str = "the Messages API") -> dict[str, Any
     if isinstance(block, ToolUseBlock):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
     if isinstance(block, ToolResultBlock):
-        out = {"type": "tool_result", "tool_use_id": block.tool_use_id, "content": block.content}
+        content = block.content
+        out = {
+            "type": "tool_result",
+            "tool_use_id": block.tool_use_id,
+            "content": content if isinstance(content, str) else _result_list(content, label),
+        }
         if block.is_error:
             out["is_error"] = True
         return out
+    if isinstance(block, ImageBlock | DocumentBlock):
+        return _media_block(block, label)
     raise LLMEncode(str(getattr(block, "type", type(block).__name__)), label)
+
+
+def _result_list(
+    content: Sequence[TextBlock | ImageBlock | DocumentBlock], label: str
+) -> list[dict[str, Any]]:
+    """A tool result's content list: its text, image and document blocks (the
+    API's ``tool_result`` content takes no other kind this package builds)."""
+    out = []
+    for part in content:
+        if not isinstance(part, TextBlock | ImageBlock | DocumentBlock):
+            raise LLMEncode(str(getattr(part, "type", type(part).__name__)), label)
+        out.append(encode_block(part, label))
+    return out
+
+
+def _media_block(block: ImageBlock | DocumentBlock, label: str) -> dict[str, Any]:
+    """An ``image`` or ``document`` block with its ``source``, checked
+    against :data:`MEDIA` (bytes go out base64-encoded: msgspec writes them so)."""
+    source: dict[str, Any]
+    if isinstance(block, ImageBlock):
+        check_image(block, MEDIA, label)
+        if block.url is not None:
+            source = {"type": "url", "url": block.url}
+        else:
+            source = {"type": "base64", "media_type": block.media_type, "data": block.data}
+        return {"type": "image", "source": source}
+    check_document(block, MEDIA, label)
+    if block.text is not None:
+        source = {"type": "text", "media_type": "text/plain", "data": block.text}
+    elif block.url is not None:
+        source = {"type": "url", "url": block.url}
+    else:
+        source = {"type": "base64", "media_type": block.media_type, "data": block.data}
+    out = {"type": "document", "source": source}
+    if block.title is not None:
+        out["title"] = block.title
+    return out
 
 
 def _encode_message(message: Message, label: str) -> dict[str, Any]:

@@ -17,6 +17,12 @@
   parameters}}`` with ``strict`` dropped; a tool result goes back as a
   ``tool`` role message naming its tool; a tool call Ollama made is sent back
   as it came (its ``raw``).
+* A user message's images go in its ``images`` list (base64, no data-URL
+  prefix); Ollama takes no URL (this codec fetches nothing), no document,
+  and a tool result as text only: each is refused with
+  :class:`~vaelii_llm.errors.LLMEncode` naming the block. Ollama documents
+  no image type list or size limit (:data:`MEDIA`), so the host's own
+  answer speaks for an image its model cannot read.
 * Streaming is newline-delimited JSON (:mod:`vaelii_llm._wire.ndjson`),
   reassembled by :class:`~vaelii_llm.providers.ollama._assemble.ChatAssembler`
   into the Response ``complete`` returns.
@@ -31,8 +37,11 @@ import msgspec
 
 from vaelii_llm import _transport as transport
 from vaelii_llm import config, errors
+from vaelii_llm._media import MediaLimits, check_image
 from vaelii_llm._protocol import (
     Block,
+    DocumentBlock,
+    ImageBlock,
     Message,
     Request,
     Response,
@@ -52,10 +61,13 @@ from vaelii_llm.providers.ollama._assemble import (
     response_of,
 )
 
-__all__ = ["CHAT_PATH", "ChatCodec", "Options", "base_url", "chat_body", "endpoint"]
+__all__ = ["CHAT_PATH", "MEDIA", "ChatCodec", "Options", "base_url", "chat_body", "endpoint"]
 
 CHAT_PATH: Final = "/api/chat"
 """Where a turn is POSTed, below the base URL: a provider's turns and :func:`warm`."""
+
+MEDIA: Final = MediaLimits(image_types=None, image_base64=None, image_limit="")
+"""What Ollama takes as images: its API documents neither types nor a size."""
 
 
 class Options(NetworkOptions, total=False):
@@ -108,6 +120,7 @@ class _OutMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     thinking: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_name: str | None = None
+    images: list[bytes] | None = None
 
 
 class _Options(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -187,25 +200,59 @@ def _message(message: Message, tool_names: dict[str, str], label: str) -> list[_
         return [_assistant_message(message.content, label)]
     out: list[_OutMessage] = []
     texts: list[str] = []
+    images: list[bytes] = []
     for block in message.content:
         if isinstance(block, TextBlock):
             texts.append(block.text)
         elif isinstance(block, ToolResultBlock):
-            if texts:
-                out.append(_OutMessage(role="user", content="".join(texts)))
-                texts = []
+            if texts or images:
+                out.append(_OutMessage(role="user", content="".join(texts), images=images or None))
+                texts, images = [], []
             out.append(
                 _OutMessage(
                     role="tool",
-                    content=block.content,
+                    content=_result_text(block, label),
                     tool_name=tool_names.get(block.tool_use_id),
                 )
             )
+        elif isinstance(block, ImageBlock):
+            images.append(_image(block, label))
+        elif isinstance(block, DocumentBlock):
+            raise errors.LLMEncode(
+                "document", label, reason="Ollama has no document input; send its text instead"
+            )
         else:
             raise errors.LLMEncode(block.type, label)
-    if texts or not out:
-        out.append(_OutMessage(role="user", content="".join(texts)))
+    if texts or images or not out:
+        out.append(_OutMessage(role="user", content="".join(texts), images=images or None))
     return out
+
+
+def _image(block: ImageBlock, label: str) -> bytes:
+    """An image's bytes for a message's ``images`` (msgspec writes them base64)."""
+    if block.data is None:
+        raise errors.LLMEncode(
+            "image", label, reason="Ollama takes an image's bytes, not a URL; fetch it first"
+        )
+    check_image(block, MEDIA, label)
+    return block.data
+
+
+def _result_text(block: ToolResultBlock, label: str) -> str:
+    """A tool result's text: Ollama's ``tool`` message is text only."""
+    content = block.content
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if not isinstance(part, TextBlock):
+            raise errors.LLMEncode(
+                getattr(part, "type", type(part).__name__),
+                label,
+                reason="Ollama takes a tool result as text only",
+            )
+        texts.append(part.text)
+    return "".join(texts)
 
 
 def chat_body(

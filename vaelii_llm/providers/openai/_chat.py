@@ -25,6 +25,23 @@ Messages
     wire has no shape for (a vendor's opaque block, a tool result from the
     assistant, a tool call from the user) is :class:`~vaelii_llm.errors.LLMEncode`.
 
+Images and documents
+    A user message holding an image or a document is sent as a list of
+    content parts: an image as ``image_url`` (its bytes as a ``data:`` URL,
+    a URL as given); a PDF as OpenAI's ``file`` part (``file_data`` as a
+    ``data:`` URL, ``filename`` its title); a text document as a ``text``
+    part. A server without the ``file`` part answers 400 (``LLMApiError``
+    with its words): it is sent rather than refused, since OpenAI's API and
+    the gateways in front of it take it and a wire-level guess cannot tell
+    them apart; a PDF by URL has no shape (``file`` takes bytes) and is
+    refused. A ``tool`` message takes text only on this wire, so a tool
+    result's images and documents go in a ``user`` message right after the
+    tool messages, named by the call's id, and its ``tool`` message says so:
+    refusing them would leave an image-returning tool unusable on every
+    such server.
+    What is checked before sending is :data:`MEDIA` (OpenAI's documented
+    image types and request payload).
+
 Tools and format
     A tool is ``{"type": "function", "function": {name, description,
     parameters, strict}}`` (``strict`` only when the schema sets it). A
@@ -37,6 +54,7 @@ Tools and format
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
@@ -45,8 +63,11 @@ import msgspec
 
 from vaelii_llm import _transport as transport
 from vaelii_llm import config, errors
+from vaelii_llm._media import MediaLimits, check_document, check_image
 from vaelii_llm._protocol import (
     Block,
+    DocumentBlock,
+    ImageBlock,
     Message,
     RedactedThinkingBlock,
     Request,
@@ -70,6 +91,7 @@ from vaelii_llm.providers.openai._key import APIKey
 
 __all__ = [
     "CHAT_PATH",
+    "MEDIA",
     "TOKEN_FIELDS",
     "ChatCodec",
     "Options",
@@ -87,6 +109,17 @@ TOKEN_FIELDS: Final[tuple[TokenField, ...]] = ("max_tokens", "max_completion_tok
 
 _OPENAI_HOSTS: Final = ("api.openai.com", ".openai.azure.com")
 """The far ends that are OpenAI's own API (a host, or a host suffix)."""
+
+_MB: Final = 1024 * 1024
+MEDIA: Final = MediaLimits(
+    image_types=frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"}),
+    image_base64=50 * _MB,
+    image_limit="the 50 MB request payload OpenAI documents",
+    document_base64=50 * _MB,
+    document_limit="the 50 MB request payload OpenAI documents",
+)
+"""What the wire takes as images and documents, from OpenAI's documentation
+(the reference the compatible servers follow)."""
 
 
 class Options(NetworkOptions, total=False):
@@ -159,7 +192,7 @@ class _OutToolCall(msgspec.Struct, frozen=True):
 
 class _OutMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     role: str
-    content: str | None
+    content: str | list[dict[str, Any]] | None
     tool_calls: list[_OutToolCall | dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
@@ -236,21 +269,89 @@ def _assistant(blocks: list[Block], label: str) -> _OutMessage:
 def _user(blocks: list[Block], label: str) -> list[_OutMessage]:
     out: list[_OutMessage] = []
     texts: list[str] = []
+    parts: list[dict[str, Any]] | None = None  # set once an image or a document comes
+    late: list[dict[str, Any]] = []  # the tool results' images, after the tool messages
     for block in blocks:
         if isinstance(block, TextBlock):
             texts.append(block.text)
         elif isinstance(block, ToolResultBlock):
+            if texts or parts:
+                out.append(_user_message(texts, parts))
+                texts, parts = [], None
+            content = block.content
+            if not isinstance(content, str):
+                content = _tool_text(block, late, label)
+            out.append(_OutMessage(role="tool", content=content, tool_call_id=block.tool_use_id))
+        elif isinstance(block, ImageBlock | DocumentBlock):
+            if parts is None:
+                parts = []
             if texts:
-                out.append(_OutMessage(role="user", content="".join(texts)))
+                parts.append({"type": "text", "text": "".join(texts)})
                 texts = []
-            out.append(
-                _OutMessage(role="tool", content=block.content, tool_call_id=block.tool_use_id)
-            )
+            parts.append(_media_part(block, label))
         else:
             raise errors.LLMEncode(block.type, label)
-    if texts or not out:
-        out.append(_OutMessage(role="user", content="".join(texts)))
+    if late:
+        parts = late + (parts or [])
+    if texts or parts or not out:
+        out.append(_user_message(texts, parts))
     return out
+
+
+def _user_message(texts: list[str], parts: list[dict[str, Any]] | None) -> _OutMessage:
+    """A user message: a string when it is text alone, else its parts."""
+    if parts is None:
+        return _OutMessage(role="user", content="".join(texts))
+    if texts:
+        parts.append({"type": "text", "text": "".join(texts)})
+    return _OutMessage(role="user", content=parts)
+
+
+def _tool_text(block: ToolResultBlock, late: list[dict[str, Any]], label: str) -> str:
+    """A content list's text for the ``tool`` message; its images and
+    documents join ``late``, after a text part naming the call they came from."""
+    texts: list[str] = []
+    images: list[dict[str, Any]] = []
+    for part in block.content:
+        if isinstance(part, TextBlock):
+            texts.append(part.text)
+        elif isinstance(part, ImageBlock | DocumentBlock):
+            images.append(_media_part(part, label))
+        else:
+            raise errors.LLMEncode(getattr(part, "type", type(part).__name__), label)
+    text = "".join(texts)
+    if images:
+        late.append({"type": "text", "text": f"What tool call {block.tool_use_id} returned:"})
+        late.extend(images)
+        note = f"({len(images)} attachment(s) follow in the next user message)"
+        text = f"{text}\n{note}" if text else note
+    return text
+
+
+def _media_part(block: ImageBlock | DocumentBlock, label: str) -> dict[str, Any]:
+    """An image as an ``image_url`` part, a document as a ``file`` or ``text``
+    part, checked against :data:`MEDIA` first."""
+    if isinstance(block, ImageBlock):
+        check_image(block, MEDIA, label)
+        url = block.url if block.url is not None else _data_url(block.media_type, block.data)
+        return {"type": "image_url", "image_url": {"url": url}}
+    if block.text is not None:
+        text = block.text if block.title is None else f"{block.title}\n\n{block.text}"
+        return {"type": "text", "text": text}
+    if block.data is None:
+        raise errors.LLMEncode(
+            "document", label, reason="this wire takes a document's bytes, not a URL"
+        )
+    check_document(block, MEDIA, label)
+    file = {
+        "filename": block.title or "document.pdf",
+        "file_data": _data_url(block.media_type, block.data),
+    }
+    return {"type": "file", "file": file}
+
+
+def _data_url(media_type: str | None, data: bytes | None) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data or b'').decode('ascii')}"
 
 
 def _messages(request: Request, label: str) -> list[_OutMessage]:
