@@ -203,6 +203,41 @@ async def test_the_span_of_a_failed_turn_holds_no_credential(otel: Recorded) -> 
     assert_no_secret(repr(attributes) + repr(dict(span.attributes or {})))
 
 
+async def test_a_body_cut_by_aclose_keeps_no_credential() -> None:
+    """``aclose`` cuts a body the far end is still sending (it began with the
+    key): the turn's ``LLMClosed`` chains the cut body's refusal, whose
+    ``text`` is what was read, withheld."""
+    began = asyncio.Event()
+    hold = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = 100_000
+        await response.prepare(request)
+        await response.write(f'{{"echo": "{request.headers["x-api-key"]}'.encode())
+        began.set()
+        await hold.wait()
+        return response
+
+    async with serve(handler) as url:
+        model = anthropic.provider(credential=KEY, base_url=url)
+        turn = asyncio.create_task(caught(model.complete(req())))
+        async with asyncio.timeout(30):
+            await began.wait()
+            while not any(r.content.total_bytes for r in model._inflight):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # until the chunk has reached the reader
+        for _ in range(3):
+            await asyncio.sleep(0)  # and the reader has taken it
+        await model.aclose()
+        err = await turn
+        hold.set()
+    assert isinstance(err, errors.LLMClosed)
+    assert isinstance(err.__cause__, errors.LLMBadResponse)
+    assert "withheld>" in err.__cause__.text
+    assert_no_secret(everything_shown(err))
+
+
 # --------------------------------------------------------------------------
 # 2. aiohttp's causes and their record of the request
 
