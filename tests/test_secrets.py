@@ -24,7 +24,7 @@ from loopback import serve, serve_raw
 
 from vaelii_llm import cli, errors
 from vaelii_llm._protocol import Message, Request
-from vaelii_llm._transport import Deadline, Endpoint, request_json
+from vaelii_llm._transport import Deadline, Endpoint, Network, request_json
 from vaelii_llm.providers import anthropic, ollama, openai
 
 KEY = "sk-ant-api03-K9v2QmZt7LwR4pXsH3jN8cYb"
@@ -326,3 +326,9 @@ async def test_a_password_with_an_at_sign_is_never_shown(
     assert "'http://gw.example.com/v1'" in out
     assert "'https://vllm.example.com'" in out
     assert_no_secret(out)
+
+
+def test_a_proxy_password_with_an_at_sign_is_never_shown() -> None:
+    shown = repr(Network(proxy=f"http://{USERINFO}@proxy.example:3128"))
+    assert "proxy='http://proxy.example:3128'" in shown
+    assert_no_secret(shown)
