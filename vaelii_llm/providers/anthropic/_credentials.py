@@ -201,8 +201,9 @@ def resolve_now(explicit: str | Credential | None = None) -> Credential | None:
 async def from_ant(timeout_s: float = ANT_TIMEOUT_S) -> Credential | None:
     """The ``ant`` CLI's access token, or None when it gives none.
 
-    None covers: the CLI absent, a non-zero exit, blank output, and no answer
-    inside ``timeout_s`` (the child's process group is then killed). A token
+    None covers: the CLI absent, a non-zero exit, blank output, output past
+    the cap, and no answer inside ``timeout_s`` (the child's process group is
+    killed in the last two, see the module docstring). A token
     holding a control character is refused as ``LLMBadCredential``. When the
     awaiting task is cancelled the child is killed and reaped, and the
     cancellation propagates. A token found less than :data:`ANT_REUSE_S`
