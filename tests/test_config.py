@@ -124,10 +124,31 @@ def test_base_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> N
         ("alice:s3cret@host", "host"),
         ("http://h:1/path@x", "http://h:1/path@x"),  # an @ in the path is no userinfo
         ("gpu1:11434", "gpu1:11434"),
+        # a password holding an unencoded @ or comma: the user info runs to the last @
+        ("http://user:p@ss-SECRET@host/v1", "http://host/v1"),
+        ("https://u:a,b@c@h.example.com:8443/x?y=1@z", "https://h.example.com:8443/x?y=1@z"),
+        ("u:p@ss@gpu3,gpu4", "gpu3,gpu4"),
     ],
 )
 def test_hide_userinfo(value: str, shown: str) -> None:
     assert config.hide_userinfo(value) == shown
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:p@ss-SECRET@host:8080/v1",
+        "https://u:a,b@c@h.example.com:8443/x?y=1@z",
+        "http://u:p%40s@h/",
+        "http://user@h:1/p@q",
+        "https://a:b@[::1]:8/x#f@g",
+    ],
+)
+def test_hide_userinfo_reads_a_url_as_aiohttp_does(url: str) -> None:
+    """What is cut is exactly what yarl (aiohttp's URL) reads as user info."""
+    from yarl import URL
+
+    assert config.hide_userinfo(url) == str(URL(url).with_user(None))
 
 
 # A distinctive value each switch's variable can hold, and what its reader then reads.

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import stat
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,10 @@ from vaelii_llm.providers.anthropic._credentials import Credential
 
 SECRET = "sk-ant-test-SECRET-0123456789"
 SLEEP = shutil.which("sleep") or "/bin/sleep"  # PATH holds only the fake ant in these tests
+HEAD = shutil.which("head") or "/usr/bin/head"
+SH = shutil.which("sh") or "/bin/sh"
+SETSID = shutil.which("setsid")
+needs_setsid = pytest.mark.skipif(SETSID is None, reason="no setsid(1) on this machine")
 
 
 @pytest.fixture(autouse=True)
@@ -227,16 +233,16 @@ async def test_lookup_cancelled_mid_spawn_leaves_no_child(
     spawn is let finish, and its child killed and reaped, before the
     cancellation propagates (uvloop, cut short there, kills but does not reap)."""
     fake_ant(bin_dir, f"exec {SLEEP} 30\n")
-    spawn = asyncio.create_subprocess_exec
+    spawn = credentials._exec_ant
     started: list[int] = []
 
-    async def counted(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+    async def counted(loop: asyncio.AbstractEventLoop) -> Any:
         started.append(0)  # the loop forks before its first suspension
-        proc = await spawn(*args, **kwargs)
-        started[-1] = proc.pid
-        return proc
+        child, output = await spawn(loop)
+        started[-1] = child.get_pid()
+        return child, output
 
-    monkeypatch.setattr(asyncio, "create_subprocess_exec", counted)
+    monkeypatch.setattr(credentials, "_exec_ant", counted)
     before = _children()
     task = asyncio.create_task(credentials.resolve())
     await asyncio.sleep(0)  # the task starts the spawn and suspends inside it
@@ -250,3 +256,98 @@ async def test_lookup_cancelled_mid_spawn_leaves_no_child(
 
 async def test_absent_cli_is_no_credential() -> None:
     assert await credentials.from_ant() is None
+
+
+def written(path: Path) -> bool:
+    return path.exists() and path.read_text().endswith("\n")
+
+
+async def appeared(path: Path) -> None:
+    """Return once a child process has written a line to ``path`` (the
+    caller bounds the wait)."""
+    while not written(path):  # noqa: ASYNC110 (another process writes it: no event to await)
+        await asyncio.sleep(0.01)
+
+
+def end_stray(pid_file: Path) -> None:
+    """Kill the process the test's fake ant left out of its group, by its id."""
+    if pid_file.exists() and pid_file.read_text().strip():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+async def test_an_ant_printing_10_mb_is_killed_at_the_cap(bin_dir: Path, tmp_path: Path) -> None:
+    """The cap, not the deadline, ends it: the deadline is a minute away and
+    the answer comes inside the outer bound; the CLI is reaped."""
+    pid_file = tmp_path / "pid"
+    fake_ant(bin_dir, f"echo $$ > {pid_file}\nexec {HEAD} -c 10000000 /dev/zero\n")
+    before = _children()
+    async with asyncio.timeout(50):  # generous: far below the minute, far above the cap's work
+        assert await credentials.from_ant(timeout_s=60.0) is None
+    assert gone(int(pid_file.read_text()))
+    assert _children() <= before
+
+
+async def test_resolve_with_a_10_mb_ant_keeps_its_bound(bin_dir: Path, tmp_path: Path) -> None:
+    """``resolve`` through the default deadline: no credential, and the outer
+    bound (six times the CLI's) is never what ends it."""
+    fake_ant(bin_dir, f"{HEAD} -c 10000000 /dev/zero\n{SLEEP} 30\n")
+    async with asyncio.timeout(credentials.ANT_TIMEOUT_S * 6):
+        with pytest.raises(LLMNoCredential):
+            await credentials.resolve()
+
+
+@needs_setsid
+async def test_an_outer_timeout_ends_the_lookup_and_reaps(bin_dir: Path, tmp_path: Path) -> None:
+    """A CLI that printed some, still runs, and left a ``setsid`` process
+    holding its stdout: an outer ``asyncio.timeout`` ends the lookup (the
+    pipe is closed on our side, nothing waits on the stray), the CLI reaped."""
+    pid_file, stray = tmp_path / "pid", tmp_path / "stray"
+    fake_ant(
+        bin_dir,
+        f"{SETSID} {SH} -c 'echo $$ > {stray}; exec {SLEEP} 300' &\n"
+        f"{HEAD} -c 10000 /dev/zero\necho $$ > {pid_file}\nexec {SLEEP} 30\n",
+    )
+    before = _children()
+    task = asyncio.create_task(credentials.from_ant(timeout_s=60.0))
+    try:
+        async with asyncio.timeout(30):
+            await appeared(pid_file)
+            await appeared(stray)
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=30)  # prompt: the stray holds the pipe
+        assert task in done
+        assert task.cancelled()
+        assert gone(int(pid_file.read_text()))  # the CLI, killed and reaped
+        assert _children() <= before
+    finally:
+        end_stray(stray)  # lets a lookup that waits on the pipe (the old one) end
+        if not task.done():
+            await asyncio.wait([task])
+
+
+@needs_setsid
+async def test_a_setsid_grandchild_is_not_waited_on(bin_dir: Path, tmp_path: Path) -> None:
+    """The CLI prints its token and exits, leaving a process of its own
+    session holding its stdout: the token is taken (reading stops soon after
+    the CLI's exit, not at the deadline a minute away), and the stray, which
+    is out of reach and documented as such, finds the pipe closed."""
+    stray, go, epipe = tmp_path / "stray", tmp_path / "go", tmp_path / "epipe"
+    writer = (  # ignores SIGPIPE, so a write to a closed pipe fails and it says so
+        f"echo \\$\\$ > {stray}; trap '' PIPE; while [ ! -e {go} ]; do {SLEEP} 0.01; done; "
+        f"while echo late; do {SLEEP} 0.05; done; echo closed > {epipe}; exec {SLEEP} 30"
+    )
+    fake_ant(bin_dir, f'{SETSID} {SH} -c "{writer}" &\n' + "printf '" + SECRET + "\\n'\n")
+    try:
+        async with asyncio.timeout(30):
+            found = await credentials.from_ant(timeout_s=60.0)
+        assert found is not None
+        assert found.value == SECRET
+        go.touch()  # the stray writes now, to the pipe the lookup left
+        async with asyncio.timeout(30):
+            await appeared(epipe)  # its writes failed: nothing of ours reads
+        stray_pid = int(stray.read_text())
+        assert not gone(stray_pid)  # not killed: it left the group
+        assert stray_pid not in _children()  # and not ours to reap
+    finally:
+        end_stray(stray)

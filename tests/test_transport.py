@@ -652,6 +652,7 @@ def test_public_surfaces_are_frozen() -> None:
         "probe_session",
         "request_json",
         "with_json_content_type",
+        "withhold",
     ]
     assert timers.__all__ == ["timeout_at"]
     assert sorted(wire.__all__) == ["MAX_EVENT_BYTES", "NDJSONDecoder", "SSEDecoder", "SSEEvent"]

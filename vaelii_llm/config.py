@@ -400,13 +400,17 @@ def openai_hosts(explicit: str | None = None) -> str | None:
     return None if value is None else value.strip()
 
 
-_USERINFO = re.compile(r"(^|[,\s]|//)[^/@\s,]+@")
+_USERINFO = re.compile(r"(//)[^/?#\s]*@|(^|[,\s])[^/?#\s,]*@")
+"""A URL's user info as yarl (and so aiohttp) reads it: after ``//``, up to the
+*last* ``@`` before the authority ends (at ``/``, ``?``, ``#``), so a password
+holding an unencoded ``@`` (or a comma) is cut whole; an entry of a host list
+with no scheme, up to its last ``@`` before a comma."""
 
 
 def hide_userinfo(value: str) -> str:
     """``value`` with every ``user:password@`` cut out of the URLs or hosts it
     names (a comma-separated host list included), for messages and displays."""
-    return _USERINFO.sub(r"\1", value)
+    return _USERINFO.sub(r"\1\2", value)
 
 
 def live_llm() -> bool:

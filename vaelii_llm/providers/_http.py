@@ -29,6 +29,12 @@ fix made here holds for every backend at once:
   follows is drained for at most :data:`DRAIN_S` (the answer is whole,
   so nothing there may delay or spoil it); a body that ends first has the
   decoder's end-of-stream batch fed, then the assembler's verdict.
+* the credentials kept out of failures: every
+  :class:`~vaelii_llm.errors.LLMError` a turn raises, the codec's own (an
+  ``error`` event, a body that would not decode) as well as the transport's,
+  has what the turn sent withheld from its text, attributes and chain
+  (:func:`vaelii_llm._transport.withhold`) before a caller, a log line or a
+  span sees it;
 * the telemetry hook: ``complete`` and ``stream`` read one attribute of
   :mod:`vaelii_llm.telemetry` and, when it is on, run the turn inside its
   span (named from the codec's endpoint slug and URL), so ``enable`` and
@@ -355,9 +361,10 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 credential=None if self._credentials is None else await self._credential(),
             )
         )
+        session = self._http()
         try:
             parsed = await transport.request_json(
-                self._http(),
+                session,
                 codec.endpoint,
                 "POST",
                 codec.url,
@@ -367,11 +374,12 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 headers=headers,
                 inflight=self._inflight,
             )
+            return codec.whole(parsed)
         except LLMError as exc:
+            transport.withhold(exc, session, headers, codec.url)
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
-        return codec.whole(parsed)
 
     def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
         """Whole blocks as they close (and, with ``deltas``, the deltas before
@@ -398,9 +406,10 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         )
         decoder = codec.stream_decoder()
         assembler = codec.assembler(deltas=deltas)
+        session = self._http()
         try:
             async with transport.open_stream(
-                self._http(),
+                session,
                 codec.endpoint,
                 "POST",
                 codec.url,
@@ -417,14 +426,16 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                         # a far end holding the body open make the caller wait.
                         await transport.drain(chunks, DRAIN_S)
                         break
+            if not assembler.finished:
+                for item in assembler.feed(decoder.feed(b"")):
+                    yield item
+            result = assembler.result()
         except LLMError as exc:
+            transport.withhold(exc, session, headers, codec.url)
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
-        if not assembler.finished:
-            for item in assembler.feed(decoder.feed(b"")):
-                yield item
-        yield assembler.result()
+        yield result
 
     async def aclose(self) -> None:
         """Close the provider's sessions, on every loop it was used from (a

@@ -16,11 +16,20 @@
 An unset ``ANTHROPIC_API_KEY`` therefore does not mean there is no credential.
 No credential at all is :class:`~vaelii_llm.errors.LLMNoCredential`.
 
-The ``ant`` CLI runs as a child process in its own process group. It is killed
-(the whole group) after :data:`ANT_TIMEOUT_S` seconds, which reads as "no
-credential", as an absent CLI or a non-zero exit does; it is killed too when the
-awaiting task is cancelled, and the cancellation propagates. Either way the
-child is reaped before :func:`resolve` returns or raises, so none is left behind.
+The ``ant`` CLI runs as a child process in a session (and process group) of
+its own, its stdout read up to a cap of 64 KiB. After :data:`ANT_TIMEOUT_S`
+seconds, as soon as it prints past the cap, or when the awaiting task is
+cancelled, its whole process group is killed (SIGKILL), our end of its stdout
+closed and the child reaped, whatever it printed: the first two read as "no
+credential", as an absent CLI or a non-zero exit do; the cancellation
+propagates. So the bound holds whatever the child prints or holds open.
+
+What is reaped: the CLI itself, always, before :func:`resolve` returns or
+raises. What is killed: the CLI and every process still in its group (a
+wrapper script's children). What is neither: a process that left the group
+(``setsid``, a daemon the CLI starts) is out of reach, and nothing waits on it:
+if it keeps the CLI's stdout open, reading stops half a second after the CLI
+exits (or at the deadline), our end is closed, and its writes then fail.
 A token the CLI printed is reused for :data:`ANT_REUSE_S` seconds, so choosing
 the backend (whose probe runs the CLI) and its first turn run it once.
 
@@ -80,7 +89,13 @@ reused, and the reuse is keyed by ``PATH`` (another PATH may be another CLI)."""
 _ant_seen: dict[str | None, tuple[float, Credential]] = {}
 
 _MAX_ANT_OUTPUT: Final = 64 * 1024
-"""A token is a few hundred bytes; anything past this is not one."""
+"""A token is a few hundred bytes; anything past this is not one (the CLI is
+killed as soon as it prints more)."""
+
+_AFTER_EXIT_S: Final = 0.5
+"""How long the CLI's stdout may stay open after it exited (held by a process
+it left behind) before it is closed on our side: what the CLI printed is in
+the pipe already."""
 
 Kind = Literal["api-key", "bearer", "oauth"]
 """How a credential travels: ``x-api-key``; ``Authorization: Bearer``; or a
@@ -186,8 +201,9 @@ def resolve_now(explicit: str | Credential | None = None) -> Credential | None:
 async def from_ant(timeout_s: float = ANT_TIMEOUT_S) -> Credential | None:
     """The ``ant`` CLI's access token, or None when it gives none.
 
-    None covers: the CLI absent, a non-zero exit, blank output, and no answer
-    inside ``timeout_s`` (the child's process group is then killed). A token
+    None covers: the CLI absent, a non-zero exit, blank output, output past
+    the cap, and no answer inside ``timeout_s`` (the child's process group is
+    killed in the last two, see the module docstring). A token
     holding a control character is refused as ``LLMBadCredential``. When the
     awaiting task is cancelled the child is killed and reaped, and the
     cancellation propagates. A token found less than :data:`ANT_REUSE_S`
@@ -206,33 +222,97 @@ async def from_ant(timeout_s: float = ANT_TIMEOUT_S) -> Credential | None:
 
 async def _run_ant(timeout_s: float) -> Credential | None:
     try:
-        proc = await _spawn_ant()
+        child, output = await _spawn_ant()
     except OSError as exc:  # not installed, not executable
         log.debug("the ant CLI could not be started (%s)", type(exc).__name__)
         return None
-    finished = False
+    ended = False
     try:
-        assert proc.stdout is not None
         async with asyncio.timeout(timeout_s):
-            output = await _read_capped(proc.stdout)
-            status = await proc.wait()
-        finished = True
+            ended = await _answered(output)
     except TimeoutError:
         log.debug("the ant CLI gave no answer inside %.1f s; treated as no credential", timeout_s)
         return None
     finally:
-        if not finished:
-            await _uncancelled(_kill(proc))
-    if status != 0:
-        log.debug("the ant CLI exited with status %d; treated as no credential", status)
+        await _uncancelled(_end(child, output, kill=not ended))
+    if output.over:
+        log.debug("the ant CLI printed over %d bytes; treated as no credential", _MAX_ANT_OUTPUT)
         return None
-    token = output.decode("utf-8", "replace").strip()
+    status = child.get_returncode()
+    if status != 0:
+        log.debug("the ant CLI exited with status %s; treated as no credential", status)
+        return None
+    token = bytes(output.data).decode("utf-8", "replace").strip()
     if not token:
         return None
     return Credential(token, "oauth", "ant CLI")
 
 
-async def _spawn_ant() -> asyncio.subprocess.Process:
+class _AntOutput(asyncio.SubprocessProtocol):
+    """The CLI's stdout up to :data:`_MAX_ANT_OUTPUT` (nothing kept past it),
+    and two events: ``done`` (its stdout ended, or ran past the cap) and
+    ``exited`` (the child ended and was reaped)."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.data = bytearray()
+        self.over = False
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if self.over:
+            return
+        self.data += data.encode() if isinstance(data, str) else data
+        if len(self.data) > _MAX_ANT_OUTPUT:
+            self.over = True
+            self.data.clear()
+            _settle(self.done)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        _settle(self.done)
+
+    def process_exited(self) -> None:
+        _settle(self.exited)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _answered(output: _AntOutput) -> bool:
+    """Wait for the CLI's answer: True once it closed its stdout and exited
+    (its own end), False when it printed past the cap, or exited with its
+    stdout still held open by a process it left behind, which is waited on
+    for at most :data:`_AFTER_EXIT_S` (what the CLI printed is in the pipe
+    already)."""
+    await asyncio.wait([output.done, output.exited], return_when=asyncio.FIRST_COMPLETED)
+    if output.over:
+        return False
+    if not output.exited.done():  # its stdout closed: its exit follows
+        await output.exited
+        return not output.over
+    if not output.done.done():
+        await asyncio.wait([output.done], timeout=_AFTER_EXIT_S)
+    return output.done.done() and not output.over
+
+
+def _exec_ant(
+    loop: asyncio.AbstractEventLoop,
+) -> Coroutine[object, object, tuple[asyncio.SubprocessTransport, _AntOutput]]:
+    """The loop's spawn of the CLI, in a session (and process group) of its own."""
+    return loop.subprocess_exec(
+        _AntOutput,
+        *ANT_COMMAND,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+async def _spawn_ant() -> tuple[asyncio.SubprocessTransport, _AntOutput]:
     """Start the CLI; a cancellation mid-spawn still ends with the child reaped.
 
     The spawn runs in its own task that a cancellation does not reach: cut
@@ -241,15 +321,7 @@ async def _spawn_ant() -> asyncio.subprocess.Process:
     collected). So on cancellation the spawn is let finish, the child it
     started is killed and reaped, and the cancellation then propagates.
     """
-    spawn = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
-            *ANT_COMMAND,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    )
+    spawn = asyncio.ensure_future(_exec_ant(asyncio.get_running_loop()))
     try:
         return await asyncio.shield(spawn)
     except asyncio.CancelledError:
@@ -257,12 +329,14 @@ async def _spawn_ant() -> asyncio.subprocess.Process:
         raise
 
 
-async def _reap_spawned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+async def _reap_spawned(
+    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _AntOutput]],
+) -> None:
     """Wait for a spawn to finish; kill and reap the child it started, if any."""
     await asyncio.wait([spawn])
     if spawn.cancelled() or spawn.exception() is not None:
         return  # no child was started (an OSError: the CLI is absent)
-    await _kill(spawn.result())
+    await _end(*spawn.result(), kill=True)
 
 
 async def _uncancelled(cleanup: Coroutine[object, object, None]) -> None:
@@ -282,28 +356,27 @@ async def _uncancelled(cleanup: Coroutine[object, object, None]) -> None:
     task.result()
 
 
-async def _read_capped(stream: asyncio.StreamReader) -> bytes:
-    """Everything up to EOF, or b"" when it runs past :data:`_MAX_ANT_OUTPUT`."""
-    data = bytearray()
-    while chunk := await stream.read(_MAX_ANT_OUTPUT):
-        data += chunk
-        if len(data) > _MAX_ANT_OUTPUT:
-            return b""
-    return bytes(data)
-
-
-async def _kill(proc: asyncio.subprocess.Process) -> None:
-    """Kill the child's process group (a wrapper script's own children
-    included) and reap the child.
+async def _end(child: asyncio.SubprocessTransport, output: _AntOutput, *, kill: bool) -> None:
+    """Close the CLI's stdout and reap it; with ``kill`` (the deadline, the
+    cap, a cancellation, or a stdout held open after its exit), SIGKILL its
+    process group first, the CLI and every process it started that stayed
+    in the group.
 
     Runs while a cancellation unwinds too (under :func:`_uncancelled`, so a
-    second cancellation cannot cut the reap short): the wait is short, since
-    SIGKILL cannot be ignored, and it leaves no zombie behind.
+    second cancellation cannot cut the reap short): the wait is for the
+    child's exit alone, short since SIGKILL cannot be ignored, and never for
+    the pipe, which is closed on our side first, so a process holding its
+    other end (one that left the group with ``setsid``) keeps nothing of ours
+    waiting.
     """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if hasattr(os, "killpg"):
-            os.killpg(proc.pid, signal.SIGKILL)  # the group this child leads
-    if proc.returncode is None:
+    if kill and not output.exited.done():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if hasattr(os, "killpg"):
+                os.killpg(child.get_pid(), signal.SIGKILL)  # the group this child leads
         with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-    await proc.wait()
+            child.kill()
+    pipe = child.get_pipe_transport(1)
+    if pipe is not None:
+        pipe.close()
+    await output.exited
+    child.close()
