@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from vaelii_llm._protocol import (
     Block,
+    Cache,
     Delta,
     Message,
     OpaqueBlock,
@@ -42,6 +43,7 @@ from vaelii_llm._protocol import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
+    ToolInputDelta,
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Block",
+    "Cache",
     "Delta",
     "Message",
     "OpaqueBlock",
@@ -69,6 +72,7 @@ __all__ = [
     "TextDelta",
     "ThinkingBlock",
     "ThinkingDelta",
+    "ToolInputDelta",
     "ToolResultBlock",
     "ToolSchema",
     "ToolUseBlock",

@@ -12,7 +12,8 @@ One class per row of the spec's refusal table, all under :class:`LLMError`::
     ├── LLMClosed           the provider or pool was closed before this call
     ├── LLMTimeout          a budget ran out (phase: headers, body or acquire)
     │   └── LLMPoolTimeout  no provider came free in the pool's acquire time
-    └── LLMUnreachable      refused, reset, unresolved, or no connection in time
+    ├── LLMUnreachable      refused, reset, unresolved, or no connection in time
+    └── LLMUnsupported      the backend has no such operation (counting tokens)
 
 Each class carries its spec ``type`` string (``err.type == "llm-timeout"``, one of
 :data:`ErrorType`) and its data as attributes; a field whose values are known
@@ -44,6 +45,7 @@ __all__ = [
     "LLMPoolTimeout",
     "LLMTimeout",
     "LLMUnreachable",
+    "LLMUnsupported",
     "TimeoutPhase",
 ]
 
@@ -59,6 +61,7 @@ ErrorType = Literal[
     "llm-pool-timeout",
     "llm-timeout",
     "llm-unreachable",
+    "llm-unsupported",
 ]
 """Every class's ``type``: one row of the refusal table each."""
 
@@ -160,12 +163,17 @@ class LLMClosed(LLMError):
 
 
 class LLMEncode(LLMError):
-    """A built content block whose ``type`` the request encoder writes no shape for."""
+    """A built content block whose ``type`` the request encoder writes no shape
+    for, or a request the far end is known to refuse (``why`` says what: a
+    fifth cache breakpoint), refused before anything is sent."""
 
     type: ClassVar[ErrorType] = "llm-encode"
 
-    def __init__(self, block_type: str, label: str) -> None:
+    def __init__(self, block_type: str, label: str, *, why: str | None = None) -> None:
         self.block_type = block_type
+        if why is not None:
+            super().__init__(f"{label} cannot take this request: {why}")
+            return
         super().__init__(f"{label} has no wire shape for a {excerpt(block_type, 60)!r} block")
 
 
@@ -225,3 +233,14 @@ class LLMUnreachable(LLMError):
         self.label = label
         self.reason = reason
         super().__init__(f"{label} is unreachable: {excerpt(reason)}")
+
+
+class LLMUnsupported(LLMError):
+    """The backend has no such operation (a token count where the far end has
+    no counting endpoint): nothing was sent, and nothing was guessed."""
+
+    type: ClassVar[ErrorType] = "llm-unsupported"
+
+    def __init__(self, label: str, operation: str) -> None:
+        self.operation = operation
+        super().__init__(f"{label} has no endpoint for {operation}")

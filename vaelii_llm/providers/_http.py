@@ -29,6 +29,10 @@ fix made here holds for every backend at once:
   follows is drained for at most :data:`DRAIN_S` (the answer is whole,
   so nothing there may delay or spoil it); a body that ends first has the
   decoder's end-of-stream batch fed, then the assembler's verdict.
+* the token count (:meth:`~HTTPProvider.count_tokens`): for a codec that
+  is also a :class:`TokenCounter`, one POST to its counting endpoint by the
+  same path as a non-streamed turn (the credential step, the deadline, the
+  refusals); for any other, :class:`~vaelii_llm.errors.LLMUnsupported`;
 * the telemetry hook: ``complete`` and ``stream`` read one attribute of
   :mod:`vaelii_llm.telemetry` and, when it is on, run the turn inside its
   span (named from the codec's endpoint slug and URL), so ``enable`` and
@@ -72,7 +76,16 @@ import asyncio
 import inspect
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Generic, Protocol, TypedDict, TypeVar, get_type_hints
+from typing import (
+    Any,
+    Final,
+    Generic,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    get_type_hints,
+    runtime_checkable,
+)
 
 import aiohttp
 import msgspec
@@ -80,7 +93,7 @@ import msgspec
 from vaelii_llm import _transport as transport
 from vaelii_llm import telemetry
 from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
-from vaelii_llm.errors import LLMClosed, LLMError, LLMUnreachable
+from vaelii_llm.errors import LLMClosed, LLMError, LLMUnreachable, LLMUnsupported
 
 __all__ = [
     "DRAIN_S",
@@ -91,6 +104,7 @@ __all__ = [
     "HTTPProvider",
     "NetworkOptions",
     "SSLOption",
+    "TokenCounter",
     "WireDecoder",
     "keyword_signature",
     "network",
@@ -206,6 +220,25 @@ class Codec(Protocol[W, B]):
     def stream_decoder(self) -> WireDecoder[B]: ...
 
     def assembler(self, *, deltas: bool) -> Assembler[B]: ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """What a codec whose far end counts tokens adds (no I/O): where a count
+    is POSTed, its body and headers (by the turn's rules), and the count read
+    from the decoded 200 (its typed refusal for an answer holding none)."""
+
+    @property
+    def count_url(self) -> str: ...
+
+    def count_body(self, request: Request) -> bytes: ...
+
+    def count_headers(self, request: Request, *, credential: Any) -> Mapping[str, str] | None: ...
+
+    def count_of(self, parsed: Any) -> int: ...
+
+
+_ANY_JSON: Final = msgspec.json.Decoder()
 
 
 class Credentials(Generic[C]):
@@ -355,14 +388,28 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 credential=None if self._credentials is None else await self._credential(),
             )
         )
+        parsed = await self._post(codec.url, body, headers, request, codec.whole_decoder)
+        return codec.whole(parsed)
+
+    async def _post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str] | None,
+        request: Request,
+        decoder: msgspec.json.Decoder[Any],
+    ) -> Any:
+        """One POST answered by one JSON body, under the request's whole-turn
+        deadline; a cut by :meth:`aclose` is LLMClosed."""
+        codec = self._codec
         try:
-            parsed = await transport.request_json(
+            return await transport.request_json(
                 self._http(),
                 codec.endpoint,
                 "POST",
-                codec.url,
+                url,
                 deadline=transport.Deadline.after_ms(request.timeout_ms),
-                decoder=codec.whole_decoder,
+                decoder=decoder,
                 body=body,
                 headers=headers,
                 inflight=self._inflight,
@@ -371,7 +418,26 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
-        return codec.whole(parsed)
+
+    async def count_tokens(self, request: Request) -> int:
+        """The input tokens ``request`` would take, counted by the far end's
+        counting endpoint under ``request.timeout_ms``, refused as a turn
+        would be; :class:`~vaelii_llm.errors.LLMUnsupported` (nothing sent)
+        where the far end has none."""
+        codec = self._codec
+        if not isinstance(codec, TokenCounter):
+            raise LLMUnsupported(codec.endpoint.label, "counting tokens")
+        if self._closed:
+            raise LLMClosed(codec.endpoint.label)
+        body = codec.count_body(request)
+        headers = self._headers(
+            codec.count_headers(
+                request,
+                credential=None if self._credentials is None else await self._credential(),
+            )
+        )
+        parsed = await self._post(codec.count_url, body, headers, request, _ANY_JSON)
+        return codec.count_of(parsed)
 
     def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
         """Whole blocks as they close (and, with ``deltas``, the deltas before

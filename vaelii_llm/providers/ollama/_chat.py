@@ -13,6 +13,10 @@
 * Both switches are read at each turn, so a changed one holds from the next
   turn on. The request's own value beats the provider's, which beats the
   switch.
+* ``think`` carries the request's ``think`` (on, off, or a level), sent
+  only when set: a model that cannot think refuses any ``think``. A system
+  prompt given as blocks goes as one string, their texts joined; a
+  request's ``cache`` sends nothing (the host keeps its own prefix cache).
 * Tools are re-shaped to ``{type: "function", function: {name, description,
   parameters}}`` with ``strict`` dropped; a tool result goes back as a
   ``tool`` role message naming its tool; a tool call Ollama made is sent back
@@ -41,6 +45,7 @@ from vaelii_llm._protocol import (
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
+    system_text,
 )
 from vaelii_llm._wire.ndjson import NDJSONDecoder
 from vaelii_llm.providers._hosts import normalize_host
@@ -125,6 +130,7 @@ class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     options: _Options
     tools: list[_Tool] | None = None
     format: dict[str, Any] | None = None
+    think: bool | str | None = None
 
 
 _ENCODER: Final = msgspec.json.Encoder()
@@ -169,8 +175,9 @@ def _assistant_message(blocks: Iterable[Block], label: str) -> _OutMessage:
 
 def _messages(request: Request, label: str) -> list[_OutMessage]:
     out: list[_OutMessage] = []
-    if request.system:
-        out.append(_OutMessage(role="system", content=request.system))
+    system = system_text(request.system)
+    if system:
+        out.append(_OutMessage(role="system", content=system))
     tool_names: dict[str, str] = {}
     for message in request.messages:
         out.extend(_message(message, tool_names, label))
@@ -222,7 +229,8 @@ def chat_body(
 
     ``keep_alive``, ``options.num_ctx``, ``options.num_predict`` and
     ``options.temperature`` (0 unless the request names one) are always sent;
-    ``tools``, ``format`` and ``options.stop`` only when the request has them.
+    ``tools``, ``format``, ``think`` and ``options.stop`` only when the
+    request has them.
     Raises :class:`~vaelii_llm.errors.LLMEncode` for a block this wire has no
     shape for (redacted thinking, a vendor's opaque block, a tool result in an
     assistant message).
@@ -241,6 +249,7 @@ def chat_body(
         options=options,
         tools=[_wire_tool(t) for t in request.tools] or None,
         format=request.format,
+        think=request.think,
     )
     return _ENCODER.encode(body)
 

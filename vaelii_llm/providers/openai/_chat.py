@@ -56,6 +56,7 @@ from vaelii_llm._protocol import (
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
+    system_text,
 )
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
@@ -255,8 +256,9 @@ def _user(blocks: list[Block], label: str) -> list[_OutMessage]:
 
 def _messages(request: Request, label: str) -> list[_OutMessage]:
     out: list[_OutMessage] = []
-    if request.system:
-        out.append(_OutMessage(role="system", content=request.system))
+    system = system_text(request.system)
+    if system:
+        out.append(_OutMessage(role="system", content=system))
     for message in request.messages:
         out.extend(_message(message, label))
     return out
