@@ -5,7 +5,8 @@ Every key any code path sends is a field below; a backend maps them to its wire.
 
 Request fields
     ``messages`` the conversation (:class:`Message`, a string or a list of blocks);
-    ``system`` the system prompt (a string, or text blocks); ``model`` (None: the backend's configured model);
+    ``system`` the system prompt (a string, or text blocks); ``model`` (None:
+    the backend's configured model);
     ``tools`` (:class:`ToolSchema`, as :func:`vaelii_llm.tools.schemas` builds them);
     ``max_tokens``; ``timeout_ms`` the whole turn's budget, headers and body;
     ``stop_sequences``; ``format`` a JSON schema the answer must match (Messages
@@ -81,8 +82,8 @@ __all__ = [
     "TextDelta",
     "ThinkingBlock",
     "ThinkingDelta",
-    "ToolResultBlock",
     "ToolInputDelta",
+    "ToolResultBlock",
     "ToolSchema",
     "ToolUseBlock",
     "ToolUseStart",

@@ -26,8 +26,9 @@ answer shapes of its own maps them to one of the above. ``requests()`` and
 
 ``stream(request, deltas=True)`` yields a text or thinking block's words as
 deltas, and a tool call's start and its input's JSON in pieces, before the
-whole block, as an HTTP backend does. After ``aclose`` every turn raises :class:`~vaelii_llm.errors.LLMClosed`.
-Its turns are traced as any backend's are when :mod:`vaelii_llm.telemetry` is on.
+whole block, as an HTTP backend does. After ``aclose`` every turn raises
+:class:`~vaelii_llm.errors.LLMClosed`. Its turns are traced as any
+backend's are when :mod:`vaelii_llm.telemetry` is on.
 """
 
 from __future__ import annotations

@@ -86,10 +86,7 @@ def apply_cache(body: dict[str, Any], cache: Cache, label: str) -> None:
     for message, block in positions:
         entry = messages[message]
         content = entry["content"]
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        else:
-            content = list(content)
+        content = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
         at = f"block {block} of message {message}"
         content[block] = _marked(content[block], control, label, at)
         messages[message] = {**entry, "content": content}

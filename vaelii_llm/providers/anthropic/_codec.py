@@ -17,8 +17,8 @@ import msgspec
 from vaelii_llm import _transport as transport
 from vaelii_llm import config
 from vaelii_llm._protocol import Request, Response
-from vaelii_llm.errors import LLMApiError, LLMBadResponse
 from vaelii_llm._wire.sse import SSEFrames
+from vaelii_llm.errors import LLMApiError, LLMBadResponse
 from vaelii_llm.providers.anthropic._credentials import Credential
 from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER, from_parsed, not_sse
 from vaelii_llm.providers.anthropic._encode import betas, build_body, count_body
