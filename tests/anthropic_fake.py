@@ -273,12 +273,17 @@ def prompt_units(body: dict[str, Any]) -> tuple[list[Any], list[int]]:
     return units, sorted(set(marks))
 
 
+LOOKBACK = 20
+"""How many blocks before a breakpoint the API looks for a prefix it wrote."""
+
+
 @dataclass
 class PromptCache:
     """The API's prompt cache, as its documentation describes it: a request
     writes the prefix up to each of its breakpoints (``cache_creation_input_tokens``,
-    beyond what it read) and reads the longest one an earlier request wrote
-    with the same bytes and model (``cache_read_input_tokens``);
+    beyond what it read) and reads the longest prefix an earlier request wrote
+    with the same bytes and model, ending at a breakpoint or up to
+    :data:`LOOKBACK` blocks before one (``cache_read_input_tokens``);
     ``input_tokens`` is the rest. Nothing is written or read without a
     breakpoint. (The API's minimum cacheable length is not modelled.)"""
 
@@ -293,7 +298,14 @@ class PromptCache:
             text = json.dumps([body.get("model"), units[: mark + 1]], sort_keys=True)
             return hashlib.sha256(text.encode()).hexdigest()
 
-        read = next((sizes[m] for m in reversed(marks) if key(m) in self.written), 0)
+        # each breakpoint looks back over the LOOKBACK blocks up to it for a prefix written before
+        hits = (
+            sizes[at]
+            for mark in reversed(marks)
+            for at in range(mark, max(-1, mark - LOOKBACK), -1)
+            if key(at) in self.written
+        )
+        read = next(hits, 0)
         created = sizes[marks[-1]] - read if marks else 0
         for mark in marks:
             self.written[key(mark)] = sizes[mark]
