@@ -57,7 +57,7 @@ from vaelii_llm.providers.ollama._assemble import (
     response_of,
 )
 
-__all__ = ["CHAT_PATH", "ChatCodec", "Options", "base_url", "chat_body", "endpoint"]
+__all__ = ["CHAT_PATH", "THINK_LEVELS", "ChatCodec", "Options", "base_url", "chat_body", "endpoint"]
 
 CHAT_PATH: Final = "/api/chat"
 """Where a turn is POSTed, below the base URL: a provider's turns and :func:`warm`."""
@@ -134,6 +134,9 @@ class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 _ENCODER: Final = msgspec.json.Encoder()
+
+THINK_LEVELS: Final = frozenset({"low", "medium", "high"})
+"""The levels Ollama's ``think`` takes besides on and off (for a model that takes levels)."""
 
 
 def _wire_tool(tool: ToolSchema) -> _Tool:
@@ -233,8 +236,13 @@ def chat_body(
     request has them.
     Raises :class:`~vaelii_llm.errors.LLMEncode` for a block this wire has no
     shape for (redacted thinking, a vendor's opaque block, a tool result in an
-    assistant message).
+    assistant message), and for a ``think`` neither a bool nor one of :data:`THINK_LEVELS`.
     """
+    think = request.think
+    if think is not None and type(think) is not bool and str(think) not in THINK_LEVELS:
+        raise errors.LLMEncode(
+            "think", label, why=f"think is True, False, 'low', 'medium' or 'high', not {think!r}"
+        )
     options = _Options(
         num_ctx=request.num_ctx if request.num_ctx is not None else num_ctx,
         temperature=request.temperature if request.temperature is not None else 0.0,
@@ -249,7 +257,7 @@ def chat_body(
         options=options,
         tools=[_wire_tool(t) for t in request.tools] or None,
         format=request.format,
-        think=request.think,
+        think=think,
     )
     return _ENCODER.encode(body)
 
