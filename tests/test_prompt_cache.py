@@ -320,3 +320,31 @@ async def run_agent_with(api: FakeMessagesAPI, first: Request) -> agent.AgentRes
     api.script = two_turns()
     async with messages_api(api) as model:
         return await agent.run(model, tools.Toolset(kb.sample()), first)
+
+
+# -- vaelii-llm ask -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", [None, "--no-cache"])
+async def test_ask_caches_its_prefix_unless_told_not_to(
+    flag: str | None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopback import serve
+    from test_cli_ask import run_cli
+
+    api = FakeMessagesAPI(caching=True, script=two_turns())
+    async with serve(api.app()) as url:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+        argv = ["ask", "Who is afraid?", "--provider", "anthropic", "--json"]
+        code, out, _ = await run_cli(capsys, *argv, *([flag] if flag else []))
+    assert code == 0
+    usage = json.loads(out)["usage"]
+    assert len(api.seen) == 2
+    if flag is None:
+        where = [[mark.split()[0] for mark in marks(seen.body)] for seen in api.seen]
+        assert where == [["tool", "system"]] * 2  # the last tool and the system prompt
+        assert usage["cache_read_input_tokens"] > 0
+    else:
+        assert all(marks(seen.body) == [] for seen in api.seen)
+        assert usage["cache_read_input_tokens"] == 0
