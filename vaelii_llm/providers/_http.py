@@ -56,7 +56,9 @@ What a new backend supplies is a :class:`Codec`, no I/O in it:
     :class:`~vaelii_llm._protocol.Response` built from what it decoded;
 ``stream_decoder()`` and ``assembler(deltas=...)``
     a fresh sans-IO wire decoder (``feed(bytes)`` returns a batch;
-    ``feed(b"")`` marks the end) and a fresh :class:`Assembler` for one turn.
+    ``feed(b"")`` marks the end) and a fresh :class:`Assembler` for one turn;
+``count_url``, ``count_body``, ``count_headers``, ``count_of`` (optional)
+    a far end that counts tokens: the codec is then a :class:`TokenCounter`.
 
 Every assembler speaks the same three words: ``feed(batch)`` applies a
 decoder's whole batch and hands back what it completed, in order, as it goes
