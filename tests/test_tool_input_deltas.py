@@ -240,3 +240,24 @@ async def test_over_loopback_the_streamed_response_equals_complete(seed: int) ->
     pieces = check(items, plain, whole)
     calls = [b for b in whole.content if isinstance(b, ToolUseBlock)]
     assert {p.index for p in pieces} == {whole.content.index(c) for c in calls if c.input}
+
+
+async def test_the_pydantic_ai_face_builds_each_call_from_its_pieces() -> None:
+    pai_agent = pytest.importorskip("pydantic_ai")
+    messages = pytest.importorskip("pydantic_ai.messages")
+    from vaelii_llm import kb
+    from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
+    from vaelii_llm.providers import stub
+
+    goal = {"goal": "(afraidOf MissMuffet ?who)"}
+    provider = stub.provider(script=[{"tool": "kb_query", "input": goal}, "Spiders."])
+    runner = pai_agent.Agent(VaeliiModel(provider), toolsets=[KBToolset(kb.sample())])
+    async with runner.run_stream("Who is Miss Muffet afraid of?") as run:
+        assert await run.get_output() == "Spiders."
+        calls = [
+            part
+            for message in run.all_messages()
+            for part in getattr(message, "parts", [])
+            if isinstance(part, messages.ToolCallPart)
+        ]
+    assert [(c.tool_name, c.args_as_dict()) for c in calls] == [("kb_query", goal)]
