@@ -216,10 +216,11 @@ class Cache(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     The Messages API takes at most :data:`MAX_CACHE_BREAKPOINTS`, ``auto``
     counted: a fifth, a position naming no block, or a breakpoint on a
     thinking block or an empty text block is refused with
-    :class:`~vaelii_llm.errors.LLMEncode` before anything is sent. A breakpoint on a part that is absent (no tools,
-    no system prompt) is none. Ollama and the OpenAI-compatible servers cache
-    prefixes on their own: they send nothing for it and report what they
-    read from their cache in ``Usage.cache_read_input_tokens`` where they say.
+    :class:`~vaelii_llm.errors.LLMEncode` before anything is sent. A
+    breakpoint on a part that is absent (no tools, no system prompt) is
+    none. Ollama and the OpenAI-compatible servers cache prefixes on their
+    own: they send nothing for it and report what they read from their cache
+    in ``Usage.cache_read_input_tokens`` where they say.
     """
 
     ttl: CacheTTL = "5m"
