@@ -19,7 +19,9 @@ What it shows:
   (:func:`vaelii_llm.agent.run`) and answers ``{"answer", "tool_calls",
   "stop_reason", "usage"}`` (with ``stopped`` and ``turns``);
 * ``POST /ask/stream`` answers ``text/event-stream``: a ``tool_call`` and a
-  ``tool_result`` event per call, a ``text`` event per delta, then ``final``
+  ``tool_result`` event per call (before them, a ``tool_input`` event per
+  piece of the call's arguments as the model writes them, on a backend that
+  streams them), a ``text`` event per delta, then ``final``
   (the same object ``/ask`` answers), or ``error`` if the model fails midway;
 * errors as JSON, never a traceback page: a body that is not exactly
   ``{"question": str, "timeout_ms": int?}`` (empty, not JSON, a missing

@@ -7,11 +7,17 @@ empty content, then per block ``content_block_start``, its deltas and
 ``message_stop``. Each transcript also carries the message the non-streamed
 API would return for the same turn, so a test can check that a reassembled
 block's ``raw`` equals it.
+
+The fake also counts tokens (``POST /v1/messages/count_tokens``) and, with
+``caching=True``, honours ``cache_control`` as the API does
+(:class:`PromptCache`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import hashlib
 import itertools
 import json
 import random
@@ -230,6 +236,100 @@ def generate(
     return Transcript(events, message, error)
 
 
+def tokens(unit: Any) -> int:
+    """What the fake charges for one part of a prompt: a token per 4 bytes of its JSON."""
+    return max(1, len(json.dumps(unit, separators=(",", ":")).encode()) // 4)
+
+
+def _plain(unit: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in unit.items() if k != "cache_control"}
+
+
+def prompt_units(body: dict[str, Any]) -> tuple[list[Any], list[int]]:
+    """The prompt in the order the API reads it (each tool, each system block,
+    each message block with its role), ``cache_control`` left out, and the
+    positions of its breakpoints (the automatic one on the last unit)."""
+    units: list[Any] = []
+    marks: list[int] = []
+    for tool in body.get("tools") or []:
+        units.append(["tool", _plain(tool)])
+        if "cache_control" in tool:
+            marks.append(len(units) - 1)
+    system = body.get("system")
+    if isinstance(system, str):
+        units.append(["system", system])
+    for block in system if isinstance(system, list) else []:
+        units.append(["system", _plain(block)])
+        if "cache_control" in block:
+            marks.append(len(units) - 1)
+    for message in body.get("messages") or []:
+        content = message["content"]
+        for block in [content] if isinstance(content, str) else content:
+            units.append([message["role"], block if isinstance(block, str) else _plain(block)])
+            if isinstance(block, dict) and "cache_control" in block:
+                marks.append(len(units) - 1)
+    if body.get("cache_control") is not None and units:
+        marks.append(len(units) - 1)
+    return units, sorted(set(marks))
+
+
+LOOKBACK = 20
+"""How many blocks before a breakpoint the API looks for a prefix it wrote."""
+
+
+@dataclass
+class PromptCache:
+    """The API's prompt cache, as its documentation describes it: a request
+    writes the prefix up to each of its breakpoints (``cache_creation_input_tokens``,
+    beyond what it read) and reads the longest prefix an earlier request wrote
+    with the same bytes and model, ending at a breakpoint or up to
+    :data:`LOOKBACK` blocks before one (``cache_read_input_tokens``);
+    ``input_tokens`` is the rest. Nothing is written or read without a
+    breakpoint. (The API's minimum cacheable length is not modelled.)"""
+
+    written: dict[str, int] = field(default_factory=dict)
+
+    def usage(self, body: dict[str, Any]) -> dict[str, int]:
+        units, marks = prompt_units(body)
+        sizes = list(itertools.accumulate(tokens(u) for u in units))
+        total = sizes[-1] if sizes else 0
+
+        def key(mark: int) -> str:
+            text = json.dumps([body.get("model"), units[: mark + 1]], sort_keys=True)
+            return hashlib.sha256(text.encode()).hexdigest()
+
+        # each breakpoint looks back over the LOOKBACK blocks up to it for a prefix written before
+        hits = (
+            sizes[at]
+            for mark in reversed(marks)
+            for at in range(mark, max(-1, mark - LOOKBACK), -1)
+            if key(at) in self.written
+        )
+        read = next(hits, 0)
+        created = sizes[marks[-1]] - read if marks else 0
+        for mark in marks:
+            self.written[key(mark)] = sizes[mark]
+        return {
+            "input_tokens": total - read - created,
+            "cache_creation_input_tokens": created,
+            "cache_read_input_tokens": read,
+        }
+
+
+def with_usage(transcript: Transcript, counts: dict[str, int]) -> Transcript:
+    """``transcript`` reporting ``counts`` (input and cache counts) on both paths."""
+    events = copy.deepcopy(transcript.events)
+    for name, data in events:
+        if name == "message_start":
+            data["message"]["usage"].update(counts)
+        elif name == "message_delta":
+            for key in counts:
+                data["usage"].pop(key, None)
+    message = copy.deepcopy(transcript.message)
+    message["usage"].update(counts)
+    return Transcript(events, message, transcript.error)
+
+
 @dataclass
 class Seen:
     headers: dict[str, str]
@@ -252,20 +352,45 @@ class FakeMessagesAPI:
     stalled: bool = False  # write the body, then nothing until ``released`` is set
     released: asyncio.Event = field(default_factory=asyncio.Event)
     cut: bool = False  # write the body, then drop the connection without ending it
+    script: list[Transcript] = field(default_factory=list)  # answered first, one a turn
+    caching: bool = False  # honour cache_control (PromptCache) in the usage answered
+    cache: PromptCache = field(default_factory=PromptCache)
+    counted: list[Seen] = field(default_factory=list)  # the count_tokens requests
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/messages", self.handle)
+        app.router.add_post("/v1/messages/count_tokens", self.count)
         return app
+
+    def _refusal(self) -> web.Response | None:
+        if self.status == 200:
+            return None
+        kind = "overloaded_error" if self.status == 529 else "rate_limit_error"
+        return web.json_response(
+            {"type": "error", "error": {"type": kind, "message": "busy"}}, status=self.status
+        )
+
+    async def count(self, request: web.Request) -> web.Response:
+        """The input tokens the body's prompt takes, as a turn would be charged them."""
+        body = await request.json()
+        self.counted.append(Seen(dict(request.headers), body))
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        units, _ = prompt_units(body)
+        return web.json_response({"input_tokens": sum(tokens(u) for u in units)})
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.seen.append(Seen(dict(request.headers), body))
-        if self.status != 200:
-            kind = "overloaded_error" if self.status == 529 else "rate_limit_error"
-            return web.json_response(
-                {"type": "error", "error": {"type": kind, "message": "busy"}}, status=self.status
-            )
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        if self.script:
+            self.transcript = self.script.pop(0)
+        if self.caching and self.transcript is not None:
+            self.transcript = with_usage(self.transcript, self.cache.usage(body))
         assert self.transcript is not None or self.payload is not None
         if not body.get("stream"):
             assert self.transcript is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import aclosing
 from typing import Any
 
@@ -174,11 +175,20 @@ async def test_events_come_in_order_with_words_as_deltas(toolset: tools.Toolset)
         async for item in items:
             seen.append(item)
     kinds = [type(item).__name__ for item in seen]
-    assert kinds[:2] == ["ToolCallStarted", "ToolCallFinished"]
+    pieces = [item for item in seen if isinstance(item, agent.ToolInputArrived)]
+    assert kinds[: len(pieces) + 2] == [
+        *["ToolInputArrived"] * len(pieces),
+        "ToolCallStarted",
+        "ToolCallFinished",
+    ]
+    started = seen[len(pieces)]
+    assert isinstance(started, agent.ToolCallStarted)
+    assert {(p.turn, p.id, p.name) for p in pieces} == {(1, started.id, started.name)}
+    assert json.loads("".join(p.partial_json for p in pieces)) == started.input
     assert kinds[-1] == "AgentResult"
     words = [item.text for item in seen if isinstance(item, agent.TextArrived)]
     assert words == ["She ", "fears ", "three ", "spiders."]
-    finished = seen[1]
+    finished = seen[len(pieces) + 1]
     assert isinstance(finished, agent.ToolCallFinished)
     assert finished.summary.startswith("ok: ")
     assert len(finished.summary) <= agent.SUMMARY_CHARS + 4

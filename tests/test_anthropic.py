@@ -36,6 +36,7 @@ from vaelii_llm._protocol import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
+    ToolInputDelta,
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
@@ -495,6 +496,7 @@ def test_deltas_come_before_their_block() -> None:
         TextDelta(index=1, text="nd"),
         content[1],
         ToolUseStart(index=2, id="t1", name="kb_ask"),
+        ToolInputDelta(index=2, partial_json="{}"),
         content[2],
     ]
     assert [type(b) for b in content] == [ThinkingBlock, TextBlock, ToolUseBlock]

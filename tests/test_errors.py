@@ -21,6 +21,7 @@ SPEC_TYPES = {
     "llm-pool-timeout": errors.LLMPoolTimeout,
     "llm-timeout": errors.LLMTimeout,
     "llm-unreachable": errors.LLMUnreachable,
+    "llm-unsupported": errors.LLMUnsupported,
 }
 
 

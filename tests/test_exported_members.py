@@ -20,13 +20,15 @@ import vaelii_llm
 
 EXPORTS: dict[str, str] = {
     "vaelii_llm": (
-        "Block Delta DocumentBlock ImageBlock Message OpaqueBlock Provider ProviderBase "
+        "Block Cache Delta DocumentBlock ImageBlock Message OpaqueBlock Provider ProviderBase "
         "RedactedThinkingBlock Request Response StopReason StreamItem TextBlock TextDelta "
-        "ThinkingBlock ThinkingDelta ToolResultBlock ToolSchema ToolUseBlock ToolUseStart Usage "
+        "ThinkingBlock ThinkingDelta ToolInputDelta ToolResultBlock ToolSchema ToolUseBlock "
+        "ToolUseStart Usage "
         "__version__ agent config engine errors kb pool providers tools"
     ),
     "vaelii_llm.agent": (
         "AgentResult Event Stopped TextArrived ToolCall ToolCallFinished ToolCallStarted "
+        "ToolInputArrived "
         "events request run together"
     ),
     "vaelii_llm.cli": "main",
@@ -34,13 +36,13 @@ EXPORTS: dict[str, str] = {
         "SWITCHES Switch anthropic_api_key anthropic_auth_token anthropic_base_url "
         "live_llm ollama_generation_model ollama_host ollama_hosts ollama_keep_alive "
         "ollama_model ollama_num_ctx openai_api_key openai_base_url openai_hosts openai_model "
-        "otel_enabled pool_redis_url provider_kind"
+        "otel_enabled pool_redis_url prompt_cache provider_kind"
     ),
     "vaelii_llm.engine": ("Context Engine Handle Options Sentence Term embedded irreversible op"),
     "vaelii_llm.errors": (
         "EXCERPT_CHARS ErrorType LLMApiError LLMBadCredential LLMBadHosts LLMBadResponse "
         "LLMClosed LLMEncode LLMError LLMNoCredential LLMPoolTimeout LLMTimeout "
-        "LLMUnreachable TimeoutPhase"
+        "LLMUnreachable LLMUnsupported TimeoutPhase"
     ),
     "vaelii_llm.integrations": "",
     "vaelii_llm.integrations.mcp": "DEFAULT_PORT serve_http serve_stdio server",

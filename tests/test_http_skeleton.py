@@ -14,18 +14,20 @@ import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from anthropic_fake import FakeMessagesAPI, generate
+from deltas_check import input_json
 from fake_ollama import FakeOllama, chunk, final, tool_call
 from fake_openai import FakeOpenAI, random_turn, transcript
 from loopback import serve
 
 from vaelii_llm import _transport as transport
 from vaelii_llm._protocol import (
+    Delta,
     Message,
     Request,
     Response,
@@ -34,6 +36,7 @@ from vaelii_llm._protocol import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
+    ToolInputDelta,
     ToolUseBlock,
     ToolUseStart,
 )
@@ -42,7 +45,7 @@ from vaelii_llm.providers import anthropic, ollama, openai
 from vaelii_llm.providers._http import HTTPProvider
 
 BACKENDS = ["ollama", "anthropic", "openai"]
-DELTAS = (TextDelta, ThinkingDelta, ToolUseStart)
+DELTAS = get_args(Delta)
 
 
 def ask() -> Request:
@@ -172,6 +175,9 @@ async def test_deltas_only_add_and_the_final_response_equals_complete(kind: str,
             pieces.setdefault(item.index, []).append(item.thinking)
         elif isinstance(item, ToolUseStart):
             starts[item.index] = item
+        elif isinstance(item, ToolInputDelta):
+            assert item.index in starts  # after its call's start
+            pieces.setdefault(item.index, []).append(item.partial_json)
         elif not isinstance(item, Response):  # a whole block: its deltas came before it
             index = whole.content.index(item)
             if isinstance(item, TextBlock):
@@ -180,9 +186,12 @@ async def test_deltas_only_add_and_the_final_response_equals_complete(kind: str,
                 assert "".join(pieces.pop(index, [])) == item.thinking
             elif isinstance(item, ToolUseBlock):
                 assert (starts[index].id, starts[index].name) == (item.id, item.name)
+                if kind != "ollama":  # Ollama sends whole calls: no input pieces
+                    assert input_json(pieces.pop(index, [])) == item.input
     assert not pieces  # no delta was handed over for a block that never came
     if kind == "ollama":  # the scripted turn has all three kinds
-        assert {type(x) for x in with_deltas} >= {*DELTAS, ThinkingBlock, ToolUseBlock}
+        wanted = {TextDelta, ThinkingDelta, ToolUseStart, ThinkingBlock, ToolUseBlock}
+        assert {type(x) for x in with_deltas} >= wanted  # Ollama sends no input pieces
 
 
 def test_no_vendor_module_imports_an_http_library() -> None:

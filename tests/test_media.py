@@ -27,7 +27,7 @@ from anthropic_fake import FakeMessagesAPI, Transcript
 from fake_ollama import MODEL as OLLAMA_MODEL
 from fake_ollama import FakeOllama, chunk, final
 from fake_openai import FakeOpenAI
-from typed_dicts import conforms
+from typed_conformance import conforms
 
 from vaelii_llm import (
     DocumentBlock,

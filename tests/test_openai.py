@@ -9,7 +9,7 @@ import logging
 import random
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
@@ -31,6 +31,7 @@ from kb_model import GOAL, NAMES, QUESTION, answer_from
 
 from vaelii_llm import errors, providers
 from vaelii_llm._protocol import (
+    Delta,
     Message,
     OpaqueBlock,
     Provider,
@@ -42,6 +43,7 @@ from vaelii_llm._protocol import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
+    ToolInputDelta,
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
@@ -54,7 +56,7 @@ from vaelii_llm.providers.openai._chat import chat_body, token_field
 from vaelii_llm.providers.openai._key import APIKey
 
 SECRET = "sk-proj-SECRET-do-not-show-1234"
-DELTAS = (TextDelta, ThinkingDelta, ToolUseStart)
+DELTAS = get_args(Delta)
 
 
 @pytest.fixture(autouse=True)
@@ -429,6 +431,8 @@ def test_deltas_come_before_their_block_at_its_index() -> None:
         TextDelta(index=1, text="a"),
         TextDelta(index=1, text="b"),
         ToolUseStart(index=2, id="c1", name="kb_a"),
+        ToolInputDelta(index=2, partial_json='{"x"'),
+        ToolInputDelta(index=2, partial_json=": 1}"),
         ToolUseStart(index=3, id="c2", name="kb_b"),
         *response.content,
     ]

@@ -16,11 +16,13 @@ import json
 import random
 from typing import Any
 
+import msgspec
 import pytest
 from fake_openai import MODEL, FakeOpenAI, random_turn, transcript
-from typed_dicts import conforms
+from typed_conformance import conforms
 
 from vaelii_llm._protocol import (
+    Cache,
     Message,
     Request,
     TextBlock,
@@ -96,6 +98,31 @@ def test_the_request_is_one_the_official_types_accept(stream: bool, field: Any) 
     assert body[field] == 300
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "user", "assistant", "tool"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_system_prompt_of_blocks_cache_and_think_send_what_the_types_accept(
+    stream: bool,
+) -> None:
+    """Blocks are joined into the one system string; a cache and a think send nothing."""
+    plain = neutral_request()
+    fancy = msgspec.structs.replace(
+        plain,
+        system=[TextBlock(text="Answer from"), TextBlock(text="the KB.")],
+        cache=Cache(auto=True, tools=True, system=True, blocks=((0, 0),)),
+        think="high",
+    )
+    sent = json.loads(chat_body(fancy, model=MODEL, max_tokens_field="max_tokens", stream=stream))
+    hint = (
+        params.CompletionCreateParamsStreaming
+        if stream
+        else params.CompletionCreateParamsNonStreaming
+    )
+    assert conforms(sent, hint) == []
+    assert sent["messages"][0] == {"role": "system", "content": "Answer from\n\nthe KB."}
+    joined = msgspec.structs.replace(plain, system="Answer from\n\nthe KB.")
+    expected = chat_body(joined, model=MODEL, max_tokens_field="max_tokens", stream=stream)
+    assert sent == json.loads(expected)
 
 
 def test_the_checker_refuses_what_the_types_do_not_name() -> None:

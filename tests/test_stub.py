@@ -16,6 +16,7 @@ from vaelii_llm._protocol import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
+    ToolInputDelta,
     ToolResultBlock,
     ToolUseBlock,
     ToolUseStart,
@@ -106,6 +107,7 @@ async def test_every_shorthand_answers_in_the_neutral_vocabulary() -> None:
         "llm-pool-timeout",
         "llm-timeout",
         "llm-unreachable",
+        "llm-unsupported",
     ],
 )
 async def test_raise_shorthand_raises_the_typed_error(kind: str) -> None:
@@ -235,6 +237,8 @@ async def test_deltas_come_before_each_block_and_the_response_is_unchanged(
         TextDelta(index=1, text="insect."),
         turn.content[1],
         ToolUseStart(index=2, id="t1", name="kb_ask"),
+        ToolInputDelta(index=2, partial_json='{"sentence":"(isa Muffet Insect)"'),
+        ToolInputDelta(index=2, partial_json="}"),
         turn.content[2],
         turn,
     ]

@@ -66,6 +66,7 @@ def test_the_neutral_vocabulary_and_the_delta_items_are_frozen() -> None:
         "TextDelta": ("text_delta", ("index", "text")),
         "ThinkingDelta": ("thinking_delta", ("index", "thinking")),
         "ToolUseStart": ("tool_use_start", ("index", "id", "name")),
+        "ToolInputDelta": ("tool_input_delta", ("index", "partial_json")),
     }
     response_fields = protocol.Response.__struct_fields__
     assert {"stop_reason", "vendor_stop_reason", "usage", "extra"} <= set(response_fields)
@@ -119,6 +120,7 @@ SPEC_DEFAULTS = {
     "OPENAI_API_KEY": None,
     "VAELII_OPENAI_MODEL": None,
     "VAELII_OPENAI_HOSTS": None,
+    "VAELII_PROMPT_CACHE": "1",
     "VAELII_LLM_LIVE": None,
     "VAELII_LLM_OTEL": None,
 }
@@ -164,6 +166,7 @@ MODULES = [
     "vaelii_llm.providers.ollama._probes",
     "vaelii_llm.providers.ollama._provider",
     "vaelii_llm.providers.anthropic",
+    "vaelii_llm.providers.anthropic._cache",
     "vaelii_llm.providers.anthropic._codec",
     "vaelii_llm.providers.anthropic._credentials",
     "vaelii_llm.providers.anthropic._decode",

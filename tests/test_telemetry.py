@@ -728,3 +728,14 @@ def test_the_readmes_observability_block_sends_spans(
     namespace["tracer_provider"].force_flush()
     assert [s.name for s in captured.get_finished_spans()] == ["chat stub"]
     namespace["tracer_provider"].shutdown()
+
+
+async def test_a_system_prompt_of_blocks_is_recorded_a_part_a_block(otel: Recorded) -> None:
+    system = [TextBlock(text="SYSTEM-ONE"), TextBlock(text="SYSTEM-TWO")]
+    req = Request(messages=[Message(role="user", content="q")], system=system)
+    otel.enable(capture_content=True)
+    await stub.provider(script=["ok"]).complete(req)
+    assert json.loads(attrs(otel.one("chat stub"))["gen_ai.system_instructions"]) == [
+        {"type": "text", "content": "SYSTEM-ONE"},
+        {"type": "text", "content": "SYSTEM-TWO"},
+    ]

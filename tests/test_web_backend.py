@@ -237,7 +237,8 @@ async def test_the_stream_ends_with_an_error_event_when_the_model_fails_midway(
 ) -> None:
     status, events = await app.events({"question": "explode after reading"})
     assert status == 200
-    assert [name for name, _ in events] == ["tool_call", "tool_result", "error"]
+    names = [name for name, _ in events if name != "tool_input"]
+    assert names == ["tool_call", "tool_result", "error"]
     assert events[-1][1]["error"] == "llm-api-error"
     assert events[-1][1]["status"] == 502
 
@@ -257,6 +258,10 @@ async def test_unknown_routes_and_methods_answer_json(app: Served) -> None:
 async def test_the_stream_delivers_the_calls_then_the_answer_word_by_word(app: Served) -> None:
     status, events = await app.events({"question": QUESTION})
     assert status == 200
+    pieces = [data for name, data in events if name == "tool_input"]
+    events = events[len(pieces) :]  # the call's arguments, as the model wrote them, first
+    assert json.loads("".join(p["partial_json"] for p in pieces)) == events[0][1]["input"]
+    assert {(p["id"], p["name"]) for p in pieces} == {(events[0][1]["id"], "kb_query")}
     names = [name for name, _ in events]
     assert names[:2] == ["tool_call", "tool_result"]
     assert names[-1] == "final"

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from vaelii_llm._protocol import (
     Block,
+    Cache,
     Delta,
     DocumentBlock,
     ImageBlock,
@@ -44,6 +45,7 @@ from vaelii_llm._protocol import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
+    ToolInputDelta,
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Block",
+    "Cache",
     "Delta",
     "DocumentBlock",
     "ImageBlock",
@@ -73,6 +76,7 @@ __all__ = [
     "TextDelta",
     "ThinkingBlock",
     "ThinkingDelta",
+    "ToolInputDelta",
     "ToolResultBlock",
     "ToolSchema",
     "ToolUseBlock",

@@ -5,12 +5,15 @@ Every key any code path sends is a field below; a backend maps them to its wire.
 
 Request fields
     ``messages`` the conversation (:class:`Message`, a string or a list of blocks);
-    ``system`` the system prompt; ``model`` (None: the backend's configured model);
+    ``system`` the system prompt (a string, or text blocks); ``model`` (None:
+    the backend's configured model);
     ``tools`` (:class:`ToolSchema`, as :func:`vaelii_llm.tools.schemas` builds them);
     ``max_tokens``; ``timeout_ms`` the whole turn's budget, headers and body;
     ``stop_sequences``; ``format`` a JSON schema the answer must match (Messages
     API ``output_config.format``, Ollama ``format``); ``effort`` (Messages API
-    ``output_config.effort``); ``thinking_display`` (``"summarized"`` opts into
+    ``output_config.effort``); ``think`` (Ollama's ``think``: see
+    :class:`Request`); ``cache`` where the far end may cache the prompt's
+    prefix (:class:`Cache`); ``thinking_display`` (``"summarized"`` opts into
     readable reasoning, ``"omitted"`` is the API's default); ``temperature``
     (Ollama only, default 0; never sent to the Messages API, whose current
     models refuse it); ``num_ctx`` and ``keep_alive`` (Ollama only);
@@ -50,25 +53,27 @@ Blocks
 
 Deltas
     ``stream(request, deltas=True)`` also yields :class:`TextDelta`,
-    :class:`ThinkingDelta` and :class:`ToolUseStart` items as the far end sends
-    them, before the whole block they belong to (``index`` is the block's
-    position in ``content``). Without the flag a stream yields whole blocks and
-    the final :class:`Response` only.
+    :class:`ThinkingDelta`, :class:`ToolUseStart` and :class:`ToolInputDelta`
+    items as the far end sends them, before the whole block they belong to
+    (``index`` is the block's position in ``content``). Without the flag a
+    stream yields whole blocks and the final :class:`Response` only.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Final, Literal, Protocol, Self, runtime_checkable
 
 from msgspec import UNSET, Struct, UnsetType, field
 
 from vaelii_llm._media import DocumentBlock, ImageBlock
+from vaelii_llm.errors import LLMUnsupported
 
 __all__ = [
     "UNSET",
     "Block",
+    "Cache",
     "Delta",
     "DocumentBlock",
     "ImageBlock",
@@ -85,6 +90,7 @@ __all__ = [
     "TextDelta",
     "ThinkingBlock",
     "ThinkingDelta",
+    "ToolInputDelta",
     "ToolResultBlock",
     "ToolSchema",
     "ToolUseBlock",
@@ -202,11 +208,60 @@ class Usage(Struct, frozen=True, kw_only=True, omit_defaults=True, repr_omit_def
     extra: dict[str, Any] | None = None
 
 
+CacheTTL = Literal["5m", "1h"]
+"""How long the far end keeps a cached prefix: the Messages API's two lifetimes."""
+
+MAX_CACHE_BREAKPOINTS: Final = 4
+"""The most cache breakpoints one Messages API request may carry (the
+automatic one included)."""
+
+
+class Cache(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
+    """Where the far end may cache the prompt's prefix, and for how long.
+
+    The prompt is read in order: the tools, then the system prompt, then the
+    messages. A breakpoint says "everything up to here is stable": a later
+    turn sending the same bytes up to it reads that prefix from the cache.
+    ``auto`` is the Messages API's automatic caching (one breakpoint the far
+    end moves to the last block as the conversation grows); ``tools``,
+    ``system`` and ``blocks`` are explicit breakpoints: after the last tool,
+    after the system prompt, after a message block named by ``(message,
+    block)`` positions (negative counts from the end, as in Python; a string
+    content is one block). ``ttl`` is each breakpoint's lifetime.
+
+    The Messages API takes at most :data:`MAX_CACHE_BREAKPOINTS`, ``auto``
+    counted: a fifth, a position naming no block, or a breakpoint on a
+    thinking block or an empty text block is refused with
+    :class:`~vaelii_llm.errors.LLMEncode` before anything is sent. A
+    breakpoint on a part that is absent (no tools, no system prompt) is
+    none. Ollama and the OpenAI-compatible servers cache prefixes on their
+    own: they send nothing for it and report what they read from their cache
+    in ``Usage.cache_read_input_tokens`` where they say.
+    """
+
+    ttl: CacheTTL = "5m"
+    auto: bool = False
+    tools: bool = False
+    system: bool = False
+    blocks: tuple[tuple[int, int], ...] = ()
+
+
 class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
-    """One turn to run. Field meanings are in the module docstring."""
+    """One turn to run. Field meanings are in the module docstring.
+
+    ``think`` is Ollama's ``think``: ``True``/``False`` switch a thinking
+    model's reasoning on or off, ``"low"``/``"medium"``/``"high"`` set its
+    level where the model takes levels (gpt-oss); None sends nothing (the
+    model's default). It is its own field, not ``effort``: ``effort`` is the
+    Messages API's spend across the whole turn (text and tool calls too, with
+    thinking always adaptive there), it has no "off", and a model that cannot
+    think refuses any ``think`` sent to it, so a caller's ``effort`` chosen
+    for the Messages API must not switch reasoning on at an Ollama host. The
+    Messages API and the OpenAI-compatible wire do not send it.
+    """
 
     messages: list[Message]
-    system: str | None = None
+    system: str | list[TextBlock] | None = None
     model: str | None = None
     tools: list[ToolSchema] = field(default_factory=list)
     max_tokens: int = 1024
@@ -219,6 +274,21 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     num_ctx: int | None = None
     keep_alive: str | None = None
     fallbacks: str | list[str] | UnsetType | None = UNSET
+    think: bool | Literal["low", "medium", "high"] | None = None
+    cache: Cache | None = None
+
+
+SYSTEM_JOIN: Final = "\n\n"
+"""How a wire that takes the system prompt as one string joins its blocks."""
+
+
+def system_text(system: str | list[TextBlock] | None) -> str | None:
+    """The system prompt as one string, for a wire that takes no blocks: the
+    blocks' texts joined by :data:`SYSTEM_JOIN` (a cache breakpoint on it is
+    the Messages API's alone)."""
+    if system is None or isinstance(system, str):
+        return system
+    return SYSTEM_JOIN.join(block.text for block in system)
 
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn"]
@@ -273,7 +343,16 @@ class ToolUseStart(Struct, frozen=True, kw_only=True):
     name: str
 
 
-Delta = TextDelta | ThinkingDelta | ToolUseStart
+class ToolInputDelta(Struct, frozen=True, kw_only=True):
+    """A piece of the JSON of the tool call at ``index``, as it arrives: the
+    pieces of one call, joined, are its input's JSON (an empty join is ``{}``)."""
+
+    type: ClassVar[str] = "tool_input_delta"
+    index: int
+    partial_json: str
+
+
+Delta = TextDelta | ThinkingDelta | ToolUseStart | ToolInputDelta
 
 StreamItem = Block | Delta | Response
 
@@ -309,7 +388,16 @@ class Provider(Protocol):
 
 
 class ProviderBase:
-    """The async-context-manager half of :class:`Provider`, for backends to inherit."""
+    """The async-context-manager half of :class:`Provider`, for backends to
+    inherit, and :meth:`count_tokens`, which a backend with a counting
+    endpoint overrides (it is not on :class:`Provider`, so a backend written
+    before it still is one)."""
+
+    async def count_tokens(self, request: Request) -> int:
+        """The input tokens ``request`` would take, counted by the far end
+        without running the turn. A backend with no counting endpoint raises
+        :class:`~vaelii_llm.errors.LLMUnsupported`: it never guesses."""
+        raise LLMUnsupported(type(self).__name__, "counting tokens")
 
     async def aclose(self) -> None:
         """Release what the provider holds. Closing twice is harmless."""

@@ -28,8 +28,17 @@ refused before the first turn, naming both; :func:`vaelii_llm.tools.prefixed`
 renames one set's tools to resolve it.
 
 :func:`events` yields what a watcher wants while it runs (:class:`ToolCallStarted`,
-:class:`ToolCallFinished`, :class:`TextArrived`) and then the :class:`AgentResult`;
-:func:`run` drives the same generator and returns the result.
+:class:`ToolCallFinished`, :class:`TextArrived`, :class:`ToolInputArrived`) and
+then the :class:`AgentResult`; :func:`run` drives the same generator and returns
+the result.
+
+The loop resends its tools and system prompt every turn, byte for byte, so it
+marks them as a cached prefix (:data:`CACHE`): on the Messages API every turn
+after the first reads them from the prompt cache (``usage``'s
+``cache_read_input_tokens`` says how much); other backends send nothing for it.
+``cache=False``, or ``VAELII_PROMPT_CACHE=0`` (:func:`vaelii_llm.config.prompt_cache`),
+turns it off; a first :class:`~vaelii_llm._protocol.Request` carrying its own
+``cache`` keeps it.
 """
 
 from __future__ import annotations
@@ -41,8 +50,10 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from vaelii_llm import config
 from vaelii_llm._protocol import (
     Block,
+    Cache,
     Message,
     Provider,
     Request,
@@ -50,9 +61,11 @@ from vaelii_llm._protocol import (
     StopReason,
     TextBlock,
     TextDelta,
+    ToolInputDelta,
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
+    ToolUseStart,
     Usage,
 )
 from vaelii_llm.tools import ToolResult, ToolSource
@@ -65,6 +78,7 @@ __all__ = [
     "ToolCall",
     "ToolCallFinished",
     "ToolCallStarted",
+    "ToolInputArrived",
     "events",
     "request",
     "run",
@@ -82,6 +96,10 @@ SYSTEM = (
 """The system prompt :func:`request` sends unless given another."""
 
 SUMMARY_CHARS = 100
+
+CACHE = Cache(tools=True, system=True)
+"""The cache breakpoints the loop adds to a first request naming none: after
+the tools and after the system prompt, the prefix every turn resends."""
 
 Stopped = Literal["answered", "refusal", "max_tokens", "max_turns"]
 """Why the loop stopped: the model answered, refused, was cut by ``max_tokens``,
@@ -129,7 +147,19 @@ class TextArrived(msgspec.Struct, frozen=True, kw_only=True):
     text: str
 
 
-Event = ToolCallStarted | ToolCallFinished | TextArrived
+class ToolInputArrived(msgspec.Struct, frozen=True, kw_only=True):
+    """A piece of a tool call's arguments (JSON text) as the model writes
+    them, before the call runs; joined, a call's pieces are its input's JSON.
+    Only with deltas, from a backend that streams them."""
+
+    type: ClassVar[str] = "tool_input"
+    turn: int
+    id: str
+    name: str
+    partial_json: str
+
+
+Event = ToolCallStarted | ToolCallFinished | TextArrived | ToolInputArrived
 
 
 class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -258,9 +288,11 @@ def _add(total: Usage, turn: Usage) -> Usage:
 
 async def _turn(
     model: Provider, turn_request: Request, turn: int, deltas: bool
-) -> AsyncGenerator[TextArrived | Response, None]:
-    """One model turn through ``stream``: its text as it arrives, then the Response."""
+) -> AsyncGenerator[TextArrived | ToolInputArrived | Response, None]:
+    """One model turn through ``stream``: its text and tool-call arguments as
+    they arrive, then the Response."""
     spoken: set[int] = set()
+    calls: dict[int, ToolUseStart] = {}  # the calls begun, by block index
     # the flag only when asked for, so a backend written before deltas still streams
     stream = model.stream(turn_request, deltas=True) if deltas else model.stream(turn_request)
     async with aclosing(stream) as items:
@@ -268,6 +300,14 @@ async def _turn(
             if isinstance(item, TextDelta) and item.text:
                 spoken.add(item.index)
                 yield TextArrived(turn=turn, text=item.text)
+            elif isinstance(item, ToolUseStart):
+                calls[item.index] = item
+            elif isinstance(item, ToolInputDelta):
+                start = calls.get(item.index)
+                if start is not None:
+                    yield ToolInputArrived(
+                        turn=turn, id=start.id, name=start.name, partial_json=item.partial_json
+                    )
             elif isinstance(item, Response):
                 for index, block in enumerate(item.content):
                     if isinstance(block, TextBlock) and block.text and index not in spoken:
@@ -315,6 +355,7 @@ async def events(
     toolsets: Sequence[ToolSource] | None = None,
     max_turns: int = DEFAULT_MAX_TURNS,
     deltas: bool = True,
+    cache: bool | None = None,
 ) -> AsyncGenerator[Event | AgentResult, None]:
     """Run the loop, yielding each event as it happens and the
     :class:`AgentResult` last. ``question`` is the user's text (asked with
@@ -323,12 +364,16 @@ async def events(
     second: ``events(model, "…", toolsets=[a, b])``); a name two sets offer is
     refused with ``ValueError`` before the first turn. ``deltas=False`` asks
     the backend for whole blocks only (text then arrives a block at a time).
+    ``cache`` adds :data:`CACHE` to a first request naming no ``cache`` (None:
+    :func:`vaelii_llm.config.prompt_cache` decides, on unless switched off).
     Iterate under ``contextlib.aclosing``: stopping early closes the turn's
     HTTP response at once."""
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
         raise ValueError(f"max_turns is a whole number of at least 1, got {max_turns!r}")
     toolset, question = _arguments(toolset, question, toolsets)
     first = request(question, toolset) if isinstance(question, str) else question
+    if first.cache is None and config.prompt_cache(cache):
+        first = msgspec.structs.replace(first, cache=CACHE)
     messages = list(first.messages)
     calls: list[ToolCall] = []
     usage = Usage()
@@ -395,11 +440,20 @@ async def run(
     toolsets: Sequence[ToolSource] | None = None,
     max_turns: int = DEFAULT_MAX_TURNS,
     deltas: bool = False,
+    cache: bool | None = None,
     on_event: Callable[[Event], None] | None = None,
 ) -> AgentResult:
     """Run the loop of :func:`events` to its end and return the result;
     ``on_event`` sees each event as it happens."""
-    loop = events(model, toolset, question, toolsets=toolsets, max_turns=max_turns, deltas=deltas)
+    loop = events(
+        model,
+        toolset,
+        question,
+        toolsets=toolsets,
+        max_turns=max_turns,
+        deltas=deltas,
+        cache=cache,
+    )
     async with aclosing(loop) as it:
         async for item in it:
             if isinstance(item, AgentResult):

@@ -219,6 +219,8 @@ class _AskPrinter:
     def __call__(self, event: agent.Event) -> None:
         from vaelii_llm import agent
 
+        if isinstance(event, agent.ToolInputArrived):
+            return  # the whole call is printed as it runs
         if isinstance(event, agent.TextArrived):
             self.out.write(event.text)
             self.mid_line = not event.text.endswith("\n")
@@ -287,6 +289,7 @@ async def _ask(
     as_json: bool,
     servers: Sequence[_Server] = (),
     kb_too: bool = True,
+    cache: bool | None = None,
 ) -> int:
     from vaelii_llm import agent, providers
     from vaelii_llm.providers.stub import StubProvider
@@ -315,6 +318,7 @@ async def _ask(
                 toolsets=sources,
                 max_turns=max_turns,
                 deltas=not as_json,
+                cache=cache,
                 on_event=printer,
             )
         finally:  # a failure's line on stderr starts on a line of its own
@@ -391,6 +395,15 @@ def _add_ask(commands: Any) -> None:
         help="model turns allowed (default 8)",
     )
     _add_server_flags(ask)
+    ask.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_const",
+        const=False,
+        default=None,
+        help="send no prompt-cache breakpoints (default: the tools and system prompt "
+        "are cached on the Messages API unless VAELII_PROMPT_CACHE=0)",
+    )
     ask.add_argument(
         "--json",
         action="store_true",
@@ -629,6 +642,7 @@ def _run(args: argparse.Namespace) -> int | None:
                 args.json,
                 _servers(args),
                 not args.no_kb,
+                args.cache,
             )
         )
     if args.command == "config":

@@ -40,6 +40,7 @@ __all__ = [
     "openai_model",
     "otel_enabled",
     "pool_redis_url",
+    "prompt_cache",
     "provider_kind",
 ]
 
@@ -197,6 +198,18 @@ _OPENAI_HOSTS = Switch(
     "The OpenAI-compatible hosts a vote pool spreads its calls over, n calls at once "
     "per host (unset: the one base URL above; blank: no hosts).",
 )
+FALSY: Final = frozenset({"0", "false", "no"})
+"""The words that turn a yes/no switch that defaults to on off, read case-insensitively."""
+
+_PROMPT_CACHE = Switch(
+    "VAELII_PROMPT_CACHE",
+    "prompt_cache",
+    " ".join(sorted(FALSY)),
+    "1",
+    "Whether vaelii_llm.agent and vaelii-llm ask mark the system prompt and the tools "
+    "as a cached prefix on the Messages API (any other value: on; the cache= argument "
+    "and --no-cache beat it).",
+)
 _LIVE = Switch(
     "VAELII_LLM_LIVE",
     "live_llm",
@@ -230,6 +243,7 @@ SWITCHES: tuple[Switch, ...] = (
     _OPENAI_API_KEY,
     _OPENAI_MODEL,
     _OPENAI_HOSTS,
+    _PROMPT_CACHE,
     _LIVE,
     _OTEL,
 )
@@ -422,3 +436,12 @@ def otel_enabled() -> bool:
     """Whether ``VAELII_LLM_OTEL`` (a :data:`TRUTHY` word) asks a provider being built
     to record OpenTelemetry spans and metrics."""
     return _on(_OTEL)
+
+
+def prompt_cache(explicit: bool | None = None) -> bool:
+    """Whether the agent loop caches its system prompt and tools: ``explicit``
+    when given, else on unless ``VAELII_PROMPT_CACHE`` is one of the
+    :data:`FALSY` words."""
+    if explicit is not None:
+        return explicit
+    return (_read(_PROMPT_CACHE) or "").lower() not in FALSY

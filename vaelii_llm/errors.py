@@ -12,7 +12,8 @@ One class per row of the spec's refusal table, all under :class:`LLMError`::
     ├── LLMClosed           the provider or pool was closed before this call
     ├── LLMTimeout          a budget ran out (phase: headers, body or acquire)
     │   └── LLMPoolTimeout  no provider came free in the pool's acquire time
-    └── LLMUnreachable      refused, reset, unresolved, or no connection in time
+    ├── LLMUnreachable      refused, reset, unresolved, or no connection in time
+    └── LLMUnsupported      the backend has no such operation (counting tokens)
 
 Each class carries its spec ``type`` string (``err.type == "llm-timeout"``, one of
 :data:`ErrorType`) and its data as attributes; a field whose values are known
@@ -44,6 +45,7 @@ __all__ = [
     "LLMPoolTimeout",
     "LLMTimeout",
     "LLMUnreachable",
+    "LLMUnsupported",
     "TimeoutPhase",
 ]
 
@@ -59,6 +61,7 @@ ErrorType = Literal[
     "llm-pool-timeout",
     "llm-timeout",
     "llm-unreachable",
+    "llm-unsupported",
 ]
 """Every class's ``type``: one row of the refusal table each."""
 
@@ -161,8 +164,9 @@ class LLMClosed(LLMError):
 
 class LLMEncode(LLMError):
     """A built content block whose ``type`` the request encoder writes no shape
-    for, or, with ``reason``, one the far end would refuse (an image over its
-    size limit or of a type it does not take): refused before any byte is sent."""
+    for, or, with ``reason``, one the far end is known to refuse (an image over
+    its size limit or of a type it does not take, a fifth cache breakpoint, a
+    ``think`` value Ollama does not take): refused before any byte is sent."""
 
     type: ClassVar[ErrorType] = "llm-encode"
 
@@ -173,7 +177,7 @@ class LLMEncode(LLMError):
         if reason is None:
             super().__init__(f"{label} has no wire shape for a {shown!r} block")
         else:
-            super().__init__(f"{label} refuses this {shown!r} block: {reason}")
+            super().__init__(f"{label} cannot send this {shown!r}: {reason}")
 
 
 class LLMNoCredential(LLMError):
@@ -232,3 +236,14 @@ class LLMUnreachable(LLMError):
         self.label = label
         self.reason = reason
         super().__init__(f"{label} is unreachable: {excerpt(reason)}")
+
+
+class LLMUnsupported(LLMError):
+    """The backend has no such operation (a token count where the far end has
+    no counting endpoint): nothing was sent, and nothing was guessed."""
+
+    type: ClassVar[ErrorType] = "llm-unsupported"
+
+    def __init__(self, label: str, operation: str) -> None:
+        self.operation = operation
+        super().__init__(f"{label} has no endpoint for {operation}")

@@ -406,8 +406,11 @@ class _Turn:
             attrs[REQUEST_STOP_SEQUENCES] = list(request.stop_sequences)
         if state.capture_content:
             attrs[INPUT_MESSAGES] = _json([_message(m) for m in request.messages])
-            if request.system:
-                attrs[SYSTEM_INSTRUCTIONS] = _json([{"type": "text", "content": request.system}])
+            system = request.system
+            if system:
+                texts = [system] if isinstance(system, str) else [b.text for b in system]
+                parts = [{"type": "text", "content": text} for text in texts]
+                attrs[SYSTEM_INSTRUCTIONS] = _json(parts)
         name = f"chat {model}" if model else "chat"
         self.span: Span = state.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
         self._start = time.perf_counter()

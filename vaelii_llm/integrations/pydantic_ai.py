@@ -79,6 +79,7 @@ from vaelii_llm._protocol import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
+    ToolInputDelta,
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
@@ -330,6 +331,12 @@ class _VaeliiStream(StreamedResponse):
             yield from parts.handle_tool_call_delta_events(
                 vendor_part_id=item.index, tool_name=item.name, tool_call_id=item.id
             )
+        elif isinstance(item, ToolInputDelta):
+            if item.index in started:  # the arguments' JSON, a piece at a time
+                streamed.add(item.index)
+                yield from parts.handle_tool_call_delta_events(
+                    vendor_part_id=item.index, args=item.partial_json
+                )
         elif isinstance(item, Response):
             self._finish(item)
         else:
@@ -366,9 +373,10 @@ class _VaeliiStream(StreamedResponse):
             if block.partial:
                 return  # the final Response refuses the turn
             if index in started:
-                yield from parts.handle_tool_call_delta_events(
-                    vendor_part_id=index, args=json.dumps(block.input)
-                )
+                if index not in streamed:  # no argument pieces came: the whole input
+                    yield from parts.handle_tool_call_delta_events(
+                        vendor_part_id=index, args=json.dumps(block.input)
+                    )
             else:
                 yield parts.handle_tool_call_part(
                     vendor_part_id=index,

@@ -35,6 +35,10 @@ fix made here holds for every backend at once:
   has what the turn sent withheld from its text, attributes and chain
   (:func:`vaelii_llm._transport.withhold`) before a caller, a log line or a
   span sees it;
+* the token count (:meth:`~HTTPProvider.count_tokens`): for a codec that
+  is also a :class:`TokenCounter`, one POST to its counting endpoint by the
+  same path as a non-streamed turn (the credential step, the deadline, the
+  refusals); for any other, :class:`~vaelii_llm.errors.LLMUnsupported`;
 * the telemetry hook: ``complete`` and ``stream`` read one attribute of
   :mod:`vaelii_llm.telemetry` and, when it is on, run the turn inside its
   span (named from the codec's endpoint slug and URL), so ``enable`` and
@@ -58,7 +62,9 @@ What a new backend supplies is a :class:`Codec`, no I/O in it:
     :class:`~vaelii_llm._protocol.Response` built from what it decoded;
 ``stream_decoder()`` and ``assembler(deltas=...)``
     a fresh sans-IO wire decoder (``feed(bytes)`` returns a batch;
-    ``feed(b"")`` marks the end) and a fresh :class:`Assembler` for one turn.
+    ``feed(b"")`` marks the end) and a fresh :class:`Assembler` for one turn;
+``count_url``, ``count_body``, ``count_headers``, ``count_of`` (optional)
+    a far end that counts tokens: the codec is then a :class:`TokenCounter`.
 
 Every assembler speaks the same three words: ``feed(batch)`` applies a
 decoder's whole batch and hands back what it completed, in order, as it goes
@@ -78,7 +84,16 @@ import asyncio
 import inspect
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Generic, Protocol, TypedDict, TypeVar, get_type_hints
+from typing import (
+    Any,
+    Final,
+    Generic,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    get_type_hints,
+    runtime_checkable,
+)
 
 import aiohttp
 import msgspec
@@ -86,7 +101,7 @@ import msgspec
 from vaelii_llm import _transport as transport
 from vaelii_llm import telemetry
 from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
-from vaelii_llm.errors import LLMClosed, LLMError, LLMUnreachable
+from vaelii_llm.errors import LLMClosed, LLMError, LLMUnreachable, LLMUnsupported
 
 __all__ = [
     "DRAIN_S",
@@ -97,6 +112,7 @@ __all__ = [
     "HTTPProvider",
     "NetworkOptions",
     "SSLOption",
+    "TokenCounter",
     "WireDecoder",
     "keyword_signature",
     "network",
@@ -160,6 +176,8 @@ B_co = TypeVar("B_co", covariant=True)
 B_contra = TypeVar("B_contra", contravariant=True)
 C = TypeVar("C")
 """What a credential step finds."""
+R = TypeVar("R")
+"""What one POST's reader makes of its JSON body (a Response, a count)."""
 
 
 class WireDecoder(Protocol[B_co]):
@@ -212,6 +230,25 @@ class Codec(Protocol[W, B]):
     def stream_decoder(self) -> WireDecoder[B]: ...
 
     def assembler(self, *, deltas: bool) -> Assembler[B]: ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """What a codec whose far end counts tokens adds (no I/O): where a count
+    is POSTed, its body and headers (by the turn's rules), and the count read
+    from the decoded 200 (its typed refusal for an answer holding none)."""
+
+    @property
+    def count_url(self) -> str: ...
+
+    def count_body(self, request: Request) -> bytes: ...
+
+    def count_headers(self, request: Request, *, credential: Any) -> Mapping[str, str] | None: ...
+
+    def count_of(self, parsed: Any) -> int: ...
+
+
+_ANY_JSON: Final = msgspec.json.Decoder()
 
 
 class Credentials(Generic[C]):
@@ -361,25 +398,60 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 credential=None if self._credentials is None else await self._credential(),
             )
         )
+        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
+
+    async def _post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str] | None,
+        request: Request,
+        decoder: msgspec.json.Decoder[Any],
+        finish: Callable[[Any], R],
+    ) -> R:
+        """One POST answered by one JSON body, read by ``finish``, under the
+        request's whole-turn deadline; a cut by :meth:`aclose` is LLMClosed,
+        and every failure, ``finish``'s own included, has the credentials
+        withheld."""
+        codec = self._codec
         session = self._http()
         try:
             parsed = await transport.request_json(
                 session,
                 codec.endpoint,
                 "POST",
-                codec.url,
+                url,
                 deadline=transport.Deadline.after_ms(request.timeout_ms),
-                decoder=codec.whole_decoder,
+                decoder=decoder,
                 body=body,
                 headers=headers,
                 inflight=self._inflight,
             )
-            return codec.whole(parsed)
+            return finish(parsed)
         except LLMError as exc:
-            transport.withhold(exc, session, headers, codec.url)
+            transport.withhold(exc, session, headers, url)
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
+
+    async def count_tokens(self, request: Request) -> int:
+        """The input tokens ``request`` would take, counted by the far end's
+        counting endpoint under ``request.timeout_ms``, refused as a turn
+        would be; :class:`~vaelii_llm.errors.LLMUnsupported` (nothing sent)
+        where the far end has none."""
+        codec = self._codec
+        if not isinstance(codec, TokenCounter):
+            raise LLMUnsupported(codec.endpoint.label, "counting tokens")
+        if self._closed:
+            raise LLMClosed(codec.endpoint.label)
+        body = codec.count_body(request)
+        headers = self._headers(
+            codec.count_headers(
+                request,
+                credential=None if self._credentials is None else await self._credential(),
+            )
+        )
+        return await self._post(codec.count_url, body, headers, request, _ANY_JSON, codec.count_of)
 
     def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
         """Whole blocks as they close (and, with ``deltas``, the deltas before

@@ -25,20 +25,24 @@ answer shapes of its own maps them to one of the above. ``requests()`` and
 ``last_user_text()`` read back what the loop sent.
 
 ``stream(request, deltas=True)`` yields a text or thinking block's words as
-deltas, and a tool call's start, before the whole block, as an HTTP backend
-does. After ``aclose`` every turn raises :class:`~vaelii_llm.errors.LLMClosed`.
-Its turns are traced as any backend's are when :mod:`vaelii_llm.telemetry` is on.
+deltas, and a tool call's start and its input's JSON in pieces, before the
+whole block, as an HTTP backend does. After ``aclose`` every turn raises
+:class:`~vaelii_llm.errors.LLMClosed`. Its turns are traced as any
+backend's are when :mod:`vaelii_llm.telemetry` is on.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
-from typing import Any, get_args
+from typing import Any, Final, get_args
+
+import msgspec
 
 from vaelii_llm import errors, telemetry
 from vaelii_llm._protocol import (
     Block,
+    Delta,
     ProviderBase,
     Request,
     Response,
@@ -48,11 +52,14 @@ from vaelii_llm._protocol import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
+    ToolInputDelta,
     ToolUseBlock,
     ToolUseStart,
 )
 
 __all__ = ["StubProvider", "available", "provider"]
+
+_JSON: Final = msgspec.json.Encoder()
 
 MODEL = "stub"
 LABEL = "the stub"
@@ -77,6 +84,7 @@ def _scripted_error(kind: str) -> errors.LLMError:
         "llm-pool-timeout": lambda: errors.LLMPoolTimeout(label, 0),
         "llm-timeout": lambda: errors.LLMTimeout(label, 0),
         "llm-unreachable": lambda: errors.LLMUnreachable(label, "scripted failure"),
+        "llm-unsupported": lambda: errors.LLMUnsupported(label, "a scripted operation"),
     }
     if kind not in builders:
         raise ValueError(f"the stub knows no error type {kind!r}; one of {sorted(builders)}")
@@ -204,8 +212,9 @@ def _stop_reason(word: object) -> StopReason:
     return word  # type: ignore[return-value]  # checked against the Literal's values
 
 
-def _deltas(index: int, block: Block) -> Iterator[TextDelta | ThinkingDelta | ToolUseStart]:
-    """What an HTTP backend would yield before ``block``: its words, or its start."""
+def _deltas(index: int, block: Block) -> Iterator[Delta]:
+    """What an HTTP backend would yield before ``block``: its words, or its
+    start and its input's JSON in pieces (one a member)."""
     if isinstance(block, TextBlock):
         for word in _WORDS.findall(block.text):
             yield TextDelta(index=index, text=word)
@@ -214,6 +223,11 @@ def _deltas(index: int, block: Block) -> Iterator[TextDelta | ThinkingDelta | To
             yield ThinkingDelta(index=index, thinking=word)
     elif isinstance(block, ToolUseBlock):
         yield ToolUseStart(index=index, id=block.id, name=block.name)
+        if block.input:
+            members = [_JSON.encode({k: v})[1:-1].decode() for k, v in block.input.items()]
+            pieces = ["{" + members[0], *("," + m for m in members[1:]), "}"]
+            for piece in pieces:
+                yield ToolInputDelta(index=index, partial_json=piece)
 
 
 def provider(

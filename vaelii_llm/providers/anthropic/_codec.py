@@ -2,7 +2,9 @@
 
 The body (:mod:`._encode`), the turn's headers from the credential the
 skeleton's credential step found, the whole-message decoder (:mod:`._decode`)
-and, for a streamed turn, the SSE decoder and the assembler (:mod:`._stream`).
+and, for a streamed turn, the SSE decoder and the assembler (:mod:`._stream`);
+and the counting endpoint (``/v1/messages/count_tokens``), which the
+skeleton's :meth:`~vaelii_llm.providers._http.HTTPProvider.count_tokens` drives.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from vaelii_llm import _transport as transport
 from vaelii_llm import config
 from vaelii_llm._protocol import Request, Response
 from vaelii_llm._wire.sse import SSEFrames
+from vaelii_llm.errors import LLMApiError, LLMBadResponse
 from vaelii_llm.providers.anthropic._credentials import Credential
 from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER, from_parsed, not_sse
-from vaelii_llm.providers.anthropic._encode import betas, build_body
+from vaelii_llm.providers.anthropic._encode import betas, build_body, count_body
 from vaelii_llm.providers.anthropic._stream import StreamAssembler
 
 __all__ = ["API_VERSION", "MessagesCodec"]
@@ -26,6 +29,7 @@ __all__ = ["API_VERSION", "MessagesCodec"]
 API_VERSION: Final = "2023-06-01"
 """The ``anthropic-version`` header: the version the API's published history names."""
 MESSAGES_PATH: Final = "/v1/messages"
+COUNT_PATH: Final = "/v1/messages/count_tokens"
 
 
 class MessagesCodec:
@@ -37,6 +41,7 @@ class MessagesCodec:
 
     def __init__(self, base_url: str, model: str, effort: str, headers: Mapping[str, str]) -> None:
         self.url = base_url + MESSAGES_PATH
+        self.count_url = base_url + COUNT_PATH
         # A gateway URL may carry user:password; it names the far end with them cut.
         self.shown_url = config.hide_userinfo(base_url)
         self.model = model
@@ -81,6 +86,34 @@ class MessagesCodec:
                 built["anthropic-beta"] = ",".join(wanted)
             found = self._turn_headers[key] = transport.checked_headers(built)
         return found
+
+    def count_body(self, request: Request) -> bytes:
+        body = count_body(request, model=self.model, effort=self.effort, label=self.endpoint.label)
+        return msgspec.json.encode(body)
+
+    def count_headers(self, request: Request, *, credential: Credential) -> Mapping[str, str]:
+        # The count takes no fallbacks, so no fallback beta: the turn's
+        # non-streamed headers for a request that drops them.
+        return self.headers(
+            msgspec.structs.replace(request, fallbacks=None), stream=False, credential=credential
+        )
+
+    def count_of(self, parsed: Any) -> int:
+        label = self.endpoint.label
+        if type(parsed) is not dict:
+            raise LLMBadResponse(
+                label, "answered a token count that is no object", msgspec.json.encode(parsed)
+            )
+        if parsed.get("type") == "error" or "error" in parsed:
+            raise LLMApiError(label, 200, msgspec.json.encode(parsed).decode())
+        count = parsed.get("input_tokens")
+        if type(count) is not int or count < 0:
+            raise LLMBadResponse(
+                label,
+                "answered a token count with no input_tokens count",
+                msgspec.json.encode(parsed),
+            )
+        return count
 
     def whole(self, parsed: dict[str, Any]) -> Response:
         return from_parsed(parsed, self.endpoint.label)

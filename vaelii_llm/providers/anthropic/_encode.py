@@ -11,7 +11,13 @@ What goes out (:func:`build_body`)
     ``fallbacks: "default"`` with the :data:`FALLBACK_BETA` header unless the
     request sets ``fallbacks=None``. The fields in :data:`NEVER_SENT` are
     never sent: this model family refuses ``temperature``, ``top_p`` and
-    ``top_k``, and a forced tool.
+    ``top_k``, and a forced tool. A system prompt given as text blocks goes
+    as a list of ``text`` blocks; the request's ``cache`` is written as
+    ``cache_control`` (:mod:`._cache`); Ollama's ``think`` is not sent.
+
+Counting tokens (:func:`count_body`)
+    The same body, less what only a turn takes: ``max_tokens``,
+    ``stop_sequences``, ``fallbacks`` (and its beta) and ``stream``.
 
 Blocks
     A block carrying ``raw`` of its own type is sent back exactly as received
@@ -54,6 +60,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
 )
 from vaelii_llm.errors import LLMEncode
+from vaelii_llm.providers.anthropic._cache import apply_cache
 from vaelii_llm.providers.anthropic._credentials import Credential
 
 __all__ = [
@@ -64,6 +71,7 @@ __all__ = [
     "NEVER_SENT",
     "betas",
     "build_body",
+    "count_body",
     "encode_block",
 ]
 
@@ -183,8 +191,11 @@ def build_body(
         "max_tokens": request.max_tokens,
         "messages": [_encode_message(m, label) for m in request.messages],
     }
-    if request.system is not None:
-        body["system"] = request.system
+    system = request.system
+    if system is not None:
+        body["system"] = (
+            system if isinstance(system, str) else [encode_block(b, label) for b in system]
+        )
     if request.tools:
         body["tools"] = [msgspec.to_builtins(t) for t in request.tools]
     if request.stop_sequences:
@@ -203,6 +214,27 @@ def build_body(
         body["fallbacks"] = request.fallbacks
     if stream:
         body["stream"] = True
+    if request.cache is not None:
+        apply_cache(body, request.cache, label)
+    return body
+
+
+_TURN_ONLY: Final = ("max_tokens", "stop_sequences", "fallbacks", "stream")
+"""What a turn's body holds that the counting endpoint does not take."""
+
+
+def count_body(
+    request: Request,
+    *,
+    model: str = DEFAULT_MODEL,
+    effort: str = DEFAULT_EFFORT,
+    label: str = "the Messages API",
+) -> dict[str, Any]:
+    """The JSON body ``/v1/messages/count_tokens`` takes for ``request``: the
+    turn's, by the same rules, less :data:`_TURN_ONLY`."""
+    body = build_body(request, model=model, effort=effort, label=label)
+    for key in _TURN_ONLY:
+        body.pop(key, None)
     return body
 
 

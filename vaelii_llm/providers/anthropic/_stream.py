@@ -52,6 +52,7 @@ from vaelii_llm._protocol import (
     StreamItem,
     TextDelta,
     ThinkingDelta,
+    ToolInputDelta,
     ToolUseBlock,
     ToolUseStart,
 )
@@ -227,9 +228,11 @@ class StreamAssembler:
     With ``deltas`` a ``text_delta`` or ``thinking_delta`` (and a block
     start's own opening text) is also handed back as a
     :class:`~vaelii_llm._protocol.TextDelta` or
-    :class:`~vaelii_llm._protocol.ThinkingDelta`, and a ``tool_use`` block's
-    start as a :class:`~vaelii_llm._protocol.ToolUseStart`; ``index`` is the
-    event's block index, which the API numbers by position in the content.
+    :class:`~vaelii_llm._protocol.ThinkingDelta`, a ``tool_use`` block's
+    start as a :class:`~vaelii_llm._protocol.ToolUseStart` and each non-empty
+    ``input_json_delta`` piece of it as a
+    :class:`~vaelii_llm._protocol.ToolInputDelta`; ``index`` is the event's
+    block index, which the API numbers by position in the content.
     """
 
     __slots__ = (
@@ -411,7 +414,10 @@ class StreamAssembler:
         block_type = block.kind
         if kind == "input_json_delta":
             if block_type == "tool_use" or block_type not in _TYPED:
-                block.json.append(self._str(delta, delta.partial_json, "partial_json", data))
+                piece = self._str(delta, delta.partial_json, "partial_json", data)
+                block.json.append(piece)
+                if self._deltas and piece and block_type == "tool_use":
+                    return ToolInputDelta(index=parsed.index, partial_json=piece)
         elif kind == "citations_delta":
             if block_type == "text" or block_type not in _TYPED:
                 block.citations.append(delta.citation)

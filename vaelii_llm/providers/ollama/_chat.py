@@ -13,6 +13,10 @@
 * Both switches are read at each turn, so a changed one holds from the next
   turn on. The request's own value beats the provider's, which beats the
   switch.
+* ``think`` carries the request's ``think`` (on, off, or a level), sent
+  only when set: a model that cannot think refuses any ``think``. A system
+  prompt given as blocks goes as one string, their texts joined; a
+  request's ``cache`` sends nothing (the host keeps its own prefix cache).
 * Tools are re-shaped to ``{type: "function", function: {name, description,
   parameters}}`` with ``strict`` dropped; a tool result goes back as a
   ``tool`` role message naming its tool; a tool call Ollama made is sent back
@@ -50,6 +54,7 @@ from vaelii_llm._protocol import (
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
+    system_text,
 )
 from vaelii_llm._wire.ndjson import NDJSONDecoder
 from vaelii_llm.providers._hosts import normalize_host
@@ -61,7 +66,16 @@ from vaelii_llm.providers.ollama._assemble import (
     response_of,
 )
 
-__all__ = ["CHAT_PATH", "MEDIA", "ChatCodec", "Options", "base_url", "chat_body", "endpoint"]
+__all__ = [
+    "CHAT_PATH",
+    "MEDIA",
+    "THINK_LEVELS",
+    "ChatCodec",
+    "Options",
+    "base_url",
+    "chat_body",
+    "endpoint",
+]
 
 CHAT_PATH: Final = "/api/chat"
 """Where a turn is POSTed, below the base URL: a provider's turns and :func:`warm`."""
@@ -138,9 +152,13 @@ class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     options: _Options
     tools: list[_Tool] | None = None
     format: dict[str, Any] | None = None
+    think: bool | str | None = None
 
 
 _ENCODER: Final = msgspec.json.Encoder()
+
+THINK_LEVELS: Final = frozenset({"low", "medium", "high"})
+"""The levels Ollama's ``think`` takes besides on and off (for a model that takes levels)."""
 
 
 def _wire_tool(tool: ToolSchema) -> _Tool:
@@ -182,8 +200,9 @@ def _assistant_message(blocks: Iterable[Block], label: str) -> _OutMessage:
 
 def _messages(request: Request, label: str) -> list[_OutMessage]:
     out: list[_OutMessage] = []
-    if request.system:
-        out.append(_OutMessage(role="system", content=request.system))
+    system = system_text(request.system)
+    if system:
+        out.append(_OutMessage(role="system", content=system))
     tool_names: dict[str, str] = {}
     for message in request.messages:
         out.extend(_message(message, tool_names, label))
@@ -269,11 +288,17 @@ def chat_body(
 
     ``keep_alive``, ``options.num_ctx``, ``options.num_predict`` and
     ``options.temperature`` (0 unless the request names one) are always sent;
-    ``tools``, ``format`` and ``options.stop`` only when the request has them.
+    ``tools``, ``format``, ``think`` and ``options.stop`` only when the
+    request has them.
     Raises :class:`~vaelii_llm.errors.LLMEncode` for a block this wire has no
     shape for (redacted thinking, a vendor's opaque block, a tool result in an
-    assistant message).
+    assistant message), and for a ``think`` neither a bool nor one of :data:`THINK_LEVELS`.
     """
+    think = request.think
+    if think is not None and type(think) is not bool and str(think) not in THINK_LEVELS:
+        raise errors.LLMEncode(
+            "think", label, reason=f"think is True, False, 'low', 'medium' or 'high', not {think!r}"
+        )
     options = _Options(
         num_ctx=request.num_ctx if request.num_ctx is not None else num_ctx,
         temperature=request.temperature if request.temperature is not None else 0.0,
@@ -288,6 +313,7 @@ def chat_body(
         options=options,
         tools=[_wire_tool(t) for t in request.tools] or None,
         format=request.format,
+        think=think,
     )
     return _ENCODER.encode(body)
 

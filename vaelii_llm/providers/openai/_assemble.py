@@ -60,6 +60,7 @@ from vaelii_llm._protocol import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
+    ToolInputDelta,
     ToolUseBlock,
     ToolUseStart,
     Usage,
@@ -232,13 +233,14 @@ def _text_of(value: Any) -> str | None:
 class _Call:
     """One tool call being written: its id and name once, its arguments in pieces."""
 
-    __slots__ = ("arguments", "id", "name", "started")
+    __slots__ = ("arguments", "id", "name", "position", "started")
 
     def __init__(self, call_id: str | None, name: str | None) -> None:
         self.id = call_id
         self.name = name
         self.arguments: list[str] = []
         self.started = False  # its ToolUseStart was handed over
+        self.position = 0  # the index its deltas carry, once started
 
 
 class _Turn:
@@ -421,9 +423,12 @@ class ChunkAssembler:
     With ``deltas``, each piece of reasoning or text is also handed back as
     it arrives, as a :class:`~vaelii_llm._protocol.ThinkingDelta` (index 0)
     or a :class:`~vaelii_llm._protocol.TextDelta` (index 1 once reasoning has
-    come, else 0), and a :class:`~vaelii_llm._protocol.ToolUseStart` when a
+    come, else 0), a :class:`~vaelii_llm._protocol.ToolUseStart` when a
     call's name arrives, at the index its block will have given what came
-    before it (a model writing text after a call makes that index stale).
+    before it (a model writing text after a call makes that index stale),
+    then its arguments as :class:`~vaelii_llm._protocol.ToolInputDelta`
+    pieces at that index (what came before the name, joined, first): joined,
+    they are the arguments string its block's ``raw`` keeps.
 
     An ``error`` frame or chunk is :class:`~vaelii_llm.errors.LLMApiError`
     (status 200); a chunk that will not decode, content after the finish, or
@@ -548,17 +553,35 @@ class ChunkAssembler:
         for piece in delta.tool_calls or ():
             call = self._call(piece)
             function = piece.function
+            arguments = None
             if function is not None:
                 if function.name and not call.name:
                     call.name = function.name
-                if function.arguments:
-                    call.arguments.append(function.arguments)
-            if self._deltas and not call.started and call.name:
-                call.started = True
-                before = (1 if turn.thinking else 0) + (1 if turn.text else 0)
-                position = before + turn.calls.index(call)
-                call_id = call.id or f"call_{turn.calls.index(call)}"
-                out.append(ToolUseStart(index=position, id=call_id, name=call.name))
+                arguments = function.arguments
+                if arguments:
+                    call.arguments.append(arguments)
+            if self._deltas:
+                self._call_deltas(call, arguments, out)
+
+    def _call_deltas(self, call: _Call, arguments: str | None, out: list[StreamItem]) -> None:
+        """A call's start once its name is known (with the arguments that came
+        before it, joined), then each piece of its arguments as it comes."""
+        if call.started:
+            if arguments:
+                out.append(ToolInputDelta(index=call.position, partial_json=arguments))
+            return
+        if not call.name:
+            return
+        turn = self._turn
+        call.started = True
+        before = (1 if turn.thinking else 0) + (1 if turn.text else 0)
+        number = turn.calls.index(call)
+        call.position = before + number
+        call_id = call.id or f"call_{number}"
+        out.append(ToolUseStart(index=call.position, id=call_id, name=call.name))
+        if call.arguments:
+            joined = "".join(call.arguments)
+            out.append(ToolInputDelta(index=call.position, partial_json=joined))
 
     def _call(self, piece: _ToolCallDelta) -> _Call:
         """The call a tool-call delta continues, or the one it opens."""

@@ -77,6 +77,7 @@ from vaelii_llm._protocol import (
     ToolResultBlock,
     ToolSchema,
     ToolUseBlock,
+    system_text,
 )
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
@@ -356,8 +357,9 @@ def _data_url(media_type: str | None, data: bytes | None) -> str:
 
 def _messages(request: Request, label: str) -> list[_OutMessage]:
     out: list[_OutMessage] = []
-    if request.system:
-        out.append(_OutMessage(role="system", content=request.system))
+    system = system_text(request.system)
+    if system:
+        out.append(_OutMessage(role="system", content=system))
     for message in request.messages:
         out.extend(_message(message, label))
     return out

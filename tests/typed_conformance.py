@@ -1,5 +1,9 @@
-"""A check that a JSON value fits an official SDK's request types (its
-TypedDicts), for the request-conformance tests of each backend."""
+"""One checker that a JSON body is what a vendor package's request types
+(``TypedDict`` trees) accept: the request-conformance tests of every wire use it.
+
+It walks the types with ``typing`` only: required keys present, no key the
+type does not name, literals and scalars of their type, every union tried.
+"""
 
 from __future__ import annotations
 
