@@ -13,7 +13,9 @@ the scope of the object whose docstring holds it:
   strict build fails on it ("Could not find cross-reference target").
 
 A docstring's ``::`` (reStructuredText's "a literal block follows") becomes ``:``;
-the indented block after it is already a code block in Markdown.
+the indented block after it is already a code block in Markdown. A
+reStructuredText definition list (a term, its definition indented under it) is
+one run-on paragraph in Markdown: it becomes a bullet list, ``term: definition``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from hooks import members, public_modules
 ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|data|mod|exc|obj|const):`(?P<body>[^`]+)`")
 TITLED = re.compile(r"(?P<title>.*?)\s*<(?P<target>[^>]+)>")
 LITERAL = re.compile(r"::(?=\n\s*\n)")
+DEFINITION = re.compile(r"^(?P<term>[^\s:][^\n]*)\n(?P<body>(?:[ ]{4}\S[^\n]*(?:\n|$))+)", re.MULTILINE)
 
 
 class RolesToRefs(griffe.Extension):
@@ -128,4 +131,12 @@ def rewrite(obj: griffe.Object, text: str, pkg: griffe.Module, rendered: dict[st
             return f"[`{title}`][{path}]"  # a vaelii_llm name that is not there
         return f"`{title}`"
 
-    return LITERAL.sub(":", ROLE.sub(one, text))
+    return definitions(LITERAL.sub(":", ROLE.sub(one, text)))
+
+
+def definitions(text: str) -> str:
+    def item(match: re.Match[str]) -> str:
+        body = " ".join(match.group("body").split())
+        return f"\n- {match.group('term').rstrip()}: {body}\n"
+
+    return DEFINITION.sub(item, text)
