@@ -35,7 +35,9 @@ from hooks import members, public_modules
 ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|data|mod|exc|obj|const):`(?P<body>[^`]+)`")
 TITLED = re.compile(r"(?P<title>.*?)\s*<(?P<target>[^>]+)>")
 LITERAL = re.compile(r"::(?=\n\s*\n)")
-DEFINITION = re.compile(r"^(?P<term>[^\s:][^\n]*)\n(?P<body>(?:[ ]{4}\S[^\n]*(?:\n|$))+)", re.MULTILINE)
+DEFINITION = re.compile(
+    r"^(?P<term>[^\s:][^\n]*)\n(?P<body>(?:[ ]{4}\S[^\n]*(?:\n|$))+)", re.MULTILINE
+)
 
 
 class RolesToRefs(griffe.Extension):
