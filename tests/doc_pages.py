@@ -123,8 +123,13 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 async def run(
-    argv: list[str], env: dict[str, str], cwd: Path, stdin: bytes | None = None
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    stdin: bytes | None = None,
+    hang: float = 600,
 ) -> tuple[int, str, str]:
+    """The command's status, stdout and stderr; ``hang`` seconds is a hang, not slowness."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         env=env,
@@ -133,7 +138,7 @@ async def run(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(stdin), 600)
+    out, err = await asyncio.wait_for(proc.communicate(stdin), hang)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

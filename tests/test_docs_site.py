@@ -5,6 +5,8 @@ built with the docs extra's MkDocs; the ``docs`` lane runs this (.ci/run)."""
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +56,21 @@ def test_the_site_builds_in_strict_mode(tree: Path) -> None:
     errors_page = (site / "reference" / "vaelii_llm.errors" / "index.html").read_text()
     assert 'id="vaelii_llm.errors.LLMTimeout"' in errors_page
     assert ":class:`" not in errors_page  # the roles became links or code
+
+
+def test_each_reference_page_renders_exactly_its_modules_exports(tree: Path) -> None:
+    done = build(tree)
+    assert done.returncode == 0, done.stderr[-3000:]
+    spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None
+    assert spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    for module in hooks.public_modules():
+        page = (tree / "site" / "reference" / module / "index.html").read_text()
+        ids = set(re.findall(r'id="(vaelii_llm[\w.]*)"', page))
+        top = {i.removeprefix(f"{module}.") for i in ids if i.startswith(f"{module}.")}
+        assert {i for i in top if "." not in i} == set(hooks.members(module)), module
 
 
 def test_a_broken_cross_reference_in_a_page_fails_the_build(tree: Path) -> None:
