@@ -56,6 +56,10 @@ def test_the_site_builds_in_strict_mode(tree: Path) -> None:
     errors_page = (site / "reference" / "vaelii_llm.errors" / "index.html").read_text()
     assert 'id="vaelii_llm.errors.LLMTimeout"' in errors_page
     assert ":class:`" not in errors_page  # the roles became links or code
+    for page in site.rglob("*.html"):  # offline: nothing fetched from elsewhere
+        text = page.read_text()
+        assert not re.search(r'src="https?://', text), page
+        assert not re.search(r'<link[^>]*href="https?://', text), page
 
 
 def test_each_reference_page_renders_exactly_its_modules_exports(tree: Path) -> None:
