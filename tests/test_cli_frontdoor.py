@@ -219,7 +219,7 @@ def test_a_bad_kb_file_is_one_line_with_the_line_and_exit_1(
     path.write_bytes(content)
     code = cli.main(["call", "kb_types_of", '{"term": "Muffet"}', "--kb", str(path)])
     _, err = capsys.readouterr()
-    assert code == 1  # the README: a bad --kb file is 1
+    assert code == 1  # the scripts guide: a bad --kb file is 1
     assert one_line(err) == f"malformed-sentence: {path} {message}"
 
 

@@ -124,7 +124,8 @@ def test_excerpt_of_a_huge_bytes_body_decodes_only_the_slice() -> None:
     assert errors.excerpt(body) == "a" * errors.EXCERPT_CHARS + "…"
 
 
-def test_the_readme_errors_table_has_one_row_per_class() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `(llm-[a-z-]+)` \| `(LLM\w+)` \|", readme, re.MULTILINE))
-    assert rows == {kind: cls.__name__ for kind, cls in SPEC_TYPES.items()}
+def test_the_docs_error_table_has_one_row_per_class() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "errors.md").read_text()
+    rows = dict(re.findall(r"^\| `(llm-[a-z-]+)` \| \[`(LLM\w+)`\]", page, re.MULTILINE))
+    spec = {kind: cls.__name__ for kind, cls in SPEC_TYPES.items()}
+    assert rows == {"llm-error": "LLMError", **spec}  # the base row, then the spec's

@@ -1,6 +1,6 @@
-"""The faces' documentation runs: the README's Agent block and both examples, in
-this process, on the stub (no key, no socket out). The README's MCP host entry
-is launched by tests/test_mcp_face.py."""
+"""The faces' documentation runs: the agent frameworks guide's pydantic-ai block and
+both examples, in this process, on the stub (no key, no socket out). The
+guide's MCP host entry is launched by tests/test_mcp_face.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from vaelii_llm import tools
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+GUIDE = (ROOT / "docs" / "guides" / "agent-frameworks.md").read_text()
 
 
 @pytest.fixture(autouse=True)
@@ -26,15 +26,15 @@ def on_the_stub(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def faces_section() -> str:
-    start = README.index("## Faces:")
-    end = README.index("\n## ", start + 1)
-    return README[start:end]
+    start = GUIDE.index("## pydantic-ai")
+    end = GUIDE.index("\n## ", start + 1) if "\n## " in GUIDE[start + 1 :] else len(GUIDE)
+    return GUIDE[start:end]
 
 
-def test_the_readme_agent_block_runs_on_the_stub(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_guides_agent_block_runs_on_the_stub(capsys: pytest.CaptureFixture[str]) -> None:
     found = re.findall(r"```python\n(.*?)```", faces_section(), re.DOTALL)
     assert len(found) == 1
-    exec(compile(found[0], "README.md", "exec"), {"__name__": "__main__"})
+    exec(compile(found[0], "agent-frameworks.md", "exec"), {"__name__": "__main__"})
     out, err = capsys.readouterr()
     assert out == "Muffet, ItsyBitsy and Fang.\n"
     assert err == ""

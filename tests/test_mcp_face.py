@@ -1,6 +1,6 @@
 """The MCP face: the official ``mcp`` client against ``vaelii-llm mcp``.
 
-Over stdio (the command in a subprocess, launched by the entry the README shows a
+Over stdio (the command in a subprocess, launched by the entry the agent frameworks guide shows a
 desktop host, pointed at the sample KB's file) and over streamable HTTP (the same
 command with ``--http :0``, which binds loopback), the same checks: the tool list
 is the Toolset's, a read answers from the sample KB with the Toolset's own text,
@@ -124,11 +124,11 @@ async def check_surface(client: Client) -> None:
 
 
 def readme_entry() -> tuple[str, list[str]]:
-    """The MCP host entry the README shows, with its KB path pointing at the sample
+    """The MCP host entry the agent frameworks guide shows, with its KB path pointing at the sample
     KB's file and its command (``/path/to/.venv/bin/vaelii-llm``) at the console
     script this venv installed."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Faces:") :]
+    text = (ROOT / "docs" / "guides" / "agent-frameworks.md").read_text()
+    section = text[text.index("## The KB as an MCP server") :]
     found = re.search(r"```json\n(.*?)```", section, re.DOTALL)
     assert found is not None
     entry = json.loads(found.group(1))["mcpServers"]["vaelii-kb"]

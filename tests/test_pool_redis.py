@@ -536,17 +536,17 @@ async def test_four_worker_processes_share_the_limit_and_a_killed_one_frees_its_
 
 
 # ---------------------------------------------------------------------------
-# The README's section
+# The web backends guide's section, and the scripts guide's vote block
 
 
 SECTION = re.search(
-    r"^### Many workers, one limit per host\n(.*?)(?=^#)",
-    Path(ROOT / "README.md").read_text(),
+    r"^## Many workers, one limit per host\n(.*?)(?=^#)",
+    Path(ROOT / "docs" / "guides" / "web-backends.md").read_text(),
     re.DOTALL | re.MULTILINE,
 )
 
 
-def test_the_readme_section_turns_it_on_in_two_lines() -> None:
+def test_the_docs_section_turns_it_on_in_two_lines() -> None:
     assert SECTION is not None
     [block] = re.findall(r"```sh\n(.*?)```", SECTION.group(1), re.DOTALL)
     install, switch = block.strip().splitlines()
@@ -560,11 +560,11 @@ def test_the_readme_section_turns_it_on_in_two_lines() -> None:
     assert any(s.name == "VAELII_POOL_REDIS_URL" for s in config.SWITCHES)
 
 
-async def test_the_readme_vote_block_runs_on_redis_unchanged(
+async def test_the_docs_vote_block_runs_on_redis_unchanged(
     redis_server: RedisServer, rclient: aioredis.Redis
 ) -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"## The vote pool\n\n```python\n(.*?)```", readme, re.DOTALL)
+    page = (ROOT / "docs" / "guides" / "scripts.md").read_text()
+    block = re.search(r"## The vote pool\n\n```python\n(.*?)```", page, re.DOTALL)
     assert block is not None
     async with hosts(2) as (a, b):
         env = {

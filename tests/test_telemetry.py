@@ -706,14 +706,14 @@ async def test_a_cancelled_vote_is_recorded_as_cancelled(otel: Recorded) -> None
 
 
 # --------------------------------------------------------------------------
-# The README's Observability section
+# The web backends guide's Tracing section
 
 
-def test_the_readmes_observability_block_sends_spans(
+def test_the_docs_tracing_block_sends_spans(
     otel: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Observability", 1)[1].split("\n## ", 1)[0]
+    page = Path(__file__).resolve().parent.parent / "docs" / "guides" / "web-backends.md"
+    section = page.read_text().split("## Tracing", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert block is not None
     code = block.group(1)
@@ -723,7 +723,7 @@ def test_the_readmes_observability_block_sends_spans(
     otlp.OTLPSpanExporter = lambda: captured  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, otlp.__name__, otlp)
     namespace: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "web-backends.md", "exec"), namespace)
     asyncio.run(stub.provider(script=["Yes."]).complete(ASK))
     namespace["tracer_provider"].force_flush()
     assert [s.name for s in captured.get_finished_spans()] == ["chat stub"]

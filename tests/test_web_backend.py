@@ -194,7 +194,7 @@ async def test_a_body_that_is_not_a_question_is_400(app: Served, path: str, body
 async def test_a_400_says_what_is_wrong_with_the_body(
     app: Served, path: str, body: bytes, message: str
 ) -> None:
-    """The README's promise: anything but the two fields is refused, saying why."""
+    """The web backends guide's promise: anything but the two fields is refused, saying why."""
     status, got = await app.post(path, data=body)
     assert (status, got["error"]) == (400, "bad-request")
     assert got["message"].startswith(message)
