@@ -103,6 +103,7 @@ def too_deep(text: str, cap: int = MAX_NESTING) -> int | None:
             depth -= 1
     return None
 
+
 #: The function attribute that marks an engine function irreversible (the Python
 #: spelling of a Clojure ``!`` var). `vaelii_llm.engine.irreversible` sets it and
 #: `vaelii_llm.engine.is_irreversible` reads it; it lives here so the engine package
