@@ -35,7 +35,9 @@ __all__ = [
 
 def parse_edn(text: str, what: str) -> Any:
     if too_deep(text) is not None:
-        raise EngineRefusal(f"malformed-{what}", f"{text[:80]!r} nests deeper than {MAX_NESTING}")
+        raise EngineRefusal(
+            f"malformed-{what}", f"{text[:80]!r} is nested deeper than {MAX_NESTING}"
+        )
     try:
         return edn_module().loads(text)
     except Exception as exc:  # reader errors, unknown tags, RecursionError
@@ -178,7 +180,7 @@ def edn_str(x: Any) -> str:
 
 def context_ids(kb: KB) -> list[int]:
     ids = set(kb.context_ids())
-    for child, parents in kb.all_parents().items():
+    for child, parents in list(kb.all_parents().items()):  # a snapshot: a writer adds
         ids.add(child)
         ids.update(parents)
     return sorted(ids)

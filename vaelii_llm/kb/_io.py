@@ -58,8 +58,7 @@ def _read_forms(text: str, origin: str) -> list[Any]:
     if at is not None:
         raise EngineRefusal(
             "malformed-sentence",
-            f"{origin}, {_line_col(text, at)}: nests deeper than a sentence may "
-            f"({MAX_NESTING} brackets)",
+            f"{origin}, {_line_col(text, at)}: a form is nested deeper than {MAX_NESTING}",
         )
     try:
         forms = edn_module().loads("[" + text + "\n]")
