@@ -325,6 +325,7 @@ def _open(path: str | os.PathLike[str]) -> KB:
     kb._state = bytearray(doc["state"])
     for cid, keys_b, lens_b, flat_b, all_b, live in doc["contexts"]:
         c = _Ctx()
+        c.nested = None  # the duplicate index of nested sentences: built at the first write
         keys, lens, flat = array("q", keys_b), array("q", lens_b), array("q", flat_b)
         d = c.keys
         off = 0

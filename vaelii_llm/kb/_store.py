@@ -109,16 +109,36 @@ def _index_key(term_id: int, pos: int) -> int:
     return term_id * KEY_POSITIONS + pos
 
 
+def _push(index: dict[int, int | array[int]], key: int, h: int) -> None:
+    """Add handle `h` under `key`: one handle, then an array of them."""
+    v = index.get(key)
+    if v is None:
+        index[key] = h
+    elif isinstance(v, int):
+        index[key] = array("q", (v, h))
+    else:
+        v.append(h)
+
+
+def _is_nested(enc: tuple[Any, ...]) -> bool:
+    return any(type(x) is tuple for x in enc)
+
+
 class _Ctx:
     """One context's index: ``keys`` (term at a position -> handles), ``all`` (every
-    handle stored in it, oldest first) and how many of them are live."""
+    handle stored in it, oldest first), how many of them are live, and ``nested``
+    (a sentence holding a nested list, a rule or a negation, by its hash -> handles),
+    so the duplicate check of such a sentence, whose only indexed term is often its
+    predicate, reads a few handles, not every rule of the context. ``nested`` is
+    None in a reopened snapshot until a write needs it (:meth:`KB.find_in_context`)."""
 
-    __slots__ = ("all", "keys", "live")
+    __slots__ = ("all", "keys", "live", "nested")
 
     def __init__(self) -> None:
         self.keys: dict[int, int | array[int]] = {}
         self.all: array[int] = array("q")
         self.live = 0
+        self.nested: dict[int, int | array[int]] | None = {}
 
     def entry(self, term_id: int, pos: int) -> int | array[int] | None:
         """The index entry of a term at a top-level position (0 is the predicate):
@@ -135,14 +155,9 @@ class _Ctx:
         keys = self.keys
         for pos, x in enumerate(enc[:KEY_POSITIONS]):
             if type(x) is int:
-                k = _index_key(x, pos)
-                v = keys.get(k)
-                if v is None:
-                    keys[k] = h
-                elif isinstance(v, int):
-                    keys[k] = array("q", (v, h))
-                else:
-                    v.append(h)
+                _push(keys, _index_key(x, pos), h)
+        if self.nested is not None and _is_nested(enc):
+            _push(self.nested, hash(enc), h)
 
 
 class Subscription:
@@ -301,6 +316,17 @@ class KB:
         """A live handle of exactly `enc` stored in context `cid` itself, if any."""
         c = self._contexts.get(cid)
         if c is None:
+            return None
+        if _is_nested(enc):
+            if c.nested is None:  # a reopened snapshot: built once, at the first write
+                c.nested = {}
+                for h in c.all:
+                    row = self.row(h)
+                    if _is_nested(row):
+                        _push(c.nested, hash(row), h)
+            for h in handles_in(c.nested.get(hash(enc))):
+                if self._state[h - 1] == LIVE and self.row(h) == enc:
+                    return h
             return None
         best: Sequence[int] | None = None
         for pos, x in enumerate(enc[:KEY_POSITIONS]):
