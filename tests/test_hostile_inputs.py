@@ -443,3 +443,14 @@ def test_a_non_loopback_address_gets_no_host_check() -> None:
     assert "127.1:*" in settings.allowed_hosts
     assert "http://127.1:*" in settings.allowed_origins
     assert "evil.example:*" not in settings.allowed_hosts
+
+
+def test_a_message_too_deep_for_the_encoder_is_recorded_bounded() -> None:
+    from vaelii_llm import telemetry
+
+    deep: list[Any] = []
+    for _ in range(10**5):
+        deep = [deep]
+    recorded = telemetry._json([{"role": "assistant", "input": deep}])  # msgspec: RecursionError
+    assert len(recorded) <= telemetry._ARGUMENTS_CHARS
+    assert recorded.startswith('[{"role":"assistant","input":[[[')
