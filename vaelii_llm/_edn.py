@@ -18,8 +18,8 @@ Writing (:func:`write`)
     Each write appends only the room left, so one long symbol name or string
     cannot push past the bound. The walk is iterative (no recursion limit) and
     touches only what it prints: a list, map, set, iterator or generator is
-    consumed one member at a time, as far as the printed prefix reaches and at
-    most one member past it, so ``itertools.count()``, ``cycle`` and ``repeat``
+    consumed one member at a time, as far as ``max_chars`` reaches and at most
+    one member past it (a cut text then gives the marker's room back), so ``itertools.count()``, ``cycle`` and ``repeat``
     answers print and return. A msgspec ``Struct`` or a dataclass is projected to
     a map with keyword keys (``_`` read as ``-``), one field at a time; a tagged
     ``Struct`` prints its tag first, as msgspec encodes it.
@@ -409,7 +409,7 @@ def write(
 ) -> Written:
     """Print ``value`` as EDN, at most ``max_chars`` characters of it.
 
-    Pulls from iterators only as far as the printed prefix (and one member
+    Pulls from iterators only as far as ``max_chars`` reaches (and one member
     past it), so an infinite answer prints and returns. An exception raised by a
     member being realized (an engine refusal, say) propagates to the caller.
 
