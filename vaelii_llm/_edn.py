@@ -19,10 +19,11 @@ Writing (:func:`write`)
     cannot push past the bound. The walk is iterative (no recursion limit) and
     touches only what it prints: a list, map, set, iterator or generator is
     consumed one member at a time, as far as ``max_chars`` reaches and at most
-    one member past it (a cut text then gives the marker's room back), so ``itertools.count()``, ``cycle`` and ``repeat``
-    answers print and return. A msgspec ``Struct`` or a dataclass is projected to
-    a map with keyword keys (``_`` read as ``-``), one field at a time; a tagged
-    ``Struct`` prints its tag first, as msgspec encodes it.
+    one member past it (a cut text then gives the marker's room back), so
+    ``itertools.count()``, ``cycle`` and ``repeat`` answers print and return. A
+    msgspec ``Struct`` or a dataclass is projected to a map with keyword keys
+    (``_`` read as ``-``), one field at a time; a tagged ``Struct`` prints its
+    tag first, as msgspec encodes it.
 
     How a value prints: ``None`` ``nil``; ``True`` ``true``; an int or float as
     EDN reads it back (``##Inf``, ``##NaN``; an int too long for ``str`` in hex);
