@@ -25,10 +25,19 @@ What it shows:
   (the same object ``/ask`` answers), or ``error`` if the model fails midway;
 * errors as JSON, never a traceback page: a body that is not exactly
   ``{"question": str, "timeout_ms": int?}`` (empty, not JSON, a missing
-  ``question``, a field it does not take) is 400 saying which; a turn over
-  its ``timeout_ms`` budget is 504 ``{"error": "llm-timeout"}``; any other
-  refusal from the model is 502 with its type; anything else is 500
-  ``{"error": "internal"}``.
+  ``question``, a field it does not take, nesting of any depth where a string
+  or a number goes) is 400 saying which; a turn over its ``timeout_ms`` budget
+  is 504 ``{"error": "llm-timeout"}``; any other refusal from the model is 502
+  with its type; anything else is 500 ``{"error": "internal"}``. A 502 or 504
+  says the refusal's type and a short reason; the refusal's whole message
+  (which names the upstream address) goes to the server's log, not to a browser;
+* bounds a client cannot lift: a body over 64 KiB is 413; a connection must
+  send its first request head within ``--head-timeout`` seconds and an idle
+  keep-alive one is closed after :data:`KEEPALIVE_S`; at most
+  ``--max-connections`` are open at once (by default :data:`MAX_CONNECTIONS`,
+  or half the process's descriptor limit if that is lower), and a new one past
+  the cap takes the place of the oldest still sending its head, so a crowd of
+  slow-header connections cannot starve a real request (:class:`Guard`).
 
 With nothing configured the scripted stub answers every question with a line
 saying so. Set ``VAELII_LLM_PROVIDER=ollama`` (an Ollama at
@@ -45,7 +54,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import msgspec
 from aiohttp import web
@@ -59,6 +68,14 @@ STUB_ANSWER = (
     "(`vaelii-llm status` says which backend answers)."
 )
 DEFAULT_TIMEOUT_MS = 60_000
+MAX_BODY_BYTES: Final = 64 * 1024
+HEAD_TIMEOUT_S: Final = 10.0
+"""How long a new connection may take to send its first request head."""
+KEEPALIVE_S: Final = 15.0
+"""How long an idle keep-alive connection is kept (aiohttp closes it, a half-sent
+head included)."""
+MAX_CONNECTIONS: Final = 1000
+"""The most connections served at once, below the usual 1,024-descriptor limit."""
 
 PROVIDER = web.AppKey("provider", Provider)
 TOOLSET = web.AppKey("toolset", tools.Toolset)
@@ -88,6 +105,21 @@ def llm_status(exc: errors.LLMError) -> int:
     return 504 if isinstance(exc, errors.LLMTimeout) else 502
 
 
+def llm_failure(exc: errors.LLMError) -> dict[str, Any]:
+    """What a client is told of a refusal from the model: its type, a short reason
+    and the status. The whole message, which names the upstream address (and may
+    quote the far end), goes to the server's log instead."""
+    status = llm_status(exc)
+    log.warning("the model refused (%s): %s", exc.type, exc)
+    if isinstance(exc, errors.LLMTimeout):
+        reason = f"the model did not answer in time ({exc.phase})"
+    elif isinstance(exc, errors.LLMApiError):
+        reason = f"the model's server answered HTTP {exc.status}"
+    else:
+        reason = "the model could not answer; the server's log has the details"
+    return {"error": exc.type, "message": reason, "status": status}
+
+
 @web.middleware
 async def errors_as_json(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -98,7 +130,8 @@ async def errors_as_json(
     except BadBody as exc:
         return error_body(400, "bad-request", str(exc))
     except errors.LLMError as exc:
-        return error_body(llm_status(exc), exc.type, str(exc))
+        failure = llm_failure(exc)
+        return error_body(failure["status"], failure["error"], failure["message"])
     except web.HTTPException as exc:  # aiohttp's own 404, 405, 413...
         return error_body(exc.status, "http", exc.reason)
     except Exception:
@@ -118,7 +151,11 @@ async def read_body(request: web.Request) -> AskBody:
     if not raw.strip():
         raise BadBody(f"the body is empty; send {BODY_SHAPE}")
     try:
+        # typed: the decoder descends no deeper than AskBody's own shape, so a body
+        # nested past it is refused at its first bracket, whatever its depth
         return ASK_DECODER.decode(raw)
+    except RecursionError:
+        raise BadBody(f"the body nests too deep; send {BODY_SHAPE}") from None
     except msgspec.ValidationError as exc:
         raise BadBody(f"{exc}; send {BODY_SHAPE}") from None
     except msgspec.DecodeError as exc:
@@ -161,10 +198,7 @@ async def ask_stream(request: web.Request) -> web.StreamResponse:
         except errors.LLMError as exc:
             if not response.prepared:
                 raise  # nothing sent yet: the middleware answers 502 or 504
-            status = llm_status(exc)
-            await response.write(
-                sse("error", {"error": exc.type, "message": str(exc), "status": status})
-            )
+            await response.write(sse("error", llm_failure(exc)))
     await response.write_eof()
     return response
 
@@ -290,7 +324,7 @@ def make_app(
     toolset: tools.Toolset | None = None,
 ) -> web.Application:
     """The app; ``open_provider`` builds the provider it holds (a test hands its own)."""
-    app = web.Application(middlewares=[errors_as_json], client_max_size=64 * 1024)
+    app = web.Application(middlewares=[errors_as_json], client_max_size=MAX_BODY_BYTES)
     app[TOOLSET] = toolset if toolset is not None else tools.Toolset(kb.sample())
 
     async def hold_provider(app: web.Application) -> AsyncIterator[None]:
@@ -305,17 +339,141 @@ def make_app(
     return app
 
 
-async def serve(host: str, port: int) -> None:
-    """Serve until cancelled (Ctrl-C), then close the provider."""
-    runner = web.AppRunner(make_app(), handler_cancellation=True)
-    await runner.setup()
+class Guard:
+    """Bounds what clients can hold of the server, as a front proxy would: at most
+    ``max_connections`` open, and each must send its first request head within
+    ``head_timeout_s`` (aiohttp's keep-alive timeout bounds the heads after it).
+
+    A connection past the cap takes the place of the oldest one still sending its
+    head; when every open connection has sent one (all are real requests), the new
+    one is closed at once. So slow-header connections, however many, hold no more
+    than the cap's descriptors and never starve a request that sends its head."""
+
+    def __init__(self, max_connections: int, head_timeout_s: float) -> None:
+        self.max_connections = max_connections
+        self.head_timeout_s = head_timeout_s
+        self.open: set[GuardedConnection] = set()
+        self.waiting: dict[GuardedConnection, None] = {}  # oldest first
+
+    def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        return lambda: GuardedConnection(factory(), self)
+
+
+class GuardedConnection(asyncio.Protocol):
+    """One connection under a :class:`Guard`, passing everything to aiohttp's own."""
+
+    def __init__(self, inner: asyncio.Protocol, guard: Guard) -> None:
+        self.inner = inner
+        self.guard = guard
+        self.transport: asyncio.Transport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.tail = b""
+        self.served = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        guard = self.guard
+        if len(guard.open) >= guard.max_connections:
+            oldest = next(iter(guard.waiting), None)
+            if oldest is None:
+                transport.abort()  # every open connection is a real request
+                return
+            oldest.drop()
+        guard.open.add(self)
+        guard.waiting[self] = None
+        loop = asyncio.get_running_loop()
+        self.timer = loop.call_later(guard.head_timeout_s, self.drop)
+        self.served = True
+        self.inner.connection_made(transport)
+
+    def head_sent(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.guard.waiting.pop(self, None)
+
+    def drop(self) -> None:
+        """Close a connection that is still sending its head."""
+        self.head_sent()
+        self.guard.open.discard(self)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self.timer is not None:
+            seen = self.tail + data
+            if b"\r\n\r\n" in seen:
+                self.head_sent()
+            else:
+                self.tail = seen[-3:]
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.served else None
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.head_sent()
+        self.guard.open.discard(self)
+        if self.served:
+            self.inner.connection_lost(exc)
+
+
+def connection_cap() -> int:
+    """:data:`MAX_CONNECTIONS`, or half the descriptor limit when that is lower
+    (the provider's own connections and the process need the rest)."""
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound_host, bound_port = runner.addresses[0][:2]
+        import resource
+    except ImportError:  # not a POSIX system
+        return MAX_CONNECTIONS
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(1, min(MAX_CONNECTIONS, soft // 2))
+
+
+async def start(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    max_connections: int | None = None,
+    head_timeout_s: float = HEAD_TIMEOUT_S,
+) -> tuple[web.AppRunner, asyncio.Server]:
+    """``app`` listening on ``host:port`` under a :class:`Guard`; the caller closes
+    the server, then cleans the runner up."""
+    runner = web.AppRunner(app, handler_cancellation=True, keepalive_timeout=KEEPALIVE_S)
+    await runner.setup()
+    guard = Guard(max_connections or connection_cap(), head_timeout_s)
+    handlers = runner.server
+    assert handlers is not None  # set up above
+    try:
+        server = await asyncio.get_running_loop().create_server(guard.wrap(handlers), host, port)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, server
+
+
+async def serve(
+    host: str, port: int, max_connections: int | None = None, head_timeout_s: float = HEAD_TIMEOUT_S
+) -> None:
+    """Serve until cancelled (Ctrl-C), then close the provider."""
+    runner, server = await start(
+        make_app(), host, port, max_connections=max_connections, head_timeout_s=head_timeout_s
+    )
+    try:
+        bound_host, bound_port = server.sockets[0].getsockname()[:2]
         print(f"listening on http://{bound_host}:{bound_port}", flush=True)
         await asyncio.Event().wait()
     finally:
+        server.close()
         await runner.cleanup()
         print("provider closed", flush=True)
 
@@ -324,10 +482,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Answer questions over the KB on HTTP.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True, help="0 takes a free port")
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help=f"connections open at once (default {MAX_CONNECTIONS}, or half the descriptor limit)",
+    )
+    parser.add_argument(
+        "--head-timeout",
+        type=float,
+        default=HEAD_TIMEOUT_S,
+        help=f"seconds a connection has to send its request head (default {HEAD_TIMEOUT_S:g})",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.host, args.port))
+        asyncio.run(serve(args.host, args.port, args.max_connections, args.head_timeout))
     return 0
 
 

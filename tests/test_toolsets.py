@@ -30,7 +30,7 @@ SERVER = [sys.executable, str(Path(__file__).with_name("mcp_tools_server.py"))]
 OUR_MCP = [sys.executable, "-m", "vaelii_llm.cli", "mcp"]
 CALL_TIMEOUT_S = 1.0  # the hang tool's deadline: what a hung call costs
 START_TIMEOUT_S = 60.0  # a loaded 2-core machine imports slowly; a well one never waits this
-MARKED = 4000 + len(_edn.CUT_MARKER)  # the longest answer the default bound lets through
+MARKED = 4000  # the longest answer the default bound lets through, its cut marker included
 
 
 def use(name: str, **given: Any) -> dict[str, Any]:
@@ -203,7 +203,8 @@ async def every_answer_bounded(toolset: McpToolset, kb_tools: tools.Toolset) -> 
     assert "boom refuses" in boom.result
     assert not hang.ok
     assert hang.result.startswith("mcp-timeout: ")
-    assert (huge.ok, huge.result) == (True, "x" * 4000 + _edn.CUT_MARKER)  # as the KB cuts
+    cut_at = 4000 - len(_edn.CUT_MARKER)
+    assert (huge.ok, huge.result) == (True, "x" * cut_at + _edn.CUT_MARKER)  # as the KB cuts
     assert (after.ok, after.result) == (True, "still here")  # the session outlived the hang
     for call in result.tool_calls:
         assert len(call.result) <= MARKED

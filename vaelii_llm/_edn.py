@@ -6,7 +6,8 @@ Reading (:func:`read`)
     reader-eval, so nothing in a model's input can run code. Every way the text
     can fail becomes an :class:`EDNRefusal` with a ``type``: a value that is not a
     string, text over :data:`MAX_TEXT_CHARS`, nesting past :data:`MAX_DEPTH`
-    (checked before the parser sees the text, since edn-format reads 10^5 nested
+    (checked by `vaelii_llm.kb._types.too_deep`, as every EDN reader checks it, before
+    the parser sees the text, since edn-format reads 10^5 nested
     parens into a value that overflows the stack of whatever touches it next), an
     unknown ``#tag``, a reader error, no form at all, more than one form, or
     Clojure metadata. :mod:`edn_format` is imported on the first read, because its
@@ -17,11 +18,12 @@ Writing (:func:`write`)
     Each write appends only the room left, so one long symbol name or string
     cannot push past the bound. The walk is iterative (no recursion limit) and
     touches only what it prints: a list, map, set, iterator or generator is
-    consumed one member at a time, as far as the printed prefix reaches and at
-    most one member past it, so ``itertools.count()``, ``cycle`` and ``repeat``
-    answers print and return. A msgspec ``Struct`` or a dataclass is projected to
-    a map with keyword keys (``_`` read as ``-``), one field at a time; a tagged
-    ``Struct`` prints its tag first, as msgspec encodes it.
+    consumed one member at a time, as far as ``max_chars`` reaches and at most
+    one member past it (a cut text then gives the marker's room back), so
+    ``itertools.count()``, ``cycle`` and ``repeat`` answers print and return. A
+    msgspec ``Struct`` or a dataclass is projected to a map with keyword keys
+    (``_`` read as ``-``), one field at a time; a tagged ``Struct`` prints its
+    tag first, as msgspec encodes it.
 
     How a value prints: ``None`` ``nil``; ``True`` ``true``; an int or float as
     EDN reads it back (``##Inf``, ``##NaN``; an int too long for ``str`` in hex);
@@ -33,10 +35,12 @@ Writing (:func:`write`)
     ``datetime`` ``#inst "…"``; anything else as a string of its ``repr``.
 
     A finite value that fits reads back through ``edn_format.loads`` to an equal
-    value. A cut result ends with :data:`CUT_MARKER`, an EDN comment line, so the
-    whole text is at most ``max_chars + len(CUT_MARKER)`` characters and a reader
-    can tell a cut answer from a whole one. A walk stopped by its ``deadline``
-    ends with the (shorter) :data:`CLOCK_MARKER` instead.
+    value. A cut result ends with :data:`CUT_MARKER`, an EDN comment line, so a
+    reader can tell a cut answer from a whole one; the marker counts against the
+    bound (the printed prefix gives up its tail to make room), so the whole text
+    is at most ``max_chars`` characters. A walk stopped by its ``deadline`` ends
+    with :data:`CLOCK_MARKER` instead. Under a bound shorter than the marker, the
+    text is the marker's opening ``max_chars`` characters (still a comment).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from vaelii_llm.kb._types import MAX_NESTING
+from vaelii_llm.kb._types import MAX_NESTING, too_deep
 
 __all__ = [
     "CLOCK_MARKER",
@@ -85,8 +89,7 @@ note to a model and is skipped by an EDN reader."""
 
 
 CLOCK_MARKER: Final = "\n;; cut: the clock (max-ms) ran out while the answer was printed"
-"""Appended instead of :data:`CUT_MARKER` when a ``deadline`` stopped the walk.
-It is no longer than :data:`CUT_MARKER`, so the bound holds either way."""
+"""Appended instead of :data:`CUT_MARKER` when a ``deadline`` stopped the walk."""
 
 
 class EDNRefusal(ValueError):
@@ -104,28 +107,9 @@ class EDNRefusal(ValueError):
 
 # -- reading ---------------------------------------------------------------------------
 
-# Strings, comments and character literals hold brackets that do not nest.
-_NON_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|;[^\n]*|\\.', re.DOTALL)
-_BRACKET = re.compile(r"[(\[{)\]}]")
-_OPENERS = frozenset("([{")
 # edn-format builds a fresh PLY parser per call; the lock keeps concurrent worker
 # threads from sharing PLY's module-level state while it does.
 _PARSE_LOCK = threading.Lock()
-
-
-def _nesting_depth(text: str) -> int:
-    """The deepest bracket nesting in ``text``, outside strings and comments."""
-    if text.count("(") + text.count("[") + text.count("{") <= MAX_DEPTH:
-        return 0  # cannot nest deeper than the bound; skip the scan
-    depth = deepest = 0
-    for match in _BRACKET.finditer(_NON_NESTING.sub("", text)):
-        if match.group() in _OPENERS:
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-        elif depth:
-            depth -= 1
-    return deepest
 
 
 def read(text: object, what: str = "argument") -> Any:
@@ -144,7 +128,7 @@ def read(text: object, what: str = "argument") -> Any:
         raise EDNRefusal(
             "edn-too-long", f"{what} is {len(text)} characters; at most {MAX_TEXT_CHARS} are read"
         )
-    if _nesting_depth(text) > MAX_DEPTH:
+    if too_deep(text, MAX_DEPTH) is not None:
         raise EDNRefusal("edn-too-deep", f"{what} nests deeper than {MAX_DEPTH} brackets")
     import edn_format  # lazy: its import builds the PLY lexer
 
@@ -207,7 +191,8 @@ def _short(text: str, limit: int = 200) -> str:
 
 
 class Written(NamedTuple):
-    """What :func:`write` printed: ``text`` (ending in :data:`CUT_MARKER` when cut)."""
+    """What :func:`write` printed: ``text`` (ending in :data:`CUT_MARKER` when cut),
+    at most the ``max_chars`` it was given, the marker included."""
 
     text: str
     cut: bool
@@ -425,7 +410,7 @@ def write(
 ) -> Written:
     """Print ``value`` as EDN, at most ``max_chars`` characters of it.
 
-    Pulls from iterators only as far as the printed prefix (and one member
+    Pulls from iterators only as far as ``max_chars`` reaches (and one member
     past it), so an infinite answer prints and returns. An exception raised by a
     member being realized (an engine refusal, say) propagates to the caller.
 
@@ -467,26 +452,28 @@ def write(
     finally:
         for frame in reversed(stack):  # stop what we stopped reading, at once
             _close(frame)
-    return _written(writer, clocked_out)
+    return _written(writer, max_chars, clocked_out)
 
 
 def cut(text: str, max_chars: int) -> Written:
     """Plain ``text`` bounded as :func:`write` bounds an answer: at most
-    ``max_chars`` of it, then :data:`CUT_MARKER` when cut (a tool answer that
-    arrives as text, such as an MCP server's, is bounded by this)."""
+    ``max_chars`` of it, the :data:`CUT_MARKER` included when cut (a tool answer
+    that arrives as text, such as an MCP server's, is bounded by this)."""
     writer = _Writer(max_chars)
     writer.write(text)
-    return _written(writer, False)
+    return _written(writer, max_chars, False)
 
 
-def _written(writer: _Writer, clocked_out: bool) -> Written:
-    """The writer's text with the marker saying why it stopped, if it stopped."""
+def _written(writer: _Writer, max_chars: int, clocked_out: bool) -> Written:
+    """The writer's text with the marker saying why it stopped, if it stopped; the
+    marker takes its room from the text's tail, so the whole stays in ``max_chars``."""
     text = "".join(writer.parts)
-    if clocked_out:
-        return Written(text + CLOCK_MARKER, True)
-    if writer.cut:
-        return Written(text + CUT_MARKER, True)
-    return Written(text, False)
+    marker = CLOCK_MARKER if clocked_out else CUT_MARKER if writer.cut else None
+    if marker is None:
+        return Written(text, False)
+    bound = max(0, max_chars)
+    keep = max(0, min(len(text), bound - len(marker)))
+    return Written((text[:keep] + marker)[:bound], True)
 
 
 _DONE: Final = object()

@@ -65,7 +65,14 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+)
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar
@@ -524,8 +531,95 @@ def _error_type(exc: BaseException) -> str:
 def _json(value: Any) -> str:
     try:
         return msgspec.json.encode(value).decode()
+    except RecursionError:  # a model's tool input nested past msgspec's limit
+        return _arguments(value)
     except (TypeError, ValueError, OverflowError):
         return msgspec.json.encode(repr(value)).decode()
+
+
+_ARGUMENTS_CHARS: Final = 4000
+"""The most of a tool call's arguments a span records (the KB tools' default
+result bound): a model's input is whatever it wrote, of any size or depth."""
+
+
+class _Lit(str):
+    """JSON punctuation :func:`_arguments` writes as it is."""
+
+    __slots__ = ()
+
+
+_END: Final = object()
+
+
+def _members(value: Any) -> Iterator[Any] | None:
+    """The JSON a compound ``value`` prints as, a member at a time; None for an atom."""
+    if isinstance(value, Mapping):
+        return _object_members(value)
+    if isinstance(value, list | tuple):
+        return _array_members(value)
+    return None
+
+
+def _object_members(value: Mapping[Any, Any]) -> Iterator[Any]:
+    yield _Lit("{")
+    for index, (key, item) in enumerate(value.items()):
+        if index:
+            yield _Lit(",")
+        yield key if isinstance(key, str) else f"<{type(key).__name__}>"
+        yield _Lit(":")
+        yield item
+    yield _Lit("}")
+
+
+def _array_members(value: list[Any] | tuple[Any, ...]) -> Iterator[Any]:
+    yield _Lit("[")
+    for index, item in enumerate(value):
+        if index:
+            yield _Lit(",")
+        yield item
+    yield _Lit("]")
+
+
+def _atom(value: Any, room: int) -> str:
+    if isinstance(value, str):
+        return msgspec.json.encode(value[:room]).decode()
+    if value is None or isinstance(value, bool | int | float):
+        try:
+            return msgspec.json.encode(value).decode()
+        except (TypeError, ValueError, OverflowError):  # an int past 64 bits
+            pass
+    return msgspec.json.encode(f"<{type(value).__name__}>").decode()
+
+
+def _arguments(value: Any, limit: int = _ARGUMENTS_CHARS) -> str:
+    """A tool call's arguments as JSON, at most ``limit`` characters (a cut text
+    ends with ``…`` and is no longer JSON). The walk is iterative and goes only as
+    far as it prints, so any input, a 10^5-deep list or a megabyte array, costs at
+    most ``limit`` steps and never raises: a tool call's span must not fail the call."""
+    parts: list[str] = []
+    room = limit
+    cut = False
+    stack: list[Iterator[Any]] = [iter((value,))]
+    while stack:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+            continue
+        if room <= 0:
+            cut = True
+            break
+        members = None if type(item) is _Lit else _members(item)
+        if members is not None:
+            stack.append(members)
+            continue
+        text = item if type(item) is _Lit else _atom(item, room)
+        parts.append(text[:room])
+        if len(text) > room:
+            cut = True
+            break
+        room -= len(text)
+    text = "".join(parts)
+    return text[: max(0, limit - 1)] + "…" if cut else text
 
 
 def _message(message: Message) -> dict[str, Any]:
@@ -609,7 +703,7 @@ def traced_tool(
             attrs[TOOL_SERVER] = str(server)
         if state.capture_content and input_at is not None:
             given = args[input_at] if len(args) > input_at else kwargs.get("input")
-            attrs[TOOL_CALL_ARGUMENTS] = _json(given)
+            attrs[TOOL_CALL_ARGUMENTS] = _arguments(given)
         return await _run_tool(state, f"execute_tool {name}", attrs, fn(*args, **kwargs))
 
     return call

@@ -50,7 +50,7 @@ import threading
 import time
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -125,6 +125,12 @@ record saying so; this is the backstop for one it does not reach."""
 _MAX_RESULT_CHARS: Final = 4000
 """How much of an answer a call prints by default (``max_result_chars``)."""
 
+_MAX_INPUT_CHARS: Final = 2 * edn.MAX_TEXT_CHARS
+"""The most a call's input may hold, counted as its JSON spelling roughly runs
+(every string's length, a few characters per other member), before any of it is
+read: a bigger input is refused ``input-too-large`` on the loop, at a cost bounded
+by the cap, whatever it holds."""
+
 _NAME_MAX: Final = 64
 """The longest tool name the providers' identifier grammar allows."""
 _NAME_GRAMMAR = re.compile(rf"^[a-zA-Z0-9_-]{{1,{_NAME_MAX}}}$")
@@ -185,9 +191,10 @@ class _Prefixed:
     async def call(self, name: str, input: Any = None) -> ToolResult:
         if not isinstance(name, str) or not name.startswith(self.prefix):
             listed = ", ".join(s.name for s in self.schemas())
+            bound = getattr(self.inner, "max_result_chars", None)
+            message = f"unknown-tool: no tool is named {_json(name)}; the tools are {listed}"
             return ToolResult(
-                ok=False,
-                error=f"unknown-tool: no tool is named {_json(name)}; the tools are {listed}",
+                ok=False, error=_bounded(message, bound) if type(bound) is int else message
             )
         return await self.inner.call(name[len(self.prefix) :], input)
 
@@ -232,6 +239,7 @@ class _Param:
     keyword_only: bool
     has_default: bool
     default: Any
+    max_items: int | None = None  # an array's declared bound (``Meta(max_length=…)``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,8 +290,19 @@ def _kind_names() -> dict[str, str]:
     }
 
 
+def _declared_bound(annotation: object) -> tuple[object, int | None]:
+    """``Annotated[X, Meta(max_length=n)]`` -> ``(X, n)``; any other annotation -> itself
+    and no bound. The op declares an array argument's bound in its own signature."""
+    if typing.get_origin(annotation) is not typing.Annotated:
+        return annotation, None
+    inner, *extras = typing.get_args(annotation)
+    bounds = [m.max_length for m in extras if isinstance(m, msgspec.Meta) and m.max_length]
+    return inner, min(bounds) if bounds else None
+
+
 def _kind_of(annotation: object) -> str:
     """The ARG_KINDS kind of a parameter annotation (``X | None`` reads as ``X``)."""
+    annotation, _ = _declared_bound(annotation)
     if isinstance(annotation, str):  # an annotation that would not evaluate
         name = annotation.replace(" ", "").removesuffix("|None").rsplit(".", 1)[-1]
         return _kind_names().get(name, "json")
@@ -343,6 +362,7 @@ def _params(fn: Callable[..., Any]) -> tuple[_Param, ...] | None:
                 keyword_only=p.kind is inspect.Parameter.KEYWORD_ONLY,
                 has_default=has_default,
                 default=p.default if has_default else None,
+                max_items=_declared_bound(p.annotation)[1],
             )
         )
     return tuple(out)
@@ -375,15 +395,18 @@ _SENTENCE: Final = {
 }
 
 
-def _property(kind: str, opts: type[Options]) -> dict[str, Any]:
+def _property(kind: str, opts: type[Options], max_items: int | None = None) -> dict[str, Any]:
     if kind == "sentence":
         return dict(_SENTENCE)
     if kind == "sentences":
-        return {
+        out: dict[str, Any] = {
             "type": "array",
             "items": dict(_SENTENCE),
             "description": 'Sentences: an array of sentence strings, e.g. ["(isa Humpty Egg)"].',
         }
+        if max_items is not None:
+            out["maxItems"] = max_items
+        return out
     if kind == "context":
         return {
             "type": "string",
@@ -425,12 +448,15 @@ def _build_schema(
 ) -> ToolSchema:
     properties: dict[str, dict[str, Any]] = {}
     kinds: dict[str, list[str]] = {}
+    bounds: dict[str, int] = {}
     for shape in shapes:
         for p in shape.taken:
             if p.kind not in kinds.setdefault(p.name, []):
                 kinds[p.name].append(p.kind)
+            if p.max_items is not None:
+                bounds[p.name] = min(p.max_items, bounds.get(p.name, p.max_items))
     for name, ks in kinds.items():
-        props = [_property(k, opts) for k in ks]
+        props = [_property(k, opts, bounds.get(name)) for k in ks]
         properties[name] = props[0] if len(props) == 1 else {"anyOf": props}
     required = [n for n in kinds if all(n in s.names for s in shapes)]
     description = inspect.cleandoc(inspect.getdoc(fn) or f"The engine's {op} read.")
@@ -567,12 +593,53 @@ def _select(tool: _Tool, given: Mapping[str, Any]) -> _Shape:
     return shape
 
 
+def _check_sizes(tool: _Tool, shape: _Shape, given: Mapping[str, Any]) -> None:
+    """Refuse, before anything is read, an array argument longer than the op declares
+    (``over-ceiling``, as the engine says it)."""
+    for p in shape.taken:
+        value = given[p.name]
+        if p.max_items is not None and isinstance(value, list) and len(value) > p.max_items:
+            raise _ToolRefusal(
+                "over-ceiling",
+                f"{tool.name}'s {p.name} holds {len(value)} items, over the ceiling of "
+                f"{p.max_items}",
+            )
+
+
+_END: Final = object()
+
+
+def _input_chars(value: Any, cap: int) -> int:
+    """About how long ``value`` spells as JSON, counted only until it passes ``cap``:
+    the walk is iterative and takes at most ``cap`` steps, whatever the input holds."""
+    total = 0
+    stack: list[Iterator[Any]] = [iter((value,))]
+    while stack:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+            continue
+        if isinstance(item, str):
+            total += len(item) + 3  # the quotes and a separator
+        elif isinstance(item, Mapping):
+            total += 2
+            stack.append(itertools.chain.from_iterable(item.items()))
+        elif isinstance(item, list | tuple):
+            total += 2
+            stack.append(iter(item))
+        else:
+            total += 4
+        if total > cap:
+            break
+    return total
+
+
 def _spell(names: Iterable[str]) -> str:
     listed = sorted(names)
     return "no arguments" if not listed else ", ".join(repr(n) for n in listed)
 
 
-def _convert(p: _Param, value: Any) -> Any:
+def _convert(p: _Param, value: Any, clock: Callable[[], None]) -> Any:
     kind = p.kind
     if kind in _EDN_KINDS:
         return edn.read(value, p.name)
@@ -583,7 +650,11 @@ def _convert(p: _Param, value: Any) -> Any:
             raise _ToolRefusal(
                 "bad-argument", f'{p.name} must be an array of sentence strings, e.g. ["(isa A B)"]'
             )
-        return [edn.read(v, p.name) for v in value]
+        read = []
+        for v in value:
+            clock()
+            read.append(edn.read(v, p.name))
+        return read
     if kind in ("handle", "integer"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise _ToolRefusal("bad-argument", f"{p.name} must be a whole number, e.g. 42")
@@ -627,6 +698,10 @@ def _json(value: Any) -> str:
         return type(value).__name__
 
 
+def _no_clock() -> None:
+    """The clock of what is read before the call's deadline is known (its options)."""
+
+
 @dataclass(slots=True)
 class _Call:
     args: list[Any]
@@ -635,19 +710,32 @@ class _Call:
 
 
 def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any]) -> _Call:
-    """Read the arguments, the options checked into the op's declared Struct (the
-    engine's ``check_options``, once: the op receives the Struct as it is). The
-    printer's deadline is the options' ``max-ms`` (the declared default when the call
-    names no options) plus :data:`_CLOCK_GRACE_S`."""
-    values = {p.name: _convert(p, given[p.name]) for p in shape.taken}
+    """Read the arguments, the options first, checked into the op's declared Struct
+    (the engine's ``check_options``, once: the op receives the Struct as it is). The
+    call's deadline is the options' ``max-ms`` (the declared default when the call
+    names no options) plus :data:`_CLOCK_GRACE_S`, from now: the reading of the other
+    arguments runs under it (refused ``max-ms`` once past it), then the printing."""
+    values: dict[str, Any] = {}
     opts = tool.defaults
     for p in shape.taken:
         if p.kind == "opts":
-            opts = values[p.name] = engine_mod.check_options(tool.name, tool.opts, values[p.name])
+            raw = _convert(p, given[p.name], _no_clock)
+            opts = values[p.name] = engine_mod.check_options(tool.name, tool.opts, raw)
     max_ms = getattr(opts, "max_ms", None)
     deadline = None
     if type(max_ms) is int:
         deadline = time.monotonic() + max(0.0, max_ms / 1000) + _CLOCK_GRACE_S
+
+    def clock() -> None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise _ToolRefusal(
+                "max-ms", f"reading the arguments of {tool.name} ran past its max-ms of {max_ms}"
+            )
+
+    for p in shape.taken:
+        if p.kind != "opts":
+            clock()
+            values[p.name] = _convert(p, given[p.name], clock)
     args = [values[p.name] for p in shape.taken if not p.keyword_only]
     kwargs = {p.name: values[p.name] for p in shape.taken if p.keyword_only}
     return _Call(args, kwargs, deadline)
@@ -692,10 +780,20 @@ def _run(
 
 
 def _refused(message: str, max_chars: int) -> ToolResult:
-    bound = max(max_chars, 200)
-    if len(message) > bound:
-        message = message[:bound] + "…"
-    return ToolResult(ok=False, error=message)
+    """A refusal, at most ``max_chars`` characters (its ``…`` included), as an answer is."""
+    return ToolResult(ok=False, error=_bounded(message, max_chars))
+
+
+def _bounded(message: str, max_chars: int) -> str:
+    if len(message) <= max_chars:
+        return message
+    return message[: max(0, max_chars - 1)] + "…"
+
+
+def _check_bound(max_result_chars: object) -> int:
+    if type(max_result_chars) is not int or max_result_chars < 1:
+        raise ValueError(f"max_result_chars is a whole number >= 1, got {max_result_chars!r}")
+    return max_result_chars
 
 
 def _message(exc: Exception) -> str:
@@ -732,7 +830,7 @@ class Toolset:
         self.kb = kb
         self.engine = engine if engine is not None else engine_mod.embedded()
         self.workers = workers
-        self.max_result_chars = max_result_chars
+        self.max_result_chars = _check_bound(max_result_chars)
         self._table = _Table(self.engine)
         self._limiter: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
 
@@ -794,7 +892,11 @@ class Toolset:
         :data:`MAX_LIMIT`) is refused ``over-ceiling``; a call naming no option runs
         under the op's declared default (a clocked read's ``max-ms`` is the ceiling).
         The answer is printed as EDN, at most
-        ``max_result_chars`` of it plus :data:`vaelii_llm._edn.CUT_MARKER` when cut.
+        ``max_result_chars`` characters, :data:`vaelii_llm._edn.CUT_MARKER` included
+        when cut; a refusal is bounded the same. Before anything is read, an input
+        over :data:`_MAX_INPUT_CHARS` is refused ``input-too-large`` and an array
+        longer than the op declares (``maxItems`` in its schema) ``over-ceiling``;
+        the arguments are then read under the call's clock (``max-ms``).
 
         Every failure (unknown tool, bad input, a refusal of the engine's, an engine
         bug) is ``ToolResult(ok=False, error=…)`` whose message starts with the
@@ -817,12 +919,24 @@ class Toolset:
                     + ", ".join(table.by_name),
                 )
             given: Any = {} if input is None else input
-            if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
+            if not isinstance(given, Mapping):
+                raise _ToolRefusal(
+                    "bad-input",
+                    f"the input of {tool.name} must be a JSON object, not {_json(input)}",
+                )
+            if _input_chars(given, _MAX_INPUT_CHARS) > _MAX_INPUT_CHARS:
+                raise _ToolRefusal(
+                    "input-too-large",
+                    f"the input of {tool.name} is over {_MAX_INPUT_CHARS} characters; "
+                    "ask a narrower question",
+                )
+            if not all(isinstance(k, str) for k in given):
                 raise _ToolRefusal(
                     "bad-input",
                     f"the input of {tool.name} must be a JSON object, not {_json(input)}",
                 )
             shape = _select(tool, given)
+            _check_sizes(tool, shape, given)
             stop = threading.Event()
             try:
                 text = await anyio.to_thread.run_sync(
@@ -893,4 +1007,4 @@ async def call(
     """Run one tool call against ``kb`` on the embedded engine (see
     :meth:`Toolset.call`); never raises. Calls share the default toolset's worker
     slots."""
-    return await _default()._call(kb, name, input, max_result_chars)
+    return await _default()._call(kb, name, input, _check_bound(max_result_chars))

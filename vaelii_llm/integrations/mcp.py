@@ -28,6 +28,7 @@ Install with ``pip install 'vaelii-llm[mcp]'``.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import sys
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from typing import Any, Final
 import mcp.types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 
 from vaelii_llm import __version__
 from vaelii_llm.tools import Toolset
@@ -145,22 +147,50 @@ async def serve_http(
 
     The socket is bound before this returns control to the loop, so port 0 picks a
     free one; ``ready`` is called with the URL (by default it is printed to stderr).
-    A loopback host gets ``mcp``'s DNS-rebinding protection.
+    A socket bound to a loopback address gets ``mcp``'s DNS-rebinding protection
+    (:func:`_rebinding_protection`), however the host was spelled (``127.1``,
+    ``localhost``, ``::1``, ``2130706433``…).
     """
     import uvicorn
 
-    app = server(toolset).streamable_http_app(host=host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)
-    bound_port = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{bound_port}/mcp"
-    (ready or _announce)(url)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     try:
+        bound_address, bound_port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{bound_port}/mcp"
+        security = _rebinding_protection(bound_address, host)
+        app = server(toolset).streamable_http_app(host=host, transport_security=security)
+        (ready or _announce)(url)
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:
         sock.close()
+
+
+def _rebinding_protection(bound: str, host: str) -> TransportSecuritySettings | None:
+    """The DNS-rebinding protection for a socket bound to ``bound`` (an address, as
+    ``getsockname`` answers it) and named ``host``: when the address is loopback, only
+    a request whose ``Host`` and ``Origin`` name a loopback spelling (``127.0.0.1``,
+    ``localhost``, ``[::1]``, or ``host`` as given) is served, so a page on another
+    site cannot reach it through a name that resolves here. Decided by the bound
+    address, never by the spelling. None (no check) for any other address, which the
+    network reaches anyway."""
+    try:
+        loopback = ipaddress.ip_address(bound.split("%", 1)[0]).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        return None
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    given = f"[{host}]" if ":" in host else host
+    if given and given not in names:
+        names.append(given)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{name}:*" for name in names],
+        allowed_origins=[f"http://{name}:*" for name in names],
+    )
 
 
 def _announce(url: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from vaelii_llm.kb._declare import CLOCK, Options
 from vaelii_llm.kb._query import Clock, Foreign, Var
 from vaelii_llm.kb._store import KB, edn_module, is_symbol, symbol, term_name
-from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal, Sentex
+from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal, Sentex, too_deep
 
 __all__ = [
     "check_arity",
@@ -34,6 +34,10 @@ __all__ = [
 
 
 def parse_edn(text: str, what: str) -> Any:
+    if too_deep(text) is not None:
+        raise EngineRefusal(
+            f"malformed-{what}", f"{text[:80]!r} is nested deeper than {MAX_NESTING}"
+        )
     try:
         return edn_module().loads(text)
     except Exception as exc:  # reader errors, unknown tags, RecursionError
@@ -176,7 +180,7 @@ def edn_str(x: Any) -> str:
 
 def context_ids(kb: KB) -> list[int]:
     ids = set(kb.context_ids())
-    for child, parents in kb.all_parents().items():
+    for child, parents in list(kb.all_parents().items()):  # a snapshot: a writer adds
         ids.add(child)
         ids.update(parents)
     return sorted(ids)

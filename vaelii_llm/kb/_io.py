@@ -39,7 +39,7 @@ from vaelii_llm.kb._store import (
     is_symbol,
     symbol,
 )
-from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal, too_deep
 from vaelii_llm.kb._writes import _assert
 
 __all__ = ["load_edn", "open", "sample", "save", "synthetic"]
@@ -48,7 +48,18 @@ SNAPSHOT_FORMAT: Final = "vaelii-kb/1"
 _sample_forms: list[Any] | None = None
 
 
+_LAYOUT_DEPTH: Final = 2
+"""The brackets the layout puts around a sentence (``{:sentences [ … ]}``): a file
+may nest that much deeper than :data:`MAX_NESTING`, the cap on a sentence."""
+
+
 def _read_forms(text: str, origin: str) -> list[Any]:
+    at = too_deep(text, MAX_NESTING + _LAYOUT_DEPTH)
+    if at is not None:
+        raise EngineRefusal(
+            "malformed-sentence",
+            f"{origin}, {_line_col(text, at)}: a form is nested deeper than {MAX_NESTING}",
+        )
     try:
         forms = edn_module().loads("[" + text + "\n]")
     except Exception as exc:
@@ -314,6 +325,7 @@ def _open(path: str | os.PathLike[str]) -> KB:
     kb._state = bytearray(doc["state"])
     for cid, keys_b, lens_b, flat_b, all_b, live in doc["contexts"]:
         c = _Ctx()
+        c.nested = None  # the duplicate index of nested sentences: built at the first write
         keys, lens, flat = array("q", keys_b), array("q", lens_b), array("q", flat_b)
         d = c.keys
         off = 0

@@ -68,7 +68,10 @@ def _sentence_list(x: Any) -> list[tuple[Any, ...]]:
 
 @op("qualitative-scenarios", kind=READ, opts=ScenarioOpts, clocked=True)
 def qualitative_scenarios(
-    kb: KB, sentences: list[Sentence], context: Context, opts: ScenarioOpts = SCENARIOS
+    kb: KB,
+    sentences: Annotated[list[Sentence], Meta(max_length=MAX_SCENARIO_SENTENCES)],
+    context: Context,
+    opts: ScenarioOpts = SCENARIOS,
 ) -> Iterator[Scenario | Cut]:
     """The consistent ways a few open sentences could be true or false together, given
     what the context holds: one scenario per consistent true/false assignment, lazily.

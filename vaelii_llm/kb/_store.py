@@ -18,8 +18,12 @@ Layout (what keeps 10^6 sentexes in well under 500 bytes each):
 Concurrency: many readers and one writer. Writers serialize on ``_wlock``. The row
 columns and index lists only ever grow (a retraction flips ``_state``), and a row's
 state is appended last, so a reader that checks `visible` never sees half a row.
-The small derived tables (context parents, rules, declared arities) are replaced
-whole on change (copy-on-write), so a reader holds one consistent version of each.
+The small derived tables (context parents, rules, declared arities) are updated in
+place, one entry at a time, each entry replaced whole (a tuple) or only appended to
+(a rule list), so a sentence costs what it changes and a load is linear in its
+file; a reader looks entries up, and a reader that walks a table walks a snapshot
+taken in one call (``list(table)``), never the dict itself. The ancestors cache is
+dropped after each change of the parents, so nothing stale is kept past it.
 """
 
 from __future__ import annotations
@@ -105,16 +109,36 @@ def _index_key(term_id: int, pos: int) -> int:
     return term_id * KEY_POSITIONS + pos
 
 
+def _push(index: dict[int, int | array[int]], key: int, h: int) -> None:
+    """Add handle `h` under `key`: one handle, then an array of them."""
+    v = index.get(key)
+    if v is None:
+        index[key] = h
+    elif isinstance(v, int):
+        index[key] = array("q", (v, h))
+    else:
+        v.append(h)
+
+
+def _is_nested(enc: tuple[Any, ...]) -> bool:
+    return any(type(x) is tuple for x in enc)
+
+
 class _Ctx:
     """One context's index: ``keys`` (term at a position -> handles), ``all`` (every
-    handle stored in it, oldest first) and how many of them are live."""
+    handle stored in it, oldest first), how many of them are live, and ``nested``
+    (a sentence holding a nested list, a rule or a negation, by its hash -> handles),
+    so the duplicate check of such a sentence, whose only indexed term is often its
+    predicate, reads a few handles, not every rule of the context. ``nested`` is
+    None in a reopened snapshot until a write needs it (:meth:`KB.find_in_context`)."""
 
-    __slots__ = ("all", "keys", "live")
+    __slots__ = ("all", "keys", "live", "nested")
 
     def __init__(self) -> None:
         self.keys: dict[int, int | array[int]] = {}
         self.all: array[int] = array("q")
         self.live = 0
+        self.nested: dict[int, int | array[int]] | None = {}
 
     def entry(self, term_id: int, pos: int) -> int | array[int] | None:
         """The index entry of a term at a top-level position (0 is the predicate):
@@ -131,14 +155,9 @@ class _Ctx:
         keys = self.keys
         for pos, x in enumerate(enc[:KEY_POSITIONS]):
             if type(x) is int:
-                k = _index_key(x, pos)
-                v = keys.get(k)
-                if v is None:
-                    keys[k] = h
-                elif isinstance(v, int):
-                    keys[k] = array("q", (v, h))
-                else:
-                    v.append(h)
+                _push(keys, _index_key(x, pos), h)
+        if self.nested is not None and _is_nested(enc):
+            _push(self.nested, hash(enc), h)
 
 
 class Subscription:
@@ -176,12 +195,12 @@ class KB:
         self._ctx: array[int] = array("i")
         self._state = bytearray()
         self._contexts: dict[int, _Ctx] = {}
-        # copy-on-write tables
+        # derived tables (see the module docstring)
         self._parents: dict[int, tuple[int, ...]] = {}
-        self._genl_rows: dict[int, tuple[int, int]] = {}  # genlCtx handle -> (child, parent)
+        self._genl_rows: dict[int, dict[int, int]] = {}  # child -> {genlCtx handle: parent}
         self._ancestors: dict[int, tuple[int, ...]] = {}
-        self._rules: dict[int, dict[int, tuple[Rule, ...]]] = {}
-        self._arity_rows: dict[int, tuple[int, int]] = {}  # arity handle -> (pred, n)
+        self._rules: dict[int, dict[int, list[Rule]]] = {}
+        self._arity_rows: dict[int, dict[int, int]] = {}  # pred -> {arity handle: n}
         self._arity: dict[int, int] = {}
         self._type_counts: dict[int, int] = {}
         # feed and bookkeeping
@@ -298,6 +317,17 @@ class KB:
         c = self._contexts.get(cid)
         if c is None:
             return None
+        if _is_nested(enc):
+            if c.nested is None:  # a reopened snapshot: built once, at the first write
+                c.nested = {}
+                for h in c.all:
+                    row = self.row(h)
+                    if _is_nested(row):
+                        _push(c.nested, hash(row), h)
+            for h in handles_in(c.nested.get(hash(enc))):
+                if self._state[h - 1] == LIVE and self.row(h) == enc:
+                    return h
+            return None
         best: Sequence[int] | None = None
         for pos, x in enumerate(enc[:KEY_POSITIONS]):
             if type(x) is int:
@@ -363,48 +393,21 @@ class KB:
                     self._note_special(h, cid, self.row(h), added=False)
                     self._ctx[h - 1] = ROLLED_BACK
 
-    # -- derived tables (copy-on-write) -------------------------------------------
+    # -- derived tables (updated in place: see the module docstring) -------------
 
     def _note_special(self, h: int, cid: int, enc: tuple[Any, ...], *, added: bool) -> None:
         pred = enc[0] if enc else None
         sp = self._special
         if pred == sp["genlCtx"] and len(enc) == 3 and type(enc[1]) is int:
-            genl = dict(self._genl_rows)
-            if added:
-                genl[h] = (enc[1], enc[2])
-            else:
-                genl.pop(h, None)
-            parents: dict[int, list[int]] = {}
-            for child, parent in genl.values():
-                ps = parents.setdefault(child, [])
-                if parent not in ps:
-                    ps.append(parent)
-            self._genl_rows = genl
-            self._parents = {k: tuple(v) for k, v in parents.items()}
-            self._ancestors = {}
+            self._note_genl(h, enc[1], enc[2], added)
         elif pred == sp["implies"]:
             rule = compile_rule(h, cid, enc, sp["and"])
-            if rule is None:
-                return
-            head = rule.consequent[0] if type(rule.consequent[0]) is int else -1
-            if head >= 0 and self.is_var(head):
-                head = -1
-            rules = dict(self._rules)
-            per = dict(rules.get(cid, {}))
-            cur = per.get(head, ())
-            per[head] = (*cur, rule) if added else tuple(r for r in cur if r.handle != h)
-            rules[cid] = per
-            self._rules = rules
+            if rule is not None:
+                self._note_rule(h, cid, rule, added)
         elif pred == sp["arity"] and len(enc) == 3 and type(enc[1]) is int:
             n = self.terms[enc[2]] if type(enc[2]) is int else None
             if type(n) is int:
-                rows = dict(self._arity_rows)
-                if added:
-                    rows[h] = (enc[1], n)
-                else:
-                    rows.pop(h, None)
-                self._arity_rows = rows
-                self._arity = dict(rows.values())
+                self._note_arity(h, enc[1], n, added)
         if pred in (sp["isa"], sp["genls"]) and len(enc) == 3:
             counts = self._type_counts
             places = (enc[2],) if pred == sp["isa"] else (enc[1], enc[2])
@@ -413,6 +416,43 @@ class KB:
                     counts[t] = counts.get(t, 0) + (1 if added else -1)
                     if counts[t] <= 0:
                         del counts[t]
+
+    def _note_genl(self, h: int, child: int, parent: Any, added: bool) -> None:
+        rows = self._genl_rows.setdefault(child, {})
+        if added:
+            rows[h] = parent
+        else:
+            rows.pop(h, None)
+        # the child's parents in the order their rows were stored, each once
+        parents = tuple(dict.fromkeys(rows.values()))
+        if parents:
+            self._parents[child] = parents
+        else:
+            self._parents.pop(child, None)
+            del self._genl_rows[child]
+        self._ancestors = {}
+
+    def _note_rule(self, h: int, cid: int, rule: Rule, added: bool) -> None:
+        head = rule.consequent[0] if type(rule.consequent[0]) is int else -1
+        if head >= 0 and self.is_var(head):
+            head = -1
+        per = self._rules.setdefault(cid, {})
+        if added:
+            per.setdefault(head, []).append(rule)
+        else:
+            per[head] = [r for r in per.get(head, ()) if r.handle != h]
+
+    def _note_arity(self, h: int, pred: int, n: int, added: bool) -> None:
+        declared = self._arity_rows.setdefault(pred, {})
+        if added:
+            declared[h] = n
+        else:
+            declared.pop(h, None)
+        if declared:  # the last row stored wins
+            self._arity[pred] = next(reversed(declared.values()))
+        else:
+            self._arity.pop(pred, None)
+            del self._arity_rows[pred]
 
     def parents(self, cid: int) -> tuple[int, ...]:
         return self._parents.get(cid, ())
@@ -444,14 +484,14 @@ class KB:
         """The live rules visible in `cids` (None: every context) that may conclude `pred`."""
         rules = self._rules
         out: list[Rule] = []
-        for cid in rules if cids is None else cids:
+        for cid in list(rules) if cids is None else cids:
             per = rules.get(cid)
             if per:
                 if pred >= 0:
                     out.extend(per.get(pred, ()))
                     out.extend(per.get(-1, ()))
                 else:
-                    for rs in per.values():
+                    for rs in list(per.values()):
                         out.extend(rs)
         return [r for r in out if self.visible(r.handle)]
 

@@ -26,6 +26,7 @@ whatever symbol objects the store hands them.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Final, NewType
 
 import msgspec
@@ -52,6 +53,7 @@ __all__ = [
     "Sentex",
     "Term",
     "WhyNot",
+    "too_deep",
 ]
 
 Sentence = NewType("Sentence", tuple[Any, ...])
@@ -62,7 +64,45 @@ Handle = NewType("Handle", int)
 MAX_NESTING: Final = 64
 """The deepest bracket nesting a sentence may have (the sentence itself is one). The
 tools' EDN reader (`vaelii_llm._edn`) holds a model's arguments to it too, so one cap
-keeps the parser and every recursive walk of a sentence off the stack limit."""
+keeps the parser and every recursive walk of a sentence off the stack limit. Every
+EDN reader (a model's argument, an engine argument, a KB file) checks the text
+against it with `too_deep` before the parser sees it."""
+
+# Strings, comments and character literals hold brackets that do not nest.
+_NON_NESTING: Final = re.compile(r'"(?:[^"\\]|\\.)*"|;[^\n]*|\\.', re.DOTALL)
+_NOT_BRACKET: Final = re.compile(r"[^()\[\]{}]+")
+_INNERMOST: Final = re.compile(r"[(\[{][)\]}]")
+_BRACKET: Final = re.compile(r"[(\[{)\]}]")
+
+
+def too_deep(text: str, cap: int = MAX_NESTING) -> int | None:
+    """Where ``text`` first nests past ``cap`` brackets (lists, vectors, maps and sets
+    alike, outside strings, comments and character literals): the offset of the
+    opening bracket one too deep, or None when it nests no deeper than ``cap``.
+
+    Linear and iterative: the text reduced to its brackets loses its innermost pairs
+    once per level, at most ``cap`` times (a KB file nests a few levels, so a few
+    passes); only a text found too deep is walked again for the offset."""
+    if text.count("(") + text.count("[") + text.count("{") <= cap:
+        return None  # cannot nest deeper than the cap
+    brackets = _NOT_BRACKET.sub("", _NON_NESTING.sub("", text))
+    for _ in range(cap):
+        brackets, removed = _INNERMOST.subn("", brackets)
+        if not removed:
+            return None
+    if not _INNERMOST.search(brackets):
+        return None  # only unpaired brackets are left: the parser says where
+    blanked = _NON_NESTING.sub(lambda m: " " * len(m.group()), text)
+    depth = 0
+    for match in _BRACKET.finditer(blanked):
+        if match.group() in "([{":
+            depth += 1
+            if depth > cap:
+                return match.start()
+        elif depth:
+            depth -= 1
+    return None
+
 
 #: The function attribute that marks an engine function irreversible (the Python
 #: spelling of a Clojure ``!`` var). `vaelii_llm.engine.irreversible` sets it and
