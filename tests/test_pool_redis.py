@@ -146,6 +146,38 @@ async def test_two_pools_on_one_redis_share_each_hosts_limit(redis_server: Redis
         assert (first.outstanding, second.outstanding) == (0, 0)
 
 
+async def test_a_slot_given_back_and_taken_in_one_instant_costs_one_script(
+    redis_server: RedisServer, rclient: aioredis.Redis
+) -> None:
+    # Every slot busy, each caller giving its slot back and asking again at
+    # once: its release and its take reach Redis in one script, the release
+    # first, so no take finds the hosts full and nobody waits on Redis.
+    async with hosts(2) as (a, b):
+        # A long lease: no renewal (a script too) runs while this counts.
+        p = shared_pool([a.url, b.url], redis_server.url, slots=2, lease_ttl_ms=60_000)
+        async with p:
+            checkouts = 0
+
+            async def caller() -> None:
+                nonlocal checkouts
+                for _ in range(25):
+                    async with p.provider():
+                        checkouts += 1
+
+            async with p.provider():  # the script loaded
+                pass
+            assert await settled(p) == [0, 0]
+            await rclient.config_resetstat()
+            await asyncio.gather(*(caller() for _ in range(4)))  # 4 callers, 4 slots
+            stats = await rclient.info("commandstats")
+            assert await settled(p) == [0, 0]
+    assert checkouts == 100
+    assert "cmdstat_blpop" not in stats  # no take found the hosts full
+    # One script per instant: 4 takes, then 24 rounds of 4 releases and 4
+    # takes (then the last releases): about a quarter of a script per checkout.
+    assert stats["cmdstat_evalsha"]["calls"] <= 27
+
+
 async def test_two_pool_names_do_not_share(redis_server: RedisServer) -> None:
     async with hosts(1) as (a,):
         full = shared_pool([a.url], redis_server.url, slots=1, name="batch")
@@ -360,6 +392,27 @@ async def test_redis_stopped_mid_run_ends_every_call_typed(redis_server: RedisSe
         await p.aclose()
     left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert left == []
+
+
+async def test_a_restarted_redis_serves_the_same_pool_again(
+    redis_server: RedisServer, rclient: aioredis.Redis
+) -> None:
+    async with hosts(1) as (a,):
+        p = shared_pool([a.url], redis_server.url)
+        async with p:
+            async with p.provider():
+                pass
+            await redis_server.stop()
+            with pytest.raises(LLMUnreachable):
+                async with p.provider():
+                    pass
+            await redis_server.start()  # same port, empty: no scripts, no leases
+            # The kept connection is stale and the script unknown: both recovered.
+            async with p.provider():
+                assert [h.held_everywhere for h in (await p.read_statistics()).hosts] == [1]
+            assert await settled(p) == [0]
+            stats = await rclient.info("commandstats")
+            assert stats["cmdstat_evalsha"]["failed_calls"] >= 1  # NOSCRIPT, then loaded
 
 
 async def test_redis_down_from_the_start_is_unreachable_and_never_shows_the_password() -> None:

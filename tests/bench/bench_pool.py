@@ -30,7 +30,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ from vaelii_llm.pool import Pool, vote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from redis_server import RedisServer  # tests/, beside this folder
+
+HERE = Path(__file__).resolve().parent
 
 VOTES = 3
 REQUEST = Request(messages=[Message(role="user", content="Is a spider an insect?")])
@@ -217,13 +219,12 @@ async def across_processes(
 ) -> tuple[list[float], float, float]:
     """``processes`` processes of ``callers`` each, started together: all samples,
     checkouts a second across them, mean CPU µs per checkout in each."""
-    here = str(Path(__file__).resolve())
     code = (
         "import asyncio, sys; sys.path.insert(0, sys.argv[1]); import bench_pool; "
         "asyncio.run(bench_pool.worker_process(sys.argv[2], *map(int, sys.argv[3:6]), "
         "float(sys.argv[6])))"
     )
-    args = [str(Path(here).parent), url, str(per_host), str(callers), str(each), str(hold_s)]
+    args = [str(HERE), url, str(per_host), str(callers), str(each), str(hold_s)]
     procs = [
         await asyncio.create_subprocess_exec(
             sys.executable,
@@ -250,28 +251,28 @@ async def across_processes(
     return samples, len(samples) / took, cpu
 
 
-async def shared_slots(each: int, hold_ms: float, runs: int) -> None:
+async def shared_slots(each: int, calls_ms: Sequence[float], runs: int) -> None:
     """Acquire + release in Redis against in process: one caller; 64 callers
     back to back (saturated: a throughput test, p50 ≈ 64 / rate by Little's law);
-    64 callers each holding the slot ``hold_ms`` (a model call; its latency is
-    the figure); and 4 processes of 16 callers, the feature's purpose. Every
-    row is the median over ``runs`` runs of each run's p50 / p99 / rate."""
-    hold_s = hold_ms / 1000
-    cases = (
+    64 callers each holding the slot for a model call of ``calls_ms`` (the
+    latency of the checkout itself is the figure); and 4 processes of 16
+    callers, the feature's purpose. Every row is the median over ``runs`` runs
+    of each run's p50 / p99 / rate; the rows interleave within a run."""
+    cases: list[tuple[str, int, int, float, int]] = [
         ("1 caller", 1, 16, 0.0, 1),
         ("64 callers back to back", 64, 16, 0.0, 1),
         ("64 callers back to back, 128 slots", 64, 32, 0.0, 1),
-        (f"64 callers holding {hold_ms:g} ms", 64, 16, hold_s, 1),
+        *((f"64 callers holding {ms:g} ms", 64, 16, ms / 1000, 1) for ms in calls_ms),
         ("4 processes x 16 back to back", 16, 16, 0.0, 4),
-        (f"4 processes x 16 holding {hold_ms:g} ms", 16, 16, hold_s, 4),
-    )
+        *((f"4 processes x 16 holding {ms:g} ms", 16, 16, ms / 1000, 4) for ms in calls_ms),
+    ]
     rows: dict[tuple[str, str], list[tuple[float, float, float, float, float]]] = {}
     async with RedisServer() as server:
         assert server.process is not None
         for _ in range(runs):  # the rows interleave, so a busy moment spreads over them
             for label, callers, per_host, hold, processes in cases:
-                # A held call lasts hold_s: fewer checkouts keep the row short.
-                n = max(each // 10, 20) if hold else each
+                # A held call lasts hold: fewer checkouts keep the row short.
+                n = max(int(each * 0.0005 / hold), 10) if hold else each
                 for where, url in (("in process", None), ("in Redis", server.url)):
                     served = cpu_seconds(server.process.pid)
                     if processes > 1:
@@ -301,7 +302,8 @@ async def shared_slots(each: int, hold_ms: float, runs: int) -> None:
     head = f"  {'':<52} {'p50':>8} {'p99':>8} {'per second':>11} {'CPU':>6} {'Redis':>6}"
     print(head)
     for (label, where), found in rows.items():
-        p50, p99, rate, cpu, served = (statistics.median(column) for column in zip(*found))
+        columns = zip(*found, strict=True)
+        p50, p99, rate, cpu, served = (statistics.median(column) for column in columns)
         verdict = ""
         if where == "in Redis" and label != "1 caller":
             verdict = "  target met" if p50 < TARGET_US else "  target NOT met"
@@ -322,12 +324,12 @@ async def main(
     hold_ms: float,
     bound_rounds: int,
     each: int,
-    call_ms: float,
+    calls_ms: Sequence[float],
     runs: int,
     shared_only: bool,
 ) -> None:
     if shared_only:
-        await shared_slots(each, call_ms, runs)
+        await shared_slots(each, calls_ms, runs)
         return
     providers: tuple[tuple[str, Instant], ...] = (
         ("instant provider", Instant()),
@@ -345,7 +347,7 @@ async def main(
             f"({voted / gathered:.2f}x); per turn {(voted - gathered) / VOTES:+.1f} µs"
         )
     await bounded(hold_ms, bound_rounds)
-    await shared_slots(each, call_ms, runs)
+    await shared_slots(each, calls_ms, runs)
 
 
 if __name__ == "__main__":
@@ -355,7 +357,7 @@ if __name__ == "__main__":
     parser.add_argument("--hold", type=float, default=50.0, help="ms a bounded call holds")
     parser.add_argument("--bound-rounds", type=int, default=7)
     parser.add_argument("--checkouts", type=int, default=200, help="per task, shared slots")
-    parser.add_argument("--call", type=float, default=5.0, help="ms a held slot's call takes")
+    parser.add_argument("--calls", default="5,50", help="ms a held slot's call takes, each a row")
     parser.add_argument("--runs", type=int, default=5, help="runs of the shared-slot rows")
     parser.add_argument("--shared-only", action="store_true", help="only the shared-slot rows")
     args = parser.parse_args()
@@ -366,7 +368,7 @@ if __name__ == "__main__":
             args.hold,
             args.bound_rounds,
             args.checkouts,
-            args.call,
+            [float(ms) for ms in args.calls.split(",")],
             args.runs,
             args.shared_only,
         )
