@@ -27,7 +27,7 @@ from redis_server import RedisServer
 
 from vaelii_llm import config
 from vaelii_llm._pool import Pool
-from vaelii_llm.errors import LLMBadHosts, LLMPoolTimeout, LLMUnreachable
+from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMPoolTimeout, LLMUnreachable
 from vaelii_llm.pool import pool_from_config, vote
 from vaelii_llm.providers import ollama
 
@@ -447,6 +447,30 @@ async def test_a_redis_that_never_answers_ends_within_the_acquire_timeout() -> N
             async with p.provider():
                 pass
         await p.aclose()
+
+
+async def test_closing_while_redis_never_answers_ends_the_calls_closed() -> None:
+    sent = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(4096):  # reads, never answers, until the client goes
+            sent.set()
+        writer.close()
+
+    async with serve_raw(silent) as base, hosts(1) as (a,):
+        url = base.replace("http://", "redis://")
+        p = shared_pool([a.url], url, acquire_timeout_ms=600_000)
+
+        async def checkout() -> None:
+            async with p.provider():
+                pass
+
+        calls = [asyncio.create_task(checkout()) for _ in range(3)]
+        await sent.wait()  # their takes are on their way to Redis
+        await p.aclose()  # gives Redis its grace, then gives up on it
+        async with asyncio.timeout(30):  # a hang guard only: the calls end on their own
+            ended = await asyncio.gather(*calls, return_exceptions=True)
+    assert [type(e) for e in ended] == [LLMClosed] * 3
 
 
 async def test_cancelled_calls_leave_no_slot_held(redis_server: RedisServer) -> None:

@@ -2,15 +2,18 @@
 and pool name shares one limit per host (the ``redis`` extra).
 
 Each host is a lease semaphore: a sorted set of lease ids scored by the
-server-clock millisecond at which each lease expires. One Lua script takes
-leases (dropping expired ones first, then choosing for each caller a host as
-:class:`~vaelii_llm._pool.Pool` would in process: a free host not cooling, the
-one the caller's vote uses least, then the least busy), one releases them, one
-renews every lease this process holds. The takes (and the releases) asked for
-in one instant go in one script call, in the order they were asked. A lease is
-renewed every third of its TTL while its call runs, so a process killed with
-SIGKILL frees its slots within the TTL and nothing ever needs a flush; an idle
-pool's keys expire by themselves.
+server-clock millisecond at which each lease expires. What a process asks in
+one instant (one turn of its event loop) goes to Redis in one call of one Lua
+script, one call in flight at a time: the leases it gives back, then the leases
+it takes, in the order they were asked (dropping expired ones first, then
+choosing for each caller a host as :class:`~vaelii_llm._pool.Pool` would in
+process: a free host not cooling, the one the caller's vote uses least, then
+the least busy). So a caller that gives its slot back and asks again at once
+finds it free, and a checkout costs one round trip shared by the instant's
+callers. Another script renews every lease this process holds, every third of
+its TTL while its call runs, so a process killed with SIGKILL frees its slots
+within the TTL and nothing ever needs a flush; an idle pool's keys expire by
+themselves.
 
 A release pushes a word on the pool's ``freed`` list, on which one watcher per
 process blocks (``BLPOP``, served in the order the processes blocked) while
@@ -29,6 +32,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Final
 
 try:
@@ -42,9 +46,9 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test extra
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
     ) from exc
 
-from vaelii_llm._pool import POLL_S
+from vaelii_llm._pool import POLL_S, POOL_LABEL
 from vaelii_llm.config import hide_userinfo
-from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.errors import LLMClosed, LLMUnreachable
 
 __all__ = ["RedisSlots"]
 
@@ -194,6 +198,10 @@ def check_url(url: str) -> str:
     return text
 
 
+_Take = tuple[str, "asyncio.Future[tuple[int, str]]"]
+"""A take waiting for its script: its preferences, and its answer (host, lease)."""
+
+
 class RedisSlots:
     """The slots of a pool's hosts, held in Redis under ``vaelii:pool:{name}:``.
 
@@ -231,7 +239,7 @@ class RedisSlots:
         self._tasks: set[asyncio.Future[Any]] = set()
         self._renewer: asyncio.Task[None] | None = None
         self._step_keys = [*self._lease_keys, *self._cool_keys, self._freed_key]
-        self._takes: list[tuple[str, asyncio.Future[tuple[int, str]]]] = []
+        self._takes: list[_Take] = []
         self._releases: list[tuple[int, str, Callable[[], None] | None]] = []
         self._sending: asyncio.Future[Any] | None = None
         self._alarms: deque[tuple[float, asyncio.Future[Any]]] = deque()
@@ -285,8 +293,9 @@ class RedisSlots:
     def _stem(self) -> str:
         # Host and process first, so an operator reading the keys sees whose it is.
         pid = os.getpid()
-        if pid != self._pid:  # a fork
+        if pid != self._pid:  # a fork: the parent's connection is not ours
             self._pid = pid
+            self._step_conn = None
             self._owner = f"{socket.gethostname()}:{pid}:{os.urandom(4).hex()}"
         return self._owner
 
@@ -367,31 +376,47 @@ class RedisSlots:
             try:
                 found = await self._call(self._step(args))
             except LLMUnreachable as exc:
-                for _, asked in takes:
-                    if not asked.done():
-                        asked.set_exception(LLMUnreachable(exc.label, exc.reason))
+                self._refuse(takes, partial(LLMUnreachable, exc.label, exc.reason))
                 if releases:
                     log.warning(
                         "%d lease(s) not released (they expire in their TTL): %s",
                         len(releases),
                         exc,
                     )
-                found = b""
+                continue
+            except asyncio.CancelledError:  # closing, and Redis did not answer in time
+                self._refuse([*takes, *self._takes], partial(LLMClosed, POOL_LABEL, waited=True))
+                raise
             finally:
                 for _, _, then in releases:
                     if then is not None:
                         then()
-            if not found:
-                continue
-            for j, ((_, asked), best) in enumerate(zip(takes, found.split(b","), strict=True)):
-                host = int(best)
-                lease = f"{stem}:{first + j}" if host else ""
-                if host:
-                    self._hold(lease, host - 1)
-                if not asked.done():
-                    asked.set_result((host, lease))
-                elif host:  # its caller gave up while Redis answered
-                    self.give_back(host - 1, lease)
+            if takes:
+                self._answer(takes, stem, first, found.split(b","))
+
+    def _answer(
+        self,
+        takes: list[_Take],
+        stem: str,
+        first: int,
+        found: list[bytes],
+    ) -> None:
+        for j, ((_, asked), best) in enumerate(zip(takes, found, strict=True)):
+            host = int(best)
+            lease = f"{stem}:{first + j}" if host else ""
+            if host:
+                self._hold(lease, host - 1)
+            if not asked.done():
+                asked.set_result((host, lease))
+            elif host:  # its caller gave up while Redis answered
+                self.give_back(host - 1, lease)
+
+    @staticmethod
+    def _refuse(takes: list[_Take], error: Callable[[], Exception]) -> None:
+        # One exception each: a raised exception gathers its raiser's traceback.
+        for _, asked in takes:
+            if not asked.done():
+                asked.set_exception(error())
 
     async def _step(self, args: list[Any]) -> bytes:
         # One try more on a fresh connection: the kept one may predate a Redis
