@@ -27,7 +27,7 @@ from redis_server import RedisServer
 
 from vaelii_llm import config
 from vaelii_llm._pool import Pool
-from vaelii_llm.errors import LLMBadHosts, LLMPoolTimeout, LLMUnreachable
+from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMPoolTimeout, LLMUnreachable
 from vaelii_llm.pool import pool_from_config, vote
 from vaelii_llm.providers import ollama
 
@@ -144,6 +144,38 @@ async def test_two_pools_on_one_redis_share_each_hosts_limit(redis_server: Redis
             assert a.calls + b.calls == 48
             assert await settled(first) == [0, 0]
         assert (first.outstanding, second.outstanding) == (0, 0)
+
+
+async def test_a_slot_given_back_and_taken_in_one_instant_costs_one_script(
+    redis_server: RedisServer, rclient: aioredis.Redis
+) -> None:
+    # Every slot busy, each caller giving its slot back and asking again at
+    # once: its release and its take reach Redis in one script, the release
+    # first, so no take finds the hosts full and nobody waits on Redis.
+    async with hosts(2) as (a, b):
+        # A long lease: no renewal (a script too) runs while this counts.
+        p = shared_pool([a.url, b.url], redis_server.url, slots=2, lease_ttl_ms=60_000)
+        async with p:
+            checkouts = 0
+
+            async def caller() -> None:
+                nonlocal checkouts
+                for _ in range(25):
+                    async with p.provider():
+                        checkouts += 1
+
+            async with p.provider():  # the script loaded
+                pass
+            assert await settled(p) == [0, 0]
+            await rclient.config_resetstat()
+            await asyncio.gather(*(caller() for _ in range(4)))  # 4 callers, 4 slots
+            stats = await rclient.info("commandstats")
+            assert await settled(p) == [0, 0]
+    assert checkouts == 100
+    assert "cmdstat_blpop" not in stats  # no take found the hosts full
+    # One script per instant: 4 takes, then 24 rounds of 4 releases and 4
+    # takes (then the last releases): about a quarter of a script per checkout.
+    assert stats["cmdstat_evalsha"]["calls"] <= 27
 
 
 async def test_two_pool_names_do_not_share(redis_server: RedisServer) -> None:
@@ -362,6 +394,27 @@ async def test_redis_stopped_mid_run_ends_every_call_typed(redis_server: RedisSe
     assert left == []
 
 
+async def test_a_restarted_redis_serves_the_same_pool_again(
+    redis_server: RedisServer, rclient: aioredis.Redis
+) -> None:
+    async with hosts(1) as (a,):
+        p = shared_pool([a.url], redis_server.url)
+        async with p:
+            async with p.provider():
+                pass
+            await redis_server.stop()
+            with pytest.raises(LLMUnreachable):
+                async with p.provider():
+                    pass
+            await redis_server.start()  # same port, empty: no scripts, no leases
+            # The kept connection is stale and the script unknown: both recovered.
+            async with p.provider():
+                assert [h.held_everywhere for h in (await p.read_statistics()).hosts] == [1]
+            assert await settled(p) == [0]
+            stats = await rclient.info("commandstats")
+            assert stats["cmdstat_evalsha"]["failed_calls"] >= 1  # NOSCRIPT, then loaded
+
+
 async def test_redis_down_from_the_start_is_unreachable_and_never_shows_the_password() -> None:
     port = refused_url().rsplit(":", 1)[1]
     url = f"redis://:hunter2@127.0.0.1:{port}/0"
@@ -394,6 +447,30 @@ async def test_a_redis_that_never_answers_ends_within_the_acquire_timeout() -> N
             async with p.provider():
                 pass
         await p.aclose()
+
+
+async def test_closing_while_redis_never_answers_ends_the_calls_closed() -> None:
+    sent = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(4096):  # reads, never answers, until the client goes
+            sent.set()
+        writer.close()
+
+    async with serve_raw(silent) as base, hosts(1) as (a,):
+        url = base.replace("http://", "redis://")
+        p = shared_pool([a.url], url, acquire_timeout_ms=600_000)
+
+        async def checkout() -> None:
+            async with p.provider():
+                pass
+
+        calls = [asyncio.create_task(checkout()) for _ in range(3)]
+        await sent.wait()  # their takes are on their way to Redis
+        await p.aclose()  # gives Redis its grace, then gives up on it
+        async with asyncio.timeout(30):  # a hang guard only: the calls end on their own
+            ended = await asyncio.gather(*calls, return_exceptions=True)
+    assert [type(e) for e in ended] == [LLMClosed] * 3
 
 
 async def test_cancelled_calls_leave_no_slot_held(redis_server: RedisServer) -> None:

@@ -415,11 +415,9 @@ class Pool(Generic[P]):
         answered = False
         try:
             if self._waiting == 0:
-                if self._acquire_timeout_ms == 0:  # one try, bounded by Redis's own timeout
-                    got = await shared.take(uses, self._cooling())
-                else:
-                    async with asyncio.timeout_at(deadline):
-                        got = await shared.take(uses, self._cooling())
+                # With no timeout, one try, bounded by Redis's own.
+                until = deadline if self._acquire_timeout_ms else None
+                got = await shared.take(uses, self._cooling(), until)
                 answered = True
                 if got is not None:
                     return self._hand_out(*got, spread)

@@ -2,15 +2,18 @@
 and pool name shares one limit per host (the ``redis`` extra).
 
 Each host is a lease semaphore: a sorted set of lease ids scored by the
-server-clock millisecond at which each lease expires. One Lua script takes
-leases (dropping expired ones first, then choosing for each caller a host as
-:class:`~vaelii_llm._pool.Pool` would in process: a free host not cooling, the
-one the caller's vote uses least, then the least busy), one releases them, one
-renews every lease this process holds. The takes (and the releases) asked for
-in one instant go in one script call, in the order they were asked. A lease is
-renewed every third of its TTL while its call runs, so a process killed with
-SIGKILL frees its slots within the TTL and nothing ever needs a flush; an idle
-pool's keys expire by themselves.
+server-clock millisecond at which each lease expires. What a process asks in
+one instant (one turn of its event loop) goes to Redis in one call of one Lua
+script, one call in flight at a time: the leases it gives back, then the leases
+it takes, in the order they were asked (dropping expired ones first, then
+choosing for each caller a host as :class:`~vaelii_llm._pool.Pool` would in
+process: a free host not cooling, the one the caller's vote uses least, then
+the least busy). So a caller that gives its slot back and asks again at once
+finds it free, and a checkout costs one round trip shared by the instant's
+callers. Another script renews every lease this process holds, every third of
+its TTL while its call runs, so a process killed with SIGKILL frees its slots
+within the TTL and nothing ever needs a flush; an idle pool's keys expire by
+themselves.
 
 A release pushes a word on the pool's ``freed`` list, on which one watcher per
 process blocks (``BLPOP``, served in the order the processes blocked) while
@@ -23,26 +26,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
 import socket
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Final
 
 try:
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
-    from redis.exceptions import RedisError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import NoScriptError, RedisError
 except ImportError as exc:  # pragma: no cover - the extra is in the test extra
     raise ImportError(
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
     ) from exc
 
-from vaelii_llm._pool import POLL_S
+from vaelii_llm._pool import POLL_S, POOL_LABEL
 from vaelii_llm.config import hide_userinfo
-from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.errors import LLMClosed, LLMUnreachable
 
 __all__ = ["RedisSlots"]
 
@@ -58,6 +64,8 @@ CLOSE_GRACE_S: Final = 1.0
 """How long closing waits for releases still on their way; a Redis that does not
 answer by then has them cancelled (those leases expire in their TTL)."""
 
+CLOCK_RESOLUTION_S: Final = time.get_clock_info("monotonic").resolution
+
 SCHEMES: Final = ("redis://", "rediss://", "unix://")
 
 _COMMON = """
@@ -65,73 +73,87 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-TAKE: Final = (
+STEP: Final = (
     _COMMON
     + """
--- Takes a lease for each caller of this process that asked in the same instant,
--- in the order they asked. KEYS: n lease sets, then n cool-down flags.
--- ARGV: ttl ms, n slot counts, then per caller: its lease id and its preferences.
-local n = #KEYS / 2
+-- One instant of one process: the leases it gives back, then the leases it
+-- takes, for each caller in the order they asked. KEYS: n lease sets, n
+-- cool-down flags, the freed list. ARGV: ttl ms, n slot counts, how many words
+-- freed keeps, the lease ids' stem, the first take's number, how many take,
+-- their preferences (one per take, ';'-terminated), the releases ('host=lease ').
+-- Take j's lease id is stem:(first + j). Answers each take's host (0: none),
+-- comma-separated.
+local n = (#KEYS - 1) / 2
 local ttl = tonumber(ARGV[1])
-local held, shared_cool = {}, {}
+local freed = KEYS[#KEYS]
+local at = 2 + n
+local keep, stem, first = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
+local count, prefs, releases = tonumber(ARGV[at + 3]), ARGV[at + 4], ARGV[at + 5]
+local gave = false
+for host, lease in string.gmatch(releases, '(%d+)=(%S+)') do
+  redis.call('ZREM', KEYS[tonumber(host)], lease)
+  redis.call('RPUSH', freed, '1')
+  gave = true
+end
+if gave then
+  redis.call('LTRIM', freed, -keep, -1)
+  redis.call('PEXPIRE', freed, ttl)
+end
+if count == 0 then
+  return ''
+end
+local held, slots, none, shared_cool, all_shared_cool = {}, {}, {}, {}, true
 for i = 1, n do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
-  held[i] = redis.call('ZCARD', KEYS[i])
+  held[i], slots[i], none[i] = redis.call('ZCARD', KEYS[i]), tonumber(ARGV[1 + i]), 0
   shared_cool[i] = redis.call('EXISTS', KEYS[n + i]) == 1
+  all_shared_cool = all_shared_cool and shared_cool[i]
 end
-local out, taken = {}, {}
-local at = 2 + n
-while at <= #ARGV do
+local out, taken, j = {}, {}, 0
+for pref in string.gmatch(prefs, '([^;]*);') do
   -- A caller's preferences: '' (none), or its vote's turns on each host then
   -- whether this process sees each host cooling, comma-separated.
-  local uses, cooling, all_cooling = {}, {}, true
-  for i = 1, n do
-    uses[i], cooling[i] = 0, shared_cool[i]
-  end
-  local k = 0
-  for word in string.gmatch(ARGV[at + 1], '[^,]+') do
-    k = k + 1
-    if k <= n then uses[k] = tonumber(word) else cooling[k - n] = cooling[k - n] or word == '1' end
-  end
-  for i = 1, n do
-    if not cooling[i] then all_cooling = false end
+  local uses, cooling, all_cooling = none, shared_cool, all_shared_cool
+  if pref ~= '' then
+    uses, cooling, all_cooling = {}, {}, true
+    for i = 1, n do
+      uses[i], cooling[i] = 0, shared_cool[i]
+    end
+    local k = 0
+    for word in string.gmatch(pref, '[^,]+') do
+      k = k + 1
+      if k <= n then
+        uses[k] = tonumber(word)
+      else
+        cooling[k - n] = cooling[k - n] or word == '1'
+      end
+    end
+    for i = 1, n do
+      if not cooling[i] then all_cooling = false end
+    end
   end
   local best, best_uses, best_held = 0, 0, 0
   for i = 1, n do
-    if held[i] < tonumber(ARGV[1 + i]) and (all_cooling or not cooling[i]) then
+    if held[i] < slots[i] and (all_cooling or not cooling[i]) then
       if best == 0 or uses[i] < best_uses or (uses[i] == best_uses and held[i] < best_held) then
         best, best_uses, best_held = i, uses[i], held[i]
       end
     end
   end
   if best > 0 then
-    redis.call('ZADD', KEYS[best], now + ttl, ARGV[at])
-    held[best] = held[best] + 1
+    redis.call('ZADD', KEYS[best], now + ttl, stem .. ':' .. (first + j))
     taken[best] = true
+    held[best] = held[best] + 1
   end
-  out[#out + 1] = best
-  at = at + 2
+  j = j + 1
+  out[j] = best
 end
 for i in pairs(taken) do
   redis.call('PEXPIRE', KEYS[i], ttl)
 end
-return out
+return table.concat(out, ',')
 """
 )
-
-RELEASE: Final = """
--- KEYS: each lease's set, then the freed list. ARGV: how many words freed keeps,
--- ttl ms, then the lease ids in KEYS' order. One word is pushed per lease.
-local m = #KEYS - 1
-local freed = KEYS[#KEYS]
-for i = 1, m do
-  redis.call('ZREM', KEYS[i], ARGV[2 + i])
-  redis.call('RPUSH', freed, '1')
-end
-redis.call('LTRIM', freed, -tonumber(ARGV[1]), -1)
-redis.call('PEXPIRE', freed, ARGV[2])
-return m
-"""
 
 RENEW: Final = (
     _COMMON
@@ -176,6 +198,10 @@ def check_url(url: str) -> str:
     return text
 
 
+_Take = tuple[str, "asyncio.Future[tuple[int, str]]"]
+"""A take waiting for its script: its preferences, and its answer (host, lease)."""
+
+
 class RedisSlots:
     """The slots of a pool's hosts, held in Redis under ``vaelii:pool:{name}:``.
 
@@ -205,16 +231,21 @@ class RedisSlots:
         self._ttl_ms = lease_ttl_ms
         self._cooldown_ms = cooldown_ms
         self._client: aioredis.Redis | None = None
+        self._steps: aioredis.ConnectionPool | None = None
+        self._step_conn: Any = None
+        self._step_sha = ""
         self._scripts: dict[str, Any] = {}
         self._held: dict[str, int] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._renewer: asyncio.Task[None] | None = None
-        self._takes: list[tuple[str, str, asyncio.Future[int]]] = []
-        self._taking: asyncio.Future[Any] | None = None
+        self._step_keys = [*self._lease_keys, *self._cool_keys, self._freed_key]
+        self._takes: list[_Take] = []
         self._releases: list[tuple[int, str, Callable[[], None] | None]] = []
-        self._releasing: asyncio.Future[Any] | None = None
+        self._sending: asyncio.Future[Any] | None = None
+        self._alarms: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        self._alarm: asyncio.TimerHandle | None = None
         self._closed = False
-        self._counter = itertools.count()
+        self._numbered = 0
         self._pid = 0
         self._owner = ""
 
@@ -235,9 +266,15 @@ class RedisSlots:
                 retry=Retry(NoBackoff(), 1),
             )
             self._client = aioredis.Redis.from_pool(connections)
-            for key, source in (("take", TAKE), ("release", RELEASE), ("renew", RENEW)):
+            for key, source in (("renew", RENEW), ("count", COUNT)):
                 self._scripts[key] = self._client.register_script(source)
-            self._scripts["count"] = self._client.register_script(COUNT)
+            # The steps (the hot path) go on one connection of their own, one in
+            # flight at a time, through redis-py's connection API: no pool,
+            # retry or timeout wrapper per call, one deadline round the call.
+            self._steps = aioredis.ConnectionPool.from_url(
+                self._url, max_connections=1, socket_connect_timeout=OP_TIMEOUT_S
+            )
+            self._step_sha = self._client.register_script(STEP).sha
         return self._client
 
     async def _call(self, op: Awaitable[Any]) -> Any:
@@ -253,66 +290,161 @@ class RedisSlots:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _lease(self) -> str:
+    def _stem(self) -> str:
         # Host and process first, so an operator reading the keys sees whose it is.
         pid = os.getpid()
-        if pid != self._pid:  # a fork
+        if pid != self._pid:  # a fork: the parent's connection is not ours
             self._pid = pid
+            self._step_conn = None
             self._owner = f"{socket.gethostname()}:{pid}:{os.urandom(4).hex()}"
-        return f"{self._owner}:{next(self._counter)}"
+        return self._owner
 
     # -- taking, waiting, giving back -------------------------------------------
 
-    async def take(self, uses: Sequence[int], cooling: Sequence[bool]) -> tuple[int, str] | None:
+    async def take(
+        self, uses: Sequence[int], cooling: Sequence[bool], deadline: float | None = None
+    ) -> tuple[int, str] | None:
         """Take a lease on the best free host: (host index, lease id), or None when
-        every host is full. The takes asked for in one instant go to Redis in one
-        script, in the order they were asked. Cancelled before it is sent, a take
-        is dropped; after, a lease it took is given back when the answer comes."""
+        every host is full. What one instant asks (its releases, then its takes in
+        the order they were asked) goes to Redis in one script. Cancelled before
+        it is sent, a take is dropped; after, a lease it took is given back when
+        the answer comes. Unanswered at ``deadline`` (loop time), TimeoutError:
+        the deadlines of a pool's takes come in order (one acquire timeout), so
+        one timer serves them all."""
         self._redis()
-        lease = self._lease()
-        asked: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        asked: asyncio.Future[tuple[int, str]] = asyncio.get_running_loop().create_future()
         prefs = ""
         if any(uses) or any(cooling):
             prefs = ",".join([*map(str, uses), *("1" if cool else "0" for cool in cooling)])
-        self._takes.append((lease, prefs, asked))
-        if self._taking is None or self._taking.done():
-            self._taking = self._spawn(self._send_takes())
+        self._takes.append((prefs, asked))
+        if deadline is not None:
+            self._alarm_at(deadline, asked)
+        self._send()
         try:
-            best = await asked
+            best, lease = await asked
         except asyncio.CancelledError:
             # Cancelled in the instant its answer came: the lease it took goes back.
             taken = asked.done() and not asked.cancelled() and asked.exception() is None
-            if taken and asked.result():
-                self.give_back(asked.result() - 1, lease)
+            if taken and asked.result()[0]:
+                self.give_back(*asked.result())
             raise
         return None if best == 0 else (best - 1, lease)
 
-    async def _send_takes(self) -> None:
-        script = self._scripts["take"]
-        keys = [*self._lease_keys, *self._cool_keys]
-        while self._takes:
-            batch = [take for take in self._takes if not take[2].done()]
-            self._takes = []
-            if not batch:
+    def _alarm_at(self, deadline: float, asked: asyncio.Future[Any]) -> None:
+        alarms = self._alarms
+        while alarms and alarms[0][1].done():
+            alarms.popleft()
+        alarms.append((deadline, asked))
+        if self._alarm is None:
+            self._alarm = asyncio.get_running_loop().call_at(alarms[0][0], self._ring)
+
+    def _ring(self) -> None:
+        # A loop runs a timer up to its clock's resolution early.
+        self._alarm = None
+        loop = asyncio.get_running_loop()
+        now, alarms = loop.time() + CLOCK_RESOLUTION_S, self._alarms
+        while alarms and (alarms[0][1].done() or alarms[0][0] <= now):
+            _, asked = alarms.popleft()
+            if not asked.done():
+                asked.set_exception(TimeoutError())
+        if alarms:
+            self._alarm = loop.call_at(alarms[0][0], self._ring)
+
+    def _send(self) -> None:
+        if self._sending is None or self._sending.done():
+            self._sending = self._spawn(self._send_steps())
+
+    async def _send_steps(self) -> None:
+        # One script in flight at a time: what is asked meanwhile goes in the next.
+        while self._takes or self._releases:
+            takes = [take for take in self._takes if not take[1].done()]
+            releases, self._takes, self._releases = self._releases, [], []
+            if not takes and not releases:
                 continue
-            args: list[Any] = [self._ttl_ms, *self._slots]
-            for lease, prefs, _ in batch:
-                args += (lease, prefs)
+            stem, first = self._stem(), self._numbered
+            self._numbered += len(takes)
+            args = [
+                self._ttl_ms,
+                *self._slots,
+                sum(self._slots),
+                stem,
+                first,
+                len(takes),
+                "".join([f"{prefs};" for prefs, _ in takes]),
+                "".join([f"{index + 1}={lease} " for index, lease, _ in releases]),
+            ]
             try:
-                found = await self._call(script(keys=keys, args=args))
+                found = await self._call(self._step(args))
             except LLMUnreachable as exc:
-                for _, _, asked in batch:
-                    if not asked.done():
-                        asked.set_exception(LLMUnreachable(exc.label, exc.reason))
+                self._refuse(takes, partial(LLMUnreachable, exc.label, exc.reason))
+                if releases:
+                    log.warning(
+                        "%d lease(s) not released (they expire in their TTL): %s",
+                        len(releases),
+                        exc,
+                    )
                 continue
-            for (lease, _, asked), best in zip(batch, found, strict=True):
-                best = int(best)
-                if best:
-                    self._hold(lease, best - 1)
-                if not asked.done():
-                    asked.set_result(best)
-                elif best:  # its caller gave up while Redis answered
-                    self.give_back(best - 1, lease)
+            except asyncio.CancelledError:  # closing, and Redis did not answer in time
+                self._refuse([*takes, *self._takes], partial(LLMClosed, POOL_LABEL, waited=True))
+                raise
+            finally:
+                for _, _, then in releases:
+                    if then is not None:
+                        then()
+            if takes:
+                self._answer(takes, stem, first, found.split(b","))
+
+    def _answer(
+        self,
+        takes: list[_Take],
+        stem: str,
+        first: int,
+        found: list[bytes],
+    ) -> None:
+        for j, ((_, asked), best) in enumerate(zip(takes, found, strict=True)):
+            host = int(best)
+            lease = f"{stem}:{first + j}" if host else ""
+            if host:
+                self._hold(lease, host - 1)
+            if not asked.done():
+                asked.set_result((host, lease))
+            elif host:  # its caller gave up while Redis answered
+                self.give_back(host - 1, lease)
+
+    @staticmethod
+    def _refuse(takes: list[_Take], error: Callable[[], Exception]) -> None:
+        # One exception each: a raised exception gathers its raiser's traceback.
+        for _, asked in takes:
+            if not asked.done():
+                asked.set_exception(error())
+
+    async def _step(self, args: list[Any]) -> bytes:
+        # One try more on a fresh connection: the kept one may predate a Redis
+        # restart. A script the server lost (a restart) is loaded again.
+        assert self._steps is not None
+        command = ("EVALSHA", self._step_sha, len(self._step_keys), *self._step_keys, *args)
+        for attempt in (1, 2):
+            if self._step_conn is None:
+                # redis-py leaves this one untyped.
+                self._step_conn = await self._steps.get_connection()  # type: ignore[no-untyped-call]
+            conn = self._step_conn
+            try:
+                async with asyncio.timeout(OP_TIMEOUT_S):
+                    try:
+                        await conn.send_packed_command(conn.pack_command(*command), False)
+                        found: bytes = await conn.read_response()
+                    except NoScriptError:
+                        await conn.send_command("SCRIPT", "LOAD", STEP, check_health=False)
+                        await conn.read_response()
+                        await conn.send_packed_command(conn.pack_command(*command), False)
+                        found = await conn.read_response()
+                return found
+            except RedisConnectionError:
+                if attempt == 2:
+                    raise
+            except TimeoutError as exc:  # the connection was closed with the call
+                raise RedisConnectionError(f"no answer in {OP_TIMEOUT_S:g} s") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _hold(self, lease: str, index: int) -> None:
         self._held[lease] = index
@@ -333,30 +465,12 @@ class RedisSlots:
             popped.result()  # raises LLMUnreachable when Redis failed
 
     def give_back(self, index: int, lease: str, then: Callable[[], None] | None = None) -> None:
-        """Release ``lease`` in the background, then call ``then``; a Redis that
-        fails leaves the lease to expire. Releases of one instant go in one script."""
+        """Release ``lease`` in the background (with the takes of its instant), then
+        call ``then``; a Redis that fails leaves the lease to expire."""
         if self._held.pop(lease, None) is None or self._closed:
             return
         self._releases.append((index, lease, then))
-        if self._releasing is None or self._releasing.done():
-            self._releasing = self._spawn(self._send_releases())
-
-    async def _send_releases(self) -> None:
-        script = self._scripts["release"]
-        while self._releases:
-            batch, self._releases = self._releases, []
-            keys = [*(self._lease_keys[index] for index, _, _ in batch), self._freed_key]
-            args = [sum(self._slots), self._ttl_ms, *(lease for _, lease, _ in batch)]
-            try:
-                await self._call(script(keys=keys, args=args))
-            except LLMUnreachable as exc:
-                log.warning(
-                    "%d lease(s) not released (they expire in their TTL): %s", len(batch), exc
-                )
-            finally:
-                for _, _, then in batch:
-                    if then is not None:
-                        then()
+        self._send()
 
     def cool(self, index: int) -> None:
         """Mark the host cooling for every process, in the background."""
@@ -421,5 +535,10 @@ class RedisSlots:
             await asyncio.wait(set(self._tasks), timeout=max(left, 0))
             await asyncio.sleep(0)
         self._closed = True
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
+        if self._steps is not None:
+            await self._steps.aclose()
         if self._client is not None:
             await self._client.aclose()
