@@ -14,6 +14,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -258,6 +259,11 @@ async def test_the_default_is_bounded_and_zero_asks_for_no_bound() -> None:
         finally:
             await bounded.aclose()
             await unbounded.aclose()
+
+
+def test_the_readme_names_the_default_bound() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert f"Unset, {transport.DEFAULT_MAX_CONNECTIONS}," in readme
 
 
 async def test_a_probe_session_bounds_each_host_in_its_connector() -> None:
