@@ -40,6 +40,7 @@ import asyncio
 import gc
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -53,13 +54,17 @@ from typing import Any
 import aiohttp
 import msgspec
 
-DELTAS = 200
+DELTAS = int(os.environ.get("BENCH_DELTAS", "200"))
 SIZES = (1, 64, 512, 2048)
 RUNS = 5
+MEMORY_RUNS = 3
+"""Memory passes are fewer: tracemalloc makes each several times slower, and
+a peak moves far less from run to run than a time."""
 OFFICIAL_RUNS = 2
+SWEEP_RUNS = 3
 SEQUENTIAL = 256
 """Turns one after another at N = 1 (one turn alone is too short to time)."""
-SWEEP = (16, 32, 64, 100, 256, 0)
+SWEEP = (16, 32, 100, 256, 0)
 MODEL = "bench-model"
 WIRES = ("anthropic", "ollama", "openai")
 PIECE = "word "
@@ -385,7 +390,7 @@ async def wire_table(url: str, wire: str, official_2048: bool) -> list[str]:
                 for turn in turns.values():  # warm: the pools filled, the code paths run
                     await _batch(turn, min(n, 512))
                 times = await paired(turns, n, RUNS, per_turn_s)
-                mems = await paired(turns, n, RUNS, growth_per_turn)
+                mems = await paired(turns, n, MEMORY_RUNS, growth_per_turn)
                 tf, to = statistics.median(times["floor"]), statistics.median(times["ours"])
                 mf, mo = statistics.median(mems["floor"]), statistics.median(mems["ours"])
                 rt = _median_ratio(times["ours"], times["floor"])
@@ -424,7 +429,7 @@ def _wires() -> tuple[str, ...]:
 
 async def sweep(url: str) -> None:
     print("ours under max_connections=M (0: no bound) over the floor, time per turn,")
-    print(f"median of {RUNS} paired runs (ratio; memory ratio from one paired run each):")
+    print(f"median of {SWEEP_RUNS} paired runs (ratio; memory ratio from one paired run each):")
     for wire in _wires():
         async with aiohttp.ClientSession() as floor_session:
             floor = floor_turn(floor_session, url, wire)
@@ -436,7 +441,7 @@ async def sweep(url: str) -> None:
                         turns = {"floor": floor, "ours": ours_turn(provider)}
                         for turn in turns.values():
                             await _batch(turn, n)
-                        times = await paired(turns, n, RUNS, per_turn_s)
+                        times = await paired(turns, n, SWEEP_RUNS, per_turn_s)
                         mems = await paired(turns, n, 1, growth_per_turn)
                     finally:
                         await provider.aclose()
@@ -453,7 +458,8 @@ async def main(url: str) -> None:
     official_2048 = "--official-2048" in sys.argv
     print(
         f"{DELTAS} text deltas a turn; time per turn and peak memory growth per turn; "
-        f"medians of {RUNS} paired runs (official: {OFFICIAL_RUNS}, memory once)"
+        f"medians of {RUNS} paired runs ({MEMORY_RUNS} for memory; "
+        f"official: {OFFICIAL_RUNS}, memory once)"
     )
     print(
         "wire          N |  floor (aiohttp, 100 conns)  |  vaelii_llm               "
