@@ -945,10 +945,12 @@ async def drain(chunks: AsyncIterator[bytes], seconds: float) -> None:
     the deadline passing, a cut connection or a body that never ends is
     swallowed (the response is then closed rather than reused). Reading the
     body to its end lets its connection go back to the pool. A cancellation
-    propagates.
+    propagates. The bound is a :func:`~vaelii_llm._timers.timeout_at` block
+    (one shared loop timer), not a loop timer of its own: every streamed turn
+    passes here, most finding the body's end already arrived.
     """
     with suppress(TimeoutError, LLMError):
-        async with asyncio.timeout(seconds):
+        with timers.timeout_at(asyncio.get_running_loop().time() + seconds):
             async for _ in chunks:
                 pass
 
