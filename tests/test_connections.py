@@ -91,14 +91,11 @@ async def counting(body: Body) -> AsyncIterator[tuple[str, Counting]]:
 
 
 async def whole_stream(request: web.Request, _record: Counting) -> web.StreamResponse:
-    """Ollama's answer: streamed, then the body's end, or whole when not streamed."""
+    """Ollama's answer: streamed (NDJSON), or one object when not streamed."""
     if not (await request.json()).get("stream", True):
         return web.json_response(merged([*(chunk(p) for p in PIECES), final()]))
-    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await response.prepare(request)
-    await response.write(OLLAMA_BODY)
-    await response.write_eof()
-    return response
+    # Sent whole, with its length: its end is there when the last line is read.
+    return web.Response(body=OLLAMA_BODY, headers={"Content-Type": "application/x-ndjson"})
 
 
 def checked_in(provider: HTTPProvider[Any, Any]) -> None:
@@ -366,19 +363,19 @@ WIRES: dict[str, tuple[bytes, str, Callable[[str, int], HTTPProvider[Any, Any]]]
 def streaming(
     body: bytes, content_type: str, *, tail: bytes = b"", hold: asyncio.Event | None = None
 ) -> Body:
-    """A streamed answer, then ``tail`` after its terminal event, then (``hold``)
-    the body left open until the event is set."""
+    """A streamed answer and ``tail`` after its terminal event, sent at once
+    with its length (so its end is there when the terminal event is read, on
+    any machine); or (``hold``) chunked, the body left open after the answer
+    until the event is set."""
 
     async def handle(request: web.Request, _record: Counting) -> web.StreamResponse:
         await request.read()
+        if hold is None:
+            return web.Response(body=body + tail, headers={"Content-Type": content_type})
         response = web.StreamResponse(headers={"Content-Type": content_type})
         await response.prepare(request)
-        await response.write(body)
-        if tail:
-            await asyncio.sleep(0.005)
-            await response.write(tail)
-        if hold is not None:
-            await hold.wait()
+        await response.write(body + tail)
+        await hold.wait()
         await response.write_eof()
         return response
 
