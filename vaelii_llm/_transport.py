@@ -156,14 +156,15 @@ CONNECT_TIMEOUT_MS: Final = 5_000
 
 DEFAULT_MAX_CONNECTIONS: Final = 100
 """Connections a provider keeps open to its far end, per event loop, when
-``max_connections`` is unset. Many turns at once then queue for a few reused
-connections instead of each opening its own: at a few thousand concurrent
-streams, a connection each costs about twice the time and memory per turn
-of a bounded pool (``tests/bench/bench_concurrency.py`` measures it), and
-below this bound each turn opens or reuses one as it would unbounded. The
-same figure as aiohttp's own default pool, so the provider costs what a plain
-aiohttp client costs; one far end rarely serves more streams at once from one
-client than this, and ``max_connections`` raises it (``0``: no bound)."""
+``max_connections`` is unset: aiohttp's own default pool, chosen by
+measurement (``tests/bench/bench_concurrency.py --sweep``). Unbounded, every
+one of many turns at once opens its own connection: a burst of a few
+thousand streams costs more time and memory per turn than queueing for a
+reused few, and on a loaded machine some of its connects do not land inside
+:data:`CONNECT_TIMEOUT_MS` at all. Bounds from a few dozen to a few hundred
+measure alike, so the one a plain aiohttp client has is kept: a provider then
+costs what that client costs. Raise it (``0``: no bound) when turns end in
+:class:`LLMTimeout` with phase ``connection``."""
 
 DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 """The largest whole body read into memory. A final message is a few MiB at
@@ -454,9 +455,9 @@ class Gate:
     ``limit`` turns hold one at once, the rest wait their turn in order.
 
     A turn takes one (:meth:`take`) before it is sent and gives it back
-    (:meth:`give`) once its response is let go (its connection back in the connector's pool,
-    or closed), so the connector never holds more than ``limit`` and never
-    queues. A wait here is under the turn's deadline; one that outlasts it is
+    (:meth:`give`) once its response is let go (its connection back in the
+    connector's pool, or closed), so the connector never holds more than
+    ``limit`` and never queues. A wait here is under the turn's deadline; one that outlasts it is
     :class:`LLMTimeout` with phase ``connection``.
     """
 
@@ -949,10 +950,10 @@ async def drain(chunks: AsyncIterator[bytes], seconds: float) -> None:
     (one shared loop timer), not a loop timer of its own: every streamed turn
     passes here, most finding the body's end already arrived.
     """
-    with suppress(TimeoutError, LLMError):
-        with timers.timeout_at(asyncio.get_running_loop().time() + seconds):
-            async for _ in chunks:
-                pass
+    deadline = asyncio.get_running_loop().time() + seconds
+    with suppress(TimeoutError, LLMError), timers.timeout_at(deadline):
+        async for _ in chunks:
+            pass
 
 
 @asynccontextmanager
