@@ -169,7 +169,7 @@ def test_aclose_after_a_loop_stopped_without_closing_it_drops_that_loops_session
     try:
         provider = ollama.provider(host=server.url)
         assert text(first.run_until_complete(provider.complete(ASK))) == ANSWER
-        [(_, (session, _closer))] = list(provider._sessions._held.items())
+        [(_, (session, _gate, _closer))] = list(provider._sessions._held.items())
         asyncio.run(provider.aclose())  # another loop; the first is stopped, not closed
         assert session.closed
         first.run_until_complete(first.shutdown_asyncgens())  # harmless afterwards
@@ -512,7 +512,7 @@ def test_a_ca_bundle_that_will_not_load_is_refused_when_built(tmp_path: Path) ->
 # --- max_connections -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("cap", "most"), [(1, 1), (None, 3)])
+@pytest.mark.parametrize(("cap", "most"), [(1, 1), (None, 3), (0, 3)])
 async def test_max_connections_caps_the_providers_open_connections(
     cap: int | None, most: int
 ) -> None:
@@ -527,7 +527,7 @@ async def test_max_connections_caps_the_providers_open_connections(
         if peak == 3:
             all_in.set()
         # Held until all three are in at once, or briefly when the cap forbids it.
-        with pytest.raises(TimeoutError) if cap else _nothing():
+        with pytest.raises(TimeoutError) if cap == 1 else _nothing():
             async with asyncio.timeout(0.05):
                 await all_in.wait()
         active -= 1
@@ -554,7 +554,7 @@ class _nothing:
 
 
 def test_max_connections_out_of_shape_is_refused() -> None:
-    for bad in (0, -1, True, 1.5):
+    for bad in (-1, True, 1.5, "4"):
         with pytest.raises(ValueError, match="max_connections"):
             ollama.provider(max_connections=bad)  # type: ignore[typeddict-item]
 

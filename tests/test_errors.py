@@ -60,13 +60,18 @@ def test_a_pool_timeout_is_a_timeout_of_the_acquire_phase() -> None:
 
 
 @pytest.mark.parametrize(
-    ("phase", "said"), [("headers", "did not answer"), ("body", "did not finish its answer")]
+    ("phase", "said"),
+    [
+        ("headers", "did not answer"),
+        ("body", "did not finish its answer"),
+        ("connection", "no connection to Ollama at http://h:1 came free"),
+    ],
 )
 def test_a_timeout_names_its_phase(phase: errors.TimeoutPhase, said: str) -> None:
     err = errors.LLMTimeout("Ollama at http://h:1", 900, phase)
     assert err.phase == phase
     assert said in str(err)
-    assert set(get_args(errors.TimeoutPhase)) == {"headers", "body", "acquire"}
+    assert set(get_args(errors.TimeoutPhase)) == {"connection", "headers", "body", "acquire"}
 
 
 def test_closed_names_what_closed_and_when() -> None:

@@ -637,9 +637,11 @@ def test_public_surfaces_are_frozen() -> None:
     import vaelii_llm._wire as wire
 
     assert sorted(transport.__all__) == [
+        "DEFAULT_MAX_CONNECTIONS",
         "DEFAULT_NETWORK",
         "Deadline",
         "Endpoint",
+        "Gate",
         "LoopSessions",
         "Network",
         "USER_AGENT",
@@ -1031,6 +1033,7 @@ class Case:
         decoder: msgspec.json.Decoder[Any] = ANY,
         inflight: set[aiohttp.ClientResponse] | None = None,
         session: aiohttp.ClientSession | None = None,
+        gate: transport.Gate | None = None,
     ) -> BaseException:
         """One turn on ``path`` ("whole" or "stream"); what it raised (it must raise)."""
         own = session or self.session
@@ -1048,6 +1051,7 @@ class Case:
                     headers=headers,
                     max_body_bytes=max_body_bytes,
                     inflight=inflight,
+                    gate=gate,
                 )
             else:
                 async with open_stream(
@@ -1060,6 +1064,7 @@ class Case:
                     headers=headers,
                     max_body_bytes=max_body_bytes,
                     inflight=inflight,
+                    gate=gate,
                 ) as chunks:
                     async for _ in chunks:
                         pass
@@ -1142,6 +1147,31 @@ async def no_connection(case: Case) -> list[BaseException]:
                 errors.append(await case.turn(p, url, budget_ms=AMPLE, session=quick))
     for err in errors:
         assert "no connection inside 50 ms" in str(err)
+    return errors
+
+
+async def every_connection_taken(case: Case) -> list[BaseException]:
+    """A gate of one connection, held by a turn the far end never answers: the
+    next turns, on both paths, end at the gate, never sent."""
+
+    async def handler(request: web.Request) -> web.Response:
+        await case.far.hold()
+        return web.Response()
+
+    gate = transport.Gate(1)
+    async with serve(handler) as url:
+        holder = asyncio.create_task(case.turn("whole", url, gate=gate))
+        await case.far.arrived.wait()
+        case.far.arrived.clear()
+        errors = [await case.turn(p, url, budget_ms=300, gate=gate) for p in BOTH_PATHS]
+        assert not case.far.arrived.is_set()  # neither was sent
+        holder.cancel()
+        with suppress(asyncio.CancelledError):
+            await holder
+    assert gate.taken == 0
+    for err in errors:
+        assert isinstance(err, LLMTimeout)
+        assert (err.phase, err.timeout_ms) == ("connection", 300)
     return errors
 
 
@@ -1337,6 +1367,9 @@ CASES: dict[str, Scenario] = {
     "refused, reset or closed before the headers": refused_or_reset,
     "the host does not resolve": unresolved,
     "no connection inside :data:`CONNECT_TIMEOUT_MS`": no_connection,
+    "the deadline passes while the turn waits for a connection (phase ``connection``)": (
+        every_connection_taken
+    ),
     "the deadline passes before the headers (phase ``headers``)": stall_before_headers,
     "a malformed HTTP head": malformed_head,
     "a non-2xx status, 3xx, 429 and 529 included": non_2xx,

@@ -17,6 +17,15 @@ every chunk, so it never fires on a drip. Connecting has its own fixed bound,
 minutes, a connection completes in well under a second or not at all. A probe
 passes a short deadline and is bounded by it, connection included.
 
+Connections. A provider's session keeps at most ``max_connections`` (see
+:class:`Network`) open to its one far end, reused from turn to turn; a turn
+takes one from its :class:`Gate` before it is sent, and gives it back when
+its response is let go (read to its end: kept for the next turn; anything
+else: closed). Waiting at the gate counts against the turn's deadline and,
+when it is what ran out, is :class:`LLMTimeout` with phase ``connection``:
+the turn was never sent, the far end was not slow. aiohttp's connector never
+queues a gated turn (it would count the wait against the connect bound).
+
 Failures. One boundary, :class:`_Boundary`, is the only place an aiohttp
 error, an ``OSError`` or a ``TimeoutError`` becomes an :class:`LLMError`, and
 one reader, :func:`_read_whole`, the only place a body is read whole under its
@@ -39,6 +48,9 @@ LLMUnreachable    refused, reset or closed before the     no answer began, so no
 LLMUnreachable    the host does not resolve               no answer began, so none was lost
 LLMUnreachable    no connection inside                    a connection is quick or never: a
                   :data:`CONNECT_TIMEOUT_MS`              long turn must not wait on one
+LLMTimeout        the deadline passes while the turn      every connection is busy: the far
+                  waits for a connection (phase           end was not asked
+                  ``connection``)
 LLMTimeout        the deadline passes before the headers  one budget per turn, set once
                   (phase ``headers``)
 LLMBadResponse    a malformed HTTP head                   the far end answered, but not in HTTP
@@ -136,10 +148,12 @@ from vaelii_llm.errors import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_NETWORK",
     "USER_AGENT",
     "Deadline",
     "Endpoint",
+    "Gate",
     "LoopSessions",
     "Network",
     "checked_headers",
@@ -158,6 +172,18 @@ T = TypeVar("T")
 
 CONNECT_TIMEOUT_MS: Final = 5_000
 """How long obtaining a connection may take (DNS, TCP, TLS), whatever the turn allows."""
+
+DEFAULT_MAX_CONNECTIONS: Final = 100
+"""Connections a provider keeps open to its far end, per event loop, when
+``max_connections`` is unset: aiohttp's own default pool, chosen by
+measurement (``tests/bench/bench_concurrency.py --sweep``). Unbounded, every
+one of many turns at once opens its own connection: a burst of a few
+thousand streams costs more time and memory per turn than queueing for a
+reused few, and on a loaded machine some of its connects do not land inside
+:data:`CONNECT_TIMEOUT_MS` at all. Bounds from a few dozen to a few hundred
+measure alike, so the one a plain aiohttp client has is kept: a provider then
+costs what that client costs. Raise it (``0``: no bound) when turns end in
+:class:`LLMTimeout` with phase ``connection``."""
 
 DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 """The largest whole body read into memory. A final message is a few MiB at
@@ -263,9 +289,11 @@ class Network:
     ``trust_env`` reads them. ``ssl``: see :data:`SSLOption`; unset,
     ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are honoured when set (read when a
     session is made), else the system's CAs. ``False`` logs a warning once
-    per process. ``max_connections``: open connections per provider and event
-    loop, all hosts together; unset, no cap (the caller's own concurrency,
-    the vote pool's tokens, is the cap). ``session``: an
+    per process. ``max_connections``: open connections to the far end per
+    provider and event loop, reused from turn to turn; a turn beyond them
+    waits for one, under its own deadline (see the module docstring); unset,
+    :data:`DEFAULT_MAX_CONNECTIONS`; ``0``, no bound (every turn at once opens
+    its own). Read as resolved: never None. ``session``: an
     ``aiohttp.ClientSession`` the caller owns and closes; used as it is (its
     own proxy, TLS and pool settings), never closed here, so it serves only
     the loop it was made on.
@@ -288,21 +316,26 @@ class Network:
         if max_connections is not None and (
             isinstance(max_connections, bool)
             or not isinstance(max_connections, int)
-            or max_connections < 1
+            or max_connections < 0
         ):
             raise ValueError(
-                f"max_connections is a whole number of 1 or more, not {max_connections!r}"
+                "max_connections is a whole number: 1 or more, or 0 for no bound, "
+                f"not {max_connections!r}"
             )
         if session is not None and not isinstance(session, aiohttp.ClientSession):
             raise TypeError(f"session is an aiohttp.ClientSession, not {type(session).__name__}")
-        if session is not None and (proxy is not None or ssl is not None or max_connections):
+        if session is not None and (
+            proxy is not None or ssl is not None or max_connections is not None
+        ):
             raise ValueError(
                 "session= is used as the caller made it: give proxy, ssl and "
                 "max_connections to the session instead"
             )
         self.proxy = proxy
         self.ssl = _checked_ssl(ssl)
-        self.max_connections = max_connections
+        self.max_connections: int = (
+            DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections
+        )
         self.session = session
 
     def __repr__(self) -> str:
@@ -367,7 +400,8 @@ def _session_ssl(option: _ssl.SSLContext | bool | None) -> _ssl.SSLContext | boo
 
 
 DEFAULT_NETWORK: Final = Network()
-"""The environment's proxy and CA settings, no cap, the provider's own sessions."""
+"""The environment's proxy and CA settings, :data:`DEFAULT_MAX_CONNECTIONS`,
+the provider's own sessions."""
 
 
 def env_proxy(url: str) -> str | None:
@@ -389,6 +423,8 @@ def create_session(
     headers: Mapping[str, str] | None = None,
     network: Network = DEFAULT_NETWORK,
     url: str | None = None,
+    *,
+    gated: bool = False,
 ) -> aiohttp.ClientSession:
     """A new client session for a provider to own (and close in its ``aclose``).
 
@@ -396,12 +432,15 @@ def create_session(
     a credential), with :data:`USER_AGENT` unless they name their own.
     Connecting is bounded by :data:`CONNECT_TIMEOUT_MS`; there is
     no total or per-read timeout, since the turn's :class:`Deadline` is the only
-    clock. The pool is capped by ``network.max_connections``; with no cap
-    (the default) waiting for a free connection never counts against the
-    connect bound: the caller's own concurrency (the vote pool's tokens) is
-    the cap. Proxy and TLS: see :class:`Network`; with no ``network.proxy``,
-    the environment's proxy for ``url`` (:func:`env_proxy`), the one far end
-    the session's requests go to. Must be called with a loop running.
+    clock. ``gated``: the session's turns wait at a :class:`Gate` of
+    ``network.max_connections`` (a provider's session, see
+    :class:`LoopSessions`), so its connector never queues them; otherwise the
+    connector bounds each host at ``network.max_connections`` itself (a probe
+    session, shared by the hosts probes name, where a wait for a connection
+    counts against the connect bound). Proxy and TLS: see :class:`Network`;
+    with no ``network.proxy``, the environment's proxy for ``url``
+    (:func:`env_proxy`), the one far end the session's requests go to. Must
+    be called with a loop running.
     """
     _check_headers(headers)
     sent = dict(headers) if headers else {}
@@ -413,10 +452,51 @@ def create_session(
             total=None, connect=CONNECT_TIMEOUT_MS / 1000, sock_read=None, sock_connect=None
         ),
         connector=aiohttp.TCPConnector(
-            limit=network.max_connections or 0, ssl=_session_ssl(network.ssl)
+            limit=0,
+            limit_per_host=0 if gated else network.max_connections,
+            ssl=_session_ssl(network.ssl),
         ),
         proxy=network.proxy or (env_proxy(url) if url is not None else None),
     )
+
+
+class Gate:
+    """A provider's connections to its far end on one event loop: at most
+    ``limit`` turns hold one at once, the rest wait their turn in order.
+
+    A turn takes one (:meth:`take`) before it is sent and gives it back
+    (:meth:`give`) once its response is let go (its connection back in the
+    connector's pool, or closed), so the connector never holds more than
+    ``limit`` and never queues. A wait here is under the turn's deadline; one that outlasts it is
+    :class:`LLMTimeout` with phase ``connection``.
+    """
+
+    __slots__ = ("_free", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._free = asyncio.Semaphore(limit)
+
+    @property
+    def taken(self) -> int:
+        """How many turns hold a connection now."""
+        return self.limit - self._free._value
+
+    async def take(self, endpoint: Endpoint, deadline: Deadline) -> None:
+        """Wait for a connection, at most until ``deadline`` (no timer when one is free)."""
+        free = self._free
+        if not free.locked():
+            await free.acquire()  # returns at once
+            return
+        try:
+            with timers.timeout_at(deadline.when):
+                await free.acquire()
+        except TimeoutError:
+            raise LLMTimeout(endpoint.label, deadline.timeout_ms, "connection") from None
+
+    def give(self) -> None:
+        """Give a connection back (the next waiting turn takes it)."""
+        self._free.release()
 
 
 class LoopSessions:
@@ -430,31 +510,42 @@ class LoopSessions:
     loop. :meth:`aclose` closes every one still open, from any loop: the
     running loop's at once, another running loop's on that loop (awaited
     here), a stopped loop's connections dropped without a wait.
+
+    ``limit``: each session comes with a :class:`Gate` of that many
+    connections (``make`` then makes it ``gated``, see :func:`create_session`);
+    ``0``, none.
     """
 
-    __slots__ = ("_held", "_make")
+    __slots__ = ("_held", "_limit", "_make")
 
-    def __init__(self, make: Callable[[], aiohttp.ClientSession]) -> None:
+    def __init__(self, make: Callable[[], aiohttp.ClientSession], limit: int = 0) -> None:
         self._make = make
+        self._limit = limit
         self._held: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]
+            asyncio.AbstractEventLoop,
+            tuple[aiohttp.ClientSession, Gate | None, AsyncGenerator[None, None]],
         ] = weakref.WeakKeyDictionary()
 
     def get(self) -> aiohttp.ClientSession:
         """The running loop's session (made now if it has none, or its was closed)."""
+        return self.reach()[0]
+
+    def reach(self) -> tuple[aiohttp.ClientSession, Gate | None]:
+        """The running loop's session and its gate (made now, as :meth:`get`)."""
         loop = asyncio.get_running_loop()
         held = self._held.get(loop)
         if held is not None and not held[0].closed:
-            return held[0]
+            return held[0], held[1]
         session = self._make()
+        gate = Gate(self._limit) if self._limit else None
         closer = self._close_at_loop_shutdown(loop, session)
         # The generator's first step awaits nothing, so it completes synchronously;
         # starting it calls the loop's first-iteration hook, which registers it for
         # shutdown_asyncgens(). The map keeps it alive until the loop is gone.
         with suppress(StopIteration):
             closer.asend(None).send(None)
-        self._held[loop] = (session, closer)
-        return session
+        self._held[loop] = (session, gate, closer)
+        return session, gate
 
     def __len__(self) -> int:
         """How many loops hold a session."""
@@ -464,6 +555,11 @@ class LoopSessions:
         """The running loop's session if one is open (none is made)."""
         held = self._held.get(asyncio.get_running_loop())
         return held[0] if held is not None and not held[0].closed else None
+
+    def gate(self) -> Gate | None:
+        """The running loop's gate, if its session is open (none is made)."""
+        held = self._held.get(asyncio.get_running_loop())
+        return held[1] if held is not None and not held[0].closed else None
 
     async def _close_at_loop_shutdown(
         self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession
@@ -484,7 +580,7 @@ class LoopSessions:
         here = asyncio.get_running_loop()
         held = list(self._held.items())
         self._held.clear()
-        for loop, (session, closer) in held:
+        for loop, (session, _gate, closer) in held:
             if loop is here:
                 await closer.aclose()
             elif loop.is_running() and not loop.is_closed():
@@ -1008,6 +1104,7 @@ async def request_json(
     headers: Mapping[str, str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     inflight: set[aiohttp.ClientResponse] | None = None,
+    gate: Gate | None = None,
 ) -> T:
     """Send, read the whole body under the deadline, decode it; the response is always let go.
 
@@ -1016,23 +1113,31 @@ async def request_json(
     session) says otherwise. A non-2xx raises :class:`LLMApiError` with its
     status and body; other failures: see the module docstring.
     ``inflight``: a set that holds the response while its body is read, so its
-    owner can cut the read (see :func:`cut`).
+    owner can cut the read (see :func:`cut`). ``gate``: the session's
+    :class:`Gate`, a connection taken from it first and given back with the
+    response.
     """
     sent = _outgoing(session, headers, body)
-    boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url))
-    with boundary:
-        response = boundary.response = await session.request(
-            method, url, data=body, headers=sent, allow_redirects=False
-        )
-        if inflight is None:
-            data = await _read_whole(boundary, max_body_bytes)
-        else:
-            inflight.add(response)
-            try:
+    if gate is not None:
+        await gate.take(endpoint, deadline)
+    try:
+        boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url))
+        with boundary:
+            response = boundary.response = await session.request(
+                method, url, data=body, headers=sent, allow_redirects=False
+            )
+            if inflight is None:
                 data = await _read_whole(boundary, max_body_bytes)
-            finally:
-                inflight.discard(response)
-    response.release()
+            else:
+                inflight.add(response)
+                try:
+                    data = await _read_whole(boundary, max_body_bytes)
+                finally:
+                    inflight.discard(response)
+        response.release()
+    finally:
+        if gate is not None:
+            gate.give()
     try:
         return decode_json(data, endpoint, decoder)
     except LLMError as exc:
@@ -1100,12 +1205,14 @@ async def drain(chunks: AsyncIterator[bytes], seconds: float) -> None:
     the deadline passing, a cut connection or a body that never ends is
     swallowed (the response is then closed rather than reused). Reading the
     body to its end lets its connection go back to the pool. A cancellation
-    propagates.
+    propagates. The bound is a :func:`~vaelii_llm._timers.timeout_at` block
+    (one shared loop timer), not a loop timer of its own: every streamed turn
+    passes here, most finding the body's end already arrived.
     """
-    with suppress(TimeoutError, LLMError):
-        async with asyncio.timeout(seconds):
-            async for _ in chunks:
-                pass
+    deadline = asyncio.get_running_loop().time() + seconds
+    with suppress(TimeoutError, LLMError), timers.timeout_at(deadline):
+        async for _ in chunks:
+            pass
 
 
 @asynccontextmanager
@@ -1120,6 +1227,7 @@ async def open_stream(
     headers: Mapping[str, str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     inflight: set[aiohttp.ClientResponse] | None = None,
+    gate: Gate | None = None,
 ) -> AsyncIterator[AsyncIterator[bytes]]:
     """Send a request and hand over its body as an async iterator of chunks.
 
@@ -1132,28 +1240,36 @@ async def open_stream(
     Content-Type says otherwise. ``max_body_bytes`` bounds only a non-2xx
     body, read for :class:`LLMApiError`. ``inflight``: a set that holds the
     response until the block is left, so its owner can cut the stream (see
-    :func:`cut`).
+    :func:`cut`). ``gate``: the session's :class:`Gate`, a connection taken
+    from it first and given back once the response is let go (so a stream read
+    to its end hands its connection to the next turn).
     """
     sent = _outgoing(session, headers, body)
-    boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url))
-    with boundary:
-        response = boundary.response = await session.request(
-            method, url, data=body, headers=sent, allow_redirects=False
-        )
-        if not 200 <= response.status < 300:
-            await _read_whole(boundary, max_body_bytes)  # raises LLMApiError with the body
-    chunks = _chunks(boundary)
-    if inflight is not None:
-        inflight.add(response)
+    if gate is not None:
+        await gate.take(endpoint, deadline)
     try:
-        yield chunks
-    finally:
+        boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url))
+        with boundary:
+            response = boundary.response = await session.request(
+                method, url, data=body, headers=sent, allow_redirects=False
+            )
+            if not 200 <= response.status < 300:
+                await _read_whole(boundary, max_body_bytes)  # raises LLMApiError with the body
+        chunks = _chunks(boundary)
         if inflight is not None:
-            inflight.discard(response)
+            inflight.add(response)
         try:
-            await chunks.aclose()
+            yield chunks
         finally:
-            _let_go(response)
+            if inflight is not None:
+                inflight.discard(response)
+            try:
+                await chunks.aclose()
+            finally:
+                _let_go(response)
+    finally:
+        if gate is not None:
+            gate.give()
 
 
 def cut(inflight: set[aiohttp.ClientResponse]) -> None:

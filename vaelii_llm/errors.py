@@ -10,7 +10,7 @@ One class per row of the spec's refusal table, all under :class:`LLMError`::
     ├── LLMEncode           a content block the request encoder has no shape for
     ├── LLMNoCredential     no provider credential is set
     ├── LLMClosed           the provider or pool was closed before this call
-    ├── LLMTimeout          a budget ran out (phase: headers, body or acquire)
+    ├── LLMTimeout          a budget ran out (phase: connection, headers, body or acquire)
     │   └── LLMPoolTimeout  no provider came free in the pool's acquire time
     ├── LLMUnreachable      refused, reset, unresolved, or no connection in time
     └── LLMUnsupported      the backend has no such operation (counting tokens)
@@ -19,7 +19,8 @@ Each class carries its spec ``type`` string (``err.type == "llm-timeout"``, one 
 :data:`ErrorType`) and its data as attributes; a field whose values are known
 is a ``Literal`` (:data:`ErrorType`, :data:`TimeoutPhase`). Catch
 ``LLMTimeout`` for every budget that ran out, or ``LLMPoolTimeout`` alone for
-a busy pool, which is not a far end that went quiet.
+a busy pool, which is not a far end that went quiet; ``phase == "connection"``
+tells a provider's own connections all in use from a slow far end.
 
 The message (``str(err)``) is short on purpose: far-end text is cut to
 :data:`EXCERPT_CHARS` characters, and the whole text stays on the object
@@ -189,22 +190,31 @@ class LLMNoCredential(LLMError):
         super().__init__(f"no credential found ({where})")
 
 
-TimeoutPhase = Literal["headers", "body", "acquire"]
-"""Where a budget ran out: waiting for the response head, reading the body, or
-waiting for a pool's provider."""
+TimeoutPhase = Literal["connection", "headers", "body", "acquire"]
+"""Where a budget ran out: waiting for one of the provider's connections to
+its host to come free (every one of ``max_connections`` was in use: the turn
+was never sent), waiting for the response head, reading the body, or waiting
+for a pool's provider."""
 
-_PHASE_WORDS: dict[TimeoutPhase, str] = {
-    "headers": "answer",
-    "body": "finish its answer",
-    "acquire": "free a provider",
+_PHASE_MESSAGES: dict[TimeoutPhase, str] = {
+    "connection": (
+        "no connection to {label} came free inside the turn's {ms} ms "
+        "(all of max_connections were in use; the turn was not sent)"
+    ),
+    "headers": "{label} did not answer inside the turn's {ms} ms",
+    "body": "{label} did not finish its answer inside the turn's {ms} ms",
+    "acquire": "{label} did not free a provider inside the turn's {ms} ms",
 }
 
 
 class LLMTimeout(LLMError):
-    """The far end stopped answering inside the turn's ``timeout_ms`` budget.
+    """The far end stopped answering inside the turn's ``timeout_ms`` budget,
+    or (``phase == "connection"``) none of the provider's connections came
+    free in it.
 
-    The budget covers the whole turn, headers and body: a server that drips a
-    byte a second, or pings forever, ends here when the budget is spent.
+    The budget covers the whole turn, the wait for a connection, headers and
+    body: a server that drips a byte a second, or pings forever, ends here
+    when the budget is spent.
     """
 
     type: ClassVar[ErrorType] = "llm-timeout"
@@ -213,7 +223,7 @@ class LLMTimeout(LLMError):
         self.label = label
         self.timeout_ms = timeout_ms
         self.phase: TimeoutPhase = phase
-        super().__init__(f"{label} did not {_PHASE_WORDS[phase]} inside the turn's {timeout_ms} ms")
+        super().__init__(_PHASE_MESSAGES[phase].format(label=label, ms=timeout_ms))
 
 
 class LLMPoolTimeout(LLMTimeout):

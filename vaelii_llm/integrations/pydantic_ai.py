@@ -634,7 +634,7 @@ def _framework_error(
             in_stream=in_stream,
         )
     if isinstance(exc, errors.LLMTimeout):
-        phase: Any = "pool" if exc.phase == "acquire" else "read"
+        phase: Any = "pool" if exc.phase in ("acquire", "connection") else "read"
         return pai_errors.ModelTimeoutError(model_name, str(exc), phase=phase)
     if isinstance(exc, errors.LLMUnreachable):
         return pai_errors.ModelConnectionError(model_name, str(exc), phase="connect")

@@ -129,8 +129,9 @@ class NetworkOptions(TypedDict, total=False):
     options on each (see :class:`~vaelii_llm._transport.Network`): ``proxy``
     (unset: ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY``), ``ssl`` (unset:
     ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else the system's CAs),
-    ``max_connections`` (unset: no cap) and ``session`` (a caller's own,
-    never closed here)."""
+    ``max_connections`` (unset:
+    :data:`~vaelii_llm._transport.DEFAULT_MAX_CONNECTIONS`, reused; ``0``: no
+    bound) and ``session`` (a caller's own, never closed here)."""
 
     proxy: str | None
     ssl: SSLOption
@@ -319,7 +320,10 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._credentials = credentials
         self._network = network
         self._sessions = transport.LoopSessions(
-            lambda: transport.create_session(codec.session_headers(), network, codec.url)
+            lambda: transport.create_session(
+                codec.session_headers(), network, codec.url, gated=True
+            ),
+            network.max_connections,
         )
         self._shared_headers: Mapping[str, str] | None = None  # on a caller's session
         self._closed = False
@@ -331,21 +335,22 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         """Whether :meth:`aclose` has been called."""
         return self._closed
 
-    def _http(self) -> aiohttp.ClientSession:
-        """The running loop's session, made on first use in the loop (and again
-        if something closed it), or the caller's own."""
+    def _http(self) -> tuple[aiohttp.ClientSession, transport.Gate | None]:
+        """The running loop's session and the gate its turns take a connection
+        from, made on first use in the loop (and again if something closed
+        it), or the caller's own (its own pool, no gate)."""
         if self._closed:
             raise LLMClosed(self._codec.endpoint.label)
         own = self._network.session
         if own is None:
-            return self._sessions.get()
+            return self._sessions.reach()
         if own.closed or own.connector is None:
             raise LLMUnreachable(self._codec.endpoint.label, "the caller's session is closed")
         if getattr(own, "_loop", None) is not asyncio.get_running_loop():
             raise LLMUnreachable(
                 self._codec.endpoint.label, "the caller's session belongs to another event loop"
             )
-        return own
+        return own, None
 
     def _headers(self, turn: Mapping[str, str] | None) -> Mapping[str, str] | None:
         """A turn's headers: as the codec gave them on the provider's own
@@ -414,7 +419,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         and every failure, ``finish``'s own included, has the credentials
         withheld."""
         codec = self._codec
-        session = self._http()
+        session, gate = self._http()
         try:
             parsed = await transport.request_json(
                 session,
@@ -426,6 +431,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 body=body,
                 headers=headers,
                 inflight=self._inflight,
+                gate=gate,
             )
             return finish(parsed)
         except LLMError as exc:
@@ -478,7 +484,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         )
         decoder = codec.stream_decoder()
         assembler = codec.assembler(deltas=deltas)
-        session = self._http()
+        session, gate = self._http()
         try:
             async with transport.open_stream(
                 session,
@@ -489,6 +495,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 body=body,
                 headers=headers,
                 inflight=self._inflight,
+                gate=gate,
             ) as chunks:
                 async for data in chunks:
                     for item in assembler.feed(decoder.feed(data)):
