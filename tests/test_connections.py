@@ -258,9 +258,9 @@ async def test_the_default_is_bounded_and_zero_asks_for_no_bound() -> None:
             await unbounded.aclose()
 
 
-def test_the_readme_names_the_default_bound() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert f"Unset, {transport.DEFAULT_MAX_CONNECTIONS}," in readme
+def test_the_backends_guide_names_the_default_bound() -> None:
+    guide = Path(__file__).resolve().parent.parent / "docs" / "guides" / "backends.md"
+    assert f"Unset, {transport.DEFAULT_MAX_CONNECTIONS}," in guide.read_text()
 
 
 async def test_a_probe_session_bounds_each_host_in_its_connector() -> None:
