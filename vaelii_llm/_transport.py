@@ -467,8 +467,8 @@ class Gate:
     A turn takes one (:meth:`take`) before it is sent and gives it back
     (:meth:`give`) once its response is let go (its connection back in the
     connector's pool, or closed), so the connector never holds more than
-    ``limit`` and never queues. A wait here is under the turn's deadline; one that outlasts it is
-    :class:`LLMTimeout` with phase ``connection``.
+    ``limit`` and never queues. A wait here is under the turn's deadline; one
+    that outlasts it is :class:`LLMTimeout` with phase ``connection``.
     """
 
     __slots__ = ("_free", "limit")
