@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Final, Self
 from msgspec import Struct
 
 __all__ = [
+    "MB",
+    "WEB_IMAGE_TYPES",
     "DocumentBlock",
     "ImageBlock",
     "MediaLimits",
@@ -34,6 +36,9 @@ __all__ = [
 
 PDF: Final = "application/pdf"
 PLAIN: Final = "text/plain"
+MB: Final = 1024 * 1024
+WEB_IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+"""The image types the hosted APIs document taking (the ones :func:`sniff` knows)."""
 
 _MAGIC: Final = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -200,11 +205,8 @@ class MediaLimits:
             raise ValueError("an image limit and its phrase go together")
 
 
-_MB: Final = 1024 * 1024
-
-
 def _size_words(chars: int) -> str:
-    return f"{chars / _MB:.1f} MB base64-encoded"
+    return f"{chars / MB:.1f} MB base64-encoded"
 
 
 def _type_words(media_type: str | None, types: frozenset[str]) -> str:

@@ -45,7 +45,7 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm._media import MediaLimits, check_document, check_image
+from vaelii_llm._media import MB, WEB_IMAGE_TYPES, MediaLimits, check_document, check_image
 from vaelii_llm._protocol import (
     UNSET,
     Block,
@@ -81,13 +81,12 @@ DEFAULT_EFFORT: Final = "medium"
 reasoning sends ``effort``."""
 FALLBACK_BETA: Final = "server-side-fallback-2026-07-01"
 NEVER_SENT: Final = frozenset({"temperature", "top_p", "top_k", "tool_choice"})
-_MB: Final = 1024 * 1024
 MEDIA: Final = MediaLimits(
-    image_types=frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"}),
+    image_types=WEB_IMAGE_TYPES,
     # The API measures an image as the base64 string it receives.
-    image_base64=5 * _MB,
+    image_base64=5 * MB,
     image_limit="the Messages API's 5 MB per image",
-    document_base64=32 * _MB,
+    document_base64=32 * MB,
     document_limit="the Messages API's 32 MB request size",
 )
 """What the Messages API takes as images and documents, from its documentation."""

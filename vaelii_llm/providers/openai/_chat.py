@@ -63,7 +63,7 @@ import msgspec
 
 from vaelii_llm import _transport as transport
 from vaelii_llm import config, errors
-from vaelii_llm._media import MediaLimits, check_document, check_image
+from vaelii_llm._media import MB, WEB_IMAGE_TYPES, MediaLimits, check_document, check_image
 from vaelii_llm._protocol import (
     Block,
     DocumentBlock,
@@ -111,12 +111,11 @@ TOKEN_FIELDS: Final[tuple[TokenField, ...]] = ("max_tokens", "max_completion_tok
 _OPENAI_HOSTS: Final = ("api.openai.com", ".openai.azure.com")
 """The far ends that are OpenAI's own API (a host, or a host suffix)."""
 
-_MB: Final = 1024 * 1024
 MEDIA: Final = MediaLimits(
-    image_types=frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"}),
-    image_base64=50 * _MB,
+    image_types=WEB_IMAGE_TYPES,
+    image_base64=50 * MB,
     image_limit="the 50 MB request payload OpenAI documents",
-    document_base64=50 * _MB,
+    document_base64=50 * MB,
     document_limit="the 50 MB request payload OpenAI documents",
 )
 """What the wire takes as images and documents, from OpenAI's documentation
