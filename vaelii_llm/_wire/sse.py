@@ -294,20 +294,21 @@ class SSEDecoder:
 
         The lines are checked a column at a time (no Python step per line);
         each type met is kept by its line, an empty one as ``message``, so
-        a frame costs no slicing of its type."""
+        a frame costs no slicing of its type, and an event line already kept
+        needs no check of its own."""
         if end - start < 3 * _REGULAR_AT_LEAST:
             return None
         events = lines[start:end:3]
         data = lines[start + 1 : end : 3]
-        if any(lines[start + 2 : end : 3]) or not (
-            _each_starts(events, b"event: ") and _each_starts(data, b"data: ")
-        ):
+        if any(lines[start + 2 : end : 3]) or not _each_starts(data, b"data: "):
             return None
-        names = self._names
+        names = self._names  # only ``event: `` lines are kept: a line found there is one
         try:
             types = list(map(names.__getitem__, events))
-        except KeyError:  # a type not met before (once per type a stream names)
+        except KeyError:  # a line not met before (once per type a stream names)
             new = set(events).difference(names)
+            if not _each_starts(list(new), b"event: "):
+                return None
             if len(names) + len(new) > _NAMES_KEPT:
                 return None  # more types than a decoder keeps
             for line in new:
