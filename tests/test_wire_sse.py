@@ -11,6 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vaelii_llm._wire import MAX_EVENT_BYTES, SSEDecoder, SSEEvent
+from vaelii_llm._wire.sse import _each_starts
 from vaelii_llm.errors import LLMBadResponse
 
 
@@ -444,6 +445,26 @@ def test_the_reference_reads_what_the_encoder_wrote(
     assert refusal is None
     assert [SSEEvent(e.decode(), d.decode(), i) for e, d, i in got] == expected
     check_against_reference(stream, cuts, 10**6)
+
+
+_PIECES = st.sampled_from(
+    [b"event: ", b"data: ", b"event:", b"data:", b"vent: ", b" ", b"x", b"\xff"]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.lists(_PIECES, max_size=4).map(b"".join), min_size=1, max_size=12),
+    st.sampled_from([b"event: ", b"data: "]),
+)
+@example([b"event: a", b"x event: b"], b"event: ")  # the prefix inside a line, not at its start
+@example([b"event: a", b""], b"event: ")
+def test_a_column_of_lines_is_checked_as_each_line_would_be(
+    lines: list[bytes], prefix: bytes
+) -> None:
+    """The one-step column check of a run of frames (lines joined, the prefix
+    counted after each line end) says what ``startswith`` on each line says."""
+    assert _each_starts(lines, prefix) == all(line.startswith(prefix) for line in lines)
 
 
 def _json_api(n: int) -> bytes:

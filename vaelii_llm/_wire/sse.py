@@ -195,11 +195,13 @@ class SSEDecoder:
                 data = data[1:]
         if not self._bom_checked:
             buf = self._buf
-            buf += data
-            if len(buf) < len(_BOM) and _BOM.startswith(buf):
+            if buf:  # a BOM's start came alone: the stream's opening bytes, joined
+                data = bytes(buf) + data
+                buf.clear()
+            if len(data) < len(_BOM) and _BOM.startswith(data):
+                buf += data
                 return b""  # maybe the start of a BOM: wait for more
-            data = bytes(buf.removeprefix(_BOM))
-            buf.clear()
+            data = data.removeprefix(_BOM)  # no copy when there is none
             self._bom_checked = True
         return data
 
@@ -292,25 +294,27 @@ class SSEDecoder:
 
         The lines are checked a column at a time (no Python step per line);
         each type met is kept by its line, an empty one as ``message``, so
-        a frame costs no slicing of its type."""
+        a frame costs no slicing of its type, and an event line already kept
+        needs no check of its own."""
         if end - start < 3 * _REGULAR_AT_LEAST:
             return None
         events = lines[start:end:3]
         data = lines[start + 1 : end : 3]
-        if (
-            any(lines[start + 2 : end : 3])
-            or not all(map(bytes.startswith, events, repeat(b"event: ")))
-            or not all(map(bytes.startswith, data, repeat(b"data: ")))
-        ):
+        if any(lines[start + 2 : end : 3]) or not _each_starts(data, b"data: "):
             return None
-        names = self._names
-        new = set(events).difference(names)
-        if new:
+        names = self._names  # only ``event: `` lines are kept: a line found there is one
+        try:
+            types = list(map(names.__getitem__, events))
+        except KeyError:  # a line not met before (once per type a stream names)
+            new = set(events).difference(names)
+            if not _each_starts(list(new), b"event: "):
+                return None
             if len(names) + len(new) > _NAMES_KEPT:
                 return None  # more types than a decoder keeps
             for line in new:
                 names[line] = line[7:] or _MESSAGE
-        return list(zip(map(names.__getitem__, events), map(_AFTER_DATA, data), strict=True))
+            types = list(map(names.__getitem__, events))
+        return list(zip(types, map(_AFTER_DATA, data), strict=True))
 
     def _regular_data(
         self, lines: list[bytes], start: int, end: int
@@ -320,9 +324,7 @@ class SSEDecoder:
         if end - start < 2 * _REGULAR_AT_LEAST:
             return None
         data = lines[start:end:2]
-        if any(lines[start + 1 : end : 2]) or not all(
-            map(bytes.startswith, data, repeat(b"data: "))
-        ):
+        if any(lines[start + 1 : end : 2]) or not _each_starts(data, b"data: "):
             return None
         return list(zip(repeat(_MESSAGE), map(_AFTER_DATA, data)))
 
@@ -403,6 +405,15 @@ class SSEDecoder:
             f"sent an event over the {self._max}-byte cap (its opening is kept)",
             opening,
         )
+
+
+def _each_starts(lines: list[bytes], prefix: bytes) -> bool:
+    """Whether every one of ``lines`` (none holding CR or LF) starts with
+    ``prefix``: joined by LF, each line after the first starts just after an
+    LF, so counting ``LF + prefix`` counts them (two C calls, no Python step
+    per line)."""
+    joined = b"\n".join(lines)
+    return joined.startswith(prefix) and joined.count(b"\n" + prefix) == len(lines) - 1
 
 
 def _utf8(data: bytes | memoryview) -> bool:
