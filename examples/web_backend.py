@@ -54,7 +54,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, cast
 
 import msgspec
 from aiohttp import web
@@ -371,13 +371,13 @@ class GuardedConnection(asyncio.Protocol):
         self.served = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream server's transport; uvloop's is one without subclassing asyncio's
+        self.transport = cast(asyncio.Transport, transport)
         guard = self.guard
         if len(guard.open) >= guard.max_connections:
             oldest = next(iter(guard.waiting), None)
             if oldest is None:
-                transport.abort()  # every open connection is a real request
+                self.transport.abort()  # every open connection is a real request
                 return
             oldest.drop()
         guard.open.add(self)
