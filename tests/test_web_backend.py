@@ -480,8 +480,9 @@ async def test_the_guard_holds_at_most_its_cap_and_serves_a_real_request() -> No
         writers = await slow_connections(url, 40)
         handlers = runner.server
         assert handlers is not None
+        timeout = aiohttp.ClientTimeout(total=60)  # generous: a loaded machine
         async with (
-            aiohttp.ClientSession() as session,
+            aiohttp.ClientSession(timeout=timeout) as session,
             session.post(url + "/ask", json={"question": QUESTION}) as resp,
         ):
             assert resp.status == 200
