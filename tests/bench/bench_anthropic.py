@@ -28,7 +28,6 @@ import asyncio
 import json
 import random
 import statistics
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
@@ -37,7 +36,7 @@ from typing import Any
 
 import aiohttp
 import msgspec
-from timing import throughput, timed
+from timing import beside_server, throughput, timed
 
 MODEL = "claude-opus-5-5"
 BIG_RUNS = 9
@@ -589,18 +588,7 @@ def run() -> None:
     if "--serve" in sys.argv:
         asyncio.run(_serve())
         return
-    server = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--serve"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
-        asyncio.run(main(url))
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    beside_server([sys.executable, str(Path(__file__).resolve()), "--serve"], main)
 
 
 if __name__ == "__main__":

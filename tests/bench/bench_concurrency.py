@@ -42,7 +42,6 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -53,6 +52,7 @@ from typing import Any
 
 import aiohttp
 import msgspec
+from timing import beside_server
 
 DELTAS = int(os.environ.get("BENCH_DELTAS", "200"))
 SIZES = (1, 64, 512, 2048)
@@ -477,18 +477,7 @@ def run() -> None:
     if "--serve" in sys.argv:
         asyncio.run(_serve())
         return
-    server = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--serve"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
-        asyncio.run(main(url))
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    beside_server([sys.executable, str(Path(__file__).resolve()), "--serve"], main)
 
 
 if __name__ == "__main__":

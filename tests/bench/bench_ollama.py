@@ -26,10 +26,8 @@ better), and the small-turn ratio ours over theirs (> 1 means we are faster).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -43,7 +41,7 @@ import ollama as official
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fake_ollama import BIG, BIG_TOKENS
-from timing import throughput, timed
+from timing import beside_server, throughput, timed
 
 from vaelii_llm import config
 from vaelii_llm._protocol import Message, Request, Response, TextBlock
@@ -273,14 +271,7 @@ async def main(url: str) -> None:
 
 def run() -> None:
     fake = Path(__file__).resolve().parents[1] / "fake_ollama.py"
-    server = subprocess.Popen([sys.executable, str(fake)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
-        asyncio.run(main(url))
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    beside_server([sys.executable, str(fake)], main)
 
 
 if __name__ == "__main__":

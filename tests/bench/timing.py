@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 
@@ -25,3 +26,17 @@ async def throughput(turn: Callable[[], Awaitable[object]], turns: int, concurre
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return per_worker * concurrency / (time.perf_counter() - started)
+
+
+def beside_server(argv: list[str], main: Callable[[str], Awaitable[None]]) -> None:
+    """Start the loopback server ``argv`` runs (it prints its URL as its first
+    line), run ``main(url)`` in this process, and stop the server whatever
+    happens: a benchmark's client and far end never share a CPU's event loop."""
+    server = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        asyncio.run(main(url))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
