@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -407,7 +408,7 @@ class Pool(Generic[P]):
         # their takes reach Redis in one script, in that order.
         shared = self._shared
         assert shared is not None
-        uses = spread.uses if spread is not None else [0] * len(self._hosts)
+        uses = spread.uses if spread is not None else None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._acquire_timeout_ms / 1000
         # The budget ran out on a Redis that never answered: unreachable. Once it
@@ -416,11 +417,12 @@ class Pool(Generic[P]):
         try:
             if self._waiting == 0:
                 # With no timeout, one try, bounded by Redis's own.
-                until = deadline if self._acquire_timeout_ms else None
-                got = await shared.take(uses, self._cooling(), until)
+                until = deadline if self._acquire_timeout_ms else math.inf
+                cooling = self._cooling() if self._cool_timers else None
+                index, lease = await self._take(shared, shared.preferences(uses, cooling), until)
                 answered = True
-                if got is not None:
-                    return self._hand_out(*got, spread)
+                if index >= 0:
+                    return self._hand_out(index, lease, spread)
                 if self._acquire_timeout_ms == 0:
                     raise LLMPoolTimeout(POOL_LABEL, 0)
             self._waiting += 1
@@ -432,10 +434,11 @@ class Pool(Generic[P]):
                         await asyncio.shield(self._changed_future())
                         if self._closed:
                             raise LLMClosed(POOL_LABEL, waited=True)
-                        got = await shared.take(uses, self._cooling())
+                        prefs = shared.preferences(uses, self._cooling())
+                        index, lease = await self._take(shared, prefs)
                         answered = True
-                        if got is not None:
-                            return self._hand_out(*got, spread)
+                        if index >= 0:
+                            return self._hand_out(index, lease, spread)
             finally:
                 self._waiting -= 1
         except TimeoutError as exc:
@@ -444,6 +447,15 @@ class Pool(Generic[P]):
                     shared.label, f"no answer inside the pool's {self._acquire_timeout_ms} ms"
                 ) from exc
             raise LLMPoolTimeout(POOL_LABEL, self._acquire_timeout_ms) from exc
+
+    @staticmethod
+    async def _take(shared: RedisSlots, prefs: str, until: float = math.inf) -> tuple[int, str]:
+        asked = shared.take(prefs, until)
+        try:
+            return await asked
+        except asyncio.CancelledError:
+            shared.forget(asked)  # cancelled in the instant its answer came
+            raise
 
     def _watch(self) -> None:
         if self._watcher is None or self._watcher.done():

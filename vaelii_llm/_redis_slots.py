@@ -27,10 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Final
@@ -68,6 +68,10 @@ CLOCK_RESOLUTION_S: Final = time.get_clock_info("monotonic").resolution
 
 SCHEMES: Final = ("redis://", "rediss://", "unix://")
 
+CHUNK: Final = 1000
+"""Leases one Redis call of a script adds or removes at most: Lua's stack
+bounds a call's arguments."""
+
 _COMMON = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -75,6 +79,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 STEP: Final = (
     _COMMON
+    + f"local CHUNK = {CHUNK}\n"
     + """
 -- One instant of one process: the leases it gives back, then the leases it
 -- takes, for each caller in the order they asked. KEYS: n lease sets, n
@@ -89,13 +94,28 @@ local freed = KEYS[#KEYS]
 local at = 2 + n
 local keep, stem, first = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
 local count, prefs, releases = tonumber(ARGV[at + 3]), ARGV[at + 4], ARGV[at + 5]
-local gave = false
+-- One ZREM per host and one RPUSH (a word per lease: each wakes one waiter),
+-- in chunks that stay inside Lua's stack.
+local gone, words = {}, {}
 for host, lease in string.gmatch(releases, '(%d+)=(%S+)') do
-  redis.call('ZREM', KEYS[tonumber(host)], lease)
-  redis.call('RPUSH', freed, '1')
-  gave = true
+  local key = KEYS[tonumber(host)]
+  local leases = gone[key]
+  if leases == nil then
+    leases = {}
+    gone[key] = leases
+  end
+  leases[#leases + 1] = lease
+  words[#words + 1] = '1'
 end
-if gave then
+for key, leases in pairs(gone) do
+  for at = 1, #leases, CHUNK do
+    redis.call('ZREM', key, unpack(leases, at, math.min(at + CHUNK - 1, #leases)))
+  end
+end
+if #words > 0 then
+  for at = 1, #words, CHUNK do
+    redis.call('RPUSH', freed, unpack(words, at, math.min(at + CHUNK - 1, #words)))
+  end
   redis.call('LTRIM', freed, -keep, -1)
   redis.call('PEXPIRE', freed, ttl)
 end
@@ -141,14 +161,23 @@ for pref in string.gmatch(prefs, '([^;]*);') do
     end
   end
   if best > 0 then
-    redis.call('ZADD', KEYS[best], now + ttl, stem .. ':' .. (first + j))
-    taken[best] = true
+    -- ZADD's arguments for the host: score, member, score, member...
+    local adds = taken[best]
+    if adds == nil then
+      adds = {}
+      taken[best] = adds
+    end
+    adds[#adds + 1] = now + ttl
+    adds[#adds + 1] = stem .. ':' .. (first + j)
     held[best] = held[best] + 1
   end
   j = j + 1
   out[j] = best
 end
-for i in pairs(taken) do
+for i, adds in pairs(taken) do
+  for at = 1, #adds, 2 * CHUNK do
+    redis.call('ZADD', KEYS[i], unpack(adds, at, math.min(at + 2 * CHUNK - 1, #adds)))
+  end
   redis.call('PEXPIRE', KEYS[i], ttl)
 end
 return table.concat(out, ',')
@@ -198,8 +227,9 @@ def check_url(url: str) -> str:
     return text
 
 
-_Take = tuple[str, "asyncio.Future[tuple[int, str]]"]
-"""A take waiting for its script: its preferences, and its answer (host, lease)."""
+_Take = tuple[str, "asyncio.Future[tuple[int, str]]", float]
+"""A take waiting for its script: its preferences, its answer (host, lease),
+its deadline (loop time)."""
 
 
 class RedisSlots:
@@ -242,8 +272,9 @@ class RedisSlots:
         self._takes: list[_Take] = []
         self._releases: list[tuple[int, str, Callable[[], None] | None]] = []
         self._sending: asyncio.Future[Any] | None = None
-        self._alarms: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        self._in_flight: list[_Take] = []
         self._alarm: asyncio.TimerHandle | None = None
+        self._alarm_when = math.inf
         self._closed = False
         self._numbered = 0
         self._pid = 0
@@ -301,54 +332,64 @@ class RedisSlots:
 
     # -- taking, waiting, giving back -------------------------------------------
 
-    async def take(
-        self, uses: Sequence[int], cooling: Sequence[bool], deadline: float | None = None
-    ) -> tuple[int, str] | None:
-        """Take a lease on the best free host: (host index, lease id), or None when
-        every host is full. What one instant asks (its releases, then its takes in
-        the order they were asked) goes to Redis in one script. Cancelled before
-        it is sent, a take is dropped; after, a lease it took is given back when
-        the answer comes. Unanswered at ``deadline`` (loop time), TimeoutError:
-        the deadlines of a pool's takes come in order (one acquire timeout), so
-        one timer serves them all."""
-        self._redis()
-        asked: asyncio.Future[tuple[int, str]] = asyncio.get_running_loop().create_future()
-        prefs = ""
-        if any(uses) or any(cooling):
-            prefs = ",".join([*map(str, uses), *("1" if cool else "0" for cool in cooling)])
-        self._takes.append((prefs, asked))
-        if deadline is not None:
-            self._alarm_at(deadline, asked)
-        self._send()
-        try:
-            best, lease = await asked
-        except asyncio.CancelledError:
-            # Cancelled in the instant its answer came: the lease it took goes back.
-            taken = asked.done() and not asked.cancelled() and asked.exception() is None
-            if taken and asked.result()[0]:
-                self.give_back(*asked.result())
-            raise
-        return None if best == 0 else (best - 1, lease)
+    @staticmethod
+    def preferences(uses: Sequence[int] | None, cooling: Sequence[bool] | None) -> str:
+        """What a take tells the script of its caller: its vote's turns on each
+        host, then whether this process sees each host cooling ("" for nothing)."""
+        if not (uses is not None and any(uses)) and not (cooling is not None and any(cooling)):
+            return ""
+        n = len(uses if uses is not None else cooling or ())
+        words = [
+            *map(str, uses or [0] * n),
+            *("1" if cool else "0" for cool in cooling or [False] * n),
+        ]
+        return ",".join(words)
 
-    def _alarm_at(self, deadline: float, asked: asyncio.Future[Any]) -> None:
-        alarms = self._alarms
-        while alarms and alarms[0][1].done():
-            alarms.popleft()
-        alarms.append((deadline, asked))
-        if self._alarm is None:
-            self._alarm = asyncio.get_running_loop().call_at(alarms[0][0], self._ring)
+    def take(self, prefs: str, deadline: float = math.inf) -> asyncio.Future[tuple[int, str]]:
+        """Ask for a lease on the best free host (``prefs`` from :meth:`preferences`):
+        the future answers (host index, lease id), or (-1, "") when every host is
+        full. What one instant asks (its releases, then its takes in the order
+        they were asked) goes to Redis in one script. A take cancelled before it
+        is sent is dropped; a lease it was answered late is given back, and a
+        caller cancelled once it was answered calls :meth:`forget`. Unanswered at
+        ``deadline`` (loop time), TimeoutError: the deadlines of a pool's takes
+        come in order (one acquire timeout), so one timer serves them all."""
+        if self._client is None:
+            self._redis()
+        loop = asyncio.get_running_loop()
+        asked: asyncio.Future[tuple[int, str]] = loop.create_future()
+        self._takes.append((prefs, asked, deadline))
+        if deadline < self._alarm_when:
+            if self._alarm is not None:
+                self._alarm.cancel()
+            self._alarm_when = deadline
+            self._alarm = loop.call_at(deadline, self._ring)
+        self._send()
+        return asked
+
+    def forget(self, asked: asyncio.Future[tuple[int, str]]) -> None:
+        """The caller of a take was cancelled: a lease it was answered goes back."""
+        if asked.done() and not asked.cancelled() and asked.exception() is None:
+            index, lease = asked.result()
+            if index >= 0:
+                self.give_back(index, lease)
 
     def _ring(self) -> None:
-        # A loop runs a timer up to its clock's resolution early.
-        self._alarm = None
+        # A loop runs a timer up to its clock's resolution early. Takes answered
+        # since the timer was set cost nothing; the next pending one re-arms it.
+        self._alarm, self._alarm_when = None, math.inf
         loop = asyncio.get_running_loop()
-        now, alarms = loop.time() + CLOCK_RESOLUTION_S, self._alarms
-        while alarms and (alarms[0][1].done() or alarms[0][0] <= now):
-            _, asked = alarms.popleft()
-            if not asked.done():
+        now, first = loop.time() + CLOCK_RESOLUTION_S, math.inf
+        for _, asked, deadline in (*self._in_flight, *self._takes):
+            if asked.done():
+                continue
+            if deadline <= now:
                 asked.set_exception(TimeoutError())
-        if alarms:
-            self._alarm = loop.call_at(alarms[0][0], self._ring)
+            elif deadline < first:
+                first = deadline
+        if first < math.inf:
+            self._alarm_when = first
+            self._alarm = loop.call_at(first, self._ring)
 
     def _send(self) -> None:
         if self._sending is None or self._sending.done():
@@ -370,9 +411,10 @@ class RedisSlots:
                 stem,
                 first,
                 len(takes),
-                "".join([f"{prefs};" for prefs, _ in takes]),
+                "".join([f"{take[0]};" for take in takes]),
                 "".join([f"{index + 1}={lease} " for index, lease, _ in releases]),
             ]
+            self._in_flight = takes
             try:
                 found = await self._call(self._step(args))
             except LLMUnreachable as exc:
@@ -388,33 +430,34 @@ class RedisSlots:
                 self._refuse([*takes, *self._takes], partial(LLMClosed, POOL_LABEL, waited=True))
                 raise
             finally:
+                self._in_flight = []
                 for _, _, then in releases:
                     if then is not None:
                         then()
             if takes:
-                self._answer(takes, stem, first, found.split(b","))
+                self._answer(takes, f"{stem}:", first, found.split(b","))
 
-    def _answer(
-        self,
-        takes: list[_Take],
-        stem: str,
-        first: int,
-        found: list[bytes],
-    ) -> None:
-        for j, ((_, asked), best) in enumerate(zip(takes, found, strict=True)):
-            host = int(best)
-            lease = f"{stem}:{first + j}" if host else ""
-            if host:
-                self._hold(lease, host - 1)
+    def _answer(self, takes: list[_Take], stem: str, first: int, found: list[bytes]) -> None:
+        held = self._held
+        for j, ((_, asked, _), best) in enumerate(zip(takes, found, strict=True)):
+            index = int(best) - 1
+            if index < 0:
+                if not asked.done():
+                    asked.set_result((-1, ""))
+                continue
+            lease = stem + str(first + j)
+            held[lease] = index
             if not asked.done():
-                asked.set_result((host, lease))
-            elif host:  # its caller gave up while Redis answered
-                self.give_back(host - 1, lease)
+                asked.set_result((index, lease))
+            else:  # its caller gave up while Redis answered
+                self.give_back(index, lease)
+        if held and (self._renewer is None or self._renewer.done()):
+            self._renewer = asyncio.ensure_future(self._renew())
 
     @staticmethod
     def _refuse(takes: list[_Take], error: Callable[[], Exception]) -> None:
         # One exception each: a raised exception gathers its raiser's traceback.
-        for _, asked in takes:
+        for _, asked, _ in takes:
             if not asked.done():
                 asked.set_exception(error())
 
@@ -445,11 +488,6 @@ class RedisSlots:
             except TimeoutError as exc:  # the connection was closed with the call
                 raise RedisConnectionError(f"no answer in {OP_TIMEOUT_S:g} s") from exc
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _hold(self, lease: str, index: int) -> None:
-        self._held[lease] = index
-        if self._renewer is None or self._renewer.done():
-            self._renewer = asyncio.ensure_future(self._renew())
 
     async def wait(self, changed: asyncio.Future[None]) -> None:
         """Until a lease is released anywhere, ``changed`` is set (a release or a
