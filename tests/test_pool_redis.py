@@ -23,6 +23,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from fake_ollama import chunk, final, merged
+from fake_openai import MODEL, Turn, transcript
 from loopback import refused_url, serve, serve_raw
 from redis_server import RedisServer
 
@@ -31,7 +32,7 @@ from vaelii_llm._pool import Pool
 from vaelii_llm._redis_slots import STEP
 from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMPoolTimeout, LLMUnreachable
 from vaelii_llm.pool import pool_from_config, vote
-from vaelii_llm.providers import ollama
+from vaelii_llm.providers import ollama, openai
 
 ROOT = Path(__file__).resolve().parent.parent
 TTL_MS = 1000
@@ -54,7 +55,8 @@ async def rclient(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
 
 
 class LoopbackHost:
-    """An Ollama on loopback that counts the chat calls it holds at once.
+    """An Ollama (or, on ``/v1/chat/completions``, an OpenAI-compatible server)
+    on loopback that counts the chat calls it holds at once.
 
     A question that says HOLD is held until its client goes away.
     """
@@ -70,16 +72,28 @@ class LoopbackHost:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if request.path.endswith("/chat/completions"):  # an OpenAI-compatible server
+            answer = transcript(Turn(text=["Yes."]))
+            reply: web.StreamResponse = web.Response(
+                body=answer.sse(), content_type="text/event-stream"
+            )
+            if not body.get("stream"):
+                reply = web.json_response(answer.completion)
+            return await self.hold(body["messages"][-1]["content"], reply)
+        reply = web.json_response(merged([chunk("Yes."), final()]))
+        return await self.hold(body["messages"][-1]["content"], reply)
+
+    async def hold(self, question: str, reply: web.StreamResponse) -> web.StreamResponse:
         self.calls += 1
         self.active += 1
         self.most = max(self.most, self.active)
         try:
-            if body["messages"][-1]["content"] == "HOLD":
+            if question == "HOLD":
                 self.holding += 1
                 self.changed.set()
                 await asyncio.Event().wait()
             await asyncio.sleep(self.delay)
-            return web.json_response(merged([chunk("Yes."), final()]))
+            return reply
         finally:
             self.active -= 1
 
@@ -209,6 +223,32 @@ async def test_an_instant_of_more_leases_than_a_script_call_takes_at_once(
             inside.set()
             await asyncio.gather(*callers)
             assert await settled(p) == [0]
+
+
+async def test_openai_compatible_hosts_share_their_limit_the_same_way(
+    redis_server: RedisServer,
+) -> None:
+    # A vLLM fleet: the same leases, keyed by each server's base URL.
+    async with hosts(2) as (a, b):
+
+        def fleet() -> Pool[Any]:
+            tokens = []
+            for host in (a, b):
+                server = openai.provider(base_url=f"{host.url}/v1", model=MODEL)
+                tokens += [server] * 2
+            return Pool(tokens, redis_url=redis_server.url, lease_ttl_ms=TTL_MS)
+
+        first, second = fleet(), fleet()
+        async with first, second:
+            names = [h.host for h in first.statistics().hosts]
+            assert names == [f"{a.url}/v1", f"{b.url}/v1"]
+            results = await asyncio.gather(
+                *(vote(p, "Is a spider an insect?") for p in (first, second) for _ in range(6))
+            )
+            assert all(r.tally == {"yes": 3, "no": 0} for r in results)
+            assert (a.most, b.most) == (2, 2)  # both pools' turns, never more than two at once
+            assert a.calls + b.calls == 36
+            assert await settled(first) == [0, 0]
 
 
 async def test_two_pool_names_do_not_share(redis_server: RedisServer) -> None:
