@@ -336,13 +336,12 @@ class RedisSlots:
     def preferences(uses: Sequence[int] | None, cooling: Sequence[bool] | None) -> str:
         """What a take tells the script of its caller: its vote's turns on each
         host, then whether this process sees each host cooling ("" for nothing)."""
-        if not (uses is not None and any(uses)) and not (cooling is not None and any(cooling)):
+        used = uses is not None and any(uses)
+        cools = cooling is not None and any(cooling)
+        if not used and not cools:
             return ""
         n = len(uses if uses is not None else cooling or ())
-        words = [
-            *map(str, uses or [0] * n),
-            *("1" if cool else "0" for cool in cooling or [False] * n),
-        ]
+        words = [*map(str, uses or [0] * n), *("1" if c else "0" for c in cooling or [False] * n)]
         return ",".join(words)
 
     def take(self, prefs: str, deadline: float = math.inf) -> asyncio.Future[tuple[int, str]]:
