@@ -10,8 +10,10 @@ real tool round trip on the wire.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import fake_ollama
@@ -27,6 +29,8 @@ from pydantic_ai import exceptions as pai_errors
 from pydantic_ai import messages as pai
 
 from vaelii_llm import (
+    DocumentBlock,
+    ImageBlock,
     Message,
     OpaqueBlock,
     RedactedThinkingBlock,
@@ -44,6 +48,7 @@ from vaelii_llm import errors as verrors
 from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
 from vaelii_llm.providers import anthropic, ollama, openai, stub
 
+ROOT = Path(__file__).resolve().parent.parent
 GOAL = "(afraidOf MissMuffet ?who)"
 QUERY = {"tool": "kb_query", "input": {"goal": GOAL}}
 ANSWER = "Miss Muffet is afraid of Muffet, ItsyBitsy and Fang."
@@ -302,6 +307,75 @@ async def test_streaming_on_the_stub_yields_the_words_as_deltas() -> None:
     assert "".join(pieces) == ANSWER
     assert len(pieces) > 1
     assert tool_results(provider.requests()[1])[-1].content == await engine_answer()
+
+
+PNG = (ROOT / "examples" / "red_square.png").read_bytes()
+PDF_BYTES = b"%PDF-1.4\n1 0 obj << >> endobj\ntrailer << >>\n%%EOF\n"
+
+
+async def test_images_and_documents_in_a_prompt_become_blocks() -> None:
+    provider = stub.provider(script=["A red square."])
+    agent = Agent(VaeliiModel(provider))
+    prompt: list[pai.UserContent] = [
+        "What is in these?",
+        pai.BinaryContent(PNG, media_type="image/png"),
+        pai.ImageUrl("https://example.test/cat.jpg"),
+        pai.DocumentUrl("https://example.test/report.pdf"),
+        pai.BinaryContent(PDF_BYTES, media_type="application/pdf"),
+        pai.BinaryContent(b"a,b\n1,2\n", media_type="text/csv"),
+    ]
+    assert (await agent.run(prompt)).output == "A red square."
+    (request,) = provider.requests()
+    assert request.messages == [
+        Message(
+            role="user",
+            content=[
+                TextBlock(text="What is in these?"),
+                ImageBlock(data=PNG, media_type="image/png"),
+                ImageBlock(url="https://example.test/cat.jpg"),
+                DocumentBlock(url="https://example.test/report.pdf"),
+                DocumentBlock(data=PDF_BYTES, media_type="application/pdf"),
+                DocumentBlock(text="a,b\n1,2\n"),
+            ],
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("item", "named", "why"),
+    [
+        (pai.BinaryContent(b"RIFF....WAVE", media_type="audio/wav"), "(audio/wav)", "sends text"),
+        (pai.VideoUrl("https://example.test/clip.mp4"), "VideoUrl", "sends text"),
+        (pai.BinaryContent(PDF_BYTES, media_type="image/png"), "(image/png)", "not an image"),
+        (pai.DocumentUrl("https://example.test/notes.docx"), "DocumentUrl", "is a PDF here"),
+        (pai.BinaryContent(b"\xff\xfe", media_type="text/csv"), "(text/csv)", "not UTF-8"),
+    ],
+)
+async def test_what_no_backend_takes_is_a_user_error_naming_it(
+    item: pai.UserContent, named: str, why: str
+) -> None:
+    provider = stub.provider(script=["never"])
+    with pytest.raises(pai_errors.UserError, match="VaeliiModel cannot send this") as info:
+        await Agent(VaeliiModel(provider)).run(["Look:", item])
+    assert named in str(info.value)
+    assert why in str(info.value)
+    assert provider.requests() == []  # nothing was sent
+
+
+async def test_an_image_reaches_the_messages_api_as_an_image_block() -> None:
+    fake = ScriptedMessagesAPI([messages_turn([{"type": "text", "text": "Red."}], "end_turn", "m")])
+    async with (
+        serve(fake.app()) as url,
+        anthropic.provider(credential="sk-test", base_url=url) as provider,
+    ):
+        agent = Agent(VaeliiModel(provider))
+        output = await agent.run(["Colour?", pai.BinaryContent(PNG, media_type="image/png")])
+    assert output.output == "Red."
+    (seen,) = fake.seen
+    image = seen.body["messages"][0]["content"][1]
+    assert image["type"] == "image"
+    assert image["source"]["media_type"] == "image/png"
+    assert base64.b64decode(image["source"]["data"]) == PNG
 
 
 # -- on a loopback Messages API ----------------------------------------------------

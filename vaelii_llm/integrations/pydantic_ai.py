@@ -8,8 +8,10 @@ handling; :class:`KBToolset` offers a KB's read tools to any agent. Install with
 The mapping, both ways:
 
 * request: the system prompt parts and the agent's instructions become
-  ``Request.system``; user text, assistant text, tool calls (with their ids) and
-  tool returns become blocks; a tool return whose outcome is an error
+  ``Request.system``; user text, images and documents (``BinaryContent``,
+  ``ImageUrl``, a PDF's ``DocumentUrl``; a text file's bytes as its text),
+  assistant text, tool calls (with their ids) and tool returns become blocks
+  (audio and video are a ``UserError``); a tool return whose outcome is an error
   (``failed`` or ``retried``) is a ``tool_result`` with ``is_error`` and its text
   unwrapped; a thinking part this model produced goes back as the block it came
   from (its ``raw`` JSON, signature included, unedited), redacted thinking too;
@@ -66,8 +68,11 @@ from pydantic_ai.usage import RequestUsage
 from pydantic_core import SchemaValidator, core_schema
 
 from vaelii_llm import errors
+from vaelii_llm._media import PDF
 from vaelii_llm._protocol import (
     Block,
+    DocumentBlock,
+    ImageBlock,
     Message,
     OpaqueBlock,
     Provider,
@@ -457,7 +462,7 @@ def _turns(messages: Sequence[pai.ModelMessage], system_name: str) -> tuple[str,
                 if isinstance(part, pai.SystemPromptPart):
                     system.append(part.content)
                 elif isinstance(part, pai.UserPromptPart):
-                    texts.extend(TextBlock(text=t) for t in _user_texts(part))
+                    texts.extend(_user_blocks(part))
                 elif isinstance(part, pai.ToolReturnPart):
                     results.append(
                         ToolResultBlock(
@@ -483,21 +488,51 @@ def _turns(messages: Sequence[pai.ModelMessage], system_name: str) -> tuple[str,
     return "\n\n".join(s for s in system if s), turns
 
 
-def _user_texts(part: pai.UserPromptPart) -> Iterator[str]:
+def _user_blocks(part: pai.UserPromptPart) -> Iterator[Block]:
     if isinstance(part.content, str):
-        yield part.content
+        yield TextBlock(text=part.content)
         return
     for item in part.content:
         if isinstance(item, str):
-            yield item
+            yield TextBlock(text=item)
         elif isinstance(item, pai.TextContent):
-            yield item.content
+            yield TextBlock(text=item.content)
         elif isinstance(item, pai.CachePoint):
             continue
         else:
-            raise pai_errors.UserError(
-                f"VaeliiModel sends text only; a user prompt held a {type(item).__name__}"
-            )
+            try:
+                block = _media_block(item)
+            except ValueError as exc:
+                refused = f"VaeliiModel cannot send this {_named(item)}: {exc}"
+                raise pai_errors.UserError(refused) from exc
+            yield block
+
+
+def _media_block(item: object) -> Block:
+    """An image or a document of a user prompt as this package's block; ValueError
+    for what no backend here takes (audio, video) or bytes that are not what they say."""
+    if isinstance(item, pai.ImageUrl):
+        return ImageBlock(url=item.url)
+    if isinstance(item, pai.DocumentUrl):
+        kind = item.media_type  # inferred from the URL, or ValueError
+        if kind == PDF:
+            return DocumentBlock(url=item.url)
+        raise ValueError(f"a document by URL is a PDF here, not {kind}")
+    if isinstance(item, pai.BinaryContent) and item.is_image:
+        return ImageBlock.from_bytes(item.data, item.media_type)
+    if isinstance(item, pai.BinaryContent) and item.is_document:
+        if item.media_type.startswith("text/"):  # CSV, Markdown, HTML...: the text itself
+            try:
+                return DocumentBlock(text=item.data.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise ValueError(f"{item.media_type} bytes that are not UTF-8") from None
+        return DocumentBlock.from_bytes(item.data, item.media_type)
+    raise ValueError("it sends text, images and documents")
+
+
+def _named(item: object) -> str:
+    kind = getattr(item, "media_type", None) if isinstance(item, pai.BinaryContent) else None
+    return f"{type(item).__name__} ({kind})" if kind else type(item).__name__
 
 
 def _assistant_blocks(message: pai.ModelResponse, system_name: str) -> list[Block]:
