@@ -323,11 +323,15 @@ async def run_case(case: Case, url: str | None, each: int) -> tuple[list[float],
     return found
 
 
-async def ping_times(url: str, count: int = 500) -> list[float]:
-    """µs of each of ``count`` PINGs in turn: loopback Redis's own round trip."""
+async def ping_times(url: str, count: int = 500, idle_s: float = 0.0) -> list[float]:
+    """µs of each of ``count`` PINGs in turn: loopback Redis's own round trip;
+    with ``idle_s``, each after that long idle (what a machine's wake-up adds
+    to the rows whose calls all come back at once)."""
     client = aioredis.Redis.from_url(url)
     samples = []
     for _ in range(count):
+        if idle_s:
+            await asyncio.sleep(idle_s)
         start = time.perf_counter_ns()
         await client.ping()
         samples.append((time.perf_counter_ns() - start) / 1000)
@@ -344,7 +348,8 @@ async def shared_slots(each: int, calls_ms: Sequence[float], runs: int) -> None:
     feature's purpose. Every row is the median over ``runs`` runs of each run's
     p50 / p99 / rate; the rows interleave within a run."""
     rows: dict[tuple[str, str], list[tuple[float, float, float, float, float]]] = {}
-    pings: tuple[list[float], list[float]] = ([], [])
+    pings: tuple[list[float], list[float], list[float]] = ([], [], [])
+    idle_s = max(calls_ms) / 1000
     async with RedisServer() as server:
         assert server.process is not None
         for _ in range(runs):  # the rows interleave, so a busy moment spreads over them
@@ -359,6 +364,7 @@ async def shared_slots(each: int, calls_ms: Sequence[float], runs: int) -> None:
             cut = statistics.quantiles(await ping_times(server.url), n=100)
             pings[0].append(cut[49])
             pings[1].append(cut[98])
+            pings[2].append(statistics.median(await ping_times(server.url, 40, idle_s)))
     load = os.getloadavg()[0]
     print(
         f"one checkout (acquire + release), {HOSTS} hosts, µs; median of {runs} runs "
@@ -380,8 +386,11 @@ async def shared_slots(each: int, calls_ms: Sequence[float], runs: int) -> None:
             f"  {label + ', ' + where:<58} {p50:8.1f} {p99:8.1f} {rate:11,.0f} "
             f"{cpu:6.1f} {redis_cpu} {floor}{verdict}"
         )
-    p50, p99 = statistics.median(pings[0]), statistics.median(pings[1])
-    print(f"  a bare PING round trip (redis-py), p50 {p50:.1f} µs, p99 {p99:.1f} µs")
+    p50, p99, idle = (statistics.median(column) for column in pings)
+    print(
+        f"  a bare PING round trip (redis-py), p50 {p50:.1f} µs, p99 {p99:.1f} µs; "
+        f"after {idle_s * 1000:g} ms idle, p50 {idle:.1f} µs"
+    )
     print(
         "  CPU: µs per checkout of the callers' process (each worker's), and of the "
         "redis-server (/proc, coarse); floor: callers x CPU, the p50 a back-to-back "
