@@ -217,13 +217,14 @@ class SSEDecoder:
             data = bytes(data)
         # Only the new bytes are searched and split: the unfinished line in
         # ``buf`` is never scanned again, so one huge event costs its size.
-        lines = data.splitlines()
-        last = data[-1]
-        if last in (_LF, _CR):
-            self._skip_lf = last == _CR
-            partial = b""
-        else:
-            partial = lines.pop()
+        # Every line end is made an LF first (a CR is rare on these wires, and
+        # splitting on one byte costs well under ``splitlines``); a CR ending
+        # the chunk may be half a CRLF, whose LF the next chunk then drops.
+        self._skip_lf = data[-1] == _CR
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = data.split(b"\n")
+        partial = lines.pop()  # the unfinished line (b"" when the chunk ends one)
         buf = self._buf
         held = len(buf)
         if lines and held:
