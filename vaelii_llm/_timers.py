@@ -43,6 +43,7 @@ _EXITED: Final = 3
 
 _current_task: Final = asyncio.current_task
 _heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
 _running_loop: Final = asyncio.get_running_loop
 
 _COMPACT_AT: Final = 64
@@ -134,7 +135,11 @@ class _Watch:
         if not self._live:
             self._heap.clear()
             self._disarm()
-        elif len(self._heap) > _COMPACT_AT and len(self._heap) > 2 * self._live:
+            return
+        heap = self._heap
+        while heap[0][2]._state != _ENTERED:  # leftovers on top go at once (a live block is below)
+            _heappop(heap)
+        if len(heap) > _COMPACT_AT and len(heap) > 2 * self._live:
             self._heap = [entry for entry in self._heap if entry[2]._state == _ENTERED]
             heapq.heapify(self._heap)
 

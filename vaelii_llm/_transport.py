@@ -1179,10 +1179,13 @@ async def drain(chunks: AsyncIterator[bytes], seconds: float) -> None:
     the deadline passing, a cut connection or a body that never ends is
     swallowed (the response is then closed rather than reused). Reading the
     body to its end lets its connection go back to the pool. A cancellation
-    propagates. The bound is a :func:`~vaelii_llm._timers.timeout_at` block
-    (one shared loop timer), not a loop timer of its own: every streamed turn
-    passes here, most finding the body's end already arrived.
+    propagates. Every streamed turn passes here, most finding the body's end
+    already arrived: a stream of :func:`open_stream` whose end has come is
+    drained at once, with no timer; otherwise the bound is a
+    :func:`~vaelii_llm._timers.timeout_at` block (one shared loop timer).
     """
+    if type(chunks) is _Stream and chunks.ended():
+        return  # the common case: the end came with the terminal event
     deadline = asyncio.get_running_loop().time() + seconds
     with suppress(TimeoutError, LLMError), timers.timeout_at(deadline):
         async for _ in chunks:
@@ -1318,6 +1321,9 @@ class _Stream:
                     raise TimeoutError("the deadline passed while the body was still arriving")
             chunk = content.read_nowait() if content.exception() is None else b""
             if not chunk:
+                if content.exception() is None and content.at_eof():
+                    self._done = True  # the end has arrived: nothing to wait for
+                    raise StopAsyncIteration
                 with boundary:
                     chunk = await content.readany()
                 if not chunk:
@@ -1328,6 +1334,21 @@ class _Stream:
             raise
         boundary.received += len(chunk)
         return chunk
+
+    def ended(self) -> bool:
+        """Whether the body's end has arrived, what is buffered before it read
+        and discarded now (no wait); False with more to wait for or a failure
+        pending (which the next read raises)."""
+        if self._done:
+            return True
+        content = self._content
+        if content.exception() is not None:
+            return False
+        while chunk := content.read_nowait():
+            self._boundary.received += len(chunk)
+        if content.at_eof():
+            self._done = True
+        return self._done
 
 
 def cut(inflight: set[aiohttp.ClientResponse]) -> None:
