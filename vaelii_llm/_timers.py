@@ -19,11 +19,12 @@ deadline passes at the same moment (``Task.cancelling`` counts the requests).
 A deadline already past cancels at the loop's next step. Unlike asyncio's it
 is a plain (synchronous) context manager: entering and leaving await nothing.
 
-Exited blocks leave their entries on the heap until the heap is more than
-half such entries, then it is rebuilt from the live ones (amortised constant
-per block); when no block is live the heap is emptied and the loop timer
-cancelled, so an idle loop holds no timer of ours, and nothing here keeps a
-loop alive.
+An exited block's entry leaves the heap at once when it is on top (with any
+exited ones under it: the earliest deadline, a drain's short bound, often
+ends first); the others stay until the heap is more than half such entries,
+then it is rebuilt from the live ones (amortised constant per block); when
+no block is live the heap is emptied and the loop timer cancelled, so an
+idle loop holds no timer of ours, and nothing here keeps a loop alive.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class _Watch:
             self._arm(when)
 
     def left(self) -> None:
-        """A block exited before its deadline; its entry stays until swept."""
+        """A block exited before its deadline: its entry goes now if on top, else when swept."""
         self._live -= 1
         if not self._live:
             self._heap.clear()
