@@ -332,6 +332,7 @@ async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
             session, END, "GET", url + "/whole", deadline=Deadline.after_ms(AMPLE)
         ) as chunks:
             assert (await anext(chunks)).startswith(b"the answer")
+            await chunks._content.wait_eof()  # the end has come (sent with the head)
             monkeypatch.setattr(timers, "timeout_at", counted)
             await transport.drain(chunks, 0.2)
             assert blocks == []
