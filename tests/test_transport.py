@@ -338,7 +338,7 @@ async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
             assert blocks == []
             assert [chunk async for chunk in chunks] == []  # nothing left to read
         assert session.connector is not None
-        assert sum(len(c) for c in session.connector._conns.values()) == 1  # type: ignore[attr-defined]
+        assert sum(len(c) for c in session.connector._conns.values()) == 1
 
         async with open_stream(
             session, END, "GET", url + "/open", deadline=Deadline.after_ms(AMPLE)
@@ -346,7 +346,7 @@ async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
             assert await anext(chunks) == b"the answer\n"
             await transport.drain(chunks, 5)
             assert blocks  # it had to wait for the end: under the drain's bound
-        assert sum(len(c) for c in session.connector._conns.values()) == 1  # type: ignore[attr-defined]
+        assert sum(len(c) for c in session.connector._conns.values()) == 1
 
 
 async def test_a_stream_is_exhausted_once_its_block_is_left_or_a_read_failed(
