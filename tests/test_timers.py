@@ -179,6 +179,23 @@ async def test_the_heap_stays_short_while_blocks_come_and_go() -> None:
         assert longest <= timers._COMPACT_AT + 2
 
 
+async def test_a_block_left_on_top_of_the_heap_goes_at_once() -> None:
+    """A block with the earliest deadline that ends in time takes its entry
+    with it (and the exited ones under it), so nothing it held lingers."""
+    loop = asyncio.get_running_loop()
+    with timers.timeout_at(now() + FAR):
+        watch = timers._watch(loop)
+        for _ in range(3):
+            with timers.timeout_at(now() + FAR / 2):  # nearer: on top
+                assert len(watch._heap) == 2
+            assert len(watch._heap) == 1
+        with timers.timeout_at(now() + FAR * 2):  # farther: under the first
+            with timers.timeout_at(now() + FAR / 2):
+                pass
+            assert len(watch._heap) == 2
+        assert len(watch._heap) == 2  # the far one is swept later, not now
+
+
 async def test_an_idle_loop_holds_no_timer_and_no_watch() -> None:
     """After blocks that ended in time and one that was cut, nothing of ours
     is left on the loop: the watch is gone, so no timer of it is armed."""

@@ -301,6 +301,88 @@ async def test_drain_keeps_quiet_about_what_follows_the_end(
     await transport.drain(expiring(), 0.2)
 
 
+async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
+    session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The common case of every streamed turn: the body's end arrived with its
+    answer. The drain reads what is left without a wait (so without a timer
+    block) and the connection goes back to the pool; a body whose end has not
+    come is drained under the timer, as before."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path == "/open":  # chunked, its end sent only after a pause
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(b"the answer\n")
+            await asyncio.sleep(0.05)
+            await response.write(b"and more\n")
+            await response.write_eof()
+            return response
+        return web.Response(body=b"the answer\nand what follows it\n")
+
+    blocks: list[float] = []
+    timeout_at = timers.timeout_at
+
+    def counted(when: float) -> timers.Timeout:
+        blocks.append(when)
+        return timeout_at(when)
+
+    async with serve(handler) as url:
+        async with open_stream(
+            session, END, "GET", url + "/whole", deadline=Deadline.after_ms(AMPLE)
+        ) as chunks:
+            assert (await anext(chunks)).startswith(b"the answer")
+            await chunks._content.wait_eof()  # the end has come (sent with the head)
+            monkeypatch.setattr(timers, "timeout_at", counted)
+            await transport.drain(chunks, 0.2)
+            assert blocks == []
+            assert [chunk async for chunk in chunks] == []  # nothing left to read
+        assert session.connector is not None
+        assert sum(len(c) for c in session.connector._conns.values()) == 1
+
+        async with open_stream(
+            session, END, "GET", url + "/open", deadline=Deadline.after_ms(AMPLE)
+        ) as chunks:
+            assert await anext(chunks) == b"the answer\n"
+            await transport.drain(chunks, 5)
+            assert blocks  # it had to wait for the end: under the drain's bound
+        assert sum(len(c) for c in session.connector._conns.values()) == 1
+
+
+async def test_a_stream_is_exhausted_once_its_block_is_left_or_a_read_failed(
+    session: aiohttp.ClientSession,
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(b"first\n")
+        if request.path == "/cut":
+            await asyncio.sleep(0.01)
+            cut_connection(request)
+            return response
+        await asyncio.sleep(FAR_END_S)
+        return response
+
+    async with serve(handler) as url:
+        async with open_stream(
+            session, END, "GET", url + "/held", deadline=Deadline.after_ms(AMPLE)
+        ) as chunks:
+            assert await anext(chunks) == b"first\n"
+        with pytest.raises(StopAsyncIteration):  # left early: closed, nothing more read
+            await anext(chunks)
+
+        async def read_all(chunks: AsyncIterator[bytes]) -> None:
+            async for _ in chunks:
+                pass
+
+        async with open_stream(
+            session, END, "GET", url + "/cut", deadline=Deadline.after_ms(AMPLE)
+        ) as cut:
+            assert isinstance(await failure(read_all(cut)), LLMBadResponse)  # cut short
+            with pytest.raises(StopAsyncIteration):  # and nothing more after the failure
+                await anext(cut)
+
+
 async def test_cancellation_stays_a_cancellation(session: aiohttp.ClientSession) -> None:
     far = FarEnd()
 

@@ -300,10 +300,22 @@ def reference(stream: bytes, cap: int) -> tuple[list[Event], tuple[str, bytes] |
     return events, None
 
 
-def run(stream: bytes, cuts: list[int], cap: int, frames: bool) -> tuple[list[Event], Any]:
+SHARED_NAMES: dict[bytes, bytes] = {}
+"""The event types every example's shared decoder has met: as a backend's
+decoders share them, here across all examples (so it fills to its bound)."""
+
+
+def run(
+    stream: bytes,
+    cuts: list[int],
+    cap: int,
+    frames: bool,
+    names: dict[bytes, bytes] | None = None,
+) -> tuple[list[Event], Any]:
     """What the decoder hands over for ``stream`` cut at ``cuts``, through
-    ``feed_frames`` (ids as None) or ``feed``, and its refusal, if any."""
-    decoder = SSEDecoder("t", max_event_bytes=cap)
+    ``feed_frames`` (ids as None) or ``feed``, and its refusal, if any;
+    ``names``: the event types it shares with other decoders."""
+    decoder = SSEDecoder("t", max_event_bytes=cap, names=names)
     out: list[Event] = []
     try:
         for piece in [*split_at(stream, cuts), b""]:
@@ -321,8 +333,8 @@ def check_against_reference(stream: bytes, cuts: list[int], cap: int) -> None:
     or, when refused, a prefix of them and a refusal (the same one, word for
     word, when it cannot depend on the split: not UTF-8, no cap in play)."""
     expected, refusal = reference(stream, cap)
-    for frames in (False, True):
-        got, refused = run(stream, cuts, cap, frames)
+    for frames, names in ((False, None), (True, None), (True, SHARED_NAMES)):
+        got, refused = run(stream, cuts, cap, frames, names)
         want = [(e, d, None) for e, d, _ in expected] if frames else expected
         if refusal is None:
             assert refused is None
@@ -520,6 +532,27 @@ def test_runs_of_untyped_data_frames_agree_with_the_reference(
     of other shapes: the reference's events, at any split."""
     stream = b"".join(end.join(lines) + end + end for lines in frames)
     check_against_reference(stream, cuts, cap)
+
+
+def test_decoders_sharing_names_hand_over_one_object_per_type() -> None:
+    """A second stream's decoder knows the types the first one met: its
+    frames carry the very objects the first one's did (what the Messages
+    API's assembler tells a delta by), whatever the split."""
+    names: dict[bytes, bytes] = {}
+    stream = _sse_frames(40)
+    first = SSEDecoder("t", names=names).feed_frames(stream)
+    second = SSEDecoder("t", names=names)
+    later = [
+        e for at in range(0, len(stream), 700) for e in second.feed_frames(stream[at : at + 700])
+    ]
+    assert later == first
+    assert {id(event) for event, _ in first} == {id(event) for event, _ in later}
+    assert len({id(event) for event, _ in later}) == 2
+
+
+def _sse_frames(n: int) -> bytes:
+    start = b'event: message_start\ndata: {"type":"message_start"}\n\n'
+    return start + _json_api(n)
 
 
 def test_a_chat_completions_stream_is_taken_a_run_of_frames_at_a_time(

@@ -19,11 +19,12 @@ deadline passes at the same moment (``Task.cancelling`` counts the requests).
 A deadline already past cancels at the loop's next step. Unlike asyncio's it
 is a plain (synchronous) context manager: entering and leaving await nothing.
 
-Exited blocks leave their entries on the heap until the heap is more than
-half such entries, then it is rebuilt from the live ones (amortised constant
-per block); when no block is live the heap is emptied and the loop timer
-cancelled, so an idle loop holds no timer of ours, and nothing here keeps a
-loop alive.
+An exited block's entry leaves the heap at once when it is on top (with any
+exited ones under it: the earliest deadline, a drain's short bound, often
+ends first); the others stay until the heap is more than half such entries,
+then it is rebuilt from the live ones (amortised constant per block); when
+no block is live the heap is emptied and the loop timer cancelled, so an
+idle loop holds no timer of ours, and nothing here keeps a loop alive.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ _EXITED: Final = 3
 
 _current_task: Final = asyncio.current_task
 _heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
 _running_loop: Final = asyncio.get_running_loop
 
 _COMPACT_AT: Final = 64
@@ -129,12 +131,16 @@ class _Watch:
             self._arm(when)
 
     def left(self) -> None:
-        """A block exited before its deadline; its entry stays until swept."""
+        """A block exited before its deadline: its entry goes now if on top, else when swept."""
         self._live -= 1
         if not self._live:
             self._heap.clear()
             self._disarm()
-        elif len(self._heap) > _COMPACT_AT and len(self._heap) > 2 * self._live:
+            return
+        heap = self._heap
+        while heap[0][2]._state != _ENTERED:  # leftovers on top go at once (a live block is below)
+            _heappop(heap)
+        if len(heap) > _COMPACT_AT and len(heap) > 2 * self._live:
             self._heap = [entry for entry in self._heap if entry[2]._state == _ENTERED]
             heapq.heapify(self._heap)
 

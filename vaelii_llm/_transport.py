@@ -122,7 +122,7 @@ import ssl as _ssl
 import sys
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeVar
 from urllib.parse import quote, quote_plus
@@ -1172,32 +1172,6 @@ def _outgoing(
     return with_json_content_type(headers)
 
 
-async def _chunks(boundary: _Boundary) -> AsyncGenerator[bytes, None]:
-    """The body's bytes as they arrive, each wait in the boundary.
-
-    Bytes already buffered are taken without a wait (and without entering a
-    timer); only an actual wait runs under the deadline, never across a
-    ``yield``. A body that keeps flowing past the deadline is cut too.
-    """
-    response = boundary.response
-    assert response is not None
-    content = response.content
-    when = boundary.deadline.when
-    clock = asyncio.get_running_loop().time
-    while True:
-        if clock() >= when:  # still flowing, but the turn's budget is spent
-            with boundary:
-                raise TimeoutError("the deadline passed while the body was still arriving")
-        chunk = content.read_nowait() if content.exception() is None else b""
-        if not chunk:
-            with boundary:
-                chunk = await content.readany()
-            if not chunk:
-                return
-        boundary.received += len(chunk)
-        yield chunk
-
-
 async def drain(chunks: AsyncIterator[bytes], seconds: float) -> None:
     """Read and discard what follows a stream's terminal event for at most ``seconds``.
 
@@ -1205,18 +1179,20 @@ async def drain(chunks: AsyncIterator[bytes], seconds: float) -> None:
     the deadline passing, a cut connection or a body that never ends is
     swallowed (the response is then closed rather than reused). Reading the
     body to its end lets its connection go back to the pool. A cancellation
-    propagates. The bound is a :func:`~vaelii_llm._timers.timeout_at` block
-    (one shared loop timer), not a loop timer of its own: every streamed turn
-    passes here, most finding the body's end already arrived.
+    propagates. Every streamed turn passes here, most finding the body's end
+    already arrived: a stream of :func:`open_stream` whose end has come is
+    drained at once, with no timer; otherwise the bound is a
+    :func:`~vaelii_llm._timers.timeout_at` block (one shared loop timer).
     """
+    if type(chunks) is _Stream and chunks.ended():
+        return  # the common case: the end came with the terminal event
     deadline = asyncio.get_running_loop().time() + seconds
     with suppress(TimeoutError, LLMError), timers.timeout_at(deadline):
         async for _ in chunks:
             pass
 
 
-@asynccontextmanager
-async def open_stream(
+def open_stream(
     session: aiohttp.ClientSession,
     endpoint: Endpoint,
     method: str,
@@ -1228,7 +1204,7 @@ async def open_stream(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     inflight: set[aiohttp.ClientResponse] | None = None,
     gate: Gate | None = None,
-) -> AsyncIterator[AsyncIterator[bytes]]:
+) -> _Stream:
     """Send a request and hand over its body as an async iterator of chunks.
 
     ``async with open_stream(...) as chunks: async for chunk in chunks: ...``.
@@ -1244,32 +1220,135 @@ async def open_stream(
     from it first and given back once the response is let go (so a stream read
     to its end hands its connection to the next turn).
     """
-    sent = _outgoing(session, headers, body)
-    if gate is not None:
-        await gate.take(endpoint, deadline)
-    try:
-        boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url))
-        with boundary:
-            response = boundary.response = await session.request(
-                method, url, data=body, headers=sent, allow_redirects=False
-            )
-            if not 200 <= response.status < 300:
-                await _read_whole(boundary, max_body_bytes)  # raises LLMApiError with the body
-        chunks = _chunks(boundary)
-        if inflight is not None:
-            inflight.add(response)
-        try:
-            yield chunks
-        finally:
-            if inflight is not None:
-                inflight.discard(response)
-            try:
-                await chunks.aclose()
-            finally:
-                _let_go(response)
-    finally:
+    return _Stream(
+        session, endpoint, method, url, deadline, body, headers, max_body_bytes, inflight, gate
+    )
+
+
+class _Stream:
+    """One streamed request (made by :func:`open_stream`): an async context
+    manager that sends it, and, inside, the async iterator of its body's chunks.
+
+    A class, not a generator: every streamed turn passes here, and an async
+    generator costs each turn the loop's bookkeeping of it (a weak reference
+    registered, a callback at its end) and a close thrown into it.
+
+    Bytes already buffered are taken without a wait (and without entering a
+    timer); only an actual wait runs under the deadline, in the boundary,
+    never across a handover. A body that keeps flowing past the deadline is
+    cut too. Once the body ends, a read fails or the block is left, the
+    iterator is exhausted.
+    """
+
+    __slots__ = (
+        "_args",
+        "_boundary",
+        "_content",
+        "_done",
+        "_gate",
+        "_inflight",
+        "_response",
+        "_when",
+    )
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        endpoint: Endpoint,
+        method: str,
+        url: str,
+        deadline: Deadline,
+        body: bytes | None,
+        headers: Mapping[str, str] | None,
+        max_body_bytes: int,
+        inflight: set[aiohttp.ClientResponse] | None,
+        gate: Gate | None,
+    ) -> None:
+        self._args = (session, endpoint, method, url, deadline, body, headers, max_body_bytes)
+        self._inflight = inflight
+        self._gate = gate
+        self._done = True  # nothing to read until the block is entered
+        self._when = deadline.when
+
+    async def __aenter__(self) -> _Stream:
+        session, endpoint, method, url, deadline, body, headers, max_body_bytes = self._args
+        sent = _outgoing(session, headers, body)
+        gate = self._gate
         if gate is not None:
-            gate.give()
+            await gate.take(endpoint, deadline)
+        try:
+            boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url))
+            with boundary:
+                response = boundary.response = await session.request(
+                    method, url, data=body, headers=sent, allow_redirects=False
+                )
+                if not 200 <= response.status < 300:
+                    await _read_whole(boundary, max_body_bytes)  # raises LLMApiError with the body
+        except BaseException:
+            if gate is not None:
+                gate.give()
+            raise
+        self._boundary = boundary
+        self._response = response
+        self._content = response.content
+        self._done = False
+        if self._inflight is not None:
+            self._inflight.add(response)
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._done = True
+        try:
+            if self._inflight is not None:
+                self._inflight.discard(self._response)
+            _let_go(self._response)
+        finally:
+            if self._gate is not None:
+                self._gate.give()
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._done:
+            raise StopAsyncIteration
+        content = self._content
+        boundary = self._boundary
+        try:
+            if asyncio.get_running_loop().time() >= self._when:
+                # still flowing, but the turn's budget is spent
+                with boundary:
+                    raise TimeoutError("the deadline passed while the body was still arriving")
+            chunk = content.read_nowait() if content.exception() is None else b""
+            if not chunk:
+                if content.exception() is None and content.at_eof():
+                    self._done = True  # the end has arrived: nothing to wait for
+                    raise StopAsyncIteration
+                with boundary:
+                    chunk = await content.readany()
+                if not chunk:
+                    self._done = True
+                    raise StopAsyncIteration
+        except BaseException:
+            self._done = True
+            raise
+        boundary.received += len(chunk)
+        return chunk
+
+    def ended(self) -> bool:
+        """Whether the body's end has arrived, what is buffered before it read
+        and discarded now (no wait); False with more to wait for or a failure
+        pending (which the next read raises)."""
+        if self._done:
+            return True
+        content = self._content
+        if content.exception() is not None:
+            return False
+        while chunk := content.read_nowait():
+            self._boundary.received += len(chunk)
+        if content.at_eof():
+            self._done = True
+        return self._done
 
 
 def cut(inflight: set[aiohttp.ClientResponse]) -> None:

@@ -97,7 +97,10 @@ class SSEDecoder:
     is a programming error (``RuntimeError``). A frame over
     ``max_event_bytes`` or an event that is not UTF-8 raises
     :class:`~vaelii_llm.errors.LLMBadResponse` naming ``label``; after that
-    the decoder must not be fed again.
+    the decoder must not be fed again. ``names``: the event types met, by
+    their ``event:`` line (at most 64), to share among the decoders of one far
+    end, which names the same few on every stream: a new decoder then knows
+    them at once, and hands each over as the one object it was met as.
     """
 
     __slots__ = (
@@ -117,7 +120,12 @@ class SSEDecoder:
         "_valid",
     )
 
-    def __init__(self, label: str = "the far end", max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(
+        self,
+        label: str = "the far end",
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        names: dict[bytes, bytes] | None = None,
+    ) -> None:
         if max_event_bytes < 1:
             raise ValueError(f"max_event_bytes must be positive, not {max_event_bytes}")
         self._label = label
@@ -133,7 +141,7 @@ class SSEDecoder:
         self._ids: list[tuple[int, str]] = []  # this chunk's id lines: (next frame, id)
         self._valid = False  # the chunk's whole lines are known to be UTF-8
         self._clean = True  # no line of the unfinished frame is unchecked
-        self._names: dict[bytes, bytes] = {}  # an event line -> its type
+        self._names = {} if names is None else names  # an event line -> its type
 
     @property
     def buffered(self) -> int:
@@ -217,13 +225,14 @@ class SSEDecoder:
             data = bytes(data)
         # Only the new bytes are searched and split: the unfinished line in
         # ``buf`` is never scanned again, so one huge event costs its size.
-        lines = data.splitlines()
-        last = data[-1]
-        if last in (_LF, _CR):
-            self._skip_lf = last == _CR
-            partial = b""
-        else:
-            partial = lines.pop()
+        # Every line end is made an LF first (a CR is rare on these wires, and
+        # splitting on one byte costs well under ``splitlines``); a CR ending
+        # the chunk may be half a CRLF, whose LF the next chunk then drops.
+        self._skip_lf = data[-1] == _CR
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = data.split(b"\n")
+        partial = lines.pop()  # the unfinished line (b"" when the chunk ends one)
         buf = self._buf
         held = len(buf)
         if lines and held:
@@ -447,14 +456,20 @@ class SSEFrames:
     """An :class:`SSEDecoder`'s frames as an HTTP stream pump feeds it, keeping,
     until the first event, the body's opening: a streamed answer in which no
     event ever came (a JSON error, a proxy's HTML page) ends in
-    ``refuse(opening, label)``, the backend's own reading of what was sent."""
+    ``refuse(opening, label)``, the backend's own reading of what was sent.
+    ``names``: see :class:`SSEDecoder`."""
 
     __slots__ = ("_decoder", "_label", "_opening", "_refuse")
 
-    def __init__(self, label: str, refuse: Callable[[bytes, str], Exception]) -> None:
+    def __init__(
+        self,
+        label: str,
+        refuse: Callable[[bytes, str], Exception],
+        names: dict[bytes, bytes] | None = None,
+    ) -> None:
         self._label = label
         self._refuse = refuse
-        self._decoder = SSEDecoder(label)
+        self._decoder = SSEDecoder(label, names=names)
         self._opening: bytearray | None = bytearray()  # kept until the first event
 
     def feed(self, data: bytes) -> list[Frame]:

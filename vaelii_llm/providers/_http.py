@@ -482,8 +482,6 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 credential=None if self._credentials is None else await self._credential(),
             )
         )
-        decoder = codec.stream_decoder()
-        assembler = codec.assembler(deltas=deltas)
         session, gate = self._http()
         try:
             async with transport.open_stream(
@@ -497,6 +495,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 inflight=self._inflight,
                 gate=gate,
             ) as chunks:
+                # made once the connection is had: a turn waiting for one holds less
+                decoder = codec.stream_decoder()
+                assembler = codec.assembler(deltas=deltas)
                 async for data in chunks:
                     for item in assembler.feed(decoder.feed(data)):
                         yield item

@@ -56,6 +56,8 @@ class MessagesCodec:
         # for the credential they were built with.
         self._turn_headers: dict[tuple[bool, bool], Mapping[str, str]] = {}
         self._headers_for: Credential | None = None
+        # The event types the far end names, shared by every turn's decoder.
+        self._event_names: dict[bytes, bytes] = {}
 
     def session_headers(self) -> Mapping[str, str]:
         return self._session_headers
@@ -119,7 +121,7 @@ class MessagesCodec:
         return from_parsed(parsed, self.endpoint.label)
 
     def stream_decoder(self) -> SSEFrames:
-        return SSEFrames(self.endpoint.label, not_sse)
+        return SSEFrames(self.endpoint.label, not_sse, self._event_names)
 
     def assembler(self, *, deltas: bool) -> StreamAssembler:
         return StreamAssembler(self.endpoint.label, deltas=deltas)

@@ -276,12 +276,18 @@ class StreamAssembler:
         live = not self._stopped and self._top is not None
         texts: list[str] | None = None  # the pieces of the open text block last seen
         last = -1  # its index (only _event opens or closes a block)
+        # The type of the last delta taken here: a decoder hands over one
+        # object per type, so the next is known by identity, not compared.
+        taken: bytes | None = None
         for event, data in frames:
-            if not live or event != b"content_block_delta":
-                yield from self._event(event, data)
-                live = not self._stopped and self._top is not None
-                last = -1
-                continue
+            if event is not taken:
+                if not live or event != b"content_block_delta":
+                    yield from self._event(event, data)
+                    live = not self._stopped and self._top is not None
+                    last = -1
+                    taken = None
+                    continue
+                taken = event
             try:
                 parsed = decode(data)
             except Exception as exc:
