@@ -29,7 +29,7 @@ from redis_server import RedisServer
 
 from vaelii_llm import config
 from vaelii_llm._pool import Pool
-from vaelii_llm._redis_slots import STEP
+from vaelii_llm._redis_slots import CHUNK, STEP
 from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMPoolTimeout, LLMUnreachable
 from vaelii_llm.pool import pool_from_config, vote
 from vaelii_llm.providers import ollama, openai
@@ -200,8 +200,6 @@ async def test_an_instant_of_more_leases_than_a_script_call_takes_at_once(
     # The step script adds and removes a host's leases in calls of at most
     # CHUNK members (Lua's stack bounds a call's arguments): an instant asking
     # more must take and give back every one of them.
-    from vaelii_llm._redis_slots import CHUNK
-
     many = 4 * CHUNK + 7  # more than Lua takes unchunked (8,000 values)
     async with hosts(1) as (a,):
         p = shared_pool([a.url], redis_server.url, slots=many, lease_ttl_ms=60_000)

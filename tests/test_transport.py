@@ -309,12 +309,14 @@ async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
     block) and the connection goes back to the pool; a body whose end has not
     come is drained under the timer, as before."""
 
+    release = asyncio.Event()
+
     async def handler(request: web.Request) -> web.StreamResponse:
-        if request.path == "/open":  # chunked, its end sent only after a pause
+        if request.path == "/open":  # chunked, its end sent only once released
             response = web.StreamResponse()
             await response.prepare(request)
             await response.write(b"the answer\n")
-            await asyncio.sleep(0.05)
+            await release.wait()
             await response.write(b"and more\n")
             await response.write_eof()
             return response
@@ -344,6 +346,7 @@ async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
             session, END, "GET", url + "/open", deadline=Deadline.after_ms(AMPLE)
         ) as chunks:
             assert await anext(chunks) == b"the answer\n"
+            release.set()  # the far end goes on only once the drain has looked
             await transport.drain(chunks, 5)
             assert blocks  # it had to wait for the end: under the drain's bound
         assert sum(len(c) for c in session.connector._conns.values()) == 1
