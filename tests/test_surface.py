@@ -192,6 +192,7 @@ MODULES = [
     "vaelii_llm._pool",
     "vaelii_llm._vote",
     "vaelii_llm._redis_slots",
+    "vaelii_llm._slots",
     "vaelii_llm.engine",
     "vaelii_llm.tools",
     "vaelii_llm._edn",

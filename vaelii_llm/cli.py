@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
-from vaelii_llm import __version__, config, errors
+from vaelii_llm import config, errors
+from vaelii_llm._version import __version__
 from vaelii_llm.kb._types import EngineRefusal
 
 if TYPE_CHECKING:

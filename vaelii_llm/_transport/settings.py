@@ -20,7 +20,7 @@ from aiohttp.helpers import get_env_proxy_for_url
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from vaelii_llm import __version__
+from vaelii_llm._version import __version__
 from vaelii_llm.config import hide_userinfo
 from vaelii_llm.errors import LLMBadCredential
 
