@@ -51,7 +51,8 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.kb": "EngineRefusal KB load_edn open sample save synthetic",
     "vaelii_llm.pool": "Pool Vote hosts pool_from_config read_yes_no stub_pool vote",
     "vaelii_llm.providers": (
-        "Option active_kind available generation_provider provider register unavailable_reason warm"
+        "Backend Option active_kind available generation_provider provider register "
+        "unavailable_reason warm"
     ),
     "vaelii_llm.providers.anthropic": (
         "AnthropicProvider Credential DEFAULT_EFFORT DEFAULT_MODEL available provider "

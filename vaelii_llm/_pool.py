@@ -283,11 +283,6 @@ class Pool(Generic[P]):
         """:meth:`provider`, choosing among free hosts the one ``spread`` has used least."""
         return _Checkout(self, spread)
 
-    async def _acquire(self, spread: Spread | None) -> tuple[int, str | None]:
-        if self._book.closed:
-            raise LLMClosed(POOL_LABEL)
-        return await self._slots.acquire(spread)
-
     def _release(self, index: int, lease: str | None) -> None:
         # No await: the slot is counted back before any cancellation can land.
         self._book.count_back(index)
@@ -364,9 +359,11 @@ class _Checkout(Generic[P]):
         if self._entered:
             raise RuntimeError("pool.provider() is entered once; call it again for another")
         self._entered = True
-        held = await self._pool._acquire(self._spread)
-        self._held = held
-        return self._pool._hosts[held[0]]
+        pool = self._pool
+        if pool._book.closed:
+            raise LLMClosed(POOL_LABEL)
+        held = self._held = await pool._slots.acquire(self._spread)  # one await on the hot path
+        return pool._hosts[held[0]]
 
     async def __aexit__(
         self,
