@@ -1,6 +1,7 @@
 """A backend the package does not hold gets what a built-in one gets from its
 record alone: selection, a vote pool over its hosts, ``vaelii-llm status``
-with its why-line and status lines, and ``vaelii-llm vote``.
+with its why-line and status lines, ``vaelii-llm config`` with its switches,
+and ``vaelii-llm vote``.
 
 The backend is a module written to a temporary folder (not in the package),
 registered with one :class:`~vaelii_llm.providers.Backend` record; nothing of
@@ -70,6 +71,7 @@ def farfield(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backen
         (Option("url", "str", "farfield-default.example", ("provider", "available")),),
         host_option="url",
         hosts_switch=HOSTS,
+        key_switch="FARFIELD_KEY",
         read_host="farfield_backend:read_host",
         default_host="farfield_backend:default_host",
         status_lines="farfield_backend:status_lines",
@@ -146,6 +148,18 @@ def _always(reason: str):  # type: ignore[no-untyped-def]
         return reason
 
     return unavailable_reason
+
+
+def test_config_prints_its_switches_its_key_only_as_set(
+    farfield: Backend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HOSTS, "gpu1*2")
+    monkeypatch.setenv("FARFIELD_KEY", "ff-secret-key")
+    code, out, _ = run(capsys, "config")
+    assert code == 0
+    assert f"{HOSTS:32} 'gpu1*2'" in out.splitlines()
+    assert f"{'FARFIELD_KEY':32} set" in out.splitlines()
+    assert "ff-secret-key" not in out
 
 
 def test_vote_runs_over_its_hosts_and_blames_the_host_that_is_down(

@@ -581,3 +581,13 @@ def test_register_takes_a_record_and_nothing_else() -> None:
     with pytest.raises(TypeError, match=r"providers\.Backend, not str"):
         providers.register("mine")  # type: ignore[arg-type]
     assert "mine" not in _backends.REGISTRY
+
+
+@pytest.mark.parametrize("backend", _backends.BUILTIN, ids=lambda b: b.kind)
+def test_each_builtin_records_switches_are_in_the_table(backend: _backends.Backend) -> None:
+    from vaelii_llm import config
+
+    table = {switch.name: switch for switch in config.SWITCHES}
+    for name, role in backend.switches().items():
+        assert name in table, name
+        assert table[name].secret == (role == "key"), name

@@ -71,7 +71,10 @@ class Backend:
 
     The module offers ``provider`` and ``async available`` (and
     ``generation_provider``, ``async warm`` and ``async unavailable_reason``
-    where it has them: see :mod:`vaelii_llm.providers`). A kind a pool can
+    where it has them: see :mod:`vaelii_llm.providers`). Its switches are the
+    variables naming its one host, its pool's host list, its model and its
+    key (a secret: shown only as set or unset); ``vaelii-llm config`` and the
+    configuration table read them. A kind a pool can
     spread over names ``host_option`` (the option each host's URL is given as)
     and ``hosts_switch`` (the variable holding its ``host[*n],…`` list). Each
     ``module:name`` field points at a function, imported when used:
@@ -88,8 +91,11 @@ class Backend:
     kind: str
     module: str
     options: tuple[Option, ...] = ()
-    host_option: str | None = None
+    host_switch: str | None = None
     hosts_switch: str | None = None
+    model_switch: str | None = None
+    key_switch: str | None = None
+    host_option: str | None = None
     read_host: str | None = None
     default_host: str | None = None
     status_lines: str | None = None
@@ -123,6 +129,16 @@ class Backend:
     def read_by(self, entry: str) -> frozenset[str]:
         """The options the function ``entry`` takes."""
         return self._by_entry[entry]
+
+    def switches(self) -> dict[str, str]:
+        """Each switch the record names, and its role (host, hosts, model, key)."""
+        roles = (
+            ("host", self.host_switch),
+            ("hosts", self.hosts_switch),
+            ("model", self.model_switch),
+            ("key", self.key_switch),
+        )
+        return {name: role for role, name in roles if name is not None}
 
     def refs(self) -> tuple[str, ...]:
         """The ``module:name`` functions the record points at."""
@@ -176,8 +192,10 @@ BUILTIN: Final = (
             Option("timeout_ms", "int", 300_000, ("warm",)),
             *_network(_EVERY_OLLAMA_CALL, ("provider", "generation_provider")),
         ),
-        host_option="host",
+        host_switch="VAELII_OLLAMA_HOST",
         hosts_switch="VAELII_OLLAMA_HOSTS",
+        model_switch="VAELII_OLLAMA_MODEL",
+        host_option="host",
         read_host="vaelii_llm.providers._hosts:normalize_host",
         default_host="vaelii_llm.providers._hosts:configured_ollama_host",
         status_lines="vaelii_llm.providers.ollama._status:status_lines",
@@ -195,6 +213,8 @@ BUILTIN: Final = (
             Option("headers", "Mapping[str, str] | None", None, ("provider",)),
             *_network(("provider",), ("provider",)),
         ),
+        host_switch="ANTHROPIC_BASE_URL",
+        key_switch="ANTHROPIC_API_KEY",
     ),
     Backend(
         "openai",
@@ -207,8 +227,11 @@ BUILTIN: Final = (
             Option("max_tokens_field", "str | None", None, ("provider",)),
             *_network(("provider", "available"), ("provider",)),
         ),
-        host_option="base_url",
+        host_switch="OPENAI_BASE_URL",
         hosts_switch="VAELII_OPENAI_HOSTS",
+        model_switch="VAELII_OPENAI_MODEL",
+        key_switch="OPENAI_API_KEY",
+        host_option="base_url",
         read_host="vaelii_llm.providers._hosts:normalize_base_url",
         default_host="vaelii_llm.config:openai_base_url",
         status_lines="vaelii_llm.providers.openai._status:status_lines",

@@ -34,16 +34,28 @@ __all__ = ["main"]
 
 
 def _print_config() -> int:
+    from vaelii_llm import _backends
+
     for switch in config.SWITCHES:
-        raw = os.environ.get(switch.name)
-        if switch.secret:
-            shown = "set" if raw and raw.strip() else "unset"
-        elif raw is None:
-            shown = f"unset (default {switch.default})" if switch.default else "unset"
-        else:
-            shown = repr(config.hide_userinfo(raw))
-        print(f"{switch.name:32} {shown}")
+        _print_switch(switch.name, switch.secret, switch.default)
+    listed = {switch.name for switch in config.SWITCHES}
+    for backend in _backends.REGISTRY.values():  # a registered kind's own switches
+        for name, role in backend.switches().items():
+            if name not in listed:
+                listed.add(name)
+                _print_switch(name, role == "key", None)
     return 0
+
+
+def _print_switch(name: str, secret: bool, default: str | None) -> None:
+    raw = os.environ.get(name)
+    if secret:
+        shown = "set" if raw and raw.strip() else "unset"
+    elif raw is None:
+        shown = f"unset (default {default})" if default else "unset"
+    else:
+        shown = repr(config.hide_userinfo(raw))
+    print(f"{name:32} {shown}")
 
 
 async def _status() -> int:
