@@ -125,16 +125,15 @@ def configuration_table() -> str:
         for name, role in backend.switches().items():
             roles.setdefault(name, []).append(f"{backend.kind} ({role})")
     rows = [
-        "| Switch | Read by | Role | Legal values | Default | What it decides |",
-        "|---|---|---|---|---|---|",
+        "| Switch | Role | Legal values | Default | What it decides |",
+        "|---|---|---|---|---|",
     ]
     for s in config.SWITCHES:
         default = f"`{s.default}`" if s.default is not None else "unset"
         secret = " A secret: shown only as set or unset." if s.secret else ""
         named = ", ".join(roles.get(s.name, ()))
         rows.append(
-            f"| `{s.name}` | [`config.{s.reader}()`][vaelii_llm.config.{s.reader}] "
-            f"| {named} | {cell(s.legal)} | {default} | {cell(s.decides)}{secret} |"
+            f"| `{s.name}` | {named} | {cell(s.legal)} | {default} | {cell(s.decides)}{secret} |"
         )
     return "\n".join(rows)
 
