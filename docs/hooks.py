@@ -115,19 +115,25 @@ def cell(text: str) -> str:
 
 
 def configuration_table() -> str:
-    """One row per ``config.SWITCHES`` entry, in its order."""
-    from vaelii_llm import config
+    """One row per ``config.SWITCHES`` entry, in its order; its role (a
+    backend's host, hosts, model or key) read from each backend's record
+    (:class:`vaelii_llm.providers.Backend`)."""
+    from vaelii_llm import _backends, config
 
+    roles: dict[str, list[str]] = {}
+    for backend in _backends.BUILTIN:
+        for name, role in backend.switches().items():
+            roles.setdefault(name, []).append(f"{backend.kind} ({role})")
     rows = [
-        "| Switch | Read by | Legal values | Default | What it decides |",
+        "| Switch | Role | Legal values | Default | What it decides |",
         "|---|---|---|---|---|",
     ]
     for s in config.SWITCHES:
         default = f"`{s.default}`" if s.default is not None else "unset"
         secret = " A secret: shown only as set or unset." if s.secret else ""
+        named = ", ".join(roles.get(s.name, ()))
         rows.append(
-            f"| `{s.name}` | [`config.{s.reader}()`][vaelii_llm.config.{s.reader}] "
-            f"| {cell(s.legal)} | {default} | {cell(s.decides)}{secret} |"
+            f"| `{s.name}` | {named} | {cell(s.legal)} | {default} | {cell(s.decides)}{secret} |"
         )
     return "\n".join(rows)
 

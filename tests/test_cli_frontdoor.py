@@ -117,7 +117,7 @@ async def test_a_registered_backend_without_a_reason_still_gets_a_line(
         "async def available():\n    return False\n\ndef provider():\n    raise AssertionError\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    providers.register("frontdoor-never", "frontdoor_never")
+    providers.register(providers.Backend("frontdoor-never", "frontdoor_never"))
     assert await providers.unavailable_reason("frontdoor-never") == (
         "frontdoor-never says it cannot answer now (its available() probe said no)"
     )

@@ -25,7 +25,8 @@ from fake_ollama import chunk, final, merged
 from loopback import serve
 
 from vaelii_llm import Message, Request, Response, TextBlock
-from vaelii_llm import _transport as transport
+from vaelii_llm._transport.sessions import create_session
+from vaelii_llm._transport.settings import DEFAULT_MAX_CONNECTIONS, Network
 from vaelii_llm.errors import LLMError, LLMTimeout
 from vaelii_llm.providers import anthropic, ollama, openai
 from vaelii_llm.providers._http import HTTPProvider
@@ -235,7 +236,7 @@ async def test_a_cancelled_wait_gives_nothing_away_and_takes_nothing() -> None:
 
 
 async def test_the_default_is_bounded_and_zero_asks_for_no_bound() -> None:
-    assert transport.Network().max_connections == transport.DEFAULT_MAX_CONNECTIONS
+    assert Network().max_connections == DEFAULT_MAX_CONNECTIONS
     async with counting(whole_stream) as (url, _record):
         bounded = ollama.provider(host=url)
         unbounded = ollama.provider(host=url, max_connections=0)
@@ -244,7 +245,7 @@ async def test_the_default_is_bounded_and_zero_asks_for_no_bound() -> None:
             await unbounded.complete(ask())
             gate = bounded._sessions.gate()
             assert gate is not None
-            assert gate.limit == transport.DEFAULT_MAX_CONNECTIONS
+            assert gate.limit == DEFAULT_MAX_CONNECTIONS
             assert unbounded._sessions.gate() is None
             for provider in (bounded, unbounded):
                 session = provider._sessions.current()
@@ -260,11 +261,11 @@ async def test_the_default_is_bounded_and_zero_asks_for_no_bound() -> None:
 
 def test_the_backends_guide_names_the_default_bound() -> None:
     guide = Path(__file__).resolve().parent.parent / "docs" / "guides" / "backends.md"
-    assert f"Unset, {transport.DEFAULT_MAX_CONNECTIONS}," in guide.read_text()
+    assert f"Unset, {DEFAULT_MAX_CONNECTIONS}," in guide.read_text()
 
 
 async def test_a_probe_session_bounds_each_host_in_its_connector() -> None:
-    async with transport.create_session(network=transport.Network(max_connections=3)) as s:
+    async with create_session(network=Network(max_connections=3)) as s:
         connector = s.connector
         assert isinstance(connector, aiohttp.TCPConnector)
         assert (connector.limit, connector.limit_per_host) == (0, 3)

@@ -31,7 +31,8 @@ from loopback import serve
 from proxy import forward_proxy
 
 from vaelii_llm import Message, Request, Response, TextBlock
-from vaelii_llm import _transport as transport
+from vaelii_llm._transport import settings
+from vaelii_llm._transport.settings import USER_AGENT, Network
 from vaelii_llm.errors import LLMApiError, LLMError, LLMTimeout, LLMUnreachable
 from vaelii_llm.providers import anthropic, ollama, openai
 
@@ -192,7 +193,7 @@ async def test_two_providers_on_one_caller_session_close_without_closing_it(
         two = openai.provider(base_url=fake.url + "/v1", session=own)  # any far end will do
         assert text(await one.complete(ASK)) == ANSWER
         assert fake.headers[-1]["X-Gateway"] == "g1"  # the codec's session headers travel
-        assert fake.user_agents[-1][1] == transport.USER_AGENT
+        assert fake.user_agents[-1][1] == USER_AGENT
         items = [item async for item in one.stream(ASK)]
         assert isinstance(items[-1], Response)
         assert text(items[-1]) == ANSWER
@@ -297,7 +298,7 @@ async def test_an_explicit_proxy_is_used_and_never_shown(fake: FakeOllama) -> No
             fake.url + "/api/version",
         ]
         assert SECRET not in repr(provider)
-        assert SECRET not in repr(transport.Network(proxy=proxy.url))
+        assert SECRET not in repr(Network(proxy=proxy.url))
 
 
 @pytest.mark.parametrize("where", ["env", "option"])
@@ -485,7 +486,7 @@ async def test_tls_through_a_connect_proxy(
 async def test_ssl_false_answers_and_warns_once(
     ca: trustme.CA, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(transport, "_warned_unverified", False)
+    monkeypatch.setattr(settings, "_warned_unverified", False)
     caplog.set_level(logging.WARNING, "vaelii_llm")
     async with https_ollama(ca) as url:
         for _ in range(2):

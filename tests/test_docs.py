@@ -213,10 +213,8 @@ def table_rows(page: str, name: str) -> list[str]:
 
 def test_the_configuration_table_has_one_row_per_switch() -> None:
     rows = table_rows("docs/guides/configuration.md", "configuration table")
-    named = [re.match(r"^\| `([A-Z_]+)` \| \[`config\.(\w+)\(\)`\]", row) for row in rows]
-    assert [(m.group(1), m.group(2)) for m in named if m] == [
-        (s.name, s.reader) for s in config.SWITCHES
-    ]
+    named = [re.match(r"^\| `([A-Z_]+)` \|", row) for row in rows]
+    assert [m.group(1) for m in named if m] == [s.name for s in config.SWITCHES]
     for row, switch in zip(rows, config.SWITCHES, strict=True):
         if switch.default is not None:
             assert f"| `{switch.default}` |" in row, switch.name

@@ -32,12 +32,7 @@ EXPORTS: dict[str, str] = {
         "events request run together"
     ),
     "vaelii_llm.cli": "main",
-    "vaelii_llm.config": (
-        "SWITCHES Switch anthropic_api_key anthropic_auth_token anthropic_base_url "
-        "live_llm ollama_generation_model ollama_host ollama_hosts ollama_keep_alive "
-        "ollama_model ollama_num_ctx openai_api_key openai_base_url openai_hosts openai_model "
-        "otel_enabled pool_redis_url prompt_cache provider_kind"
-    ),
+    "vaelii_llm.config": "SWITCHES Switch provider_kind read",
     "vaelii_llm.engine": ("Context Engine Handle Options Sentence Term embedded irreversible op"),
     "vaelii_llm.errors": (
         "EXCERPT_CHARS ErrorType LLMApiError LLMBadCredential LLMBadHosts LLMBadResponse "
@@ -51,7 +46,8 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.kb": "EngineRefusal KB load_edn open sample save synthetic",
     "vaelii_llm.pool": "Pool Vote hosts pool_from_config read_yes_no stub_pool vote",
     "vaelii_llm.providers": (
-        "Option active_kind available generation_provider provider register unavailable_reason warm"
+        "Backend Option active_kind available generation_provider provider register "
+        "unavailable_reason warm"
     ),
     "vaelii_llm.providers.anthropic": (
         "AnthropicProvider Credential DEFAULT_EFFORT DEFAULT_MODEL available provider "

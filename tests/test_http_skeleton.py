@@ -25,7 +25,6 @@ from fake_ollama import FakeOllama, chunk, final, tool_call
 from fake_openai import FakeOpenAI, random_turn, transcript
 from loopback import serve
 
-from vaelii_llm import _transport as transport
 from vaelii_llm._protocol import (
     Delta,
     Message,
@@ -40,6 +39,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
+from vaelii_llm._transport.settings import USER_AGENT
 from vaelii_llm.errors import LLMClosed, LLMTimeout
 from vaelii_llm.providers import anthropic, ollama, openai
 from vaelii_llm.providers._http import HTTPProvider
@@ -136,8 +136,8 @@ async def test_every_turn_carries_the_user_agent(kind: str) -> None:
         await p.complete(ask())
         await collect(p)
         await collect(p, deltas=True)
-        assert seen() == [transport.USER_AGENT] * 3
-    assert transport.USER_AGENT.startswith("vaelii-llm/0.1.0 Python/3.")
+        assert seen() == [USER_AGENT] * 3
+    assert USER_AGENT.startswith("vaelii-llm/0.1.0 Python/3.")
     async with backend(kind, headers={"user-agent": "my-gateway-client/2"}) as (p, seen):
         await p.complete(ask())
         assert seen() == ["my-gateway-client/2"]  # a caller's own User-Agent wins, alone
@@ -152,7 +152,7 @@ async def test_ollama_probes_carry_the_user_agent() -> None:
     finally:
         await fake.stop()
     assert [path for path, _ in fake.user_agents] == ["/api/version", "/api/show", "/api/chat"]
-    assert {ua for _, ua in fake.user_agents} == {transport.USER_AGENT}
+    assert {ua for _, ua in fake.user_agents} == {USER_AGENT}
 
 
 @pytest.mark.parametrize("kind", BACKENDS)

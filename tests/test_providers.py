@@ -17,7 +17,7 @@ import pytest
 
 from vaelii_llm import _backends, providers
 from vaelii_llm._protocol import Message, Request, TextBlock
-from vaelii_llm.providers import Option, stub
+from vaelii_llm.providers import Backend, Option, stub
 
 SECRET = "sk-ant-SECRET-do-not-print-0123456789"
 
@@ -30,9 +30,12 @@ FAKE_OPTIONS = (
 
 
 @pytest.fixture(autouse=True)
-def _registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A copy of the registry, so the kinds a test registers leave with it."""
-    monkeypatch.setattr(providers, "_registry", dict(providers._registry))
+def _registry() -> Iterator[None]:
+    """The registry as it was, so the kinds a test registers leave with it."""
+    saved = dict(_backends.REGISTRY)
+    yield
+    _backends.REGISTRY.clear()
+    _backends.REGISTRY.update(saved)
 
 
 class FakeBackend:
@@ -80,7 +83,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
     module.generation_provider = build("generation_provider")  # type: ignore[attr-defined]
     module.warm = warm  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fake_backend_for_tests", module)
-    providers.register("fake", "fake_backend_for_tests", options=FAKE_OPTIONS)
+    providers.register(Backend("fake", "fake_backend_for_tests", FAKE_OPTIONS))
     monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
     return state
 
@@ -197,9 +200,11 @@ async def test_register_adds_a_kind_imported_only_when_chosen(
 ) -> None:
     monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
     providers.register(
-        " Mine ",
-        "no_such_module_for_vaelii_tests",
-        options=[Option("zone", "str", "a", ("provider",))],
+        Backend(
+            " Mine ",
+            "no_such_module_for_vaelii_tests",
+            (Option("zone", "str", "a", ("provider",)),),
+        )
     )
     await providers.provider(zone="b")  # the stub is chosen; "mine" is not imported
     with pytest.raises(ModuleNotFoundError, match="no_such_module_for_vaelii_tests"):
@@ -224,8 +229,8 @@ def test_a_record_that_cannot_route_is_refused_when_declared(
 def test_a_kind_declaring_one_option_twice_is_refused() -> None:
     twice = [Option("zone", "str", "a", ("provider",)), Option("zone", "str", "b", ("warm",))]
     with pytest.raises(ValueError, match="declares an option twice"):
-        providers.register("twice", "anywhere", options=twice)
-    assert "twice" not in providers._registry
+        providers.register(Backend("twice", "anywhere", tuple(twice)))
+    assert "twice" not in _backends.REGISTRY
 
 
 def test_backend_attribute_access_is_lazy_and_checked() -> None:
@@ -315,9 +320,11 @@ async def test_a_registered_kind_adds_its_options_to_the_bag(
     with pytest.raises(TypeError, match="'region'"):
         await providers.provider("fake", region="us")
     providers.register(
-        "regional",
-        "regional_backend_for_tests",
-        options=[Option("region", "str", "eu", ("provider",))],
+        Backend(
+            "regional",
+            "regional_backend_for_tests",
+            (Option("region", "str", "eu", ("provider",)),),
+        )
     )
     p = await providers.provider("fake", region="us")  # known now; the fake never sees it
     assert fake.built == [("provider", {})]
@@ -345,7 +352,7 @@ async def test_a_backend_receives_what_its_record_declares_and_nothing_else(
     module.available = up  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "kwargs_backend_for_tests", module)
     providers.register(
-        "loose", "kwargs_backend_for_tests", options=[Option("zone", "str", "a", ("provider",))]
+        Backend("loose", "kwargs_backend_for_tests", (Option("zone", "str", "a", ("provider",)),))
     )
     await providers.provider("loose", zone="b", credential=SECRET, host="h", stub={"script": []})
     assert seen == [("available", {}), ("provider", {"zone": "b"})]
@@ -357,9 +364,11 @@ async def test_a_kind_that_will_not_import_still_lends_its_options_to_the_bag(
     fake: FakeBackend,
 ) -> None:
     providers.register(
-        "broken",
-        "no_such_module_for_vaelii_tests",
-        options=[Option("region", "str", "eu", ("provider",))],
+        Backend(
+            "broken",
+            "no_such_module_for_vaelii_tests",
+            (Option("region", "str", "eu", ("provider",)),),
+        )
     )
     p = await providers.provider("fake", region="us")  # checked from the record, not the module
     assert await answer(p) == "from the provider fake"
@@ -373,9 +382,11 @@ async def test_choosing_the_stub_imports_no_other_backend_whatever_the_bag(
 ) -> None:
     monkeypatch.delenv("VAELII_LLM_PROVIDER", raising=False)
     providers.register(
-        "never",
-        "module_that_must_not_be_imported",
-        options=[Option("zone", "str", "a", ("available",))],
+        Backend(
+            "never",
+            "module_that_must_not_be_imported",
+            (Option("zone", "str", "a", ("available",)),),
+        )
     )
     imported: list[str] = []
     real_import = providers.importlib.import_module
@@ -432,7 +443,7 @@ def drift(backend: _backends.Backend, module: types.ModuleType) -> list[str]:
 @pytest.mark.parametrize("backend", _backends.BUILTIN, ids=lambda b: b.kind)
 def test_each_builtin_record_matches_its_backends_signatures(backend: _backends.Backend) -> None:
     assert drift(backend, importlib.import_module(backend.module)) == []
-    assert providers._registry[backend.kind] is backend
+    assert _backends.REGISTRY[backend.kind] is backend
 
 
 def test_the_drift_guard_sees_each_kind_of_drift() -> None:
@@ -517,7 +528,7 @@ async def test_one_call_serves_whichever_kind_the_environment_names(
             }
             assert await providers.active_kind(**opts) == kind
             async with await providers.provider(**opts) as p:
-                assert type(p).__module__.startswith(providers._registry[kind].module)
+                assert type(p).__module__.startswith(_backends.REGISTRY[kind].module)
                 assert await answer(p) == answers
             with pytest.raises(TypeError, match="'base_ulr'"):
                 await providers.provider(host=ollama_host.url, base_ulr=api_url)
@@ -539,3 +550,44 @@ async def test_the_same_call_falls_back_to_the_stub_when_the_kind_cannot_answer(
     p = await providers.provider(**opts, stub={"default": "fallback"})
     assert isinstance(p, stub.StubProvider)
     assert await answer(p) == "fallback"
+
+
+@pytest.mark.parametrize("backend", _backends.BUILTIN, ids=lambda b: b.kind)
+def test_each_builtin_record_points_at_functions_that_exist(backend: _backends.Backend) -> None:
+    assert all(callable(_backends.import_ref(ref)) for ref in backend.refs())
+    if backend.host_option is not None:  # a pool builds each host's provider with it
+        assert backend.host_option in backend.read_by("provider")
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [
+        ({"host_option": "zone"}, "both host_option and hosts_switch"),
+        ({"hosts_switch": "ZONES"}, "both host_option and hosts_switch"),
+        ({"host_option": "place", "hosts_switch": "ZONES"}, "none of its options"),
+        ({"read_host": "no_colon"}, "no module:name"),
+        ({"status_lines": "mod:"}, "no module:name"),
+    ],
+)
+def test_a_record_that_cannot_serve_a_pool_or_a_command_is_refused_when_declared(
+    fields: dict[str, str], refused: str
+) -> None:
+    zone = (Option("zone", "str", "a", ("provider",)),)
+    with pytest.raises(ValueError, match=refused):
+        Backend("zoned", "anywhere", zone, **fields)  # type: ignore[arg-type]
+
+
+def test_register_takes_a_record_and_nothing_else() -> None:
+    with pytest.raises(TypeError, match=r"providers\.Backend, not str"):
+        providers.register("mine")  # type: ignore[arg-type]
+    assert "mine" not in _backends.REGISTRY
+
+
+@pytest.mark.parametrize("backend", _backends.BUILTIN, ids=lambda b: b.kind)
+def test_each_builtin_records_switches_are_in_the_table(backend: _backends.Backend) -> None:
+    from vaelii_llm import config
+
+    table = {switch.name: switch for switch in config.SWITCHES}
+    for name, role in backend.switches().items():
+        assert name in table, name
+        assert table[name].secret == (role == "key"), name

@@ -24,7 +24,8 @@ from loopback import serve, serve_raw
 
 from vaelii_llm import cli, errors
 from vaelii_llm._protocol import Message, Request
-from vaelii_llm._transport import Deadline, Endpoint, Network, request_json
+from vaelii_llm._transport.send import request_json
+from vaelii_llm._transport.settings import Deadline, Endpoint, Network
 from vaelii_llm.providers import anthropic, ollama, openai
 
 KEY = "sk-ant-api03-K9v2QmZt7LwR4pXsH3jN8cYb"

@@ -98,9 +98,22 @@ def test_the_version_is_written_once_and_the_build_reads_it() -> None:
     assert written == ["vaelii_llm/_version.py"]
 
 
-def test_every_switch_reader_is_exported() -> None:
-    # Every switch's reader is exported: the table and the surface name the same readers.
-    assert {s.reader for s in config.SWITCHES} | {"SWITCHES", "Switch"} == set(config.__all__)
+def test_every_switch_is_read_by_name_through_its_one_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One public reader: read(name) is the row's reader, whatever the environment says.
+    assert set(config.__all__) == {"SWITCHES", "Switch", "provider_kind", "read"}
+    monkeypatch.setenv("VAELII_OLLAMA_NUM_CTX", "4096")
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", " OpenAI ")
+    monkeypatch.setenv("OLLAMA_HOST", "gpu9:1234")
+    monkeypatch.delenv("VAELII_OLLAMA_HOST", raising=False)
+    for switch in config.SWITCHES:
+        assert config.read(switch.name) == getattr(config, switch.reader)(), switch.name
+    assert config.read("VAELII_OLLAMA_NUM_CTX") == 4096
+    assert config.read("VAELII_LLM_PROVIDER") == "openai"
+    assert config.read("OLLAMA_HOST") == "gpu9:1234"
+    with pytest.raises(KeyError, match="VAELII_OLLAMA_MODEL"):
+        config.read("VAELII_OLAMA_MODEL")
 
 
 SPEC_DEFAULTS = {
@@ -165,6 +178,7 @@ MODULES = [
     "vaelii_llm.providers.ollama._chat",
     "vaelii_llm.providers.ollama._probes",
     "vaelii_llm.providers.ollama._provider",
+    "vaelii_llm.providers.ollama._status",
     "vaelii_llm.providers.anthropic",
     "vaelii_llm.providers.anthropic._cache",
     "vaelii_llm.providers.anthropic._codec",
@@ -178,7 +192,13 @@ MODULES = [
     "vaelii_llm.providers.openai._key",
     "vaelii_llm.providers.openai._probes",
     "vaelii_llm.providers.openai._provider",
+    "vaelii_llm.providers.openai._status",
     "vaelii_llm._transport",
+    "vaelii_llm._transport.boundary",
+    "vaelii_llm._transport.send",
+    "vaelii_llm._transport.sessions",
+    "vaelii_llm._transport.settings",
+    "vaelii_llm._transport.withheld",
     "vaelii_llm._timers",
     "vaelii_llm._wire",
     "vaelii_llm._wire.sse",
@@ -187,6 +207,7 @@ MODULES = [
     "vaelii_llm._pool",
     "vaelii_llm._vote",
     "vaelii_llm._redis_slots",
+    "vaelii_llm._slots",
     "vaelii_llm.engine",
     "vaelii_llm.tools",
     "vaelii_llm._edn",

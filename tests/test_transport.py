@@ -35,15 +35,12 @@ from loopback import Handler, cut_connection, refused_url, reset_connection, ser
 
 from vaelii_llm import _timers as timers
 from vaelii_llm import _transport as transport
-from vaelii_llm._transport import (
-    Deadline,
-    Endpoint,
-    create_session,
-    decode_json,
-    open_stream,
-    probe_session,
-    request_json,
-)
+from vaelii_llm._transport import boundary, send, sessions, withheld
+from vaelii_llm._transport import settings as net
+from vaelii_llm._transport.boundary import decode_json
+from vaelii_llm._transport.send import open_stream, request_json
+from vaelii_llm._transport.sessions import create_session, probe_session
+from vaelii_llm._transport.settings import Deadline, Endpoint
 from vaelii_llm._wire import NDJSONDecoder, SSEDecoder, SSEEvent
 from vaelii_llm.errors import (
     LLMApiError,
@@ -54,6 +51,7 @@ from vaelii_llm.errors import (
     LLMUnreachable,
 )
 
+MODULES = (net, sessions, boundary, withheld, send)
 END = Endpoint("Test server at loopback", "test")
 ANY = msgspec.json.Decoder()
 MESSAGE_BOUND = 450  # label + reason + a 200-character excerpt, with room to spare
@@ -290,7 +288,7 @@ async def test_drain_keeps_quiet_about_what_follows_the_end(
                 session, END, "GET", url + path, deadline=Deadline.after_ms(AMPLE)
             ) as chunks:
                 assert await anext(chunks) == b"the end\n"
-                await transport.drain(chunks, 0.2)
+                await send.drain(chunks, 0.2)
             # not the far end's own end, nor the budget (ten minutes, after it)
             assert not far.ended.is_set()
 
@@ -298,7 +296,7 @@ async def test_drain_keeps_quiet_about_what_follows_the_end(
         yield b"more"
         raise LLMTimeout(END.label, 100, "body")
 
-    await transport.drain(expiring(), 0.2)
+    await send.drain(expiring(), 0.2)
 
 
 async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
@@ -336,7 +334,7 @@ async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
             assert (await anext(chunks)).startswith(b"the answer")
             await chunks._content.wait_eof()  # the end has come (sent with the head)
             monkeypatch.setattr(timers, "timeout_at", counted)
-            await transport.drain(chunks, 0.2)
+            await send.drain(chunks, 0.2)
             assert blocks == []
             assert [chunk async for chunk in chunks] == []  # nothing left to read
         assert session.connector is not None
@@ -347,7 +345,7 @@ async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
         ) as chunks:
             assert await anext(chunks) == b"the answer\n"
             release.set()  # the far end goes on only once the drain has looked
-            await transport.drain(chunks, 5)
+            await send.drain(chunks, 5)
             assert blocks  # it had to wait for the end: under the drain's bound
         assert sum(len(c) for c in session.connector._conns.values()) == 1
 
@@ -721,29 +719,29 @@ async def test_a_body_over_the_cap_is_refused(
 def test_public_surfaces_are_frozen() -> None:
     import vaelii_llm._wire as wire
 
-    assert sorted(transport.__all__) == [
-        "DEFAULT_MAX_CONNECTIONS",
-        "DEFAULT_NETWORK",
-        "Deadline",
-        "Endpoint",
-        "Gate",
-        "LoopSessions",
-        "Network",
-        "USER_AGENT",
-        "checked_headers",
-        "create_session",
-        "cut",
-        "decode_json",
-        "drain",
-        "open_stream",
-        "probe_session",
-        "request_json",
-        "with_json_content_type",
-        "withhold",
-    ]
+    assert transport.__all__ == []  # the package names its modules, each its own names
+    assert {module.__name__.rpartition(".")[2]: sorted(module.__all__) for module in MODULES} == {
+        "settings": [
+            "CONNECT_TIMEOUT_MS",
+            "DEFAULT_MAX_CONNECTIONS",
+            "DEFAULT_NETWORK",
+            "Deadline",
+            "Endpoint",
+            "Network",
+            "SSLOption",
+            "USER_AGENT",
+            "checked_headers",
+            "env_proxy",
+            "with_json_content_type",
+        ],
+        "sessions": ["Gate", "LoopSessions", "create_session", "probe_session"],
+        "boundary": ["DEFAULT_MAX_BODY_BYTES", "decode_json"],
+        "withheld": ["withhold"],
+        "send": ["cut", "drain", "open_stream", "request_json"],
+    }
     assert timers.__all__ == ["timeout_at"]
     assert sorted(wire.__all__) == ["MAX_EVENT_BYTES", "NDJSONDecoder", "SSEDecoder", "SSEEvent"]
-    for module in (transport, timers, wire):
+    for module in (*MODULES, timers, wire):
         assert all(hasattr(module, name) for name in module.__all__)
 
 
@@ -758,8 +756,8 @@ async def test_deadline_is_absolute_on_the_loop_clock() -> None:
 
 
 async def test_the_default_cap_is_32_mib() -> None:
-    assert transport.DEFAULT_MAX_BODY_BYTES == 32 * 1024 * 1024
-    assert transport.CONNECT_TIMEOUT_MS == 5_000
+    assert boundary.DEFAULT_MAX_BODY_BYTES == 32 * 1024 * 1024
+    assert net.CONNECT_TIMEOUT_MS == 5_000
 
 
 def test_decode_json_guards_any_exception() -> None:
@@ -838,7 +836,7 @@ async def test_a_malformed_http_head_is_a_bad_response(
     ],
 )
 def test_failures_before_the_headers_map_to_unreachable(exc: Exception, phrase: str) -> None:
-    err = transport._unreachable(exc, END)
+    err = boundary._unreachable(exc, END)
     assert isinstance(err, LLMUnreachable)
     assert phrase in str(err)
     assert "pw" not in str(err)
@@ -880,11 +878,7 @@ _HEADER_CHARS = "aZ09-_.~!:; \t\r\n\x00\x7f\x85\xa0\u2028\u2029\u00fc"
 def _rule(headers: dict[str, str]) -> str | None:
     """The header rule, one header at a time: the first name it refuses."""
     for name, value in headers.items():
-        if (
-            not name
-            or transport._BAD_HEADER_NAME.search(name)
-            or transport._BAD_HEADER_CHARS.search(value)
-        ):
+        if not name or net._BAD_HEADER_NAME.search(name) or net._BAD_HEADER_CHARS.search(value):
             return name
     return None
 
@@ -903,7 +897,7 @@ def test_the_quick_header_check_refuses_what_the_rule_refuses(headers: dict[str,
     """The check every request makes first lets through only what the rule
     allows, and otherwise names the header the rule names."""
     try:
-        transport._check_headers(headers)
+        net._check_headers(headers)
     except LLMBadCredential as exc:
         refused: str | None = exc.header
     else:
@@ -913,7 +907,7 @@ def test_the_quick_header_check_refuses_what_the_rule_refuses(headers: dict[str,
 
 async def test_checked_headers_are_refused_once_and_then_sent_as_given() -> None:
     with pytest.raises(LLMBadCredential) as info:
-        transport.checked_headers({"accept": "a", "x-api-key": "sk-secret\n"})
+        net.checked_headers({"accept": "a", "x-api-key": "sk-secret\n"})
     assert info.value.header == "x-api-key"
     assert "secret" not in str(info.value)
 
@@ -923,7 +917,7 @@ async def test_checked_headers_are_refused_once_and_then_sent_as_given() -> None
         seen.append(dict(request.headers))
         return web.json_response({})
 
-    headers = transport.checked_headers({"x-api-key": "sk-1", "Accept": "application/json"})
+    headers = net.checked_headers({"x-api-key": "sk-1", "Accept": "application/json"})
     with pytest.raises(TypeError):
         headers["x-api-key"] = "changed"  # type: ignore[index]
     async with serve(handler) as url:
@@ -967,7 +961,7 @@ async def test_one_rule_gives_a_json_body_its_content_type_once(
         seen.append(request.headers.getall("Content-Type"))
         return web.json_response({})
 
-    session_headers = transport.with_json_content_type(given)
+    session_headers = net.with_json_content_type(given)
     assert given is None or session_headers is not given  # a copy: the caller's is untouched
     async with serve(handler) as url, create_session(session_headers) as on_session:
         await request_json(
@@ -991,7 +985,7 @@ async def test_create_session_has_only_the_connect_bound() -> None:
     async with create_session() as s:
         assert s.timeout.total is None
         assert s.timeout.sock_read is None
-        assert s.timeout.connect == transport.CONNECT_TIMEOUT_MS / 1000
+        assert s.timeout.connect == net.CONNECT_TIMEOUT_MS / 1000
 
 
 # --- the probe session: one per running loop ----------------------------------
@@ -1045,7 +1039,7 @@ def test_a_finished_loop_is_not_kept_alive_by_its_probe_session() -> None:
             loops.append(weakref.ref(runner.get_loop()))
     gc.collect()
     assert [ref() for ref in loops] == [None, None, None]
-    assert len(transport._probe_sessions) <= 1  # at most the test runner's own loop
+    assert len(sessions._probe_sessions) <= 1  # at most the test runner's own loop
 
 
 async def test_probe_session_under_the_test_runner_is_closed_at_teardown() -> None:
@@ -1059,7 +1053,7 @@ async def test_probe_session_under_the_test_runner_is_closed_at_teardown() -> No
 def failure_table() -> list[tuple[str, str]]:
     """``(raised, when)`` for each row of the module docstring's failure table,
     ``when`` with its whitespace folded."""
-    lines = (transport.__doc__ or "").splitlines()
+    lines = (boundary.__doc__ or "").splitlines()
     rules = [n for n, line in enumerate(lines) if line.startswith("=" * 16 + "  ")]
     assert len(rules) == 3, "the table's three rules"
     starts = [
@@ -1114,11 +1108,11 @@ class Case:
         *,
         budget_ms: int = AMPLE,
         headers: dict[str, str] | None = None,
-        max_body_bytes: int = transport.DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes: int = boundary.DEFAULT_MAX_BODY_BYTES,
         decoder: msgspec.json.Decoder[Any] = ANY,
         inflight: set[aiohttp.ClientResponse] | None = None,
         session: aiohttp.ClientSession | None = None,
-        gate: transport.Gate | None = None,
+        gate: sessions.Gate | None = None,
     ) -> BaseException:
         """One turn on ``path`` ("whole" or "stream"); what it raised (it must raise)."""
         own = session or self.session
@@ -1224,7 +1218,7 @@ def unanswered_port() -> Iterator[str]:
 
 
 async def no_connection(case: Case) -> list[BaseException]:
-    case.monkeypatch.setattr(transport, "CONNECT_TIMEOUT_MS", 50)
+    case.monkeypatch.setattr(net, "CONNECT_TIMEOUT_MS", 50)
     errors = []
     with unanswered_port() as url:
         async with create_session() as quick:  # its connect bound: 50 ms; the turn's: 10 min
@@ -1243,7 +1237,7 @@ async def every_connection_taken(case: Case) -> list[BaseException]:
         await case.far.hold()
         return web.Response()
 
-    gate = transport.Gate(1)
+    gate = sessions.Gate(1)
     async with serve(handler) as url:
         holder = asyncio.create_task(case.turn("whole", url, gate=gate))
         await case.far.arrived.wait()
@@ -1369,7 +1363,7 @@ async def body_cut_short(case: Case) -> list[BaseException]:
             inflight = Watched()
             turn = asyncio.create_task(case.turn(p, url + "/held", inflight=inflight))
             await inflight.joined.wait()  # its headers are in: the owner cuts its body
-            transport.cut(inflight)
+            send.cut(inflight)
             errors.append(await turn)
             # The connection closed between the headers and the read (as a
             # session closing under a turn closes it): aiohttp says so with

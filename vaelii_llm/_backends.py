@@ -1,18 +1,37 @@
-"""What each backend takes, declared once: its kind, its module, its options.
+"""Everything the package knows of a backend, declared once in its record: its
+kind, its module, its options, its pool hosts and where each part finds the
+rest (its probe's reason, its status lines, its tools check).
 
 Selection (:mod:`vaelii_llm.providers`) checks a bag of options and hands each
 backend function the options it reads from these records alone, so choosing a
-kind imports that kind's module and no other. ``tests/test_providers.py`` holds
-each built-in record against the real signatures of its backend's functions,
-so a record and its code cannot drift apart. Imports nothing of the package.
+kind imports that kind's module and no other; the vote pool
+(:func:`vaelii_llm.pool.pool_from_config`) and the command read the same
+record, so a kind :func:`vaelii_llm.providers.register` adds gets them too.
+``tests/test_providers.py`` holds each built-in record against the real
+signatures of its backend's functions, so a record and its code cannot drift
+apart. Imports nothing of the package; a record names the functions it points
+at as ``module:name``, imported when used (:func:`import_ref`).
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["BUILTIN", "ENTRY_POINTS", "STUB", "Backend", "Option"]
+__all__ = [
+    "BUILTIN",
+    "ENTRY_POINTS",
+    "REGISTRY",
+    "STUB",
+    "Backend",
+    "Option",
+    "import_ref",
+    "pool_kind",
+    "pooled",
+    "record",
+]
 
 ENTRY_POINTS: Final = ("provider", "generation_provider", "available", "warm")
 """The backend functions selection calls, each with the options it reads."""
@@ -47,11 +66,41 @@ class Option:
 @dataclass(frozen=True, slots=True)
 class Backend:
     """A kind, the module that implements it (imported when the kind is
-    chosen), and the options its functions take."""
+    chosen), the options its functions take, and what the pool and the
+    command need of it.
+
+    The module offers ``provider`` and ``async available`` (and
+    ``generation_provider``, ``async warm`` and ``async unavailable_reason``
+    where it has them: see :mod:`vaelii_llm.providers`). Its switches are the
+    variables naming its one host, its pool's host list, its model and its
+    key (a secret: shown only as set or unset); ``vaelii-llm config`` and the
+    configuration table read them. A kind a pool can
+    spread over names ``host_option`` (the option each host's URL is given as)
+    and ``hosts_switch`` (the variable holding its ``host[*n],…`` list). Each
+    ``module:name`` field points at a function, imported when used:
+    ``read_host(text) -> url`` reads one host of the list (ValueError refuses
+    it; unset: the host as written); ``default_host() -> url`` is the one host
+    when the list is unset (unset: none); ``status_lines(ready)``, an async
+    iterator of lines, is what ``vaelii-llm status`` prints after its why-line;
+    ``async cannot_call_tools() -> str | None`` says why the configured model
+    cannot take tools, before ``ask`` sends them (unset: trusted);
+    ``async missing_model(host) -> str | None`` says why a pool host that
+    answers its probe still cannot answer a vote's turn (unset: it can).
+    """
 
     kind: str
     module: str
     options: tuple[Option, ...] = ()
+    host_switch: str | None = None
+    hosts_switch: str | None = None
+    model_switch: str | None = None
+    key_switch: str | None = None
+    host_option: str | None = None
+    read_host: str | None = None
+    default_host: str | None = None
+    status_lines: str | None = None
+    cannot_call_tools: str | None = None
+    missing_model: str | None = None
     names: frozenset[str] = field(init=False, repr=False, compare=False)
     _by_entry: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)
 
@@ -59,6 +108,17 @@ class Backend:
         names = [option.name for option in self.options]
         if len(names) != len(set(names)):
             raise ValueError(f"provider {self.kind!r} declares an option twice: {names}")
+        if (self.host_option is None) != (self.hosts_switch is None):
+            raise ValueError(
+                f"provider {self.kind!r}: a pool needs both host_option and hosts_switch"
+            )
+        if self.host_option is not None and self.host_option not in names:
+            raise ValueError(
+                f"provider {self.kind!r}: host_option {self.host_option!r} is none of its options"
+            )
+        for ref in self.refs():
+            if ref.count(":") != 1 or not all(ref.split(":")):
+                raise ValueError(f"provider {self.kind!r}: {ref!r} is no module:name")
         object.__setattr__(self, "names", frozenset(names))
         by_entry = {
             entry: frozenset(o.name for o in self.options if entry in o.read_by)
@@ -69,6 +129,34 @@ class Backend:
     def read_by(self, entry: str) -> frozenset[str]:
         """The options the function ``entry`` takes."""
         return self._by_entry[entry]
+
+    def switches(self) -> dict[str, str]:
+        """Each switch the record names, and its role (host, hosts, model, key)."""
+        roles = (
+            ("host", self.host_switch),
+            ("hosts", self.hosts_switch),
+            ("model", self.model_switch),
+            ("key", self.key_switch),
+        )
+        return {name: role for role, name in roles if name is not None}
+
+    def refs(self) -> tuple[str, ...]:
+        """The ``module:name`` functions the record points at."""
+        found = (
+            self.read_host,
+            self.default_host,
+            self.status_lines,
+            self.cannot_call_tools,
+            self.missing_model,
+        )
+        return tuple(ref for ref in found if ref is not None)
+
+
+def import_ref(ref: str) -> Callable[..., Any]:
+    """The function a record's ``module:name`` points at (its module imported now)."""
+    module, _, name = ref.partition(":")
+    found: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return found
 
 
 _EVERY_OLLAMA_CALL = ("provider", "generation_provider", "available", "warm")
@@ -104,6 +192,15 @@ BUILTIN: Final = (
             Option("timeout_ms", "int", 300_000, ("warm",)),
             *_network(_EVERY_OLLAMA_CALL, ("provider", "generation_provider")),
         ),
+        host_switch="VAELII_OLLAMA_HOST",
+        hosts_switch="VAELII_OLLAMA_HOSTS",
+        model_switch="VAELII_OLLAMA_MODEL",
+        host_option="host",
+        read_host="vaelii_llm.providers._hosts:normalize_host",
+        default_host="vaelii_llm.providers._hosts:configured_ollama_host",
+        status_lines="vaelii_llm.providers.ollama._status:status_lines",
+        cannot_call_tools="vaelii_llm.providers.ollama._status:cannot_call_tools",
+        missing_model="vaelii_llm.providers.ollama._status:missing_model",
     ),
     Backend(
         "anthropic",
@@ -116,6 +213,8 @@ BUILTIN: Final = (
             Option("headers", "Mapping[str, str] | None", None, ("provider",)),
             *_network(("provider",), ("provider",)),
         ),
+        host_switch="ANTHROPIC_BASE_URL",
+        key_switch="ANTHROPIC_API_KEY",
     ),
     Backend(
         "openai",
@@ -128,6 +227,39 @@ BUILTIN: Final = (
             Option("max_tokens_field", "str | None", None, ("provider",)),
             *_network(("provider", "available"), ("provider",)),
         ),
+        host_switch="OPENAI_BASE_URL",
+        hosts_switch="VAELII_OPENAI_HOSTS",
+        model_switch="VAELII_OPENAI_MODEL",
+        key_switch="OPENAI_API_KEY",
+        host_option="base_url",
+        read_host="vaelii_llm.providers._hosts:normalize_base_url",
+        default_host="vaelii_llm.config:openai_base_url",
+        status_lines="vaelii_llm.providers.openai._status:status_lines",
     ),
 )
 """The built-in kinds, in the order the configuration table lists them."""
+
+REGISTRY: Final[dict[str, Backend]] = {backend.kind: backend for backend in BUILTIN}
+"""Kind → its record: the built-in kinds, then those
+:func:`vaelii_llm.providers.register` adds."""
+
+
+def record(kind: str) -> Backend:
+    """The record of ``kind`` (as configured: trimmed, lower case), or
+    ValueError naming the kinds there are."""
+    backend = REGISTRY.get(kind)
+    if backend is None:
+        raise ValueError(f"unknown provider kind {kind!r}; one of {sorted(REGISTRY)}")
+    return backend
+
+
+def pool_kind(configured: str) -> str:
+    """The kind a pool spreads over when given none: the ``configured`` kind
+    where a pool can spread over it, else ``ollama``."""
+    backend = REGISTRY.get(configured)
+    return configured if backend is not None and backend.host_option else "ollama"
+
+
+def pooled() -> tuple[Backend, ...]:
+    """The kinds a pool can spread over, in registration order."""
+    return tuple(backend for backend in REGISTRY.values() if backend.host_option is not None)

@@ -6,7 +6,7 @@ server-clock millisecond at which each lease expires. What a process asks in
 one instant (one turn of its event loop) goes to Redis in one call of one Lua
 script, one call in flight at a time: the leases it gives back, then the leases
 it takes, in the order they were asked (dropping expired ones first, then
-choosing for each caller a host as :class:`~vaelii_llm._pool.Pool` would in
+choosing for each caller a host as :class:`~vaelii_llm._slots.LocalSlots` would in
 process: a free host not cooling, the one the caller's vote uses least, then
 the least busy). So a caller that gives its slot back and asks again at once
 finds it free, and a checkout costs one round trip shared by the instant's
@@ -46,9 +46,9 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test extra
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
     ) from exc
 
-from vaelii_llm._pool import POLL_S, POOL_LABEL
+from vaelii_llm._slots import POLL_S, POOL_LABEL, Ledger, Spread
 from vaelii_llm.config import hide_userinfo
-from vaelii_llm.errors import LLMClosed, LLMUnreachable
+from vaelii_llm.errors import LLMClosed, LLMPoolTimeout, LLMUnreachable
 
 __all__ = ["RedisSlots"]
 
@@ -233,24 +233,22 @@ its deadline (loop time)."""
 
 
 class RedisSlots:
-    """The slots of a pool's hosts, held in Redis under ``vaelii:pool:{name}:``.
+    """The slots of a pool's hosts, held in Redis under ``vaelii:pool:{name}:``:
+    the :class:`~vaelii_llm._slots.Slots` of a shared pool.
 
-    ``hosts`` names each host (the same in every process), ``slots`` how many
-    calls at once it takes. The client is made on first use, in the loop that
-    uses it. Methods raise :class:`~vaelii_llm.errors.LLMUnreachable` when
-    Redis fails; releases and renewals run in the background and only log.
+    ``book`` names each host (the same in every process) and how many calls at
+    once it takes, and counts this process's calls. The client is made on first
+    use, in the loop that uses it. Methods raise
+    :class:`~vaelii_llm.errors.LLMUnreachable` when Redis fails; releases and
+    renewals run in the background and only log.
     """
 
-    def __init__(
-        self,
-        url: str,
-        name: str,
-        hosts: Sequence[str],
-        slots: Sequence[int],
-        *,
-        lease_ttl_ms: int,
-        cooldown_ms: int,
-    ) -> None:
+    shared: Final = True
+
+    def __init__(self, url: str, name: str, book: Ledger, *, lease_ttl_ms: int) -> None:
+        hosts, slots, cooldown_ms = book.names, book.slots, book.cooldown_ms
+        self._book = book
+        self._watcher: asyncio.Future[None] | None = None
         self._url = check_url(url)
         self.label = f"the vote pool's Redis at {hide_userinfo(self._url)}"
         prefix = f"vaelii:pool:{{{name}}}"  # a hash tag: one cluster slot for the pool
@@ -329,6 +327,93 @@ class RedisSlots:
             self._step_conn = None
             self._owner = f"{socket.gethostname()}:{pid}:{os.urandom(4).hex()}"
         return self._owner
+
+    # -- the pool's slots ----------------------------------------------------------
+
+    async def acquire(self, spread: Spread | None) -> tuple[int, str | None]:
+        """A host for the caller, chosen in Redis (see the module docstring).
+
+        First come, first served in this process: a call that finds others
+        waiting waits behind them. Every wake-up (a release here or anywhere, a
+        poll, a close) wakes the waiters in the order they queued, and their
+        takes reach Redis in one script, in that order. The budget run out on a
+        Redis that never answered is :class:`~vaelii_llm.errors.LLMUnreachable`;
+        once it has answered "every host is full", the pool is busy.
+        """
+        book = self._book
+        uses = spread.uses if spread is not None else None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + book.acquire_timeout_ms / 1000
+        answered = False
+        try:
+            if book.waiting == 0:
+                # With no timeout, one try, bounded by Redis's own.
+                until = deadline if book.acquire_timeout_ms else math.inf
+                cooling = book.cooling() if book.cool_timers else None
+                index, lease = await self._take_one(self.preferences(uses, cooling), until)
+                answered = True
+                if index >= 0:
+                    return book.hand_out(index, lease, spread)
+                if book.acquire_timeout_ms == 0:
+                    raise LLMPoolTimeout(POOL_LABEL, 0)
+            book.waiting += 1
+            try:
+                self._watch()
+                async with asyncio.timeout_at(deadline):
+                    while True:
+                        # Shielded: one waiter cancelled must not wake the rest.
+                        await asyncio.shield(book.changed_future())
+                        if book.closed:
+                            raise LLMClosed(POOL_LABEL, waited=True)
+                        prefs = self.preferences(uses, book.cooling())
+                        index, lease = await self._take_one(prefs)
+                        answered = True
+                        if index >= 0:
+                            return book.hand_out(index, lease, spread)
+            finally:
+                book.waiting -= 1
+        except TimeoutError as exc:
+            if not answered:
+                raise LLMUnreachable(
+                    self.label, f"no answer inside the pool's {book.acquire_timeout_ms} ms"
+                ) from exc
+            raise LLMPoolTimeout(POOL_LABEL, book.acquire_timeout_ms) from exc
+
+    async def _take_one(self, prefs: str, until: float = math.inf) -> tuple[int, str]:
+        asked = self.take(prefs, until)
+        try:
+            return await asked
+        except asyncio.CancelledError:
+            self.forget(asked)  # cancelled in the instant its answer came
+            raise
+
+    def _watch(self) -> None:
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.ensure_future(self._watch_redis())
+
+    async def _watch_redis(self) -> None:
+        # While calls wait here, block on Redis's word that a slot came free
+        # anywhere (or a short poll), and wake them.
+        book = self._book
+        while book.waiting > 0 and not book.closed:
+            try:
+                await self.wait(book.changed_future())
+            except LLMUnreachable:
+                book.wake()  # each waiter meets the failure in its own take
+                await asyncio.sleep(POLL_S)
+            else:
+                book.wake()
+
+    def release(self, index: int, lease: str | None) -> None:
+        """Give ``lease`` back; the first waiter here looks again once Redis has it."""
+        if lease is not None:
+            self.give_back(index, lease, self._book.wake)
+        else:
+            self._book.wake()
+
+    def held_everywhere(self) -> Sequence[int] | None:
+        """Unknown without asking Redis (see :meth:`counts`)."""
+        return None
 
     # -- taking, waiting, giving back -------------------------------------------
 
@@ -554,6 +639,10 @@ class RedisSlots:
 
     async def aclose(self) -> None:
         """Give back every lease still held, wait for the background work, close the client."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         if self._closed:
             return
         if self._renewer is not None:

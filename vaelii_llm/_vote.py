@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
 
 from vaelii_llm import telemetry
-from vaelii_llm._pool import POOL_LABEL, Pool, Spread
+from vaelii_llm._pool import Pool
 from vaelii_llm._protocol import Message, Provider, Request, Response, StopReason, TextBlock
+from vaelii_llm._slots import POOL_LABEL, Spread
 from vaelii_llm.errors import LLMClosed, LLMError
 
 __all__ = ["Vote", "read_response", "read_yes_no", "vote"]

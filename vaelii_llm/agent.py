@@ -36,7 +36,7 @@ The loop resends its tools and system prompt every turn, byte for byte, so it
 marks them as a cached prefix (:data:`CACHE`): on the Messages API every turn
 after the first reads them from the prompt cache (``usage``'s
 ``cache_read_input_tokens`` says how much); other backends send nothing for it.
-``cache=False``, or ``VAELII_PROMPT_CACHE=0`` (:func:`vaelii_llm.config.prompt_cache`),
+``cache=False``, or ``VAELII_PROMPT_CACHE=0`` (see :func:`vaelii_llm.config.read`),
 turns it off; a first :class:`~vaelii_llm._protocol.Request` carrying its own
 ``cache`` keeps it.
 """
@@ -365,7 +365,7 @@ async def events(
     refused with ``ValueError`` before the first turn. ``deltas=False`` asks
     the backend for whole blocks only (text then arrives a block at a time).
     ``cache`` adds :data:`CACHE` to a first request naming no ``cache`` (None:
-    :func:`vaelii_llm.config.prompt_cache` decides, on unless switched off).
+    ``VAELII_PROMPT_CACHE`` decides, on unless switched off).
     Iterate under ``contextlib.aclosing``: stopping early closes the turn's
     HTTP response at once."""
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:

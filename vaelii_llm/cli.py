@@ -19,11 +19,12 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
-from vaelii_llm import __version__, config, errors
+from vaelii_llm import config, errors
+from vaelii_llm._version import __version__
 from vaelii_llm.kb._types import EngineRefusal
 
 if TYPE_CHECKING:
@@ -33,51 +34,42 @@ __all__ = ["main"]
 
 
 def _print_config() -> int:
+    from vaelii_llm import _backends
+
     for switch in config.SWITCHES:
-        raw = os.environ.get(switch.name)
-        if switch.secret:
-            shown = "set" if raw and raw.strip() else "unset"
-        elif raw is None:
-            shown = f"unset (default {switch.default})" if switch.default else "unset"
-        else:
-            shown = repr(config.hide_userinfo(raw))
-        print(f"{switch.name:32} {shown}")
+        _print_switch(switch.name, switch.secret, switch.default)
+    listed = {switch.name for switch in config.SWITCHES}
+    for backend in _backends.REGISTRY.values():  # a registered kind's own switches
+        for name, role in backend.switches().items():
+            if name not in listed:
+                listed.add(name)
+                _print_switch(name, role == "key", None)
     return 0
 
 
+def _print_switch(name: str, secret: bool, default: str | None) -> None:
+    raw = os.environ.get(name)
+    if secret:
+        shown = "set" if raw and raw.strip() else "unset"
+    elif raw is None:
+        shown = f"unset (default {default})" if default else "unset"
+    else:
+        shown = repr(config.hide_userinfo(raw))
+    print(f"{name:32} {shown}")
+
+
 async def _status() -> int:
-    from vaelii_llm import providers
+    from vaelii_llm import _backends, providers
 
     kind = config.provider_kind()
     reason = await providers.unavailable_reason(kind)
     print(f"configured: {kind}\nanswering:  {'stub' if reason else kind}")
     if reason:
         print(f"why:        {reason}")
-    if kind == "ollama":
-        from vaelii_llm.providers import ollama
-
-        model = config.ollama_model()
-        print(f"host:       {ollama.base_url()}\nmodel:      {model}")
-        if reason is None:
-            try:
-                caps = sorted(await ollama.capabilities(model))
-            except errors.LLMApiError as exc:
-                print(f"missing:    {_ollama_missing(exc, model) or f'{exc.type}: {exc}'}")
-                return 0
-            print(f"capabilities: {', '.join(caps)}")
-            print(f"tools:      {'yes' if 'tools' in caps else 'no'}")
-            print(f"context:    {await ollama.context_length(model)}")
-    elif kind == "openai":
-        from vaelii_llm.providers import openai
-
-        chosen = config.openai_model()
-        print(f"base URL:   {config.hide_userinfo(config.openai_base_url())}")
-        print(f"model:      {chosen or '(none sent: the server chooses)'}")
-        if reason is None:
-            served = await openai.models()
-            print(f"served:     {', '.join(served) if served else '(none listed)'}")
-            if chosen is not None and chosen not in served:
-                print(f"warning:    {chosen!r} is not among the served models")
+    lines = _backends.record(kind).status_lines
+    if lines is not None:
+        async for line in _backends.import_ref(lines)(reason is None):
+            print(line)
     return 0
 
 
@@ -136,9 +128,6 @@ NOTHING_CONFIGURED = (
     "or anthropic (ANTHROPIC_API_KEY); `vaelii-llm status` checks"
 )
 
-TOOL_MODELS = "llama3.2, qwen3 or mistral-nemo"
-"""Ollama models that call tools, named when the configured one cannot."""
-
 
 class _Stop(Exception):
     """A command ends here: its exit status, a kind and one line saying why."""
@@ -152,46 +141,6 @@ class _Stop(Exception):
 
 def _stub_only(reason: str) -> _Stop:
     return _Stop(ASK_STUB_ONLY, "stub-only", f"only the stub can answer: {reason}")
-
-
-def _ollama_missing(exc: errors.LLMApiError, model: str, host: str | None = None) -> str | None:
-    """The next step when the host (default: the configured one) has no
-    ``model`` (its 404), else None."""
-    if exc.status != 404:
-        return None
-    from vaelii_llm.providers import ollama
-
-    return (
-        f"the Ollama at {ollama.base_url(host)} has no model {model!r}: run `ollama pull {model}` "
-        "there, or set VAELII_OLLAMA_MODEL to one it has (`ollama list`)"
-    )
-
-
-async def _ollama_cannot_call_tools() -> str | None:
-    """Why the configured Ollama model cannot run the tool loop, or None."""
-    from vaelii_llm.providers import ollama
-
-    model = config.ollama_model()
-    try:
-        caps = await ollama.capabilities(model)
-    except errors.LLMApiError as exc:
-        missing = _ollama_missing(exc, model)
-        if missing is None:
-            raise
-        return missing
-    if "tools" in caps:
-        return None
-    return (
-        f"the Ollama model {model} cannot call tools (it can: {', '.join(sorted(caps))}); "
-        f"set VAELII_OLLAMA_MODEL to one that can, e.g. {TOOL_MODELS} (`ollama pull llama3.2`)"
-    )
-
-
-TOOLS_CHECKS: dict[str, Callable[[], Awaitable[str | None]]] = {
-    "ollama": _ollama_cannot_call_tools,
-}
-"""Kind → why its configured model cannot take the tools, asked before a turn
-sends them; a kind with no check here is trusted to take them."""
 
 
 @contextmanager
@@ -291,7 +240,7 @@ async def _ask(
     kb_too: bool = True,
     cache: bool | None = None,
 ) -> int:
-    from vaelii_llm import agent, providers
+    from vaelii_llm import _backends, agent, providers
     from vaelii_llm.providers.stub import StubProvider
 
     chosen = config.provider_kind(kind)
@@ -301,8 +250,8 @@ async def _ask(
     reason = await providers.unavailable_reason(chosen)
     if reason is not None:
         raise _stub_only(f"{chosen} cannot answer now: {reason}")
-    check = TOOLS_CHECKS.get(chosen)
-    refused = None if check is None else await check()
+    check = _backends.record(chosen).cannot_call_tools
+    refused = None if check is None else await _backends.import_ref(check)()
     if refused is not None:
         raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
     with _quiet_fallback():
@@ -439,15 +388,19 @@ def _vote_progress(so_far: pool.Vote) -> None:
 
 
 async def _vote(question: str, votes: int) -> int:
-    from vaelii_llm import pool
+    from vaelii_llm import _backends, pool
 
-    if config.provider_kind() not in ("ollama", "openai"):
+    kind = config.provider_kind()
+    if kind not in {backend.kind for backend in _backends.pooled()}:
         raise _stub_only(
-            "the vote pool is model hosts: set VAELII_LLM_PROVIDER=ollama and "
-            "VAELII_OLLAMA_HOSTS (host[*n],...), or VAELII_LLM_PROVIDER=openai and "
-            "VAELII_OPENAI_HOSTS"
+            "the vote pool is model hosts: set "
+            + ", or ".join(
+                f"VAELII_LLM_PROVIDER={backend.kind} and {backend.hosts_switch}"
+                for backend in _backends.pooled()
+            )
+            + " (host[*n],...)"
         )
-    voters = await pool.pool_from_config()
+    voters = await pool.pool_from_config(kind=kind)
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:
         outcome = await pool.vote(voters, question, votes=votes, on_vote=progress)
@@ -458,28 +411,27 @@ async def _vote(question: str, votes: int) -> int:
     )
     if not outcome.failed:
         return 0
-    why = await _why_turns_failed()
+    why = await _why_turns_failed(kind)
     if outcome.failed == outcome.calls:
         raise _Stop(1, "vote-failed", f"every turn failed: {why}")
     print(f"{outcome.failed} turn(s) failed: {why}", file=sys.stderr)
     return 0
 
 
-async def _why_turns_failed() -> str:
+async def _why_turns_failed(kind: str) -> str:
     """What the pool's hosts say when probed: the first host that cannot
     answer, or the model the hosts lack."""
-    from vaelii_llm import pool
-    from vaelii_llm.providers import ollama
+    from vaelii_llm import _backends, pool, providers
 
-    model = config.ollama_model()
-    for host in pool.hosts():
-        reason = await ollama.unavailable_reason(host.url)
+    backend = _backends.record(kind)
+    assert backend.host_option is not None  # a pooled kind
+    lacks = None if backend.missing_model is None else _backends.import_ref(backend.missing_model)
+    for host in pool.hosts(kind=kind):
+        reason = await providers.unavailable_reason(kind, **{backend.host_option: host.url})
+        if reason is None and lacks is not None:
+            reason = await lacks(host.url)
         if reason is not None:
             return reason
-        try:
-            await ollama.capabilities(model, host.url)
-        except errors.LLMApiError as exc:
-            return _ollama_missing(exc, model, host.url) or f"{exc.type}: {exc}"
     return "the hosts answer their probes; `vaelii-llm warm` tries one turn and shows its error"
 
 

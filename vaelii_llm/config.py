@@ -1,14 +1,17 @@
 """Every switch the model side reads, with its legal values and default.
 
-Each switch has one reader, called at the moment its value is used and never
-cached at import, so a test or a long-lived process can change the environment
-and the next call sees it. An explicit argument beats the environment: every
-reader takes ``explicit`` and uses it when it is given (not None; for a name
-or a duration, not empty either). A provider kind is read case-insensitively.
+Each switch has one reader (its row's ``reader``), called at the moment its
+value is used and never cached at import, so a test or a long-lived process
+can change the environment and the next call sees it. An explicit argument
+beats the environment: every reader takes ``explicit`` and uses it when it is
+given (not None; for a name or a duration, not empty either). A provider kind
+is read case-insensitively. From outside the package, :func:`read` reads any
+switch by its name, and :func:`provider_kind` the one every caller branches on.
 
 The engine reads none of these. The names this module does not export (the
-defaults, :data:`TRUTHY`, :data:`SCHEME_PORTS`, :func:`hide_userinfo`) are the
-package's own, each written here once for the modules that share it.
+readers but :func:`provider_kind`, the defaults, :data:`TRUTHY`,
+:data:`SCHEME_PORTS`, :func:`hide_userinfo`) are the package's own, each
+written here once for the modules that share it.
 """
 
 from __future__ import annotations
@@ -21,28 +24,7 @@ from typing import Final
 
 from vaelii_llm._backends import BUILTIN, STUB
 
-__all__ = [
-    "SWITCHES",
-    "Switch",
-    "anthropic_api_key",
-    "anthropic_auth_token",
-    "anthropic_base_url",
-    "live_llm",
-    "ollama_generation_model",
-    "ollama_host",
-    "ollama_hosts",
-    "ollama_keep_alive",
-    "ollama_model",
-    "ollama_num_ctx",
-    "openai_api_key",
-    "openai_base_url",
-    "openai_hosts",
-    "openai_model",
-    "otel_enabled",
-    "pool_redis_url",
-    "prompt_cache",
-    "provider_kind",
-]
+__all__ = ["SWITCHES", "Switch", "provider_kind", "read"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +231,21 @@ SWITCHES: tuple[Switch, ...] = (
 )
 """The table, in the spec's order; each reader below takes its variable's
 name from its row."""
+
+_BY_NAME: Final = {switch.name: switch for switch in SWITCHES}
+
+
+def read(name: str) -> str | int | bool | None:
+    """The value the switch ``name`` has now, as the package reads it: its
+    row's reader with no explicit argument (its default applied, a number
+    parsed, an on/off switch a bool; ``OLLAMA_HOST`` is read as
+    ``VAELII_OLLAMA_HOST``'s fallback, a provider kind in lower case). An
+    unknown name is a KeyError listing the switches."""
+    switch = _BY_NAME.get(name)
+    if switch is None:
+        raise KeyError(f"no switch {name!r}; one of {', '.join(_BY_NAME)}")
+    reader: Callable[[], str | int | bool | None] = globals()[switch.reader]
+    return reader()
 
 
 def _environ_get() -> Callable[[str], str | None]:

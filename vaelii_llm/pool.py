@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from vaelii_llm import config
+from vaelii_llm._backends import REGISTRY, pool_kind, pooled
 from vaelii_llm._pool import (
     DEFAULT_ACQUIRE_TIMEOUT_MS,
     DEFAULT_COOLDOWN_MS,
@@ -36,7 +37,7 @@ from vaelii_llm._pool import (
 from vaelii_llm._protocol import Provider
 from vaelii_llm._vote import Vote, read_yes_no, vote
 from vaelii_llm.errors import LLMBadHosts
-from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST, HostKind, hosts
+from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST, hosts
 from vaelii_llm.providers.stub import Entry, StubProvider
 
 __all__ = ["Pool", "Vote", "hosts", "pool_from_config", "read_yes_no", "stub_pool", "vote"]
@@ -55,10 +56,11 @@ async def pool_from_config(
 ) -> Pool[Any]:
     """A pool of providers over :func:`hosts`, one provider per entry.
 
-    ``kind`` is ``"ollama"`` (Ollama hosts, ``VAELII_OLLAMA_HOSTS``) or
-    ``"openai"`` (OpenAI-compatible base URLs, ``VAELII_OPENAI_HOSTS``, each
-    provider with the configured key); None: ``openai`` when
-    ``VAELII_LLM_PROVIDER`` names it, else ``ollama``. An entry's ``n``
+    ``kind`` is a kind whose record names pool hosts: ``"ollama"`` (Ollama
+    hosts, ``VAELII_OLLAMA_HOSTS``), ``"openai"`` (OpenAI-compatible base URLs,
+    ``VAELII_OPENAI_HOSTS``, each provider with the configured key), or one
+    :func:`vaelii_llm.providers.register` added; None: the configured kind
+    where a pool can spread over it, else ``ollama``. An entry's ``n``
     becomes ``n`` tokens of that entry's provider. ``model`` (None: the
     configured model) is passed to every provider. ``redis_url`` (None:
     ``VAELII_POOL_REDIS_URL``, read now; unset: slots in this process) shares
@@ -71,19 +73,19 @@ async def pool_from_config(
     closed before the exception propagates.
     """
     if kind is None:
-        kind = "openai" if config.provider_kind() == "openai" else "ollama"
-    if kind not in ("ollama", "openai"):
-        raise ValueError(f"a pool spreads over ollama or openai hosts, not {kind!r}")
-    host_kind: HostKind = "openai" if kind == "openai" else "ollama"
-    entries = hosts(explicit, kind=host_kind)
+        kind = pool_kind(config.provider_kind())
+    backend = REGISTRY.get(kind)
+    if backend is None or backend.host_option is None:
+        kinds = " or ".join(known.kind for known in pooled())
+        raise ValueError(f"a pool spreads over {kinds} hosts, not {kind!r}")
+    entries = hosts(explicit, kind=kind)
     if not entries:
-        switch = "VAELII_OPENAI_HOSTS" if kind == "openai" else "VAELII_OLLAMA_HOSTS"
         raise LLMBadHosts(
-            f"{switch} is blank: no hosts, so every vote would wait out its acquire timeout"
+            f"{backend.hosts_switch} is blank: no hosts, so every vote would wait out "
+            "its acquire timeout"
         )
-    backend = importlib.import_module(f"vaelii_llm.providers.{kind}")
-    build: Callable[..., Provider] = backend.provider
-    at = "base_url" if kind == "openai" else "host"
+    build: Callable[..., Provider] = importlib.import_module(backend.module).provider
+    at = backend.host_option
     opts: dict[str, Any] = {} if model is None else {"model": model}
     built: list[Provider] = []
     tokens: list[Provider] = []

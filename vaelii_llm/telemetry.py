@@ -222,7 +222,7 @@ def enable(
         raise ImportError(
             "vaelii_llm.telemetry needs opentelemetry-api: pip install 'vaelii-llm[otel]'"
         ) from exc
-    from vaelii_llm import __version__
+    from vaelii_llm._version import __version__
 
     tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
     meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)

@@ -28,7 +28,7 @@ runs' ratios to the floor's run beside it.
 
 ``--sweep`` instead times ours at N = 512 and 2,048 under several
 ``max_connections`` (0: no bound) against the floor: the measurement behind
-:data:`vaelii_llm._transport.DEFAULT_MAX_CONNECTIONS`.
+:data:`vaelii_llm._transport.settings.DEFAULT_MAX_CONNECTIONS`.
 
 Run: ``.venv/bin/python tests/bench/bench_concurrency.py`` (a few minutes).
 Must show at 512 and 2,048: ours/floor <= 1.15 in time and <= 1.2 in memory.

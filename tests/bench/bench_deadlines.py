@@ -28,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loopback import serve
 
-from vaelii_llm._transport import Deadline, Endpoint, create_session, open_stream, request_json
+from vaelii_llm._transport.send import open_stream, request_json
+from vaelii_llm._transport.sessions import create_session
+from vaelii_llm._transport.settings import Deadline, Endpoint
 from vaelii_llm.errors import LLMTimeout
 
 END = Endpoint("bench", "bench")

@@ -33,6 +33,7 @@ credential) and the stub built from ``opts["stub"]`` answers instead.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 from collections.abc import Iterable, Mapping
@@ -40,10 +41,11 @@ from types import ModuleType
 from typing import Any
 
 from vaelii_llm import config
-from vaelii_llm._backends import BUILTIN, STUB, Backend, Option
+from vaelii_llm._backends import REGISTRY, STUB, Backend, Option, record
 from vaelii_llm._protocol import Provider
 
 __all__ = [
+    "Backend",
     "Option",
     "active_kind",
     "available",
@@ -56,21 +58,24 @@ __all__ = [
 
 log = logging.getLogger("vaelii_llm.providers")
 
-_registry: dict[str, Backend] = {backend.kind: backend for backend in BUILTIN}
-"""Kind → its record: the built-in kinds, then those :func:`register` adds."""
 
+def register(backend: Backend) -> None:
+    """Make ``backend.kind`` name the backend its record describes, as the
+    built-in kinds are described: selection, the vote pool and the command
+    read the same record. Its options join the bag from now on.
 
-def register(kind: str, module: str, *, options: Iterable[Option] = ()) -> None:
-    """Make ``kind`` name the backend in ``module`` (imported when chosen),
-    whose functions take ``options``; those names join the bag from now on.
-
-    ``module`` offers ``provider`` and ``async available`` (and
-    ``generation_provider`` and ``async warm`` where it has them); each
-    receives only the options whose :class:`Option` record names it. The kind
-    is read as a configured one is (trimmed, lower case).
+    ``backend.module`` (imported when chosen) offers ``provider`` and ``async
+    available`` (and ``generation_provider``, ``async warm`` and ``async
+    unavailable_reason`` where it has them); each receives only the options
+    whose :class:`Option` record names it. The kind is read as a configured
+    one is (trimmed, lower case).
     """
-    chosen_as = config.provider_kind(kind)
-    _registry[chosen_as] = Backend(chosen_as, module, tuple(options))
+    if not isinstance(backend, Backend):
+        raise TypeError(f"register takes a providers.Backend, not {type(backend).__name__}")
+    chosen_as = config.provider_kind(backend.kind)
+    if chosen_as != backend.kind:
+        backend = dataclasses.replace(backend, kind=chosen_as)
+    REGISTRY[chosen_as] = backend
 
 
 def _chosen(kind: str | None, opts: Iterable[str]) -> Backend:
@@ -78,10 +83,8 @@ def _chosen(kind: str | None, opts: Iterable[str]) -> Backend:
     registered kind's declared options (a misspelt option is the caller's bug,
     refused before any probe, not a reason to fall back)."""
     chosen = config.provider_kind(kind)
-    backend = _registry.get(chosen)
-    if backend is None:
-        raise ValueError(f"unknown provider kind {chosen!r}; one of {sorted(_registry)}")
-    unknown = set(opts).difference({STUB}, *(known.names for known in _registry.values()))
+    backend = record(chosen)
+    unknown = set(opts).difference({STUB}, *(known.names for known in REGISTRY.values()))
     if unknown:
         listed = ", ".join(repr(name) for name in sorted(unknown))
         raise TypeError(
@@ -214,7 +217,7 @@ async def warm(kind: str | None = None, **opts: Any) -> object:
 
 def __getattr__(name: str) -> ModuleType:
     """``providers.ollama`` and the like import the backend on first touch."""
-    backend = _registry.get(name)
+    backend = REGISTRY.get(name)
     if backend is None or not backend.module.startswith(__name__ + "."):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return importlib.import_module(backend.module)

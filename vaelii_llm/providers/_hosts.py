@@ -1,6 +1,6 @@
 """Reading an Ollama host the way Ollama reads ``OLLAMA_HOST``, an
 OpenAI-compatible base URL, and the vote pool's host list (``host[*n],…``)
-made of either.
+of any kind whose record names one (:class:`vaelii_llm._backends.Backend`).
 
 Pure string work, no I/O, so the vote pool can parse its host list without
 loading the HTTP backend.
@@ -8,10 +8,12 @@ loading the HTTP backend.
 
 from __future__ import annotations
 
-from typing import Final, Literal, NamedTuple
+from collections.abc import Callable
+from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
 from vaelii_llm import config
+from vaelii_llm._backends import import_ref, record
 from vaelii_llm.config import DEFAULT_OLLAMA_PORT, SCHEME_PORTS
 from vaelii_llm.errors import LLMBadHosts
 
@@ -20,7 +22,7 @@ __all__ = [
     "DEFAULT_OPENAI_PATH",
     "DEFAULT_PORT",
     "Host",
-    "HostKind",
+    "configured_ollama_host",
     "hosts",
     "normalize_base_url",
     "normalize_host",
@@ -35,9 +37,6 @@ DEFAULT_CALLS_PER_HOST: Final = 2
 DEFAULT_OPENAI_PATH: Final = "/v1"
 """Where an OpenAI-compatible server that names no path mounts its API: vLLM,
 llama.cpp's server, LM Studio, SGLang, TGI and Ollama all serve ``/v1``."""
-
-HostKind = Literal["ollama", "openai"]
-"""The backends a host list can name: Ollama hosts, or OpenAI-compatible base URLs."""
 
 
 def normalize_host(host: str) -> str:
@@ -114,41 +113,55 @@ class Host(NamedTuple):
     calls: int
 
 
-def hosts(explicit: str | None = None, *, kind: HostKind = "ollama") -> list[Host]:
-    """The vote pool's hosts: ``explicit``, else ``VAELII_OLLAMA_HOSTS`` (or,
-    for ``kind="openai"``, ``VAELII_OPENAI_HOSTS``, each entry an
-    OpenAI-compatible base URL read by :func:`normalize_base_url`; unset, the
-    one configured ``OPENAI_BASE_URL`` as written).
+def hosts(explicit: str | None = None, *, kind: str = "ollama") -> list[Host]:
+    """The vote pool's hosts for ``kind``: ``explicit``, else the variable its
+    record names (``VAELII_OLLAMA_HOSTS``; ``VAELII_OPENAI_HOSTS``, each entry
+    an OpenAI-compatible base URL read by :func:`normalize_base_url`).
 
     The list is ``host[*n],…``; ``n`` defaults to :data:`DEFAULT_CALLS_PER_HOST`
-    and each host is read by :func:`normalize_host` (``gpu1:8080*4`` is four
-    calls at once to ``http://gpu1:8080``). Unset, it is the one configured
-    Ollama host (the default ``n`` calls at once). Blank, it is no hosts,
-    which the pool refuses. An empty entry, a host that will not read, or an
-    ``n`` that is not a whole number of at least 1 raises
-    :class:`~vaelii_llm.errors.LLMBadHosts` naming the entry.
+    and each host is read by the record's reader (for Ollama
+    :func:`normalize_host`: ``gpu1:8080*4`` is four calls at once to
+    ``http://gpu1:8080``). Unset, it is the record's one default host (the
+    configured Ollama host; the configured ``OPENAI_BASE_URL`` as written),
+    the default ``n`` calls at once. Blank, it is no hosts, which the pool
+    refuses. An empty entry, a host that will not read, or an ``n`` that is
+    not a whole number of at least 1 raises
+    :class:`~vaelii_llm.errors.LLMBadHosts` naming the entry. A kind whose
+    record names no host list is a ValueError.
     """
-    openai = kind == "openai"
-    raw = config.openai_hosts(explicit) if openai else config.ollama_hosts(explicit)
+    backend = record(kind)
+    if backend.hosts_switch is None:
+        raise ValueError(f"provider {kind!r} names no pool hosts")
+    raw = explicit
     if raw is None:
-        if openai:  # the provider's own base URL, taken as the provider takes it
-            return [Host(config.openai_base_url(), DEFAULT_CALLS_PER_HOST)]
-        configured = config.ollama_host()
-        return [Host(_read_host(configured, configured), DEFAULT_CALLS_PER_HOST)]
+        value = config._getenv(backend.hosts_switch)
+        raw = None if value is None else value.strip()
+    if raw is None:
+        if backend.default_host is None:
+            return []
+        return [Host(import_ref(backend.default_host)(), DEFAULT_CALLS_PER_HOST)]
     raw = raw.strip()
     if not raw:
         return []
-    return [_read_entry(entry, kind) for entry in raw.split(",")]
+    reader = str.strip if backend.read_host is None else import_ref(backend.read_host)
+    return [_read_entry(entry, reader) for entry in raw.split(",")]
 
 
-def _read_entry(entry: str, kind: HostKind) -> Host:
+def configured_ollama_host() -> str:
+    """The configured Ollama host (``VAELII_OLLAMA_HOST``…), read by
+    :func:`normalize_host`: a pool's one host when no list is set."""
+    configured = config.ollama_host()
+    return _read_host(configured, configured, normalize_host)
+
+
+def _read_entry(entry: str, reader: Callable[[str], str]) -> Host:
     shown = config.hide_userinfo(entry)  # what a refusal quotes: no password
     text = entry.strip()
     if not text:
         raise LLMBadHosts("an entry of the host list is empty (a stray comma?)", shown)
     host, star, count = text.rpartition("*")
     if not star:
-        return Host(_read_host(text, entry, kind), DEFAULT_CALLS_PER_HOST)
+        return Host(_read_host(text, entry, reader), DEFAULT_CALLS_PER_HOST)
     if "*" in host:
         raise LLMBadHosts("an entry names at most one *n", shown)
     count = count.strip()
@@ -157,12 +170,12 @@ def _read_entry(entry: str, kind: HostKind) -> Host:
     calls = int(count)
     if calls < 1:
         raise LLMBadHosts("a host's *n must be at least 1", shown)
-    return Host(_read_host(host, entry, kind), calls)
+    return Host(_read_host(host, entry, reader), calls)
 
 
-def _read_host(host: str, entry: str, kind: HostKind = "ollama") -> str:
+def _read_host(host: str, entry: str, reader: Callable[[str], str]) -> str:
     try:
-        return normalize_base_url(host) if kind == "openai" else normalize_host(host)
+        return reader(host)
     except ValueError as exc:
         # the entry shown with its password cut, as the reason shows it
         raise LLMBadHosts(

@@ -4,10 +4,10 @@
 fix made here holds for every backend at once:
 
 * the session: one ``aiohttp`` session per provider and running event loop
-  (:class:`~vaelii_llm._transport.LoopSessions`), made on the loop's first
+  (:class:`~vaelii_llm._transport.sessions.LoopSessions`), made on the loop's first
   turn (with the codec's :meth:`~Codec.session_headers`, the package's
-  User-Agent, see :data:`vaelii_llm._transport.USER_AGENT`, and the
-  provider's :class:`~vaelii_llm._transport.Network`: proxy, TLS, connection
+  User-Agent, see :data:`vaelii_llm._transport.settings.USER_AGENT`, and the
+  provider's :class:`~vaelii_llm._transport.settings.Network`: proxy, TLS, connection
   cap), closed with its loop or by ``aclose`` from any loop, shared by any
   number of concurrent turns; or the caller's own session (``session=``),
   which every turn uses with the codec's session headers sent per request,
@@ -33,7 +33,7 @@ fix made here holds for every backend at once:
   :class:`~vaelii_llm.errors.LLMError` a turn raises, the codec's own (an
   ``error`` event, a body that would not decode) as well as the transport's,
   has what the turn sent withheld from its text, attributes and chain
-  (:func:`vaelii_llm._transport.withhold`) before a caller, a log line or a
+  (:func:`vaelii_llm._transport.withheld.withhold`) before a caller, a log line or a
   span sees it;
 * the token count (:meth:`~HTTPProvider.count_tokens`): for a codec that
   is also a :class:`TokenCounter`, one POST to its counting endpoint by the
@@ -98,9 +98,20 @@ from typing import (
 import aiohttp
 import msgspec
 
-from vaelii_llm import _transport as transport
 from vaelii_llm import telemetry
 from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
+from vaelii_llm._transport.send import cut, drain, open_stream, request_json
+from vaelii_llm._transport.sessions import Gate, LoopSessions, create_session
+from vaelii_llm._transport.settings import (
+    DEFAULT_NETWORK,
+    USER_AGENT,
+    Deadline,
+    Endpoint,
+    Network,
+    SSLOption,
+    checked_headers,
+)
+from vaelii_llm._transport.withheld import withhold
 from vaelii_llm.errors import LLMClosed, LLMError, LLMUnreachable, LLMUnsupported
 
 __all__ = [
@@ -120,17 +131,15 @@ __all__ = [
 
 ClientSession = aiohttp.ClientSession
 """What ``session=`` takes (named here so a backend imports no HTTP library)."""
-SSLOption = transport.SSLOption
-"""What ``ssl=`` takes: see :class:`~vaelii_llm._transport.Network`."""
 
 
 class NetworkOptions(TypedDict, total=False):
     """How every HTTP backend's provider reaches its far end, the same four
-    options on each (see :class:`~vaelii_llm._transport.Network`): ``proxy``
+    options on each (see :class:`~vaelii_llm._transport.settings.Network`): ``proxy``
     (unset: ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY``), ``ssl`` (unset:
     ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else the system's CAs),
     ``max_connections`` (unset:
-    :data:`~vaelii_llm._transport.DEFAULT_MAX_CONNECTIONS`, reused; ``0``: no
+    :data:`~vaelii_llm._transport.settings.DEFAULT_MAX_CONNECTIONS`, reused; ``0``: no
     bound) and ``session`` (a caller's own, never closed here)."""
 
     proxy: str | None
@@ -157,11 +166,11 @@ def keyword_signature(options: type[Mapping[str, Any]], returns: type) -> inspec
     )
 
 
-def network(options: Mapping[str, Any]) -> transport.Network:
-    """The :class:`~vaelii_llm._transport.Network` the network keys of
+def network(options: Mapping[str, Any]) -> Network:
+    """The :class:`~vaelii_llm._transport.settings.Network` the network keys of
     ``options`` describe (the shared default when none is set)."""
     given = {key: options[key] for key in NETWORK_KEYS if options.get(key) is not None}
-    return transport.Network(**given) if given else transport.DEFAULT_NETWORK
+    return Network(**given) if given else DEFAULT_NETWORK
 
 
 DRAIN_S: Final = 0.05
@@ -210,7 +219,7 @@ class Codec(Protocol[W, B]):
     """What a backend supplies: its wire, and no I/O (see the module docstring)."""
 
     @property
-    def endpoint(self) -> transport.Endpoint: ...
+    def endpoint(self) -> Endpoint: ...
 
     @property
     def url(self) -> str: ...
@@ -314,15 +323,13 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self,
         codec: Codec[W, B],
         credentials: Credentials[Any] | None = None,
-        network: transport.Network = transport.DEFAULT_NETWORK,
+        network: Network = DEFAULT_NETWORK,
     ) -> None:
         self._codec = codec
         self._credentials = credentials
         self._network = network
-        self._sessions = transport.LoopSessions(
-            lambda: transport.create_session(
-                codec.session_headers(), network, codec.url, gated=True
-            ),
+        self._sessions = LoopSessions(
+            lambda: create_session(codec.session_headers(), network, codec.url, gated=True),
             network.max_connections,
         )
         self._shared_headers: Mapping[str, str] | None = None  # on a caller's session
@@ -335,7 +342,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         """Whether :meth:`aclose` has been called."""
         return self._closed
 
-    def _http(self) -> tuple[aiohttp.ClientSession, transport.Gate | None]:
+    def _http(self) -> tuple[aiohttp.ClientSession, Gate | None]:
         """The running loop's session and the gate its turns take a connection
         from, made on first use in the loop (and again if something closed
         it), or the caller's own (its own pool, no gate)."""
@@ -362,9 +369,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             return turn
         shared = self._shared_headers
         if shared is None:
-            base = {} if "User-Agent" in own.headers else {"User-Agent": transport.USER_AGENT}
+            base = {} if "User-Agent" in own.headers else {"User-Agent": USER_AGENT}
             base.update(self._codec.session_headers())
-            shared = self._shared_headers = transport.checked_headers(base)
+            shared = self._shared_headers = checked_headers(base)
         if not turn:
             return shared
         return {**shared, **turn}
@@ -421,12 +428,12 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         codec = self._codec
         session, gate = self._http()
         try:
-            parsed = await transport.request_json(
+            parsed = await request_json(
                 session,
                 codec.endpoint,
                 "POST",
                 url,
-                deadline=transport.Deadline.after_ms(request.timeout_ms),
+                deadline=Deadline.after_ms(request.timeout_ms),
                 decoder=decoder,
                 body=body,
                 headers=headers,
@@ -435,7 +442,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             )
             return finish(parsed)
         except LLMError as exc:
-            transport.withhold(exc, session, headers, url)
+            withhold(exc, session, headers, url)
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
@@ -484,12 +491,12 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         )
         session, gate = self._http()
         try:
-            async with transport.open_stream(
+            async with open_stream(
                 session,
                 codec.endpoint,
                 "POST",
                 codec.url,
-                deadline=transport.Deadline.after_ms(request.timeout_ms),
+                deadline=Deadline.after_ms(request.timeout_ms),
                 body=body,
                 headers=headers,
                 inflight=self._inflight,
@@ -504,14 +511,14 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                     if assembler.finished:
                         # The answer is whole: what follows cannot change it, nor
                         # a far end holding the body open make the caller wait.
-                        await transport.drain(chunks, DRAIN_S)
+                        await drain(chunks, DRAIN_S)
                         break
             if not assembler.finished:
                 for item in assembler.feed(decoder.feed(b"")):
                     yield item
             result = assembler.result()
         except LLMError as exc:
-            transport.withhold(exc, session, headers, codec.url)
+            withhold(exc, session, headers, codec.url)
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
@@ -522,5 +529,5 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         caller's own session stays open); every turn, those in flight
         included, raises LLMClosed. Closing twice is harmless."""
         self._closed = True
-        transport.cut(self._inflight)
+        cut(self._inflight)
         await self._sessions.aclose()

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vaelii_llm import config
-from vaelii_llm._transport import DEFAULT_NETWORK, Network
+from vaelii_llm._transport.settings import DEFAULT_NETWORK, Network
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
 from vaelii_llm.providers._http import (

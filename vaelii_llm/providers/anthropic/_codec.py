@@ -14,9 +14,9 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import _transport as transport
 from vaelii_llm import config
 from vaelii_llm._protocol import Request, Response
+from vaelii_llm._transport.settings import Endpoint, checked_headers, with_json_content_type
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.errors import LLMApiError, LLMBadResponse
 from vaelii_llm.providers.anthropic._credentials import Credential
@@ -46,12 +46,10 @@ class MessagesCodec:
         self.shown_url = config.hide_userinfo(base_url)
         self.model = model
         self.effort = effort
-        self._session_headers = transport.with_json_content_type(
+        self._session_headers = with_json_content_type(
             {"anthropic-version": API_VERSION, **headers}
         )
-        self.endpoint = transport.Endpoint(
-            label=f"the Messages API at {self.shown_url}", slug="anthropic"
-        )
+        self.endpoint = Endpoint(label=f"the Messages API at {self.shown_url}", slug="anthropic")
         # The turn headers for (streamed, fallbacks dropped), built once each
         # for the credential they were built with.
         self._turn_headers: dict[tuple[bool, bool], Mapping[str, str]] = {}
@@ -86,7 +84,7 @@ class MessagesCodec:
             wanted = betas(request, credential)
             if wanted:
                 built["anthropic-beta"] = ",".join(wanted)
-            found = self._turn_headers[key] = transport.checked_headers(built)
+            found = self._turn_headers[key] = checked_headers(built)
         return found
 
     def count_body(self, request: Request) -> bytes:

@@ -39,7 +39,6 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import _transport as transport
 from vaelii_llm import config, errors
 from vaelii_llm._media import MediaLimits, check_image
 from vaelii_llm._protocol import (
@@ -56,6 +55,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     system_text,
 )
+from vaelii_llm._transport.settings import Endpoint, with_json_content_type
 from vaelii_llm._wire.ndjson import NDJSONDecoder
 from vaelii_llm.providers._hosts import normalize_host
 from vaelii_llm.providers._http import NetworkOptions
@@ -112,9 +112,9 @@ def base_url(host: str | None = None) -> str:
     return normalize_host(config.ollama_host(host))
 
 
-def endpoint(url: str) -> transport.Endpoint:
+def endpoint(url: str) -> Endpoint:
     """How the host at base URL ``url`` is named in messages."""
-    return transport.Endpoint(label=f"Ollama at {url}", slug="ollama")
+    return Endpoint(label=f"Ollama at {url}", slug="ollama")
 
 
 class _FunctionSpec(msgspec.Struct, frozen=True):
@@ -338,7 +338,7 @@ class ChatCodec:
         self.url = self.base_url + CHAT_PATH
         self._num_ctx = options.get("num_ctx")
         self._keep_alive = options.get("keep_alive")
-        self._headers = transport.with_json_content_type(options.get("headers"))
+        self._headers = with_json_content_type(options.get("headers"))
 
     def session_headers(self) -> Mapping[str, str]:
         return self._headers

@@ -2,7 +2,7 @@
 capabilities and context length, and a warm-up that loads a model.
 
 Each probe sends on the one shared probe session of the running loop
-(:func:`vaelii_llm._transport.probe_session`), under its own whole-request
+(:func:`vaelii_llm._transport.sessions.probe_session`), under its own whole-request
 deadline.
 """
 
@@ -13,9 +13,11 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from vaelii_llm import _transport as transport
 from vaelii_llm import config, errors
 from vaelii_llm._protocol import Message, Request, Response
+from vaelii_llm._transport.send import request_json
+from vaelii_llm._transport.sessions import probe_session
+from vaelii_llm._transport.settings import DEFAULT_NETWORK, Deadline, Network
 from vaelii_llm.providers._http import ClientSession, SSLOption, network
 from vaelii_llm.providers.ollama._chat import _ENCODER, ChatCodec, base_url, endpoint
 
@@ -71,16 +73,16 @@ async def _ask(
     decoder: msgspec.json.Decoder[T],
     timeout_ms: int,
     body: bytes | None = None,
-    reach: transport.Network = transport.DEFAULT_NETWORK,
+    reach: Network = DEFAULT_NETWORK,
 ) -> T:
     """One probe of the host at ``host``: ``path`` under a whole-request deadline."""
     url = base_url(host)
-    return await transport.request_json(
-        transport.probe_session(reach, url),
+    return await request_json(
+        probe_session(reach, url),
         endpoint(url),
         method,
         url + path,
-        deadline=transport.Deadline.after_ms(timeout_ms),
+        deadline=Deadline.after_ms(timeout_ms),
         decoder=decoder,
         body=body,
     )
@@ -229,14 +231,12 @@ async def warm(
         num_ctx=ctx,
         timeout_ms=timeout_ms,
     )
-    chunk = await transport.request_json(
-        transport.probe_session(
-            network({"proxy": proxy, "ssl": ssl, "session": session}), codec.url
-        ),
+    chunk = await request_json(
+        probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), codec.url),
         codec.endpoint,
         "POST",
         codec.url,
-        deadline=transport.Deadline.after_ms(timeout_ms),
+        deadline=Deadline.after_ms(timeout_ms),
         decoder=codec.whole_decoder,
         body=codec.body(request, stream=False),
         headers=codec.session_headers(),

@@ -61,7 +61,6 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from vaelii_llm import _transport as transport
 from vaelii_llm import config, errors
 from vaelii_llm._media import MB, WEB_IMAGE_TYPES, MediaLimits, check_document, check_image
 from vaelii_llm._protocol import (
@@ -79,6 +78,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     system_text,
 )
+from vaelii_llm._transport.settings import Endpoint, with_json_content_type
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._assemble import (
@@ -160,9 +160,9 @@ def token_field(base_url: str, explicit: str | None = None) -> TokenField:
     return "max_tokens"
 
 
-def endpoint(base_url: str) -> transport.Endpoint:
+def endpoint(base_url: str) -> Endpoint:
     """How the server at ``base_url`` is named in messages (a password cut)."""
-    return transport.Endpoint(
+    return Endpoint(
         label=f"the Chat Completions API at {config.hide_userinfo(base_url)}", slug="openai"
     )
 
@@ -482,4 +482,4 @@ def session_headers(key: APIKey | None, headers: Mapping[str, str] | None) -> di
         for held in [held for held in out if held.lower() == name.lower()]:
             del out[held]
         out[name] = value
-    return transport.with_json_content_type(out)
+    return with_json_content_type(out)

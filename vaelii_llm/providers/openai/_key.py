@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from vaelii_llm import _transport as transport
 from vaelii_llm import config
+from vaelii_llm._transport.settings import checked_headers
 
 __all__ = ["HEADER", "APIKey"]
 
@@ -45,7 +45,7 @@ class APIKey:
         trimmed = self.value.strip()
         if trimmed != self.value:
             object.__setattr__(self, "value", trimmed)
-        transport.checked_headers(self.headers())  # LLMBadCredential naming the header
+        checked_headers(self.headers())  # LLMBadCredential naming the header
 
     def headers(self) -> dict[str, str]:
         """The authentication header."""

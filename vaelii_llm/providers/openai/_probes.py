@@ -1,7 +1,7 @@
 """Asking a server what it serves: ``GET {base}/models``, on the probe session.
 
 Each probe sends on the one shared probe session of the running loop
-(:func:`vaelii_llm._transport.probe_session`), with the key and the caller's
+(:func:`vaelii_llm._transport.sessions.probe_session`), with the key and the caller's
 headers a provider would send, under its own whole-request deadline.
 """
 
@@ -13,8 +13,10 @@ from typing import Final
 
 import msgspec
 
-from vaelii_llm import _transport as transport
 from vaelii_llm import config, errors
+from vaelii_llm._transport.send import request_json
+from vaelii_llm._transport.sessions import probe_session
+from vaelii_llm._transport.settings import Deadline
 from vaelii_llm.providers._http import ClientSession, SSLOption, network
 from vaelii_llm.providers.openai._chat import endpoint, session_headers
 from vaelii_llm.providers.openai._key import APIKey
@@ -55,12 +57,12 @@ async def models(
     of ``timeout_ms``. Raises the typed error when it cannot answer (a 401 for
     a missing or wrong key is :class:`~vaelii_llm.errors.LLMApiError`)."""
     url = config.openai_base_url(base_url)
-    listed = await transport.request_json(
-        transport.probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),
+    listed = await request_json(
+        probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),
         endpoint(url),
         "GET",
         url + MODELS_PATH,
-        deadline=transport.Deadline.after_ms(timeout_ms),
+        deadline=Deadline.after_ms(timeout_ms),
         decoder=_MODELS_DECODER,
         headers=session_headers(APIKey.of(api_key), headers),
     )

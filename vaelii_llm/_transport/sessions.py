@@ -1,0 +1,258 @@
+"""Client sessions, one per event loop, and the gate a turn takes a connection from.
+
+Connections. A provider's session keeps at most ``max_connections`` (see
+:class:`Network`) open to its one far end, reused from turn to turn; a turn
+takes one from its :class:`Gate` before it is sent, and gives it back when
+its response is let go (read to its end: kept for the next turn; anything
+else: closed). Waiting at the gate counts against the turn's deadline and,
+when it is what ran out, is :class:`LLMTimeout` with phase ``connection``:
+the turn was never sent, the far end was not slow. aiohttp's connector never
+queues a gated turn (it would count the wait against the connect bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import suppress
+from typing import Final
+
+import aiohttp
+
+from vaelii_llm import _timers as timers
+from vaelii_llm._transport import settings
+from vaelii_llm._transport.settings import (
+    DEFAULT_NETWORK,
+    USER_AGENT,
+    Deadline,
+    Endpoint,
+    Network,
+    _check_headers,
+    _named,
+    _session_ssl,
+    env_proxy,
+)
+from vaelii_llm.errors import LLMTimeout
+
+__all__ = ["Gate", "LoopSessions", "create_session", "probe_session"]
+
+
+def create_session(
+    headers: Mapping[str, str] | None = None,
+    network: Network = DEFAULT_NETWORK,
+    url: str | None = None,
+    *,
+    gated: bool = False,
+) -> aiohttp.ClientSession:
+    """A new client session for a provider to own (and close in its ``aclose``).
+
+    ``headers`` are sent on every request (a gateway's or proxy's extra headers,
+    a credential), with :data:`USER_AGENT` unless they name their own.
+    Connecting is bounded by :data:`~vaelii_llm._transport.settings.CONNECT_TIMEOUT_MS`; there is
+    no total or per-read timeout, since the turn's :class:`Deadline` is the only
+    clock. ``gated``: the session's turns wait at a :class:`Gate` of
+    ``network.max_connections`` (a provider's session, see
+    :class:`LoopSessions`), so its connector never queues them; otherwise the
+    connector bounds each host at ``network.max_connections`` itself (a probe
+    session, shared by the hosts probes name, where a wait for a connection
+    counts against the connect bound). Proxy and TLS: see :class:`Network`;
+    with no ``network.proxy``, the environment's proxy for ``url``
+    (:func:`env_proxy`), the one far end the session's requests go to. Must
+    be called with a loop running.
+    """
+    _check_headers(headers)
+    sent = dict(headers) if headers else {}
+    if not _named(sent, "user-agent"):
+        sent["User-Agent"] = USER_AGENT
+    return aiohttp.ClientSession(
+        headers=sent,
+        timeout=aiohttp.ClientTimeout(
+            total=None,
+            connect=settings.CONNECT_TIMEOUT_MS / 1000,
+            sock_read=None,
+            sock_connect=None,
+        ),
+        connector=aiohttp.TCPConnector(
+            limit=0,
+            limit_per_host=0 if gated else network.max_connections,
+            ssl=_session_ssl(network.ssl),
+        ),
+        proxy=network.proxy or (env_proxy(url) if url is not None else None),
+    )
+
+
+class Gate:
+    """A provider's connections to its far end on one event loop: at most
+    ``limit`` turns hold one at once, the rest wait their turn in order.
+
+    A turn takes one (:meth:`take`) before it is sent and gives it back
+    (:meth:`give`) once its response is let go (its connection back in the
+    connector's pool, or closed), so the connector never holds more than
+    ``limit`` and never queues. A wait here is under the turn's deadline; one
+    that outlasts it is :class:`LLMTimeout` with phase ``connection``.
+    """
+
+    __slots__ = ("_free", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._free = asyncio.Semaphore(limit)
+
+    @property
+    def taken(self) -> int:
+        """How many turns hold a connection now."""
+        return self.limit - self._free._value
+
+    async def take(self, endpoint: Endpoint, deadline: Deadline) -> None:
+        """Wait for a connection, at most until ``deadline`` (no timer when one is free)."""
+        free = self._free
+        if not free.locked():
+            await free.acquire()  # returns at once
+            return
+        try:
+            with timers.timeout_at(deadline.when):
+                await free.acquire()
+        except TimeoutError:
+            raise LLMTimeout(endpoint.label, deadline.timeout_ms, "connection") from None
+
+    def give(self) -> None:
+        """Give a connection back (the next waiting turn takes it)."""
+        self._free.release()
+
+
+class LoopSessions:
+    """One session per running event loop, made by ``make`` on first use in that loop.
+
+    A session is bound to the loop it was made on, so a provider used from
+    several loops (two ``asyncio.run`` calls, ``run_sync`` then ``run``) has
+    one for each. Each closes when its loop shuts down: it is tied to an async
+    generator registered with the loop, and ``asyncio.run`` (and
+    ``asyncio.Runner``) finalise every such generator before closing the
+    loop. :meth:`aclose` closes every one still open, from any loop: the
+    running loop's at once, another running loop's on that loop (awaited
+    here), a stopped loop's connections dropped without a wait.
+
+    ``limit``: each session comes with a :class:`Gate` of that many
+    connections (``make`` then makes it ``gated``, see :func:`create_session`);
+    ``0``, none.
+    """
+
+    __slots__ = ("_held", "_limit", "_make")
+
+    def __init__(self, make: Callable[[], aiohttp.ClientSession], limit: int = 0) -> None:
+        self._make = make
+        self._limit = limit
+        self._held: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop,
+            tuple[aiohttp.ClientSession, Gate | None, AsyncGenerator[None, None]],
+        ] = weakref.WeakKeyDictionary()
+
+    def get(self) -> aiohttp.ClientSession:
+        """The running loop's session (made now if it has none, or its was closed)."""
+        return self.reach()[0]
+
+    def reach(self) -> tuple[aiohttp.ClientSession, Gate | None]:
+        """The running loop's session and its gate (made now, as :meth:`get`)."""
+        loop = asyncio.get_running_loop()
+        held = self._held.get(loop)
+        if held is not None and not held[0].closed:
+            return held[0], held[1]
+        session = self._make()
+        gate = Gate(self._limit) if self._limit else None
+        closer = self._close_at_loop_shutdown(loop, session)
+        # The generator's first step awaits nothing, so it completes synchronously;
+        # starting it calls the loop's first-iteration hook, which registers it for
+        # shutdown_asyncgens(). The map keeps it alive until the loop is gone.
+        with suppress(StopIteration):
+            closer.asend(None).send(None)
+        self._held[loop] = (session, gate, closer)
+        return session, gate
+
+    def __len__(self) -> int:
+        """How many loops hold a session."""
+        return len(self._held)
+
+    def current(self) -> aiohttp.ClientSession | None:
+        """The running loop's session if one is open (none is made)."""
+        held = self._held.get(asyncio.get_running_loop())
+        return held[0] if held is not None and not held[0].closed else None
+
+    def gate(self) -> Gate | None:
+        """The running loop's gate, if its session is open (none is made)."""
+        held = self._held.get(asyncio.get_running_loop())
+        return held[1] if held is not None and not held[0].closed else None
+
+    async def _close_at_loop_shutdown(
+        self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession
+    ) -> AsyncGenerator[None, None]:
+        """Suspended for the loop's life; closing it closes the session and
+        drops the loop's entry (the session refers to its loop, so the weak
+        key alone would never let the entry go)."""
+        try:
+            yield
+        finally:
+            held = self._held.get(loop)
+            if held is not None and held[0] is session:
+                del self._held[loop]
+            await session.close()
+
+    async def aclose(self) -> None:
+        """Close every loop's session (see the class docstring)."""
+        here = asyncio.get_running_loop()
+        held = list(self._held.items())
+        self._held.clear()
+        for loop, (session, _gate, closer) in held:
+            if loop is here:
+                await closer.aclose()
+            elif loop.is_running() and not loop.is_closed():
+                with suppress(RuntimeError):  # the loop closed meanwhile
+                    await asyncio.wrap_future(
+                        asyncio.run_coroutine_threadsafe(_aclose(closer), loop)
+                    )
+            elif not session.closed:
+                _drop(session)
+
+
+async def _aclose(closer: AsyncGenerator[None, None]) -> None:
+    await closer.aclose()
+
+
+def _drop(session: aiohttp.ClientSession) -> None:
+    """Close a session whose loop no longer runs: its connections are closed
+    without waiting on that loop, and the session marked closed."""
+    connector = session.connector
+    if connector is not None and not connector.closed:
+        with suppress(Exception):
+            connector._close()
+    session._connector = None
+
+
+_probe_sessions: Final = LoopSessions(create_session)
+
+
+_network_probe_sessions: dict[tuple[object, ...], LoopSessions] = {}
+
+
+def probe_session(network: Network = DEFAULT_NETWORK, url: str = "") -> aiohttp.ClientSession:
+    """The running loop's shared probe session, created on first use.
+
+    One per loop (see :class:`LoopSessions`), never one per probe; it closes
+    when its loop shuts down. A second ``asyncio.run`` gets a new one. A loop
+    closed without ``shutdown_asyncgens`` leaves it unclosed. A ``network``
+    with a proxy or TLS settings has probe sessions of its own (one per loop
+    for each such setting); one naming a caller's session probes on it. With
+    no ``network.proxy``, the environment's proxy for ``url`` (the far end
+    probed) is read now.
+    """
+    if network.session is not None:
+        return network.session
+    proxy = network.proxy or env_proxy(url)
+    if proxy is None and network is DEFAULT_NETWORK:
+        return _probe_sessions.get()
+    key = (proxy, network.ssl, network.max_connections)
+    sessions = _network_probe_sessions.get(key)
+    if sessions is None:
+        reach = Network(proxy=proxy, ssl=network.ssl, max_connections=network.max_connections)
+        sessions = _network_probe_sessions[key] = LoopSessions(lambda: create_session(None, reach))
+    return sessions.get()

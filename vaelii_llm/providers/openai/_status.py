@@ -1,0 +1,25 @@
+"""What the command says of an OpenAI-compatible server beyond its probe: the
+status lines. Named by the OpenAI record (:data:`vaelii_llm._backends.BUILTIN`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from vaelii_llm import config
+from vaelii_llm.providers.openai._probes import models
+
+__all__ = ["status_lines"]
+
+
+async def status_lines(ready: bool) -> AsyncIterator[str]:
+    """The base URL and the model; when it answers, the models it serves."""
+    chosen = config.openai_model()
+    yield f"base URL:   {config.hide_userinfo(config.openai_base_url())}"
+    yield f"model:      {chosen or '(none sent: the server chooses)'}"
+    if not ready:
+        return
+    served = await models()
+    yield f"served:     {', '.join(served) if served else '(none listed)'}"
+    if chosen is not None and chosen not in served:
+        yield f"warning:    {chosen!r} is not among the served models"
