@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from os import PathLike
-from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
 from msgspec import Struct
 
 __all__ = [
+    "MAX_BASE64",
     "MB",
     "WEB_IMAGE_TYPES",
     "DocumentBlock",
@@ -37,6 +37,11 @@ __all__ = [
 PDF: Final = "application/pdf"
 PLAIN: Final = "text/plain"
 MB: Final = 1024 * 1024
+MAX_BASE64: Final = 50 * MB
+"""The most any backend here takes in one block, in any encoding (OpenAI's
+documented 50 MB request payload, the largest): every backend's limit is at most
+this (Ollama, which documents none, gets it), and ``from_path`` reads no larger
+file."""
 WEB_IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """The image types the hosted APIs document taking (the ones :func:`sniff` knows)."""
 
@@ -73,7 +78,9 @@ def _one_source(kind: str, **sources: object) -> None:
 
 
 def _read(path: str | PathLike[str]) -> bytes:
-    return Path(path).read_bytes()
+    from vaelii_llm._files import read_regular  # a block built from bytes never loads it
+
+    return read_regular(path, MAX_BASE64, "a media file")
 
 
 def _shown(value: bytes | str | None, unit: str) -> str:
@@ -110,7 +117,10 @@ class ImageBlock(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
 
     @classmethod
     def from_path(cls, path: str | PathLike[str], media_type: str | None = None) -> Self:
-        """The image in the file at ``path`` (read now), as :meth:`from_bytes`."""
+        """The image in the file at ``path`` (read now), as :meth:`from_bytes`.
+        Only a regular file of at most :data:`MAX_BASE64` bytes is read
+        (ValueError before a byte is, else); the reading blocks, so a coroutine
+        calls this through ``asyncio.to_thread``."""
         return cls.from_bytes(_read(path), media_type)
 
 
@@ -167,7 +177,8 @@ class DocumentBlock(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     def from_path(
         cls, path: str | PathLike[str], media_type: str | None = None, *, title: str | None = None
     ) -> Self:
-        """The document in the file at ``path`` (read now), as :meth:`from_bytes`."""
+        """The document in the file at ``path`` (read now), as :meth:`from_bytes`,
+        bounded as :meth:`ImageBlock.from_path`."""
         return cls.from_bytes(_read(path), media_type, title=title)
 
 

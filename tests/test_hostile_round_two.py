@@ -1,0 +1,158 @@
+"""What a hostile file, media URL, tool call, MCP server or client and web client
+could do (issue 36, group A: items 4, 7, 8, 9, 11, 12b, 3, 6).
+
+Each test asserts the type, bound or answer the red-team pass found wrong: a
+file read until a bare ``MemoryError``, a FIFO that blocks the loop, a
+``file:`` URL forwarded, a ``RecursionError``, a healthy server declared gone,
+a tool name no provider takes, a token in a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vaelii_llm import DocumentBlock, ImageBlock, cli, kb
+from vaelii_llm._files import FileRefused
+from vaelii_llm._media import MAX_BASE64
+from vaelii_llm.kb._io import MAX_EDN_FILE_BYTES
+from vaelii_llm.kb._types import EngineRefusal
+
+JOIN_S = 30  # a refusal takes microseconds; a reader stuck in open() is freed after this
+
+
+# -- item 4: only regular files, size checked before reading -----------------------------
+
+READERS: dict[str, Callable[[Path], object]] = {
+    "image": ImageBlock.from_path,
+    "document": DocumentBlock.from_path,
+    "kb": kb.load_edn,
+}
+
+
+def _refused(read: Callable[[Path], object], path: Path) -> str:
+    """The refusal ``read`` gives for ``path``: a FileRefused (a ValueError) from
+    the media readers, a ``bad-path`` EngineRefusal from ``load_edn``."""
+    with pytest.raises((FileRefused, EngineRefusal)) as refused:
+        read(path)
+    if isinstance(refused.value, EngineRefusal):
+        assert refused.value.type == "bad-path"
+    else:
+        assert isinstance(refused.value, ValueError)
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_a_symlink_to_a_device_is_refused_unread(reader: str, tmp_path: Path) -> None:
+    link = tmp_path / "zero.png"
+    link.symlink_to("/dev/zero")
+    assert "is a character device; only a regular file is read" in _refused(READERS[reader], link)
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_a_directory_is_refused(reader: str, tmp_path: Path) -> None:
+    assert "is a directory" in _refused(READERS[reader], tmp_path)
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_a_fifo_is_refused_without_waiting_for_a_writer(reader: str, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.edn"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | object] = []
+
+    def attempt() -> None:
+        try:
+            outcome.append(READERS[reader](fifo))
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=attempt)
+    worker.start()
+    worker.join(JOIN_S)
+    if worker.is_alive():  # blocked in open(): a writer frees it, and the test fails
+        with open(fifo, "wb"):
+            pass
+        worker.join()
+        pytest.fail(f"reading a FIFO blocked for {JOIN_S} s")
+    (result,) = outcome
+    assert isinstance(result, FileRefused | EngineRefusal), result
+    assert "is a FIFO" in str(result)
+
+
+@pytest.mark.parametrize(
+    ("reader", "bound"),
+    [("image", MAX_BASE64), ("document", MAX_BASE64), ("kb", MAX_EDN_FILE_BYTES)],
+)
+def test_a_file_over_its_bound_is_refused_before_it_is_read(
+    reader: str, bound: int, tmp_path: Path
+) -> None:
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        f.truncate(bound + 1)  # sparse: no byte of it is written, so none is read here either
+    text = _refused(READERS[reader], big)
+    assert f"is {bound + 1} bytes, over the {bound} bytes" in text
+
+
+def test_a_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
+    gone = tmp_path / "gone.png"
+    assert f"cannot read {gone}: No such file or directory" in _refused(ImageBlock.from_path, gone)
+
+
+def test_a_file_at_its_bound_is_read(tmp_path: Path) -> None:
+    from vaelii_llm._files import read_regular
+
+    path = tmp_path / "exact"
+    path.write_bytes(b"x" * 1000)
+    assert read_regular(path, 1000, "a test file") == b"x" * 1000
+    with pytest.raises(FileRefused, match="over the 999 bytes a test file may hold"):
+        read_regular(path, 999, "a test file")
+
+
+def _limit_memory() -> None:  # a reader with no bound dies of MemoryError here, quickly
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+def test_the_command_refuses_a_device_as_its_kb_without_a_traceback(tmp_path: Path) -> None:
+    link = tmp_path / "kb.edn"
+    link.symlink_to("/dev/zero")
+    done = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "call", "--kb", str(link), "kb_contexts"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_memory,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output
+    assert f"bad-path: {link} is a character device" in output
+
+
+async def test_the_command_reads_its_kb_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    on_a_loop: list[bool] = []
+    real = kb.load_edn
+
+    def watched(path: Any, into: Any = None) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_a_loop.append(True)
+        except RuntimeError:
+            on_a_loop.append(False)
+        return real(path, into)
+
+    monkeypatch.setattr(kb, "load_edn", watched)
+    path = Path(__file__).parent.parent / "vaelii_llm" / "kb" / "data" / "sample.edn"
+    assert await cli._call("kb_contexts", "", str(path), None) == 0
+    assert on_a_loop == [False]
+    assert "CxNursery" in capsys.readouterr().out
