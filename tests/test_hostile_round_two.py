@@ -15,18 +15,29 @@ import resource
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestServer
+from anthropic_fake import FakeMessagesAPI, Transcript
+from fake_ollama import FakeOllama
+from fake_openai import FakeOpenAI
 
-from vaelii_llm import DocumentBlock, ImageBlock, cli, kb
+from vaelii_llm import DocumentBlock, ImageBlock, Message, Provider, Request, cli, errors, kb
 from vaelii_llm._files import FileRefused
-from vaelii_llm._media import MAX_BASE64
+from vaelii_llm._media import MAX_BASE64, MediaLimits, check_document
 from vaelii_llm.kb._io import MAX_EDN_FILE_BYTES
 from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm.providers.anthropic._encode import MEDIA as ANTHROPIC_MEDIA
+from vaelii_llm.providers.anthropic._encode import build_body as anthropic_body
+from vaelii_llm.providers.ollama._chat import MEDIA as OLLAMA_MEDIA
+from vaelii_llm.providers.openai._chat import MEDIA as OPENAI_MEDIA
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 JOIN_S = 30  # a refusal takes microseconds; a reader stuck in open() is freed after this
 
 
@@ -156,3 +167,100 @@ async def test_the_command_reads_its_kb_off_the_loop(
     assert await cli._call("kb_contexts", "", str(path), None) == 0
     assert on_a_loop == [False]
     assert "CxNursery" in capsys.readouterr().out
+
+
+# -- item 9: media URLs are http(s); every backend bounds a block's size -----------------
+
+
+@asynccontextmanager
+async def far_end(kind: str) -> AsyncIterator[tuple[Provider, list[Any]]]:
+    """A provider of ``kind`` on a loopback fake, and the list of bodies it received."""
+    if kind == "anthropic":
+        api = FakeMessagesAPI(transcript=Transcript(events=[], message={}))
+        server = TestServer(api.app(), host="127.0.0.1", port=0)
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        try:
+            async with anthropic.provider(credential="sk-test", base_url=url) as p:
+                yield p, api.seen
+        finally:
+            await server.close()
+        return
+    fake = await (FakeOllama() if kind == "ollama" else FakeOpenAI()).start()
+    try:
+        if kind == "ollama":
+            async with ollama.provider(host=fake.url) as p:
+                yield p, fake.bodies
+        else:
+            async with openai.provider(base_url=fake.url + "/v1") as p:
+                yield p, fake.bodies
+    finally:
+        await fake.stop()
+
+
+async def _refused_before_sending(kind: str, block: ImageBlock | DocumentBlock) -> str:
+    async with far_end(kind) as (p, seen):
+        with pytest.raises(errors.LLMEncode) as info:
+            await p.complete(Request(messages=[Message(role="user", content=[block])]))
+    assert seen == []  # no byte reached the far end
+    assert info.value.block_type == block.type
+    return str(info.value)
+
+
+HOSTILE_URLS = [
+    "file:///etc/passwd",
+    "gopher://127.0.0.1:6379/_FLUSHALL",
+    "javascript:alert(1)",
+    "ftp://example.com/cat.png",
+    "FILE:///etc/shadow",
+    "/etc/passwd",
+    "example.com/cat.png",
+]
+
+
+@pytest.mark.parametrize("url", HOSTILE_URLS)
+@pytest.mark.parametrize(
+    ("kind", "make"),
+    [("anthropic", ImageBlock), ("anthropic", DocumentBlock), ("openai", ImageBlock)],
+)
+async def test_a_media_url_that_is_not_http_is_refused_before_sending(
+    kind: str, make: type[ImageBlock | DocumentBlock], url: str
+) -> None:
+    text = await _refused_before_sending(kind, make(url=url))
+    assert "its URL is not http(s)" in text
+
+
+def test_an_http_url_is_still_sent() -> None:
+    image = ImageBlock(url="HTTPS://example.com/cat.png")
+    body = anthropic_body(Request(messages=[Message(role="user", content=[image])]))
+    assert body["messages"][0]["content"][0]["source"]["url"] == image.url
+
+
+def test_every_backend_bounds_a_block_by_the_one_largest() -> None:
+    for media in (ANTHROPIC_MEDIA, OLLAMA_MEDIA, OPENAI_MEDIA):
+        assert media.image_base64 is not None
+        assert media.image_base64 <= MAX_BASE64
+        assert media.document_base64 is None or media.document_base64 <= MAX_BASE64
+
+
+async def test_ollama_refuses_an_image_over_the_bound_before_sending() -> None:
+    over = ImageBlock.from_bytes(PNG_MAGIC + bytes(MAX_BASE64 // 4 * 3))  # just past it
+    text = await _refused_before_sending("ollama", over)
+    assert "it is 50.0 MB base64-encoded, over the 50 MB per image sent to Ollama" in text
+
+
+@pytest.mark.parametrize(
+    ("kind", "media", "words"),
+    [
+        ("anthropic", ANTHROPIC_MEDIA, "the Messages API's 32 MB request size"),
+        ("openai", OPENAI_MEDIA, "the 50 MB request payload OpenAI documents"),
+    ],
+)
+async def test_a_text_document_over_the_request_limit_is_refused_before_sending(
+    kind: str, media: MediaLimits, words: str
+) -> None:
+    assert media.document_base64 is not None
+    at_limit = "é" * (media.document_base64 // 2)  # two bytes each in UTF-8: the limit exactly
+    check_document(DocumentBlock(text=at_limit), media, "at the limit")  # taken
+    text = await _refused_before_sending(kind, DocumentBlock(text=at_limit + "x"))
+    assert f"of text, over {words}" in text

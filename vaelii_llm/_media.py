@@ -24,6 +24,7 @@ from msgspec import Struct
 __all__ = [
     "MAX_BASE64",
     "MB",
+    "URL_SCHEMES",
     "WEB_IMAGE_TYPES",
     "DocumentBlock",
     "ImageBlock",
@@ -216,18 +217,39 @@ class MediaLimits:
             raise ValueError("an image limit and its phrase go together")
 
 
-def _size_words(chars: int) -> str:
-    return f"{chars / MB:.1f} MB base64-encoded"
+def _size_words(size: int, what: str = "base64-encoded") -> str:
+    return f"{size / MB:.1f} MB {what}"
 
 
 def _type_words(media_type: str | None, types: frozenset[str]) -> str:
     return f"its type {media_type!r} is not one it takes ({', '.join(sorted(types))})"
 
 
+URL_SCHEMES: Final = frozenset({"http", "https"})
+"""The schemes of a URL a block may send: the ones every far end here fetches.
+A ``file:``, ``ftp:`` or ``javascript:`` URL would name what this host, not the
+far end, may read; bytes go as ``data``, not as a ``data:`` URL."""
+
+
+def _check_url(block: ImageBlock | DocumentBlock, label: str) -> None:
+    from vaelii_llm.errors import LLMEncode  # only a turn with media loads it here
+
+    url = block.url or ""
+    scheme, colon, _ = url.partition(":")
+    if not colon or scheme.lower() not in URL_SCHEMES:
+        raise LLMEncode(
+            block.type,
+            label,
+            reason=f"its URL is not http(s) ({url[:40]!r}); send the bytes instead",
+        )
+
+
 def check_image(block: ImageBlock, limits: MediaLimits, label: str) -> None:
     """Refuse (LLMEncode, naming the limit) an image of a type the far end
-    does not take, or over its size. A URL's image is the far end's to read."""
+    does not take, or over its size, or a URL that is not http(s). A URL's
+    image is the far end's to read."""
     if block.data is None:
+        _check_url(block, label)
         return
     from vaelii_llm.errors import LLMEncode  # only a turn with an image loads it here
 
@@ -246,18 +268,20 @@ def check_image(block: ImageBlock, limits: MediaLimits, label: str) -> None:
 
 def check_document(block: DocumentBlock, limits: MediaLimits, label: str) -> None:
     """Refuse (LLMEncode, naming the limit) a document's bytes of a type the
-    far end does not take, or over its size."""
-    if block.data is None:
+    far end does not take, bytes or text over its size, or a URL that is not
+    http(s)."""
+    if block.url is not None:
+        _check_url(block, label)
         return
     from vaelii_llm.errors import LLMEncode
 
-    types = limits.document_types
-    if block.media_type not in types:
-        raise LLMEncode("document", label, reason=_type_words(block.media_type, types))
-    if limits.document_base64 is None:
-        return
-    size = base64_size(len(block.data))
-    if size > limits.document_base64:
-        raise LLMEncode(
-            "document", label, reason=f"it is {_size_words(size)}, over {limits.document_limit}"
-        )
+    if block.text is not None:
+        size, what = len(block.text.encode("utf-8")), "of text"
+    else:
+        types = limits.document_types
+        if block.media_type not in types:
+            raise LLMEncode("document", label, reason=_type_words(block.media_type, types))
+        size, what = base64_size(len(block.data or b"")), "base64-encoded"
+    if limits.document_base64 is not None and size > limits.document_base64:
+        reason = f"it is {_size_words(size, what)}, over {limits.document_limit}"
+        raise LLMEncode("document", label, reason=reason)
