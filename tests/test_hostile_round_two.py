@@ -26,7 +26,18 @@ from anthropic_fake import FakeMessagesAPI, Transcript
 from fake_ollama import FakeOllama
 from fake_openai import FakeOpenAI
 
-from vaelii_llm import DocumentBlock, ImageBlock, Message, Provider, Request, cli, errors, kb
+from vaelii_llm import (
+    DocumentBlock,
+    ImageBlock,
+    Message,
+    Provider,
+    Request,
+    agent,
+    cli,
+    errors,
+    kb,
+    tools,
+)
 from vaelii_llm._files import FileRefused
 from vaelii_llm._media import MAX_BASE64, MediaLimits, check_document
 from vaelii_llm.kb._io import MAX_EDN_FILE_BYTES
@@ -264,3 +275,28 @@ async def test_a_text_document_over_the_request_limit_is_refused_before_sending(
     check_document(DocumentBlock(text=at_limit), media, "at the limit")  # taken
     text = await _refused_before_sending(kind, DocumentBlock(text=at_limit + "x"))
     assert f"of text, over {words}" in text
+
+
+# -- item 11: a deep name is refused, shown bounded --------------------------------------
+
+
+def deep_list(depth: int) -> list[Any]:
+    nested: list[Any] = []
+    for _ in range(depth):
+        nested = [nested]
+    return nested
+
+
+@pytest.mark.parametrize("compose", ["together", "prefixed"])
+async def test_a_deep_tool_name_is_an_unknown_tool_not_a_recursion_error(compose: str) -> None:
+    base = tools.Toolset(kb.sample())
+    source = (
+        agent.together(toolsets=[base, tools.prefixed(base, "x_")])
+        if compose == "together"
+        else tools.prefixed(base, "x_")
+    )
+    result = await source.call(deep_list(10**5), {})  # type: ignore[arg-type]
+    assert not result.ok
+    assert result.error is not None
+    assert result.error.startswith("unknown-tool: no tool is named list; the tools are ")
+    assert len(result.error.split(";")[0]) < 100  # the name shown bounded
