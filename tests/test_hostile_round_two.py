@@ -300,3 +300,21 @@ async def test_a_deep_tool_name_is_an_unknown_tool_not_a_recursion_error(compose
     assert result.error is not None
     assert result.error.startswith("unknown-tool: no tool is named list; the tools are ")
     assert len(result.error.split(";")[0]) < 100  # the name shown bounded
+
+
+# -- item 12b: a null that no shape takes is refused like any other value ----------------
+
+
+@pytest.mark.parametrize("value", [None, 1])
+async def test_an_argument_no_shape_takes_is_refused_even_as_null(value: object) -> None:
+    result = await tools.call(kb.sample(), "kb_describe", {"term": "Muffet", "bogus": value})
+    assert not result.ok
+    assert result.error is not None
+    assert result.error.startswith("unexpected-argument: kb_describe was given 'bogus', which")
+    assert "also needs" not in result.error  # no shape takes it, so none is hinted
+
+
+async def test_a_null_for_an_argument_a_shape_takes_is_still_absent() -> None:
+    given = {"goal": "(afraidOf MissMuffet ?who)", "context": None}
+    result = await tools.call(kb.sample(), "kb_query", given)
+    assert result.ok, result.error

@@ -568,8 +568,12 @@ class _Table:
 
 
 def _select(tool: _Tool, given: Mapping[str, Any]) -> _Shape:
-    """The longest shape ``given`` fully satisfies; refuses an argument it does not take."""
+    """The longest shape ``given`` fully satisfies; refuses an argument it does not take.
+    A ``null`` counts as absent for a name some shape takes; a name no shape takes is
+    refused whatever its value (the schema's ``additionalProperties: false``)."""
     supplied = {k for k, v in given.items() if v is not None}
+    named = {name for s in tool.shapes for name in s.names}
+    strays = {k for k, v in given.items() if v is None and k not in named}
     fitting = [s for s in tool.shapes if set(s.names) <= supplied]
     every = " | ".join(s.spelled() for s in tool.shapes)
     if not fitting:
@@ -579,6 +583,7 @@ def _select(tool: _Tool, given: Mapping[str, Any]) -> _Shape:
             f"shapes; its shapes are {every}",
         )
     shape = max(fitting, key=lambda s: s.size)  # first declared wins a tie
+    supplied |= strays
     extra = sorted(supplied - set(shape.names))
     if extra:
         wider = [s for s in tool.shapes if supplied <= set(s.names)]
