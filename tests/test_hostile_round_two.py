@@ -10,6 +10,7 @@ a tool name no provider takes, a token in a log line.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import subprocess
@@ -318,3 +319,60 @@ async def test_a_null_for_an_argument_a_shape_takes_is_still_absent() -> None:
     given = {"goal": "(afraidOf MissMuffet ?who)", "context": None}
     result = await tools.call(kb.sample(), "kb_query", given)
     assert result.ok, result.error
+
+
+# -- item 8: the stdio server answers a line its JSON reader cannot read -----------------
+
+MCP_COMMAND = [sys.executable, "-m", "vaelii_llm.cli", "mcp"]
+MCP_TIMEOUT_S = 60  # a loaded 2-core machine starts the server slowly; an answer is instant
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("VAELII_", "ANTHROPIC_"))}
+
+
+async def test_the_stdio_server_answers_a_call_nested_too_deep_for_its_reader() -> None:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import PARSE_ERROR
+
+    params = StdioServerParameters(command=MCP_COMMAND[0], args=MCP_COMMAND[1:], env=_env())
+    async with Client(stdio_client(params), read_timeout_seconds=MCP_TIMEOUT_S) as client:
+        for depth in (200, 250):  # the client itself serializes no deeper than ~250
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("kb_query", {"goal": deep_list(depth)})
+            assert refused.value.error.code == PARSE_ERROR
+            assert "nests deeper than the server's JSON reader takes" in refused.value.error.message
+        shallow = await client.call_tool("kb_query", {"goal": deep_list(100)})
+        after = await client.call_tool("kb_query", {"goal": "(afraidOf MissMuffet ?who)"})
+    assert shallow.is_error  # the Toolset's own refusal: a goal is a string
+    assert not after.is_error  # and the server answers the next call
+
+
+async def test_the_stdio_server_answers_junk_under_no_id_and_keeps_serving() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *MCP_COMMAND,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=_env(),
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        deep = "[" * 100_000 + "]" * 100_000
+        for line in ("this line is not JSON", '{"jsonrpc": "2.0", "id": 3, "params": ' + deep):
+            proc.stdin.write(line.encode() + b"\n")
+        proc.stdin.write(b'{"jsonrpc": "2.0", "id": 4, "method": "ping"}\n')
+        await proc.stdin.drain()
+        answers = [
+            json.loads(await asyncio.wait_for(proc.stdout.readline(), MCP_TIMEOUT_S))
+            for _ in range(3)
+        ]
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert [a["id"] for a in answers] == [None, None, 4]
+    assert [a["error"]["code"] for a in answers[:2]] == [-32700, -32700]
+    assert answers[2]["result"] == {}
