@@ -229,7 +229,7 @@ async def test_stdio_server_survives_malformed_requests_and_cancelled_reads(
 ) -> None:
     """Raw JSON-RPC lines, for what no client sends: junk, an unknown method, a
     non-object ``arguments``, no tool name; each gets the protocol's answer (a line
-    that is not JSON gets none from mcp) and the server answers the next request.
+    that is not JSON gets a parse error under no id) and the server answers the next request.
 
     Then every worker is given a read its clock would end only after 10 s, and the
     client cancels them all: a quick read answers first and the cancelled ones never

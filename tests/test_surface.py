@@ -167,6 +167,7 @@ MODULES = [
     "vaelii_llm._version",
     "vaelii_llm._protocol",
     "vaelii_llm._media",
+    "vaelii_llm._files",
     "vaelii_llm.errors",
     "vaelii_llm.config",
     "vaelii_llm.providers",

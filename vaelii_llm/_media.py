@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from os import PathLike
-from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
 from msgspec import Struct
 
 __all__ = [
+    "MAX_BASE64",
     "MB",
+    "URL_SCHEMES",
     "WEB_IMAGE_TYPES",
     "DocumentBlock",
     "ImageBlock",
@@ -37,6 +38,11 @@ __all__ = [
 PDF: Final = "application/pdf"
 PLAIN: Final = "text/plain"
 MB: Final = 1024 * 1024
+MAX_BASE64: Final = 50 * MB
+"""The most any backend here takes in one block, in any encoding (OpenAI's
+documented 50 MB request payload, the largest): every backend's limit is at most
+this (Ollama, which documents none, gets it), and ``from_path`` reads no larger
+file."""
 WEB_IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """The image types the hosted APIs document taking (the ones :func:`sniff` knows)."""
 
@@ -73,7 +79,9 @@ def _one_source(kind: str, **sources: object) -> None:
 
 
 def _read(path: str | PathLike[str]) -> bytes:
-    return Path(path).read_bytes()
+    from vaelii_llm._files import read_regular  # a block built from bytes never loads it
+
+    return read_regular(path, MAX_BASE64, "a media file")
 
 
 def _shown(value: bytes | str | None, unit: str) -> str:
@@ -110,7 +118,10 @@ class ImageBlock(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
 
     @classmethod
     def from_path(cls, path: str | PathLike[str], media_type: str | None = None) -> Self:
-        """The image in the file at ``path`` (read now), as :meth:`from_bytes`."""
+        """The image in the file at ``path`` (read now), as :meth:`from_bytes`.
+        Only a regular file of at most :data:`MAX_BASE64` bytes is read
+        (ValueError before a byte is, else); the reading blocks, so a coroutine
+        calls this through ``asyncio.to_thread``."""
         return cls.from_bytes(_read(path), media_type)
 
 
@@ -167,7 +178,8 @@ class DocumentBlock(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     def from_path(
         cls, path: str | PathLike[str], media_type: str | None = None, *, title: str | None = None
     ) -> Self:
-        """The document in the file at ``path`` (read now), as :meth:`from_bytes`."""
+        """The document in the file at ``path`` (read now), as :meth:`from_bytes`,
+        bounded as :meth:`ImageBlock.from_path`."""
         return cls.from_bytes(_read(path), media_type, title=title)
 
 
@@ -205,18 +217,39 @@ class MediaLimits:
             raise ValueError("an image limit and its phrase go together")
 
 
-def _size_words(chars: int) -> str:
-    return f"{chars / MB:.1f} MB base64-encoded"
+def _size_words(size: int, what: str = "base64-encoded") -> str:
+    return f"{size / MB:.1f} MB {what}"
 
 
 def _type_words(media_type: str | None, types: frozenset[str]) -> str:
     return f"its type {media_type!r} is not one it takes ({', '.join(sorted(types))})"
 
 
+URL_SCHEMES: Final = frozenset({"http", "https"})
+"""The schemes of a URL a block may send: the ones every far end here fetches.
+A ``file:``, ``ftp:`` or ``javascript:`` URL would name what this host, not the
+far end, may read; bytes go as ``data``, not as a ``data:`` URL."""
+
+
+def _check_url(block: ImageBlock | DocumentBlock, label: str) -> None:
+    from vaelii_llm.errors import LLMEncode  # only a turn with media loads it here
+
+    url = block.url or ""
+    scheme, colon, _ = url.partition(":")
+    if not colon or scheme.lower() not in URL_SCHEMES:
+        raise LLMEncode(
+            block.type,
+            label,
+            reason=f"its URL is not http(s) ({url[:40]!r}); send the bytes instead",
+        )
+
+
 def check_image(block: ImageBlock, limits: MediaLimits, label: str) -> None:
     """Refuse (LLMEncode, naming the limit) an image of a type the far end
-    does not take, or over its size. A URL's image is the far end's to read."""
+    does not take, or over its size, or a URL that is not http(s). A URL's
+    image is the far end's to read."""
     if block.data is None:
+        _check_url(block, label)
         return
     from vaelii_llm.errors import LLMEncode  # only a turn with an image loads it here
 
@@ -235,18 +268,20 @@ def check_image(block: ImageBlock, limits: MediaLimits, label: str) -> None:
 
 def check_document(block: DocumentBlock, limits: MediaLimits, label: str) -> None:
     """Refuse (LLMEncode, naming the limit) a document's bytes of a type the
-    far end does not take, or over its size."""
-    if block.data is None:
+    far end does not take, bytes or text over its size, or a URL that is not
+    http(s)."""
+    if block.url is not None:
+        _check_url(block, label)
         return
     from vaelii_llm.errors import LLMEncode
 
-    types = limits.document_types
-    if block.media_type not in types:
-        raise LLMEncode("document", label, reason=_type_words(block.media_type, types))
-    if limits.document_base64 is None:
-        return
-    size = base64_size(len(block.data))
-    if size > limits.document_base64:
-        raise LLMEncode(
-            "document", label, reason=f"it is {_size_words(size)}, over {limits.document_limit}"
-        )
+    if block.text is not None:
+        size, what = len(block.text.encode("utf-8")), "of text"
+    else:
+        types = limits.document_types
+        if block.media_type not in types:
+            raise LLMEncode("document", label, reason=_type_words(block.media_type, types))
+        size, what = base64_size(len(block.data or b"")), "base64-encoded"
+    if limits.document_base64 is not None and size > limits.document_base64:
+        reason = f"it is {_size_words(size, what)}, over {limits.document_limit}"
+        raise LLMEncode("document", label, reason=reason)

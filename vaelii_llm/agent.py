@@ -68,7 +68,7 @@ from vaelii_llm._protocol import (
     ToolUseStart,
     Usage,
 )
-from vaelii_llm.tools import ToolResult, ToolSource
+from vaelii_llm.tools import ToolResult, ToolSource, _unknown_tool
 
 __all__ = [
     "AgentResult",
@@ -219,12 +219,7 @@ class _Together:
     async def call(self, name: str, input: Any = None) -> ToolResult:
         held = self.route.get(name) if isinstance(name, str) else None
         if held is None:
-            shown = repr(name)[:80]
-            return ToolResult(
-                ok=False,
-                error=f"unknown-tool: no tool is named {shown}; the tools are "
-                + ", ".join(self.route),
-            )
+            return _unknown_tool(name, self.route)
         return await held.call(name, input)
 
 

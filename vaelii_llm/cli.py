@@ -193,9 +193,17 @@ _Server = tuple[str, str]
 """An MCP server named on the command line: ``("stdio", COMMAND)`` or ``("http", URL)``."""
 
 
-def _kb_toolset(kb_path: str | None, kb_too: bool, servers: Sequence[_Server]) -> list[Any]:
+def _load_kb(kb_path: str | None) -> Any:
+    """The KB ``--kb`` names (the sample without it). It reads a file: a
+    coroutine calls it through ``asyncio.to_thread``."""
+    from vaelii_llm import kb
+
+    return kb.load_edn(kb_path) if kb_path else kb.sample()
+
+
+async def _kb_toolset(kb_path: str | None, kb_too: bool, servers: Sequence[_Server]) -> list[Any]:
     """The KB's toolset, unless ``--no-kb`` (which needs a server in its place)."""
-    from vaelii_llm import kb, tools
+    from vaelii_llm import tools
 
     if not kb_too:
         if not servers:
@@ -203,7 +211,7 @@ def _kb_toolset(kb_path: str | None, kb_too: bool, servers: Sequence[_Server]) -
                 2, "error", "--no-kb leaves no tools: name a server with --mcp or --mcp-http"
             )
         return []
-    return [tools.Toolset(kb.load_edn(kb_path) if kb_path else kb.sample())]
+    return [tools.Toolset(await asyncio.to_thread(_load_kb, kb_path))]
 
 
 @asynccontextmanager
@@ -246,7 +254,7 @@ async def _ask(
     chosen = config.provider_kind(kind)
     if chosen == "stub":
         raise _stub_only(NOTHING_CONFIGURED)
-    sources = _kb_toolset(kb_path, kb_too, servers)
+    sources = await _kb_toolset(kb_path, kb_too, servers)
     reason = await providers.unavailable_reason(chosen)
     if reason is not None:
         raise _stub_only(f"{chosen} cannot answer now: {reason}")
@@ -362,13 +370,13 @@ def _add_ask(commands: Any) -> None:
 
 
 async def _call(name: str, raw_input: str, kb_path: str | None, limit: int | None) -> int:
-    from vaelii_llm import kb, tools
+    from vaelii_llm import tools
 
     try:
         arguments: Any = json.loads(raw_input) if raw_input else None
     except json.JSONDecodeError as exc:
         raise _Stop(2, "error", f"the input is not JSON: {exc}") from None
-    base = kb.load_edn(kb_path) if kb_path else kb.sample()
+    base = await asyncio.to_thread(_load_kb, kb_path)
     bound = {} if limit is None else {"max_result_chars": limit}  # else the tools' default
     result = await tools.call(base, name, arguments, **bound)
     print(result.text)
@@ -459,10 +467,10 @@ def _mcp(kb_path: str | None, http: str | None) -> int:
     except ImportError as exc:
         print(f"the mcp face needs: pip install 'vaelii-llm[mcp]' ({exc})", file=sys.stderr)
         return 2
-    from vaelii_llm import kb, tools
+    from vaelii_llm import tools
 
     address = None if http is None else mcp_face.parse_address(http)
-    toolset = tools.Toolset(kb.load_edn(kb_path) if kb_path else kb.sample())
+    toolset = tools.Toolset(_load_kb(kb_path))  # before the loop runs
     try:
         if address is None:
             asyncio.run(mcp_face.serve_stdio(toolset))

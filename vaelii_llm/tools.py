@@ -190,13 +190,17 @@ class _Prefixed:
 
     async def call(self, name: str, input: Any = None) -> ToolResult:
         if not isinstance(name, str) or not name.startswith(self.prefix):
-            listed = ", ".join(s.name for s in self.schemas())
-            bound = getattr(self.inner, "max_result_chars", None)
-            message = f"unknown-tool: no tool is named {_json(name)}; the tools are {listed}"
-            return ToolResult(
-                ok=False, error=_bounded(message, bound) if type(bound) is int else message
-            )
+            names = (s.name for s in self.schemas())
+            return _unknown_tool(name, names, getattr(self.inner, "max_result_chars", None))
         return await self.inner.call(name[len(self.prefix) :], input)
+
+
+def _unknown_tool(name: object, names: Iterable[str], bound: object = None) -> ToolResult:
+    """The refusal of a name no tool of a composed source has: the name shown
+    bounded whatever it is (a list 10⁵ deep too), then every tool's; cut to
+    ``bound`` where the source has one."""
+    message = f"unknown-tool: no tool is named {_json(name)}; the tools are {', '.join(names)}"
+    return ToolResult(ok=False, error=_bounded(message, bound) if type(bound) is int else message)
 
 
 def prefixed(source: ToolSource, prefix: str) -> ToolSource:
@@ -564,8 +568,12 @@ class _Table:
 
 
 def _select(tool: _Tool, given: Mapping[str, Any]) -> _Shape:
-    """The longest shape ``given`` fully satisfies; refuses an argument it does not take."""
+    """The longest shape ``given`` fully satisfies; refuses an argument it does not take.
+    A ``null`` counts as absent for a name some shape takes; a name no shape takes is
+    refused whatever its value (the schema's ``additionalProperties: false``)."""
     supplied = {k for k, v in given.items() if v is not None}
+    named = {name for s in tool.shapes for name in s.names}
+    strays = {k for k, v in given.items() if v is None and k not in named}
     fitting = [s for s in tool.shapes if set(s.names) <= supplied]
     every = " | ".join(s.spelled() for s in tool.shapes)
     if not fitting:
@@ -575,6 +583,7 @@ def _select(tool: _Tool, given: Mapping[str, Any]) -> _Shape:
             f"shapes; its shapes are {every}",
         )
     shape = max(fitting, key=lambda s: s.size)  # first declared wins a tie
+    supplied |= strays
     extra = sorted(supplied - set(shape.names))
     if extra:
         wider = [s for s in tool.shapes if supplied <= set(s.names)]
@@ -692,8 +701,10 @@ def _opts(name: str, value: Any) -> dict[str, Any]:
 
 
 def _json(value: Any) -> str:
+    """``value`` for a refusal's message: its opening, or its type's name where
+    no opening fits (a list 10⁵ deep) or it cannot be written."""
     try:
-        return edn.write(value, 40).text.split("\n", 1)[0]
+        return edn.write(value, 40).text.split("\n", 1)[0] or type(value).__name__
     except Exception:
         return type(value).__name__
 

@@ -31,15 +31,21 @@ from __future__ import annotations
 import ipaddress
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import anyio
 import mcp.types as types
+import msgspec
+import pydantic
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.message import SessionMessage
 
 from vaelii_llm import __version__
+from vaelii_llm.errors import excerpt
 from vaelii_llm.tools import Toolset
 
 __all__ = [
@@ -100,10 +106,71 @@ def server(toolset: Toolset, *, name: str = "vaelii-llm") -> Server[Any]:
 
 
 async def serve_stdio(toolset: Toolset) -> None:
-    """Serve ``toolset`` over stdin/stdout until the client closes stdin."""
+    """Serve ``toolset`` over stdin/stdout until the client closes stdin.
+
+    A line ``mcp`` cannot read (not JSON, nested deeper than its JSON reader
+    takes, not JSON-RPC) is answered with the JSON-RPC error for it, under the
+    request's id where one can be read: ``mcp`` itself drops such a line
+    silently over stdio, so a client would wait on it forever."""
     mcp_server = server(toolset)
     async with stdio_server() as (read_stream, write_stream):
-        await mcp_server.run(read_stream, write_stream, mcp_server.create_initialization_options())
+        relay_send, relayed = anyio.create_memory_object_stream[SessionMessage | Exception]()
+        async with relayed, anyio.create_task_group() as tasks:
+            tasks.start_soon(_answer_unreadable, read_stream, relay_send, write_stream)
+            await mcp_server.run(relayed, write_stream, mcp_server.create_initialization_options())
+            tasks.cancel_scope.cancel()  # the server is done: stop reading for it
+
+
+class _Head(msgspec.Struct):
+    """The two top-level keys of a JSON-RPC message that say whether and how to answer it."""
+
+    id: int | str | None = None
+    method: str | None = None
+
+
+async def _answer_unreadable(
+    incoming: Any, relay: MemoryObjectSendStream[SessionMessage | Exception], outgoing: Any
+) -> None:
+    """Pass each message on to the server; answer each line it could not read."""
+    async with relay:
+        async for item in incoming:
+            reply = _unreadable_reply(item) if isinstance(item, Exception) else None
+            if reply is not None:
+                await outgoing.send(SessionMessage(reply))
+            else:
+                await relay.send(item)
+
+
+def _unreadable_reply(exc: Exception) -> types.JSONRPCError | None:
+    """The JSON-RPC error for a line that failed to parse or validate (a parse
+    error, an invalid request), with the request's id if it can be read; None
+    for an exception that is no such failure, or a line that was no request."""
+    if not isinstance(exc, pydantic.ValidationError) or not exc.errors():
+        return None
+    first = exc.errors(include_url=False)[0]
+    given = first.get("input")
+    head = _Head()
+    if isinstance(given, str | bytes):
+        try:
+            head = msgspec.json.decode(given, type=_Head)
+        except (msgspec.DecodeError, RecursionError):
+            pass  # too deep or no object: answered under no id, as JSON-RPC says
+        else:
+            if head.method is None:
+                return None  # a response, or no message at all: nothing to answer
+    elif isinstance(given, Mapping):
+        if "method" not in given:
+            return None
+        ident = given.get("id")
+        head = _Head(id=ident if isinstance(ident, int | str) else None)
+    if first.get("type") == "json_invalid":
+        code, why = types.PARSE_ERROR, str(first.get("msg", ""))
+        if "recursion limit" in why:
+            why = "the message nests deeper than the server's JSON reader takes; send it flatter"
+    else:
+        code, why = types.INVALID_REQUEST, "the message is not a JSON-RPC request this server reads"
+    error = types.ErrorData(code=code, message=excerpt(why))
+    return types.JSONRPCError(jsonrpc="2.0", id=head.id, error=error)
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -52,7 +52,7 @@ from mcp.shared.exceptions import MCPError
 
 from vaelii_llm import _edn, telemetry
 from vaelii_llm._protocol import ToolSchema
-from vaelii_llm.tools import ToolResult
+from vaelii_llm.tools import ToolResult, _json
 
 __all__ = ["McpServerError", "McpToolset"]
 
@@ -301,7 +301,7 @@ class McpToolset:
                 f"mcp-closed: the MCP toolset {server!r} is not open (use it in async with)"
             )
         if not isinstance(name, str):
-            return self._refused(f"unknown-tool: a tool name is a string, not {name!r:.80}")
+            return self._refused(f"unknown-tool: a tool name is a string, not {_json(name)}")
         # a name the server did not list still goes to it: its own answer is the truest
         given: Any = {} if input is None else input
         if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import msgspec
 
+from vaelii_llm._files import FileRefused, read_regular
 from vaelii_llm.kb import _args as arg
 from vaelii_llm.kb._store import (
     DEFAULT_CONTEXT,
@@ -47,6 +48,12 @@ __all__ = ["load_edn", "open", "sample", "save", "synthetic"]
 SNAPSHOT_FORMAT: Final = "vaelii-kb/1"
 _sample_forms: list[Any] | None = None
 
+
+MAX_EDN_FILE_BYTES: Final = 16 * 1024 * 1024
+"""The largest EDN file `load_edn` reads (its size checked before a byte is read).
+Parsing holds some 40 bytes of memory per byte of text (2.4 MB of sentences: +100 MB,
+measured), so a 16 MiB file already costs some 700 MB; a bigger KB goes in as
+several files, or as a snapshot (`save` / `open`)."""
 
 _LAYOUT_DEPTH: Final = 2
 """The brackets the layout puts around a sentence (``{:sentences [ … ]}``): a file
@@ -133,15 +140,18 @@ def _is_path(x: str | os.PathLike[str]) -> bool:
 def load_edn(path_or_text: str | os.PathLike[str], into: KB | None = None) -> KB:
     """Read sentences from an EDN file (a path) or EDN text into `into` (a new KB).
 
-    See the module docstring for the layout. A malformed form is refused
+    See the module docstring for the layout. A path must name a regular file of at
+    most `MAX_EDN_FILE_BYTES` (a FIFO, a device or a bigger file is refused,
+    `bad-path`, before a byte is read); the reading blocks, so a coroutine calls
+    this through ``asyncio.to_thread``. A malformed form is refused
     (`EngineRefusal`, naming the form's position); forms before it stay stored.
     """
     if _is_path(path_or_text):
         p = Path(path_or_text)
         try:
-            data = p.read_bytes()
-        except OSError as exc:
-            raise EngineRefusal("bad-path", f"cannot read {p}: {exc.strerror}") from None
+            data = read_regular(p, MAX_EDN_FILE_BYTES, "a KB file")
+        except FileRefused as exc:
+            raise EngineRefusal("bad-path", str(exc)) from None
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -40,7 +40,7 @@ from typing import Any, Final
 import msgspec
 
 from vaelii_llm import config, errors
-from vaelii_llm._media import MediaLimits, check_image
+from vaelii_llm._media import MAX_BASE64, MediaLimits, check_image
 from vaelii_llm._protocol import (
     Block,
     DocumentBlock,
@@ -80,8 +80,13 @@ __all__ = [
 CHAT_PATH: Final = "/api/chat"
 """Where a turn is POSTed, below the base URL: a provider's turns and :func:`warm`."""
 
-MEDIA: Final = MediaLimits(image_types=None, image_base64=None, image_limit="")
-"""What Ollama takes as images: its API documents neither types nor a size."""
+MEDIA: Final = MediaLimits(
+    image_types=None,
+    image_base64=MAX_BASE64,
+    image_limit="the 50 MB per image sent to Ollama (it documents no limit)",
+)
+"""What Ollama takes as images: its API documents neither types nor a size, so
+the largest block any backend here sends bounds it (a 1 GB image is not sent)."""
 
 
 class Options(NetworkOptions, total=False):

@@ -62,7 +62,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from vaelii_llm import config, errors
-from vaelii_llm._media import MB, WEB_IMAGE_TYPES, MediaLimits, check_document, check_image
+from vaelii_llm._media import MAX_BASE64, WEB_IMAGE_TYPES, MediaLimits, check_document, check_image
 from vaelii_llm._protocol import (
     Block,
     DocumentBlock,
@@ -113,9 +113,9 @@ _OPENAI_HOSTS: Final = ("api.openai.com", ".openai.azure.com")
 
 MEDIA: Final = MediaLimits(
     image_types=WEB_IMAGE_TYPES,
-    image_base64=50 * MB,
+    image_base64=MAX_BASE64,
     image_limit="the 50 MB request payload OpenAI documents",
-    document_base64=50 * MB,
+    document_base64=MAX_BASE64,
     document_limit="the 50 MB request payload OpenAI documents",
 )
 """What the wire takes as images and documents, from OpenAI's documentation
@@ -335,14 +335,14 @@ def _media_part(block: ImageBlock | DocumentBlock, label: str) -> dict[str, Any]
         check_image(block, MEDIA, label)
         url = block.url if block.url is not None else _data_url(block.media_type, block.data)
         return {"type": "image_url", "image_url": {"url": url}}
-    if block.text is not None:
-        text = block.text if block.title is None else f"{block.title}\n\n{block.text}"
-        return {"type": "text", "text": text}
-    if block.data is None:
+    if block.url is not None:
         raise errors.LLMEncode(
             "document", label, reason="this wire takes a document's bytes, not a URL"
         )
     check_document(block, MEDIA, label)
+    if block.text is not None:
+        text = block.text if block.title is None else f"{block.title}\n\n{block.text}"
+        return {"type": "text", "text": text}
     file = {
         "filename": block.title or "document.pdf",
         "file_data": _data_url(block.media_type, block.data),
