@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.docs
+pytestmark = [pytest.mark.docs, pytest.mark.timeout(600)]  # a strict site build
 
 
 def mkdocs() -> str:

@@ -122,6 +122,7 @@ def unpack(sdist: Path, into: Path) -> tuple[Path, dict[str, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the build, two fresh environments and the sdist's whole suite
 @pytest.mark.usefixtures("ctrl_c_reaches_children")
 async def test_the_sdist_unpacked_runs_the_readme_as_written(
     dists: tuple[Path, Path], ollama: FakeOllama, tmp_path: Path
@@ -154,6 +155,7 @@ async def test_the_sdist_unpacked_runs_the_readme_as_written(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the build when it runs first, and a fresh environment
 async def test_a_venv_holding_only_the_wheel_answers_ask(
     dists: tuple[Path, Path], ollama: FakeOllama, tmp_path: Path
 ) -> None:
@@ -216,6 +218,7 @@ def python310() -> str | None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the build when it runs first, and a fresh environment
 async def test_pip_on_python_3_10_says_the_python_needed(
     dists: tuple[Path, Path], tmp_path: Path
 ) -> None:

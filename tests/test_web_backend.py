@@ -436,6 +436,7 @@ async def slow_connections(url: str, count: int) -> list[asyncio.StreamWriter]:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a POSIX descriptor limit")
+@pytest.mark.usefixtures("ctrl_c_reaches_children")  # it ends the example with Ctrl-C
 async def test_a_crowd_of_slow_heads_does_not_starve_a_real_request() -> None:
     # the red-team case: 1,100 slow-header connections at a 1,024 limit made every
     # real request time out; here 600 at a limit of 512
@@ -454,6 +455,7 @@ async def test_a_crowd_of_slow_heads_does_not_starve_a_real_request() -> None:
                 writer.close()
 
 
+@pytest.mark.usefixtures("ctrl_c_reaches_children")  # it ends the example with Ctrl-C
 async def test_a_connection_that_never_finishes_its_head_is_closed() -> None:
     async with example_process("--head-timeout", "1") as url:
         host, port = url.removeprefix("http://").split(":")

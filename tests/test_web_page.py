@@ -28,7 +28,7 @@ from test_web_backend import web_backend
 from vaelii_llm import Provider, ProviderBase, Request, Response, StreamItem
 from vaelii_llm.providers import ollama
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]  # a browser start
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = (
