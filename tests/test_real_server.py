@@ -19,6 +19,7 @@ import anthropic as anthropic_sdk
 import msgspec
 import openai as openai_sdk
 import pytest
+import pytest_asyncio
 
 from llama_server import LlamaServer
 from vaelii_llm import Message, Request, Response
@@ -26,13 +27,13 @@ from vaelii_llm.errors import LLMTimeout
 from vaelii_llm.pool import Pool, vote
 from vaelii_llm.providers import anthropic, openai
 
-pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.real, pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="module")]
 
 MODEL = "smollm2"
 LONG = "Write a very long story about a dragon, in many chapters."
 
 
-@pytest.fixture(scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server() -> AsyncIterator[LlamaServer]:
     async with LlamaServer(parallel=2) as running:
         yield running
@@ -81,7 +82,9 @@ async def test_the_chat_completions_wire_reads_as_the_official_client_does(
         ours = await model.complete(request)
     async with openai_sdk.AsyncOpenAI(base_url=server.base + "/v1", api_key="none") as client:
         theirs = await client.chat.completions.create(
-            model=MODEL, max_tokens=40, messages=[{"role": "user", "content": "Name three colours."}]
+            model=MODEL,
+            max_tokens=40,
+            messages=[{"role": "user", "content": "Name three colours."}],
         )
     assert theirs.usage is not None
     assert _text(ours) == theirs.choices[0].message.content
@@ -102,7 +105,9 @@ async def test_the_messages_api_wire_reads_as_the_official_client_does(
     client = anthropic_sdk.AsyncAnthropic(base_url=server.base, api_key="sk-none")
     async with client:
         theirs = await client.messages.create(
-            model=MODEL, max_tokens=40, messages=[{"role": "user", "content": "Name three colours."}]
+            model=MODEL,
+            max_tokens=40,
+            messages=[{"role": "user", "content": "Name three colours."}],
         )
     assert _text(ours) == "".join(b.text for b in theirs.content if b.type == "text")
     assert ours.vendor_stop_reason == theirs.stop_reason
