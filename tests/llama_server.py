@@ -69,6 +69,13 @@ class LlamaServer:
         with urllib.request.urlopen(self.base + "/slots", timeout=5) as answer:
             return [bool(slot["is_processing"]) for slot in json.load(answer)]
 
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.base + "/health", timeout=1) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
     async def __aenter__(self) -> LlamaServer:
         binary, model = await asyncio.to_thread(built)
         self.port = _free_port()
@@ -81,17 +88,16 @@ class LlamaServer:
         for _ in range(600):
             if self.process.poll() is not None:
                 raise RuntimeError(f"llama-server exited {self.process.returncode}: {args}")
-            try:
-                with urllib.request.urlopen(self.base + "/health", timeout=1) as answer:
-                    if answer.status == 200:
-                        return self
-            except OSError:
-                pass
+            if await asyncio.to_thread(self._healthy):
+                return self
             await asyncio.sleep(0.1)
         raise RuntimeError("llama-server did not answer /health within 60 s")
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         process = self.process
         if process is None or process.poll() is not None:
