@@ -292,7 +292,12 @@ def test_decode_keeps_raw_and_maps_types() -> None:
     assert isinstance(opaque, OpaqueBlock)
     assert opaque.type == "mystery_block"
     assert resp.stop_reason == "tool_use"
-    assert resp.usage.input_tokens == t.message["usage"]["input_tokens"]
+    counted = t.message["usage"]
+    assert resp.usage.input_tokens == (
+        counted["input_tokens"]
+        + (counted.get("cache_creation_input_tokens") or 0)
+        + (counted.get("cache_read_input_tokens") or 0)
+    )
     # echoing the turn back sends every block exactly as received
     echoed = build_body(req(messages=[Message(role="assistant", content=resp.content)]))
     assert echoed["messages"][0]["content"] == t.message["content"]

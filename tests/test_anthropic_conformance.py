@@ -38,7 +38,9 @@ def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
 
 def _sdk_usage(usage: Any) -> dict[str, int | None]:
-    return {
+    """The SDK's counts in :class:`Usage`'s meaning: the Messages API's
+    ``input_tokens`` leaves out the cache's part, which ``Usage`` counts."""
+    counts = {
         name: getattr(usage, name, None)
         for name in (
             "input_tokens",
@@ -47,6 +49,11 @@ def _sdk_usage(usage: Any) -> dict[str, int | None]:
             "cache_read_input_tokens",
         )
     }
+    if counts["input_tokens"] is not None:
+        counts["input_tokens"] += (counts["cache_creation_input_tokens"] or 0) + (
+            counts["cache_read_input_tokens"] or 0
+        )
+    return counts
 
 
 async def test_same_message_as_the_official_sdk() -> None:

@@ -407,7 +407,7 @@ async def test_usage_missing_from_message_start() -> None:
     t = transcript(message([text("hi")]), random.Random(12), usage_at_start=False)
     assert "usage" not in t.events[0][1]["message"]
     done = await served(t)
-    assert done.usage.input_tokens == 472
+    assert (done.usage.input_tokens, done.usage.cache_read_input_tokens) == (484, 12)  # 472 + 12
     assert done.usage.output_tokens == 89
 
 

@@ -44,7 +44,7 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.integrations.mcp_client": "McpServerError McpToolset",
     "vaelii_llm.integrations.pydantic_ai": "KBToolset VaeliiModel",
     "vaelii_llm.kb": "EngineRefusal KB load_edn open sample save synthetic",
-    "vaelii_llm.pool": "Pool Vote hosts pool_from_config read_yes_no stub_pool vote",
+    "vaelii_llm.pool": "ASK_YES_NO Pool Vote hosts pool_from_config read_yes_no stub_pool vote",
     "vaelii_llm.providers": (
         "Backend Option active_kind available generation_provider provider register "
         "unavailable_reason warm"

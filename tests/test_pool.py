@@ -36,7 +36,7 @@ from vaelii_llm.errors import (
     LLMTimeout,
     LLMUnreachable,
 )
-from vaelii_llm.pool import Pool, hosts, read_yes_no, vote
+from vaelii_llm.pool import ASK_YES_NO, Pool, hosts, read_yes_no, vote
 from vaelii_llm.providers._hosts import Host
 from vaelii_llm.providers.stub import StubProvider
 
@@ -851,3 +851,18 @@ async def test_an_on_vote_that_raises_is_a_bug_raised_as_itself() -> None:
         with pytest.raises(KeyError, match="progress"):
             await vote(p, "q", on_vote=broken)
         assert p.outstanding == 0
+
+
+async def test_a_plain_question_asks_for_yes_or_no_first_and_a_request_goes_as_it_is() -> None:
+    """A real model left to itself answers a question in prose, which is no
+    vote: a plain question goes with ASK_YES_NO as its system prompt; a whole
+    Request is the caller's, sent unchanged."""
+    async with vpool.stub_pool(script=["Yes."] * 4, size=1) as vp:
+        await vote(vp, "Is a spider an insect?", votes=1)
+        own = Request(messages=[Message(role="user", content="Spider: insect?")], system="Terse.")
+        await vote(vp, own, votes=1)
+        seen = [r for p in vp.providers for r in p.requests()]
+    assert [(r.system, r.messages[0].content) for r in seen] == [
+        (ASK_YES_NO, "Is a spider an insect?"),
+        ("Terse.", "Spider: insect?"),
+    ]

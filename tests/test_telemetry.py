@@ -520,7 +520,10 @@ async def test_a_messages_api_turn_on_loopback(otel: Recorded) -> None:
         assert a["gen_ai.response.model"] == message["model"]
         assert a["gen_ai.response.id"] == message["id"]
         assert a["gen_ai.response.finish_reasons"] == ("end_turn",)
-        assert a["gen_ai.usage.input_tokens"] == message["usage"]["input_tokens"]
+        counted = message["usage"]
+        assert a["gen_ai.usage.input_tokens"] == counted["input_tokens"] + (
+            counted.get("cache_creation_input_tokens") or 0
+        ) + (counted.get("cache_read_input_tokens") or 0)
         assert a["gen_ai.usage.output_tokens"] == message["usage"]["output_tokens"]
         assert (a["server.address"], a["server.port"]) == ("127.0.0.1", port)
     assert [e.name for e in spans[1].events] == ["vaelii_llm.first_block"]

@@ -189,10 +189,19 @@ class ToolSchema(Struct, frozen=True, kw_only=True, omit_defaults=True, repr_omi
 class Usage(Struct, frozen=True, kw_only=True, omit_defaults=True, repr_omit_defaults=True):
     """What the host measured. Fields a backend does not report stay None.
 
-    ``input_tokens`` and ``output_tokens`` are set by every backend that counts
-    (Ollama: from ``prompt_eval_count`` and ``eval_count``, which stay beside
-    them with the durations, in ns). ``extra`` keeps the usage fields the far
-    end sent that are not modelled here.
+    One meaning on every backend (OpenTelemetry's GenAI one): ``input_tokens``
+    is every token of the prompt, the cached ones included;
+    ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` are the
+    parts of it read from and written to the far end's cache, never to be
+    added to it again. ``output_tokens`` is every token generated, thinking
+    included. The wires differ and are mapped here: the Chat Completions
+    ``prompt_tokens`` already counts the cached part; the Messages API's
+    ``input_tokens`` counts only what follows the last cache breakpoint, so
+    its cache counts are added back; Ollama reports no cached part, and its
+    ``prompt_eval_count`` and ``eval_count`` stay beside the two counts with
+    the durations, in ns. The same prompt on the same server reads the same
+    on every wire. ``extra`` keeps the usage fields the far end sent that are
+    not modelled here.
     """
 
     input_tokens: int | None = None

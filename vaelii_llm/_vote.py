@@ -32,6 +32,11 @@ from vaelii_llm.errors import LLMClosed, LLMError
 
 __all__ = ["Vote", "read_response", "read_yes_no", "vote"]
 
+ASK_YES_NO: Final = "Reply with exactly one word: yes or no."
+"""The system prompt of a vote asked as a plain question: a real model left
+to itself answers in prose ("The answer lies in the realm of biology…"),
+which is no vote; asked this, even a small one puts yes or no first."""
+
 TRUNCATED: Final[frozenset[StopReason]] = frozenset({"max_tokens"})
 """Stop reasons that mean the answer was cut short (every backend maps its own
 word, Ollama's ``length`` included, to ``max_tokens``)."""
@@ -147,9 +152,11 @@ async def vote(
 ) -> Vote:
     """Ask ``votes`` times at once, bounded by the pool's tokens, and count.
 
-    ``question`` is the user message, or a whole :class:`~vaelii_llm._protocol.Request`
-    when the caller sets the system prompt, ``max_tokens`` or the turn's
-    ``timeout_ms``. Ask for yes or no first: the first word decides.
+    ``question`` is the user message, sent with :data:`~vaelii_llm.pool.ASK_YES_NO` as the
+    system prompt, or a whole :class:`~vaelii_llm._protocol.Request`, sent as
+    it is, when the caller sets the system prompt, ``max_tokens`` or the
+    turn's ``timeout_ms``. The first word decides: a request of one's own
+    should ask for yes or no first too.
 
     ``on_vote``, when given, is called as each turn finishes with the vote so
     far: its ``votes`` hold the finished turns in the order they finished, its
@@ -176,7 +183,7 @@ async def vote(
     request = (
         question
         if isinstance(question, Request)
-        else Request(messages=[Message(role="user", content=question)])
+        else Request(messages=[Message(role="user", content=question)], system=ASK_YES_NO)
     )
     finished: list[YesNo | _Failed | None] = []
     spread = pool._spread()

@@ -35,12 +35,21 @@ from vaelii_llm._pool import (
     Pool,
 )
 from vaelii_llm._protocol import Provider
-from vaelii_llm._vote import Vote, read_yes_no, vote
+from vaelii_llm._vote import ASK_YES_NO, Vote, read_yes_no, vote
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST, hosts
 from vaelii_llm.providers.stub import Entry, StubProvider
 
-__all__ = ["Pool", "Vote", "hosts", "pool_from_config", "read_yes_no", "stub_pool", "vote"]
+__all__ = [
+    "ASK_YES_NO",
+    "Pool",
+    "Vote",
+    "hosts",
+    "pool_from_config",
+    "read_yes_no",
+    "stub_pool",
+    "vote",
+]
 
 
 async def pool_from_config(

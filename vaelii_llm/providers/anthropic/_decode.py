@@ -207,6 +207,8 @@ class Top:
         if self.max_tokens():
             mark_cut(content, len(content) - 1)
         counts = self.counts
+        created = counts.get("cache_creation_input_tokens")
+        read = counts.get("cache_read_input_tokens")
         return Response(
             content=content,
             stop_reason=stop_reason(self.stop_reason, content),
@@ -216,14 +218,24 @@ class Top:
             stop_sequence=self.stop_sequence,
             stop_details=self.stop_details,
             usage=Usage(
-                input_tokens=counts.get("input_tokens"),
+                input_tokens=prompt_tokens(counts.get("input_tokens"), created, read),
                 output_tokens=counts.get("output_tokens"),
-                cache_creation_input_tokens=counts.get("cache_creation_input_tokens"),
-                cache_read_input_tokens=counts.get("cache_read_input_tokens"),
+                cache_creation_input_tokens=created,
+                cache_read_input_tokens=read,
                 extra=self.usage_extra or None,
             ),
             extra=self.extra or None,
         )
+
+
+def prompt_tokens(uncached: int | None, created: int | None, read: int | None) -> int | None:
+    """``Usage.input_tokens`` from the Messages API's counts: its ``input_tokens``
+    counts only the prompt tokens after the last cache breakpoint, so the
+    tokens written to and read from the cache are added back (the one meaning
+    of :class:`~vaelii_llm.Usage` on every backend)."""
+    if uncached is None:
+        return None
+    return uncached + (created or 0) + (read or 0)
 
 
 def mark_cut(content: list[Block], last: int) -> None:

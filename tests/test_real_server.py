@@ -1,0 +1,205 @@
+"""Against a real far end nobody here wrote: llama.cpp's ``llama-server`` and
+SmolLM2-135M (``tests/llama_server.py``), both the Messages API and the
+Chat Completions wires it serves, the official clients beside ours.
+
+The ``real`` lane (``pytest -m real``, a lane of ``.ci/run``); the README's
+test command deselects it. Greedy decoding, so every turn is repeatable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any
+
+import anthropic as anthropic_sdk
+import msgspec
+import openai as openai_sdk
+import pytest
+import pytest_asyncio
+from llama_server import LlamaServer
+
+from vaelii_llm import Message, Request, Response
+from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.pool import Pool, vote
+from vaelii_llm.providers import anthropic, openai
+
+pytestmark = [pytest.mark.real, pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="module")]
+
+MODEL = "smollm2"
+LONG = "Write a very long story about a dragon, in many chapters."
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server() -> AsyncIterator[LlamaServer]:
+    async with LlamaServer(parallel=2) as running:
+        yield running
+
+
+WIRES: dict[str, Callable[[str], Any]] = {
+    "openai": lambda base: openai.provider(base_url=base + "/v1", model=MODEL),
+    "anthropic": lambda base: anthropic.provider(base_url=base, credential="sk-none", model=MODEL),
+}
+
+
+def ask(text: str, **fields: Any) -> Request:
+    return Request(messages=[Message(role="user", content=text)], **fields)
+
+
+async def streamed(provider: Any, request: Request) -> Response:
+    async with aclosing(provider.stream(request)) as items:
+        last = None
+        async for item in items:
+            last = item
+    assert isinstance(last, Response)
+    return last
+
+
+def _text(response: Response) -> str:
+    return "".join(getattr(block, "text", "") for block in response.content)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+async def test_complete_and_stream_answer_the_same(server: LlamaServer, wire: str) -> None:
+    request = ask("Name three colours.", max_tokens=40)
+    async with WIRES[wire](server.base) as model:
+        whole = await model.complete(request)
+        flowed = await streamed(model, request)
+    assert _text(whole)
+    assert _text(whole) == _text(flowed)
+    assert whole.stop_reason == flowed.stop_reason
+    assert whole.usage.input_tokens == flowed.usage.input_tokens
+    assert whole.usage.output_tokens == flowed.usage.output_tokens
+
+
+async def test_the_chat_completions_wire_reads_as_the_official_client_does(
+    server: LlamaServer,
+) -> None:
+    request = ask("Name three colours.", max_tokens=40)
+    async with WIRES["openai"](server.base) as model:
+        ours = await model.complete(request)
+    async with openai_sdk.AsyncOpenAI(base_url=server.base + "/v1", api_key="none") as client:
+        theirs = await client.chat.completions.create(
+            model=MODEL,
+            max_tokens=40,
+            messages=[{"role": "user", "content": "Name three colours."}],
+        )
+    assert theirs.usage is not None
+    assert _text(ours) == theirs.choices[0].message.content
+    assert ours.vendor_stop_reason == theirs.choices[0].finish_reason
+    assert (ours.usage.input_tokens, ours.usage.output_tokens) == (
+        theirs.usage.prompt_tokens,
+        theirs.usage.completion_tokens,
+    )
+
+
+async def test_the_messages_api_wire_reads_as_the_official_client_does(
+    server: LlamaServer,
+) -> None:
+    request = ask("Name three colours.", max_tokens=40)
+    async with WIRES["anthropic"](server.base) as model:
+        ours = await model.complete(request)
+        counted = await model.count_tokens(request)
+    client = anthropic_sdk.AsyncAnthropic(base_url=server.base, api_key="sk-none")
+    async with client:
+        theirs = await client.messages.create(
+            model=MODEL,
+            max_tokens=40,
+            messages=[{"role": "user", "content": "Name three colours."}],
+        )
+    assert _text(ours) == "".join(b.text for b in theirs.content if b.type == "text")
+    assert ours.vendor_stop_reason == theirs.stop_reason
+    usage = theirs.usage
+    whole_prompt = (
+        usage.input_tokens
+        + (usage.cache_read_input_tokens or 0)
+        + (usage.cache_creation_input_tokens or 0)
+    )
+    assert (ours.usage.input_tokens, ours.usage.output_tokens) == (
+        whole_prompt,
+        usage.output_tokens,
+    )
+    assert counted == ours.usage.input_tokens
+
+
+async def test_one_prompt_reads_the_same_on_both_wires_cached_or_not(server: LlamaServer) -> None:
+    """The second identical turn is read from the server's prompt cache: the
+    Chat Completions wire counts the cached part in ``prompt_tokens``, the
+    Messages API leaves it out of ``input_tokens``; ``Usage`` means one thing."""
+    request = ask("Say hello to the reader, please, in a friendly way.", max_tokens=8)
+    seen: dict[str, list[tuple[int | None, int | None]]] = {}
+    for wire, make in WIRES.items():
+        async with make(server.base) as model:
+            turns = [await model.complete(request) for _ in range(2)]
+        seen[wire] = [(t.usage.input_tokens, t.usage.cache_read_input_tokens) for t in turns]
+    assert seen["openai"][1][0] == seen["anthropic"][1][0] == seen["openai"][0][0]
+    assert (seen["openai"][1][1] or 0) > 0
+    assert (seen["anthropic"][1][1] or 0) > 0
+
+
+async def _slots_free_after(server: LlamaServer, seconds: float) -> bool:
+    await asyncio.sleep(seconds)
+    return not any(await asyncio.to_thread(server.slots))
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("mode", ["complete", "stream"])
+async def test_a_deadline_ends_the_turn_on_time_and_frees_the_slot(
+    server: LlamaServer, wire: str, mode: str
+) -> None:
+    """``timeout_ms`` holds within 10% on a long generation, and the server
+    stops generating: a stream's slot is free within 0.5 s (its next write
+    fails); a non-streamed turn's within the server's own one-second check
+    for a closed client (``HTTP_POLLING_SECONDS`` in its ``server-context.cpp``),
+    read once, later, since any ``/slots`` answer restarts that second."""
+    request = ask(LONG, max_tokens=3000, timeout_ms=1000)
+    async with WIRES[wire](server.base) as model:
+        started = time.monotonic()
+        turn = model.complete(request) if mode == "complete" else streamed(model, request)
+        with pytest.raises(LLMTimeout):
+            await turn
+        took = time.monotonic() - started
+        assert 1.0 <= took <= 1.1, took
+        assert await _slots_free_after(server, 0.5 if mode == "stream" else 1.5)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+async def test_a_stream_left_early_under_aclosing_frees_the_slot(
+    server: LlamaServer, wire: str
+) -> None:
+    request = ask(LONG, max_tokens=3000, timeout_ms=60_000)
+    async with (
+        WIRES[wire](server.base) as model,
+        aclosing(model.stream(request, deltas=True)) as items,
+    ):
+        async for _ in items:
+            break  # the first few words: the text is still flowing
+    assert await _slots_free_after(server, 0.5)
+
+
+async def test_a_vote_over_the_real_model_counts_every_turn(server: LlamaServer) -> None:
+    """Asked plainly, this model answers in prose (no vote); the vote's
+    default system prompt gets a yes or a no first on every turn."""
+    async with Pool([openai.provider(base_url=server.base + "/v1", model=MODEL)]) as pool:
+        result = await vote(pool, "Is a spider an insect?", votes=3)
+    assert result.failed == 0
+    assert result.tally["yes"] + result.tally["no"] == 3, result
+    assert result.verdict in ("yes", "no")
+
+
+async def test_structured_output_parses_against_its_schema(server: LlamaServer) -> None:
+    class Animal(msgspec.Struct, forbid_unknown_fields=True):
+        name: str
+        legs: int
+
+    schema = msgspec.json.schema(Animal)
+    request = ask("Describe a spider as JSON.", max_tokens=60, format=schema)
+    async with WIRES["openai"](server.base) as model:
+        answer = await model.complete(request)
+    parsed = msgspec.json.decode(_text(answer), type=Animal)
+    assert parsed.name
+    assert parsed.legs >= 0
+    assert json.loads(_text(answer)).keys() == {"name", "legs"}
