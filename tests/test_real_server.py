@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -24,7 +27,7 @@ from llama_server import LlamaServer
 
 from vaelii_llm import Message, Request, Response
 from vaelii_llm.errors import LLMTimeout
-from vaelii_llm.pool import Pool, vote
+from vaelii_llm.pool import Pool, pool_from_config, vote
 from vaelii_llm.providers import anthropic, openai
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="module")]
@@ -203,3 +206,80 @@ async def test_structured_output_parses_against_its_schema(server: LlamaServer) 
     assert parsed.name
     assert parsed.legs >= 0
     assert json.loads(_text(answer)).keys() == {"name", "legs"}
+
+
+async def test_fifty_turns_one_after_another_reuse_one_connection(server: LlamaServer) -> None:
+    """Keep-alive on a real server: the provider's connection is reused turn
+    after turn (the server sees one client port for all of them)."""
+    ports: set[int] = set()
+
+    def mine(pid: int) -> set[int]:
+        """Our process's client ports to the server, from the kernel's socket table."""
+        listed = subprocess.run(
+            ["ss", "-tnpH", "state", "established", "dst", f"127.0.0.1:{server.port}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return {
+            int(line.split()[2].rsplit(":", 1)[1])
+            for line in listed.splitlines()
+            if f"pid={pid}," in line
+        }
+
+    async with WIRES["openai"](server.base) as model:
+        for _ in range(50):
+            answer = await model.complete(ask("Say yes.", max_tokens=2))
+            assert answer.usage.output_tokens
+            ports |= mine(os.getpid())
+    assert len(ports) == 1, ports
+
+
+async def test_a_vote_over_two_real_servers_never_exceeds_a_host_s_limit() -> None:
+    """``host*1`` on each of two real servers: while 8 votes run, neither
+    server ever has more than one slot generating, and both are used."""
+    async with LlamaServer(parallel=2) as one, LlamaServer(parallel=2) as two:
+        spec = f"{one.base}/v1*1,{two.base}/v1*1"
+        most = {one.port: 0, two.port: 0}
+        done = asyncio.Event()
+
+        async def watch() -> None:
+            while not done.is_set():
+                for running in (one, two):
+                    busy = sum(await asyncio.to_thread(running.slots))
+                    most[running.port] = max(most[running.port], busy)
+                await asyncio.sleep(0.01)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            async with await pool_from_config(spec, kind="openai", model=MODEL) as vp:
+                results = await vote(vp, "Is a spider an insect?", votes=8)
+        finally:
+            done.set()
+            await watcher
+    assert results.failed == 0
+    assert results.tally["yes"] + results.tally["no"] == 8, results
+    assert most == {one.port: 1, two.port: 1}, most
+
+
+async def test_the_command_votes_from_the_real_model(server: LlamaServer) -> None:
+    env = {
+        **os.environ,
+        "VAELII_LLM_PROVIDER": "openai",
+        "OPENAI_BASE_URL": server.base + "/v1",
+        "VAELII_OPENAI_MODEL": MODEL,
+    }
+    command = [sys.executable, "-m", "vaelii_llm.cli"]
+    voted = await asyncio.to_thread(
+        subprocess.run,
+        [*command, "vote", "Is a spider an insect?"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert voted.returncode == 0, voted.stderr
+    words = voted.stdout.split()
+    assert words[:2] in (["verdict:", "yes"], ["verdict:", "no"]), voted.stdout
+    assert "failed: 0 of 3" in voted.stdout, voted.stdout
