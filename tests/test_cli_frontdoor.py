@@ -285,6 +285,42 @@ async def test_vote_on_a_model_not_pulled_says_ollama_pull(
     )
 
 
+def test_vote_whose_probes_pass_prints_the_first_turns_own_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def run() -> tuple[int, str]:
+        server = await FakeOllama(mode="bad_gateway").start()
+        try:
+            clear_env(monkeypatch, VAELII_LLM_PROVIDER="ollama", VAELII_OLLAMA_HOSTS=server.url)
+            code = await asyncio.to_thread(cli.main, ["vote", "Is a spider an insect?"])
+        finally:
+            await server.stop()
+        return code, server.url
+
+    code, url = asyncio.run(run())
+    line = one_line(capsys.readouterr().err)
+    assert code == 1
+    prefix = "vote-failed: every turn failed: "
+    assert line.startswith(prefix)
+    kind, _, said = line.removeprefix(prefix).partition(": ")
+    assert kind.startswith("llm-")
+    assert url in said
+    assert "502" in said
+    assert "probes" not in line
+
+
+def test_vote_help_names_no_one_backend() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "vote", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "Ollama" not in done.stdout
+    assert "first\nturn's reason" in done.stdout
+
+
 def test_vote_with_nothing_configured_exits_2_as_ask_does(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,7 +5,7 @@
 ``config``  every switch with the value it reads now (credentials only as set/unset)
 ``tools``   the tool schemas a model is offered, derived from the engine
 ``call``    run one tool call against the sample KB (or an EDN file)
-``vote``    a majority yes/no vote over the configured Ollama hosts
+``vote``    a majority yes/no vote over the configured backend's hosts
 ``warm``    load the configured backend's model and hold it resident
 ``mcp``     serve the read surface to an MCP host (stdio, or streamable HTTP)
 """
@@ -411,16 +411,17 @@ async def _vote(question: str, votes: int) -> int:
     )
     if not outcome.failed:
         return 0
-    why = await _why_turns_failed(kind)
+    why = await _why_turns_failed(kind, outcome.errors[0])
     if outcome.failed == outcome.calls:
         raise _Stop(1, "vote-failed", f"every turn failed: {why}")
     print(f"{outcome.failed} turn(s) failed: {why}", file=sys.stderr)
     return 0
 
 
-async def _why_turns_failed(kind: str) -> str:
-    """What the pool's hosts say when probed: the first host that cannot
-    answer, or the model the hosts lack."""
+async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
+    """What the pool's hosts say when probed (the first host that cannot
+    answer, or the model the hosts lack: each with its next step), else the
+    first failed turn's own typed error."""
     from vaelii_llm import _backends, pool, providers
 
     backend = _backends.record(kind)
@@ -432,7 +433,7 @@ async def _why_turns_failed(kind: str) -> str:
             reason = await lacks(host.url)
         if reason is not None:
             return reason
-    return "the hosts answer their probes; `vaelii-llm warm` tries one turn and shows its error"
+    return f"{first.type}: {first}"
 
 
 async def _warm() -> int:
@@ -562,10 +563,10 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "vote",
         "a majority yes/no vote over the pool",
-        "Ask a yes/no question several times over the Ollama hosts of\n"
-        "VAELII_OLLAMA_HOSTS (else VAELII_OLLAMA_HOST) and print the verdict.\n"
-        "Exit 0 with a verdict, 1 when every turn failed (with the reason),\n"
-        "2 when no Ollama is configured.",
+        "Ask a yes/no question several times over the configured backend's\n"
+        "hosts (its hosts switch, else its host) and print the verdict.\n"
+        "Exit 0 with a verdict, 1 when every turn failed (with the first\n"
+        "turn's reason), 2 when the backend is not one with hosts.",
     )
     vote.add_argument("question")
     vote.add_argument(
