@@ -83,13 +83,39 @@ async def test_status_says_why_the_stub_answers(
     url = refused_url()
     clear_env(monkeypatch, VAELII_LLM_PROVIDER="ollama", VAELII_OLLAMA_HOST=url)
     code, out, _ = await run_cli(capsys, "status")
-    assert code == 0
+    assert code == 2
     assert out.splitlines()[:3] == [
         "configured: ollama",
         "answering:  stub",
         out.splitlines()[2],
     ]
     assert out.splitlines()[2].startswith(f"why:        llm-unreachable: Ollama at {url}")
+
+
+def test_status_exits_2_when_the_configured_backend_cannot_answer() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAELII_", "OPENAI_"))}
+    url = refused_url()
+    env.update(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=f"{url}/v1")
+    done = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done
+    answering, why = done.stdout.splitlines()[1:3]
+    assert answering == "answering:  stub"
+    assert why.startswith(f"why:        llm-unreachable: the Chat Completions API at {url}/v1")
+    assert "Ollama" not in done.stdout
+    help_page = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "status", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "exit status:" in help_page.stdout
 
 
 async def test_ask_with_a_credential_holding_a_newline_names_the_header_not_the_value(

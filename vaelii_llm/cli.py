@@ -70,7 +70,7 @@ async def _status() -> int:
     if lines is not None:
         async for line in _backends.import_ref(lines)(reason is None):
             print(line)
-    return 0
+    return 0 if reason is None else ASK_STUB_ONLY
 
 
 async def _print_tools(as_json: bool, servers: Sequence[_Server] = (), kb_too: bool = True) -> int:
@@ -121,6 +121,12 @@ ASK_EPILOG = """exit status:
   5  the turn limit ran out while the model still asked for tools
   6  an MCP server died or hung up during the loop (its later calls were error
      results the model read; the answer is printed, then the reason)
+"""
+
+STATUS_EPILOG = f"""exit status:
+  0  the configured backend answers (the stub included, when it is the one configured)
+  {ASK_STUB_ONLY}  the configured backend cannot answer now: the why line says why, and only
+     the stub would answer (as `ask` exits)
 """
 
 NOTHING_CONFIGURED = (
@@ -525,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
         "which backend answers now, and what its model can do",
         "Say which backend is configured and which answers now; when it cannot, why\n"
         "and what to do; for Ollama, the host, the model and what the model can do.",
-    )
+    ).epilog = STATUS_EPILOG
     _command(
         commands,
         "config",
