@@ -66,6 +66,8 @@ async def _status() -> int:
     print(f"configured: {kind}\nanswering:  {'stub' if reason else kind}")
     if reason:
         print(f"why:        {reason}")
+    elif config._read(config._PROVIDER) is None:  # the stub by default, not by choice
+        print(f"why:        {_backends.nothing_configured()}")
     lines = _backends.record(kind).status_lines
     if lines is not None:
         async for line in _backends.import_ref(lines)(reason is None):
@@ -124,15 +126,10 @@ ASK_EPILOG = """exit status:
 """
 
 STATUS_EPILOG = f"""exit status:
-  0  the configured backend answers (the stub included, when it is the one configured)
+  0  the configured backend answers (the stub too: chosen, or with nothing configured)
   {ASK_STUB_ONLY}  the configured backend cannot answer now: the why line says why, and only
      the stub would answer (as `ask` exits)
 """
-
-NOTHING_CONFIGURED = (
-    "nothing is configured: set VAELII_LLM_PROVIDER=ollama (an Ollama at VAELII_OLLAMA_HOST) "
-    "or anthropic (ANTHROPIC_API_KEY); `vaelii-llm status` checks"
-)
 
 
 class _Stop(Exception):
@@ -251,7 +248,7 @@ async def _ask(
 
     chosen = config.provider_kind(kind)
     if chosen == "stub":
-        raise _stub_only(NOTHING_CONFIGURED)
+        raise _stub_only(_backends.nothing_configured())
     sources = _kb_toolset(kb_path, kb_too, servers)
     reason = await providers.unavailable_reason(chosen)
     if reason is not None:
