@@ -291,7 +291,7 @@ async def test_vote_on_a_dead_host_says_why_and_exits_1(
     assert out == "verdict: abstain  tally: yes 0, no 0  failed: 3 of 3\n"
     line = one_line(err)
     assert line.startswith(f"vote-failed: every turn failed: llm-unreachable: Ollama at {url}")
-    assert line.endswith("start Ollama there (`ollama serve`) or point VAELII_OLLAMA_HOST at one")
+    assert line.endswith("start Ollama there (`ollama serve`) or point VAELII_OLLAMA_HOSTS at one")
 
 
 async def test_vote_on_a_model_not_pulled_says_ollama_pull(

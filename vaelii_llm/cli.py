@@ -430,10 +430,15 @@ async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
     backend = _backends.record(kind)
     assert backend.host_option is not None  # a pooled kind
     lacks = None if backend.missing_model is None else _backends.import_ref(backend.missing_model)
+    assert backend.hosts_switch is not None
+    by_list = config._getenv(backend.hosts_switch) is not None  # as pool.hosts reads it
     for host in pool.hosts(kind=kind):
         reason = await providers.unavailable_reason(kind, **{backend.host_option: host.url})
         if reason is None and lacks is not None:
             reason = await lacks(host.url)
+        if reason is not None and by_list and backend.host_switch is not None:
+            # the probe names the one-host switch; these hosts came from the list
+            return reason.replace(backend.host_switch, backend.hosts_switch)
         if reason is not None:
             return reason
     return f"{first.type}: {first}"
