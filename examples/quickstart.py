@@ -86,11 +86,13 @@ async def who_answers(model: Provider) -> str:
     """One line: the configured backend, or the stub and why no model answers."""
     if not isinstance(model, StubProvider):
         return f"answering: {config.provider_kind()}, a real model"
-    why = await providers.unavailable_reason() or "nothing is configured"
-    return (
-        f"answering: the scripted stub, not a model ({why}); set VAELII_LLM_PROVIDER=ollama "
-        "or anthropic to let one answer"
-    )
+    why = await providers.unavailable_reason()
+    if why is None:  # the stub by default: the kinds and their switches are the command's
+        return (
+            "answering: the scripted stub, not a model (nothing is configured); "
+            "`vaelii-llm status` says what to set"
+        )
+    return f"answering: the scripted stub, not a model ({why})"
 
 
 async def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,32 @@ def test_status_and_vote_on_the_stub(
     code, out, err = run(capsys, "vote", "Is a spider an insect?")
     assert (code, out) == (2, "")  # as `ask` does: the stub has no opinion to count
     assert err.startswith("stub-only: only the stub can answer: the vote pool is model hosts")
+
+
+def test_status_with_nothing_configured_says_what_to_set_naming_every_kind() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VAELII_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=True,
+    )
+    configured, answering, why = done.stdout.splitlines()[:3]
+    assert (configured, answering) == ("configured: stub", "answering:  stub")
+    assert why.startswith("why:        nothing is configured: set VAELII_LLM_PROVIDER to ")
+    for kind in ("ollama", "anthropic", "openai"):
+        assert kind in why
+    stated = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "VAELII_LLM_PROVIDER": "stub"},
+        check=True,
+    )
+    assert "why:" not in stated.stdout  # the stub was chosen: nothing to explain
 
 
 def test_warm_on_the_stub_has_nothing_to_do(

@@ -83,13 +83,39 @@ async def test_status_says_why_the_stub_answers(
     url = refused_url()
     clear_env(monkeypatch, VAELII_LLM_PROVIDER="ollama", VAELII_OLLAMA_HOST=url)
     code, out, _ = await run_cli(capsys, "status")
-    assert code == 0
+    assert code == 2
     assert out.splitlines()[:3] == [
         "configured: ollama",
         "answering:  stub",
         out.splitlines()[2],
     ]
     assert out.splitlines()[2].startswith(f"why:        llm-unreachable: Ollama at {url}")
+
+
+def test_status_exits_2_when_the_configured_backend_cannot_answer() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAELII_", "OPENAI_"))}
+    url = refused_url()
+    env.update(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=f"{url}/v1")
+    done = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done
+    answering, why = done.stdout.splitlines()[1:3]
+    assert answering == "answering:  stub"
+    assert why.startswith(f"why:        llm-unreachable: the Chat Completions API at {url}/v1")
+    assert "Ollama" not in done.stdout
+    help_page = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "status", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "exit status:" in help_page.stdout
 
 
 async def test_ask_with_a_credential_holding_a_newline_names_the_header_not_the_value(
@@ -265,7 +291,7 @@ async def test_vote_on_a_dead_host_says_why_and_exits_1(
     assert out == "verdict: abstain  tally: yes 0, no 0  failed: 3 of 3\n"
     line = one_line(err)
     assert line.startswith(f"vote-failed: every turn failed: llm-unreachable: Ollama at {url}")
-    assert line.endswith("start Ollama there (`ollama serve`) or point VAELII_OLLAMA_HOST at one")
+    assert line.endswith("start Ollama there (`ollama serve`) or point VAELII_OLLAMA_HOSTS at one")
 
 
 async def test_vote_on_a_model_not_pulled_says_ollama_pull(
@@ -283,6 +309,42 @@ async def test_vote_on_a_model_not_pulled_says_ollama_pull(
         f"vote-failed: every turn failed: the Ollama at {reader.url} has no model 'nothere': "
         "run `ollama pull nothere` there, or set VAELII_OLLAMA_MODEL to one it has (`ollama list`)"
     )
+
+
+def test_vote_whose_probes_pass_prints_the_first_turns_own_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def run() -> tuple[int, str]:
+        server = await FakeOllama(mode="bad_gateway").start()
+        try:
+            clear_env(monkeypatch, VAELII_LLM_PROVIDER="ollama", VAELII_OLLAMA_HOSTS=server.url)
+            code = await asyncio.to_thread(cli.main, ["vote", "Is a spider an insect?"])
+        finally:
+            await server.stop()
+        return code, server.url
+
+    code, url = asyncio.run(run())
+    line = one_line(capsys.readouterr().err)
+    assert code == 1
+    prefix = "vote-failed: every turn failed: "
+    assert line.startswith(prefix)
+    kind, _, said = line.removeprefix(prefix).partition(": ")
+    assert kind.startswith("llm-")
+    assert url in said
+    assert "502" in said
+    assert "probes" not in line
+
+
+def test_vote_help_names_no_one_backend() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "vaelii_llm.cli", "vote", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "Ollama" not in done.stdout
+    assert "first\nturn's reason" in done.stdout
 
 
 def test_vote_with_nothing_configured_exits_2_as_ask_does(

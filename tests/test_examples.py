@@ -45,7 +45,7 @@ def test_quickstart_runs_on_the_stub_against_the_sample_kb() -> None:
     assert lines[-1].startswith("vote: no")
     assert lines[1] == (  # a new user learns at once that no model answered
         "answering: the scripted stub, not a model (nothing is configured); "
-        "set VAELII_LLM_PROVIDER=ollama or anthropic to let one answer"
+        "`vaelii-llm status` says what to set"
     )
     assert out.stderr == ""
 
@@ -65,6 +65,24 @@ def test_quickstart_says_why_a_configured_backend_did_not_answer() -> None:
         "answering: the scripted stub, not a model (llm-unreachable: Ollama at "
         "http://127.0.0.1:9 is unreachable"
     )
+
+
+def test_quickstart_on_anthropic_without_a_key_names_anthropic_only() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAELII_", "ANTHROPIC_"))}
+    env.update(VAELII_LLM_PROVIDER="anthropic")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    line = out.stdout.splitlines()[1]
+    assert line.startswith("answering: the scripted stub, not a model (")
+    assert "ANTHROPIC_API_KEY" in line
+    assert "ollama" not in line.lower()
+    assert "openai" not in line.lower()
 
 
 # -- the other examples: each runs as a script, and does what its docstring says ----------

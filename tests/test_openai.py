@@ -1099,3 +1099,26 @@ async def test_why_it_cannot_answer_names_the_server_the_cause_and_the_next_step
     assert down.split("//")[1].split("/")[0] in reason
     assert reason.endswith("start the server there or point OPENAI_BASE_URL at one")
     assert await openai.available(down) is False
+
+
+@pytest.mark.parametrize(
+    ("status", "advice"),
+    [
+        (500, "the server there failed listing its models (see its log)"),
+        (404, "point OPENAI_BASE_URL at the server's /v1"),
+    ],
+)
+async def test_a_models_listing_that_fails_server_side_is_not_blamed_on_the_address(
+    status: int, advice: str
+) -> None:
+    from aiohttp import web
+    from loopback import serve
+
+    async def listing(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "backend crashed"}}, status=status)
+
+    async with serve(listing) as url:
+        reason = await openai.unavailable_reason(f"{url}/v1")
+    assert reason is not None
+    assert reason.endswith(f"; {advice}")
+    assert f"{status}" in reason

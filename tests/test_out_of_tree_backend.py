@@ -135,6 +135,7 @@ def test_status_prints_its_why_line_and_its_own_lines(
         _always("the farfield is resting; wake it"),
     )
     code, out, _ = run(capsys, "status")
+    assert code == 2
     assert out.splitlines() == [
         f"configured: {KIND}",
         "answering:  stub",

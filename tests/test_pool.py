@@ -197,6 +197,17 @@ async def test_verdict_table(
     assert result.votes.count(None) == 3 - yes - no  # non-answers and failed turns
 
 
+async def test_a_vote_keeps_each_failed_turns_typed_error_in_turn_order() -> None:
+    script = [{"raise": "llm-unreachable"}, "Yes.", {"raise": "llm-timeout"}]
+    async with vpool.stub_pool(script=script, size=1) as p:
+        result = await vote(p, "Is a spider an insect?")
+    assert result.failed == len(result.errors) == 2
+    assert [error.type for error in result.errors] == ["llm-unreachable", "llm-timeout"]
+    assert all(isinstance(error, LLMError) for error in result.errors)
+    async with vpool.stub_pool(script=["Yes."]) as p:
+        assert (await vote(p, "q", votes=1)).errors == ()
+
+
 async def test_vote_even_count_tie_abstains_and_sends_the_question() -> None:
     async with vpool.stub_pool(script=["Yes", "Yes", "No", "No"], size=3) as p:
         result = await vote(p, "Is it?", votes=4)

@@ -144,6 +144,28 @@ async def test_unavailable_backend_falls_back_with_a_warning(
     assert all(SECRET not in r.getMessage() for r in caplog.records)
 
 
+async def test_the_fallback_warning_says_why_as_the_backend_itself_does(
+    fake: FakeBackend, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def unavailable_reason(**opts: Any) -> str | None:
+        return None if fake.up else "the fake is resting at its host: wake it"
+
+    monkeypatch.setattr(
+        sys.modules["fake_backend_for_tests"],
+        "unavailable_reason",
+        unavailable_reason,
+        raising=False,
+    )
+    fake.up = False
+    with caplog.at_level(logging.WARNING, logger="vaelii_llm.providers"):
+        await providers.provider("fake", credential=SECRET)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning == (
+        "provider fake cannot answer (the fake is resting at its host: wake it); "
+        "the stub answers instead"
+    )
+
+
 async def test_constructor_failure_after_a_good_probe_is_logged_without_opts(
     fake: FakeBackend, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -253,6 +253,16 @@ def record(kind: str) -> Backend:
     return backend
 
 
+def nothing_configured() -> str:
+    """What to set when no kind is configured: every registered kind but the stub."""
+    kinds = [kind for kind in REGISTRY if kind != STUB]
+    listed = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
+    return (
+        f"nothing is configured: set VAELII_LLM_PROVIDER to {listed} "
+        "(`vaelii-llm config` lists each one's switches; `vaelii-llm status` checks)"
+    )
+
+
 def pool_kind(configured: str) -> str:
     """The kind a pool spreads over when given none: the ``configured`` kind
     where a pool can spread over it, else ``ollama``."""

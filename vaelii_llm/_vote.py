@@ -107,8 +107,9 @@ class Vote:
     None for a turn that gave no opinion or failed. ``tally`` counts the yes and
     no votes. ``calls`` is how many turns were asked for; ``failed`` how many of
     them raised an :class:`~vaelii_llm.errors.LLMError` or got no provider in
-    time. ``calls - failed - tally["yes"] - tally["no"]`` turns answered without
-    an opinion.
+    time, and ``errors`` holds those typed errors in the same order (one per
+    failed turn, so a caller can say why). ``calls - failed - tally["yes"] -
+    tally["no"]`` turns answered without an opinion.
     """
 
     verdict: Verdict
@@ -116,6 +117,7 @@ class Vote:
     tally: Mapping[YesNo, int]
     calls: int
     failed: int
+    errors: tuple[LLMError, ...] = ()
 
 
 def _verdict(yes: int, no: int) -> Verdict:
@@ -127,18 +129,20 @@ def _verdict(yes: int, no: int) -> Verdict:
 
 
 class _Failed:
-    __slots__ = ()
+    """A turn that could not run, and the typed error that stopped it."""
 
+    __slots__ = ("error",)
 
-_FAILED: Final = _Failed()
+    def __init__(self, error: LLMError) -> None:
+        self.error = error
 
 
 async def _turn(pool: Pool[P], request: Request, spread: Spread) -> YesNo | _Failed | None:
     try:
         async with pool._checkout(spread) as p:
             response = await p.complete(request)
-    except LLMError:
-        return _FAILED
+    except LLMError as error:
+        return _Failed(error)
     return read_response(response)
 
 
@@ -210,7 +214,7 @@ async def vote(
 
 
 def _count(readings: Sequence[YesNo | _Failed | None], calls: int) -> Vote:
-    failed = sum(1 for reading in readings if isinstance(reading, _Failed))
+    errors = tuple(reading.error for reading in readings if isinstance(reading, _Failed))
     counted: tuple[YesNo | None, ...] = tuple(
         None if isinstance(reading, _Failed) else reading for reading in readings
     )
@@ -221,5 +225,6 @@ def _count(readings: Sequence[YesNo | _Failed | None], calls: int) -> Vote:
         votes=counted,
         tally={"yes": yes, "no": no},
         calls=calls,
-        failed=failed,
+        failed=len(errors),
+        errors=errors,
     )

@@ -5,7 +5,7 @@
 ``config``  every switch with the value it reads now (credentials only as set/unset)
 ``tools``   the tool schemas a model is offered, derived from the engine
 ``call``    run one tool call against the sample KB (or an EDN file)
-``vote``    a majority yes/no vote over the configured Ollama hosts
+``vote``    a majority yes/no vote over the configured backend's hosts
 ``warm``    load the configured backend's model and hold it resident
 ``mcp``     serve the read surface to an MCP host (stdio, or streamable HTTP)
 """
@@ -66,11 +66,13 @@ async def _status() -> int:
     print(f"configured: {kind}\nanswering:  {'stub' if reason else kind}")
     if reason:
         print(f"why:        {reason}")
+    elif config._read(config._PROVIDER) is None:  # the stub by default, not by choice
+        print(f"why:        {_backends.nothing_configured()}")
     lines = _backends.record(kind).status_lines
     if lines is not None:
         async for line in _backends.import_ref(lines)(reason is None):
             print(line)
-    return 0
+    return 0 if reason is None else ASK_STUB_ONLY
 
 
 async def _print_tools(as_json: bool, servers: Sequence[_Server] = (), kb_too: bool = True) -> int:
@@ -123,10 +125,11 @@ ASK_EPILOG = """exit status:
      results the model read; the answer is printed, then the reason)
 """
 
-NOTHING_CONFIGURED = (
-    "nothing is configured: set VAELII_LLM_PROVIDER=ollama (an Ollama at VAELII_OLLAMA_HOST) "
-    "or anthropic (ANTHROPIC_API_KEY); `vaelii-llm status` checks"
-)
+STATUS_EPILOG = f"""exit status:
+  0  the configured backend answers (the stub too: chosen, or with nothing configured)
+  {ASK_STUB_ONLY}  the configured backend cannot answer now: the why line says why, and only
+     the stub would answer (as `ask` exits)
+"""
 
 
 class _Stop(Exception):
@@ -253,7 +256,7 @@ async def _ask(
 
     chosen = config.provider_kind(kind)
     if chosen == "stub":
-        raise _stub_only(NOTHING_CONFIGURED)
+        raise _stub_only(_backends.nothing_configured())
     sources = await _kb_toolset(kb_path, kb_too, servers)
     reason = await providers.unavailable_reason(chosen)
     if reason is not None:
@@ -419,28 +422,34 @@ async def _vote(question: str, votes: int) -> int:
     )
     if not outcome.failed:
         return 0
-    why = await _why_turns_failed(kind)
+    why = await _why_turns_failed(kind, outcome.errors[0])
     if outcome.failed == outcome.calls:
         raise _Stop(1, "vote-failed", f"every turn failed: {why}")
     print(f"{outcome.failed} turn(s) failed: {why}", file=sys.stderr)
     return 0
 
 
-async def _why_turns_failed(kind: str) -> str:
-    """What the pool's hosts say when probed: the first host that cannot
-    answer, or the model the hosts lack."""
+async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
+    """What the pool's hosts say when probed (the first host that cannot
+    answer, or the model the hosts lack: each with its next step), else the
+    first failed turn's own typed error."""
     from vaelii_llm import _backends, pool, providers
 
     backend = _backends.record(kind)
     assert backend.host_option is not None  # a pooled kind
     lacks = None if backend.missing_model is None else _backends.import_ref(backend.missing_model)
+    assert backend.hosts_switch is not None
+    by_list = config._getenv(backend.hosts_switch) is not None  # as pool.hosts reads it
     for host in pool.hosts(kind=kind):
         reason = await providers.unavailable_reason(kind, **{backend.host_option: host.url})
         if reason is None and lacks is not None:
             reason = await lacks(host.url)
+        if reason is not None and by_list and backend.host_switch is not None:
+            # the probe names the one-host switch; these hosts came from the list
+            return reason.replace(backend.host_switch, backend.hosts_switch)
         if reason is not None:
             return reason
-    return "the hosts answer their probes; `vaelii-llm warm` tries one turn and shows its error"
+    return f"{first.type}: {first}"
 
 
 async def _warm() -> int:
@@ -532,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
         "which backend answers now, and what its model can do",
         "Say which backend is configured and which answers now; when it cannot, why\n"
         "and what to do; for Ollama, the host, the model and what the model can do.",
-    )
+    ).epilog = STATUS_EPILOG
     _command(
         commands,
         "config",
@@ -570,10 +579,10 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "vote",
         "a majority yes/no vote over the pool",
-        "Ask a yes/no question several times over the Ollama hosts of\n"
-        "VAELII_OLLAMA_HOSTS (else VAELII_OLLAMA_HOST) and print the verdict.\n"
-        "Exit 0 with a verdict, 1 when every turn failed (with the reason),\n"
-        "2 when no Ollama is configured.",
+        "Ask a yes/no question several times over the configured backend's\n"
+        "hosts (its hosts switch, else its host) and print the verdict.\n"
+        "Exit 0 with a verdict, 1 when every turn failed (with the first\n"
+        "turn's reason), 2 when the backend is not one with hosts.",
     )
     vote.add_argument("question")
     vote.add_argument(

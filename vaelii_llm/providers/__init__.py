@@ -136,7 +136,11 @@ async def unavailable_reason(kind: str | None = None, **opts: Any) -> str | None
     backend = _chosen(kind, opts)
     if backend.kind == STUB:
         return None
-    module = importlib.import_module(backend.module)
+    return await _reason(backend, importlib.import_module(backend.module), opts)
+
+
+async def _reason(backend: Backend, module: ModuleType, opts: Mapping[str, Any]) -> str | None:
+    """The one place that says why ``backend`` cannot answer (None: it can)."""
     explain = getattr(module, "unavailable_reason", None)
     if explain is None:
         if await _probe(backend, module, opts):
@@ -164,7 +168,8 @@ async def _build(kind: str | None, constructor: str, opts: Mapping[str, Any]) ->
         return _fallback(opts)
     module = importlib.import_module(backend.module)
     if not await _probe(backend, module, opts):
-        log.warning("provider %s is not available; the stub answers instead", backend.kind)
+        why = await _reason(backend, module, opts) or "its probe said no"
+        log.warning("provider %s cannot answer (%s); the stub answers instead", backend.kind, why)
         return _fallback(opts)
     if not hasattr(module, constructor):
         constructor = "provider"

@@ -106,6 +106,8 @@ async def unavailable_reason(
         return f"{failed.type}: {failed}; set OPENAI_API_KEY again without that character"
     if isinstance(failed, errors.LLMApiError) and failed.status in (401, 403):
         return f"{failed.type}: {failed}; set OPENAI_API_KEY to a key this server accepts"
+    if isinstance(failed, errors.LLMApiError) and failed.status >= 500:
+        return f"{failed.type}: {failed}; the server there failed listing its models (see its log)"
     if isinstance(failed, errors.LLMApiError):
         return f"{failed.type}: {failed}; point OPENAI_BASE_URL at the server's /v1"
     return f"{failed.type}: {failed}; start the server there or point OPENAI_BASE_URL at one"
