@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llama_server import LlamaServer, built  # noqa: E402
+from llama_server import LlamaServer, built
 
 OUT = Path(__file__).parent / "recorded" / "llama_server.json"
 PNG = base64.b64encode((Path(__file__).parent.parent / "examples" / "red_square.png").read_bytes())
@@ -64,9 +64,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 async def main() -> None:
-    binary, model = built()
-    version = subprocess.run(
-        [str(binary), "--version"], capture_output=True, text=True, check=False
+    binary, model = await asyncio.to_thread(built)
+    version = (
+        await asyncio.to_thread(
+            subprocess.run, [str(binary), "--version"], capture_output=True, text=True, check=False
+        )
     ).stderr.strip()
     recorded: dict[str, Any] = {
         "server": version.splitlines()[0],

@@ -24,6 +24,7 @@ import openai as openai_sdk
 import pytest
 import pytest_asyncio
 from llama_server import LlamaServer
+from redis_server import RedisServer
 
 from vaelii_llm import Message, Request, Response
 from vaelii_llm.errors import LLMTimeout
@@ -283,3 +284,59 @@ async def test_the_command_votes_from_the_real_model(server: LlamaServer) -> Non
     words = voted.stdout.split()
     assert words[:2] in (["verdict:", "yes"], ["verdict:", "no"]), voted.stdout
     assert "failed: 0 of 3" in voted.stdout, voted.stdout
+
+
+async def _most_busy_while(server: LlamaServer, work: Any) -> tuple[Any, int]:
+    """``work`` awaited while ``server``'s slots are read; the most seen busy at once."""
+    most = 0
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        most = max(most, sum(await asyncio.to_thread(server.slots)))
+        await asyncio.sleep(0.01)
+    return await task, most
+
+
+async def _commands(
+    env: dict[str, str], *argv: list[str]
+) -> list[subprocess.CompletedProcess[str]]:
+    async def one(args: list[str]) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(
+            subprocess.run, args, env=env, capture_output=True, text=True, timeout=180, check=False
+        )
+
+    return list(await asyncio.gather(*(one(args) for args in argv)))
+
+
+async def test_two_processes_sharing_slots_in_redis_hold_one_host_s_limit() -> None:
+    """Two ``vaelii-llm vote`` processes, one host of two slots given as
+    ``host*1``, the slots shared through a real Redis: the server never has
+    more than one slot generating, though it could run two."""
+    async with LlamaServer(parallel=2) as host, RedisServer() as redis:
+        env = {
+            **os.environ,
+            "VAELII_LLM_PROVIDER": "openai",
+            "VAELII_OPENAI_HOSTS": f"{host.base}/v1*1",
+            "OPENAI_BASE_URL": host.base + "/v1",
+            "VAELII_OPENAI_MODEL": MODEL,
+            "VAELII_POOL_REDIS_URL": redis.url,
+        }
+        vote_ = [sys.executable, "-m", "vaelii_llm.cli", "vote", "--votes", "4", "Is fire hot?"]
+        done, most = await _most_busy_while(host, _commands(env, vote_, vote_))
+    for finished in done:
+        assert finished.returncode == 0, finished.stderr
+        assert "failed: 0 of 4" in finished.stdout, finished.stdout
+    assert most == 1
+
+
+async def test_the_command_asks_the_real_model(server: LlamaServer) -> None:
+    env = {
+        **os.environ,
+        "VAELII_LLM_PROVIDER": "openai",
+        "OPENAI_BASE_URL": server.base + "/v1",
+        "VAELII_OPENAI_MODEL": MODEL,
+    }
+    question = "Reply with exactly one word: yes or no. Is fire hot?"
+    asked = [sys.executable, "-m", "vaelii_llm.cli", "ask", question]
+    (done,) = await _commands(env, asked)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1].strip(".,!").lower() in {"yes", "no"}, done.stdout
