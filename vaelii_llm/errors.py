@@ -37,6 +37,7 @@ The SDK never retries; the mark is for the caller's own loop.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import ClassVar, Final, Literal
 
 __all__ = [
@@ -132,15 +133,27 @@ class LLMApiError(LLMError):
     200 body or a stream chunk (``status`` is then the 200 it came with).
 
     No retry happens anywhere: a 429 or 529 lands here like any other status,
-    marked ``retryable``.
+    marked ``retryable``. ``request_id`` is the far end's id for the request
+    (``None`` when it sent none); ``headers`` holds the rate-limit and retry
+    headers the backend allow-lists (names lowercased; never a credential).
     """
 
     type: ClassVar[ErrorType] = "llm-api-error"
 
-    def __init__(self, label: str, status: int, body: str) -> None:
+    def __init__(
+        self,
+        label: str,
+        status: int,
+        body: str,
+        *,
+        request_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.label = label
         self.status = status
         self.body = body
+        self.request_id = request_id
+        self.headers: Mapping[str, str] = headers or {}
         if status < 400:
             status = _API_ERROR_STATUS.get(_api_error_kind(body) or "", status)
         self.retryable = _retryable_status(status)
