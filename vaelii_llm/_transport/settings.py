@@ -69,24 +69,23 @@ log = logging.getLogger("vaelii_llm.transport")
 @dataclass(frozen=True, slots=True)
 class Headers:
     """The response headers a backend hands on to callers: its request id's
-    header and the allow-list of the rest (an entry ending in ``-`` is a prefix).
-    No entry may name a header that can carry a credential."""
+    header, and the allow-list of the rest (whole ``names``, or ``prefixes``
+    of names), all lowercase. No entry may match a header that can carry a
+    credential."""
 
     request_id: str | None = None
-    kept: tuple[str, ...] = ()
+    names: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
 
     def read(self, raw: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
         """The request id and the allow-listed headers of ``raw``, names lowercased."""
-        request_id = raw.get(self.request_id) if self.request_id else None
-        kept = {
-            name.lower(): value
-            for name, value in raw.items()
-            if any(
-                name.lower().startswith(k) if k.endswith("-") else name.lower() == k
-                for k in self.kept
-            )
-        }
-        return request_id, kept
+        names, prefixes = self.names, self.prefixes
+        kept = {}
+        for name, value in raw.items():
+            low = name.lower()
+            if low in names or low.startswith(prefixes):
+                kept[low] = value
+        return (raw.get(self.request_id) if self.request_id else None), kept
 
 
 NO_HEADERS: Final = Headers()

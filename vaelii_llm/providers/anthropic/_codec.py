@@ -35,7 +35,9 @@ API_VERSION: Final = "2023-06-01"
 """The ``anthropic-version`` header: the version the API's published history names."""
 MESSAGES_PATH: Final = "/v1/messages"
 COUNT_PATH: Final = "/v1/messages/count_tokens"
-HEADERS: Final = Headers(request_id="request-id", kept=("retry-after", "anthropic-ratelimit-"))
+HEADERS: Final = Headers(
+    request_id="request-id", names=frozenset({"retry-after"}), prefixes=("anthropic-ratelimit-",)
+)
 """What callers see of the Messages API's response headers."""
 
 

@@ -170,7 +170,9 @@ def endpoint(base_url: str) -> Endpoint:
 
 
 HEADERS: Final = Headers(
-    request_id="x-request-id", kept=("retry-after", "retry-after-ms", "x-ratelimit-")
+    request_id="x-request-id",
+    names=frozenset({"retry-after", "retry-after-ms"}),
+    prefixes=("x-ratelimit-",),
 )
 """What callers see of an OpenAI-compatible server's response headers."""
 
