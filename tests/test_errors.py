@@ -178,5 +178,11 @@ def test_every_error_says_whether_a_retry_can_cure_it(
     assert error.retryable is expected
 
 
+def test_an_error_inside_a_200_keeps_its_status_and_is_marked_by_its_type() -> None:
+    err = errors.LLMApiError("far", 200, OVERLOADED)
+    assert (err.status, err.retryable) == (200, True)
+    assert "HTTP 200" in str(err)
+
+
 def test_the_retryable_table_covers_every_subclass() -> None:
     assert {type(e) for e, _ in RETRYABLE} == _subclasses(errors.LLMError)

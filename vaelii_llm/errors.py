@@ -154,9 +154,9 @@ class LLMApiError(LLMError):
         self.body = body
         self.request_id = request_id
         self.headers: Mapping[str, str] = headers or {}
-        if status < 400:
-            status = _API_ERROR_STATUS.get(_api_error_kind(body) or "", status)
-        self.retryable = _retryable_status(status)
+        # An error inside a 200 is marked as the status the API answers it with.
+        answered = status if status >= 400 else _API_ERROR_STATUS.get(_api_error_kind(body) or "")
+        self.retryable = answered is not None and _retryable_status(answered)
         super().__init__(f"{label} answered HTTP {status}: {excerpt(body)!r}")
 
 
