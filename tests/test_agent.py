@@ -228,3 +228,75 @@ async def test_tool_use_naming_no_tool_ends_the_loop_rather_than_send_nothing_ba
     result = await agent.run(model, toolset, "q")
     assert (result.stopped, result.answer, result.turns) == ("answered", "hmm", 1)
     assert len(model.requests()) == 1
+
+
+class Counting:
+    """A tool source that counts the calls that reach it."""
+
+    def __init__(self, inner: tools.Toolset) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.ran = 0
+
+    def schemas(self) -> Any:
+        return self.inner.schemas()
+
+    async def call(self, name: str, input: Any = None) -> Any:
+        self.ran += 1
+        return await self.inner.call(name, input)
+
+
+def asking(calls: int, **usage: int) -> Response:
+    uses = [ToolUseBlock(id=f"t{i}", name="kb_sentex_count", input={}) for i in range(calls)]
+    return Response(content=list(uses), stop_reason="tool_use", usage=Usage(**usage))
+
+
+async def test_a_turn_asking_50_calls_runs_10_under_a_per_turn_limit(
+    toolset: tools.Toolset,
+) -> None:
+    counting = Counting(toolset)
+    model = stub.provider(script=[asking(50), "never asked"])
+    result = await agent.run(model, counting, "q", max_tool_calls_per_turn=10)
+    assert (result.stopped, result.turns, counting.ran) == ("max_tool_calls_per_turn", 1, 10)
+    assert [c.id for c in result.tool_calls] == [f"t{i}" for i in range(10)]
+    back = result.messages[-1].content
+    assert isinstance(back, list)
+    assert len(back) == 50  # every call answered: the ten run, the rest refused
+    refused = [b for b in back if isinstance(b, ToolResultBlock) and b.is_error]
+    assert [b.tool_use_id for b in refused] == [f"t{i}" for i in range(10, 50)]
+    assert len(model.requests()) == 1
+
+
+async def test_the_run_limit_on_tool_calls_counts_every_turn(toolset: tools.Toolset) -> None:
+    counting = Counting(toolset)
+    model = stub.provider(script=[asking(3), asking(3), "never asked"])
+    result = await agent.run(model, counting, "q", max_tool_calls=4)
+    assert (result.stopped, result.turns, counting.ran) == ("max_tool_calls", 2, 4)
+
+
+@pytest.mark.parametrize(
+    ("limit", "stopped"),
+    [
+        ({"max_input_tokens": 25}, "max_input_tokens"),
+        ({"max_output_tokens": 5}, "max_output_tokens"),
+    ],
+)
+async def test_a_token_budget_stops_the_run_between_turns(
+    toolset: tools.Toolset, limit: dict[str, int], stopped: str
+) -> None:
+    counting = Counting(toolset)
+    turn = asking(1, input_tokens=15, output_tokens=3)
+    model = stub.provider(script=[turn, turn, turn, "never asked"])
+    result = await agent.run(model, counting, "q", **limit)  # type: ignore[arg-type]
+    assert (result.stopped, result.turns, counting.ran) == (stopped, 2, 1)
+    assert result.usage == Usage(input_tokens=30, output_tokens=6)
+    assert len(model.requests()) == 2
+
+
+@pytest.mark.parametrize("name", ["max_input_tokens", "max_tool_calls_per_turn"])
+@pytest.mark.parametrize("value", [0, -1, True, 1.5])
+async def test_a_budget_that_is_no_whole_number_is_refused(
+    toolset: tools.Toolset, name: str, value: Any
+) -> None:
+    with pytest.raises(ValueError, match=name):
+        await agent.run(stub.provider(script=["x"]), toolset, "q", **{name: value})

@@ -181,8 +181,14 @@ async def test_ask_on_a_backend_that_fell_back_says_so_in_one_line_and_exits_2(
             5,
             "turn limit: the model was still asking for tools after 2 turns",
         ),
+        (
+            ollama_keeps_asking,
+            ("--max-tool-calls", "1"),
+            5,
+            "budget: max_tool_calls reached after 2 turns (raise --max-tool-calls)",
+        ),
     ],
-    ids=["max_tokens", "turn-limit"],
+    ids=["max_tokens", "turn-limit", "tool-call-budget"],
 )
 async def test_ask_reports_a_truncation_and_a_turn_limit_with_their_own_codes(
     monkeypatch: pytest.MonkeyPatch,

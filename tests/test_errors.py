@@ -134,3 +134,55 @@ def test_the_docs_error_table_has_one_row_per_class() -> None:
     rows = dict(re.findall(r"^\| `(llm-[a-z-]+)` \| \[`(LLM\w+)`\]", page, re.MULTILINE))
     spec = {kind: cls.__name__ for kind, cls in SPEC_TYPES.items()}
     assert rows == {"llm-error": "LLMError", **spec}  # the base row, then the spec's
+
+
+def _subclasses(cls: type[errors.LLMError]) -> set[type[errors.LLMError]]:
+    found = set(cls.__subclasses__())
+    return found.union(*(_subclasses(c) for c in found))
+
+
+OVERLOADED = '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+INVALID = '{"type":"error","error":{"type":"invalid_request_error","message":"no"}}'
+
+RETRYABLE: list[tuple[errors.LLMError, bool]] = [
+    (errors.LLMApiError("far", 408, ""), True),
+    (errors.LLMApiError("far", 409, ""), True),
+    (errors.LLMApiError("far", 429, ""), True),
+    (errors.LLMApiError("far", 500, ""), True),
+    (errors.LLMApiError("far", 503, ""), True),
+    (errors.LLMApiError("far", 529, ""), True),
+    (errors.LLMApiError("far", 200, OVERLOADED), True),
+    (errors.LLMApiError("far", 200, INVALID), False),
+    (errors.LLMApiError("far", 200, "not json"), False),
+    (errors.LLMApiError("far", 400, OVERLOADED), False),
+    (errors.LLMApiError("far", 401, ""), False),
+    (errors.LLMApiError("far", 403, ""), False),
+    (errors.LLMApiError("far", 404, ""), False),
+    (errors.LLMBadCredential("x-api-key"), False),
+    (errors.LLMBadHosts("empty"), False),
+    (errors.LLMBadResponse("far", "answered junk", "junk"), False),
+    (errors.LLMClosed("far"), False),
+    (errors.LLMEncode("scripted", "far"), False),
+    (errors.LLMNoCredential("nowhere"), False),
+    (errors.LLMTimeout("far", 10, "body"), True),
+    (errors.LLMPoolTimeout("far", 10), True),
+    (errors.LLMUnreachable("far", "refused"), True),
+    (errors.LLMUnsupported("far", "counting"), False),
+]
+
+
+@pytest.mark.parametrize(("error", "expected"), RETRYABLE, ids=repr)
+def test_every_error_says_whether_a_retry_can_cure_it(
+    error: errors.LLMError, expected: bool
+) -> None:
+    assert error.retryable is expected
+
+
+def test_an_error_inside_a_200_keeps_its_status_and_is_marked_by_its_type() -> None:
+    err = errors.LLMApiError("far", 200, OVERLOADED)
+    assert (err.status, err.retryable) == (200, True)
+    assert "HTTP 200" in str(err)
+
+
+def test_the_retryable_table_covers_every_subclass() -> None:
+    assert {type(e) for e, _ in RETRYABLE} == _subclasses(errors.LLMError)

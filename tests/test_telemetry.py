@@ -742,3 +742,50 @@ async def test_a_system_prompt_of_blocks_is_recorded_a_part_a_block(otel: Record
         {"type": "text", "content": "SYSTEM-ONE"},
         {"type": "text", "content": "SYSTEM-TWO"},
     ]
+
+
+def _answering(status: int, text: str) -> Any:
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            status=status,
+            text=text,
+            content_type="application/json",
+            headers={"request-id": "req_123", "x-api-key": SECRET},
+        )
+
+    return handler
+
+
+async def test_a_turns_span_carries_the_far_ends_request_id(otel: Recorded) -> None:
+    otel.enable()
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": "No."}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 3, "output_tokens": 2},
+    }
+    async with (
+        serve(_answering(200, json.dumps(message))) as url,
+        anthropic.provider(credential=SECRET, base_url=url) as model,
+    ):
+        await model.complete(ASK)
+    a = attrs(otel.one("chat claude-opus-5-5"))
+    assert (a["gen_ai.response.id"], a["vaelii_llm.response.request_id"]) == ("msg_1", "req_123")
+    assert SECRET not in repr(a)
+
+
+async def test_a_refused_turns_span_carries_the_far_ends_request_id(otel: Recorded) -> None:
+    otel.enable()
+    async with (
+        serve(_answering(429, '{"error": "slow down"}')) as url,
+        anthropic.provider(credential=SECRET, base_url=url) as model,
+    ):
+        with pytest.raises(LLMApiError):
+            await model.complete(ASK)
+    span = otel.one("chat claude-opus-5-5")
+    assert span.status.status_code is StatusCode.ERROR
+    assert attrs(span)["vaelii_llm.response.request_id"] == "req_123"

@@ -33,7 +33,8 @@ Response fields
     counts, the host's own counts and durations beside them); ``extra`` the
     top-level fields of the far end's message this package does not model
     (``container``, ``context_management``…), kept for a caller continuing the
-    conversation.
+    conversation; ``request_id`` and ``headers`` the far end's request id and
+    its rate-limit and retry headers, for a caller's own limiter or retry.
 
 Blocks
     :class:`TextBlock`, :class:`ThinkingBlock` (with its ``signature``),
@@ -314,7 +315,13 @@ def nearest_stop_reason(called_tools: bool) -> StopReason:
 
 
 class Response(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
-    """One finished turn. ``stream`` ends with the same value ``complete`` returns."""
+    """One finished turn. ``stream`` ends with the same value ``complete`` returns.
+
+    ``request_id`` is the far end's id for the HTTP request (``None`` when it
+    sent none, as Ollama never does); ``headers`` holds its rate-limit and
+    retry headers by the backend's allow-list (names lowercased, never a
+    credential; ``None`` when it sent none of them).
+    """
 
     content: list[Block]
     stop_reason: StopReason | None
@@ -325,6 +332,8 @@ class Response(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     stop_details: dict[str, Any] | None = None
     usage: Usage = field(default_factory=Usage)
     extra: dict[str, Any] | None = None
+    request_id: str | None = None
+    headers: dict[str, str] | None = None
 
 
 class TextDelta(Struct, frozen=True, kw_only=True):

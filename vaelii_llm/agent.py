@@ -17,9 +17,15 @@ Each turn it streams the model's answer and branches on ``stop_reason`` first:
     the loop stops and says so (``stopped="refusal"`` / ``"max_tokens"``).
 
 After ``max_turns`` model turns that still ask for tools it stops with
-``stopped="max_turns"`` and runs nothing more. An :class:`~vaelii_llm.errors.LLMError`
-from the model (a timeout, an unreachable host) propagates unchanged; a tool
-never raises (its refusal travels back to the model as an error result).
+``stopped="max_turns"`` and runs nothing more. The budgets stop it the same
+way, ``stopped`` naming the one reached: ``max_input_tokens`` and
+``max_output_tokens`` (the run's summed ``usage``, checked between turns, so
+the turn that crosses one is the last), ``max_tool_calls`` for the run and
+``max_tool_calls_per_turn`` for one turn (the calls past either are never run:
+each gets an error result, and the loop stops after that turn). An
+:class:`~vaelii_llm.errors.LLMError` from the model (a timeout, an
+unreachable host) propagates unchanged; a tool never raises (its refusal
+travels back to the model as an error result).
 
 Several tool sets share one loop (``toolsets=[kb_tools, files, search]``): their
 tools are sent in the order given, each set's own (byte-stable) order kept, so
@@ -101,9 +107,18 @@ CACHE = Cache(tools=True, system=True)
 """The cache breakpoints the loop adds to a first request naming none: after
 the tools and after the system prompt, the prefix every turn resends."""
 
-Stopped = Literal["answered", "refusal", "max_tokens", "max_turns"]
+Stopped = Literal[
+    "answered",
+    "refusal",
+    "max_tokens",
+    "max_turns",
+    "max_input_tokens",
+    "max_output_tokens",
+    "max_tool_calls",
+    "max_tool_calls_per_turn",
+]
 """Why the loop stopped: the model answered, refused, was cut by ``max_tokens``,
-or was still asking for tools when the turn limit came."""
+or was still asking for tools when a limit was reached (the limit's name)."""
 
 _GOES_ON: frozenset[StopReason | None] = frozenset({"tool_use", "pause_turn"})
 _SPACE = re.compile(r"\s+")
@@ -311,9 +326,20 @@ async def _turn(
 
 
 async def _run_tools(
-    toolset: ToolSource, uses: Sequence[ToolUseBlock], turn: int, calls: list[ToolCall]
+    toolset: ToolSource,
+    uses: Sequence[ToolUseBlock],
+    turn: int,
+    calls: list[ToolCall],
+    allowed: int,
+    limit: Stopped,
 ) -> AsyncGenerator[Event | ToolResultBlock, None]:
-    for use in uses:
+    """Run the first ``allowed`` of ``uses``; the rest get an error result naming ``limit``."""
+    for index, use in enumerate(uses):
+        if index >= allowed:
+            yield ToolResultBlock(
+                tool_use_id=use.id, content=f"not run: over the {limit} limit", is_error=True
+            )
+            continue
         if use.partial:  # cut inside its input: never run
             yield ToolResultBlock(
                 tool_use_id=use.id, content="not run: the call was cut short", is_error=True
@@ -351,6 +377,10 @@ async def events(
     max_turns: int = DEFAULT_MAX_TURNS,
     deltas: bool = True,
     cache: bool | None = None,
+    max_input_tokens: int | None = None,
+    max_output_tokens: int | None = None,
+    max_tool_calls: int | None = None,
+    max_tool_calls_per_turn: int | None = None,
 ) -> AsyncGenerator[Event | AgentResult, None]:
     """Run the loop, yielding each event as it happens and the
     :class:`AgentResult` last. ``question`` is the user's text (asked with
@@ -360,11 +390,17 @@ async def events(
     refused with ``ValueError`` before the first turn. ``deltas=False`` asks
     the backend for whole blocks only (text then arrives a block at a time).
     ``cache`` adds :data:`CACHE` to a first request naming no ``cache`` (None:
-    ``VAELII_PROMPT_CACHE`` decides, on unless switched off).
+    ``VAELII_PROMPT_CACHE`` decides, on unless switched off). The ``max_*``
+    budgets (None: no limit) stop the loop as the module says.
     Iterate under ``contextlib.aclosing``: stopping early closes the turn's
     HTTP response at once."""
-    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-        raise ValueError(f"max_turns is a whole number of at least 1, got {max_turns!r}")
+    _check(
+        max_turns=max_turns,
+        max_input_tokens=max_input_tokens,
+        max_output_tokens=max_output_tokens,
+        max_tool_calls=max_tool_calls,
+        max_tool_calls_per_turn=max_tool_calls_per_turn,
+    )
     toolset, question = _arguments(toolset, question, toolsets)
     first = request(question, toolset) if isinstance(question, str) else question
     if first.cache is None and config.prompt_cache(cache):
@@ -392,28 +428,78 @@ async def events(
         stopped = _stopped(response.stop_reason, turn, max_turns)
         if response.stop_reason == "tool_use" and not uses:
             stopped = "answered"  # asked for tools and named none: nothing to send back
+        if stopped is None:
+            stopped = _spent(usage, max_input_tokens, max_output_tokens)
         if stopped is not None:
-            yield AgentResult(
-                answer=_text(response.content),
-                tool_calls=calls,
-                stop_reason=response.stop_reason,
-                stopped=stopped,
-                turns=turn,
-                usage=usage,
-                messages=messages,
-                response=response,
-            )
+            yield _result(response, stopped, calls, turn, usage, messages)
             return
         if response.stop_reason == "tool_use":
             results: list[Block] = []
-            async with aclosing(_run_tools(toolset, uses, turn, calls)) as ran:
+            allowed, limit = _allowed(
+                len(uses), len(calls), max_tool_calls, max_tool_calls_per_turn
+            )
+            async with aclosing(_run_tools(toolset, uses, turn, calls, allowed, limit)) as ran:
                 async for step in ran:
                     if isinstance(step, ToolResultBlock):
                         results.append(step)
                     else:
                         yield step
             messages.append(Message(role="user", content=results))
+            if allowed < len(uses):
+                yield _result(response, limit, calls, turn, usage, messages)
+                return
         # pause_turn: the assistant content alone goes back, and the far end goes on
+
+
+def _check(**budgets: int | None) -> None:
+    """Refuse a limit that is not a whole number of at least 1 (None: no limit)."""
+    for name, value in budgets.items():
+        if value is None and name != "max_turns":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} is a whole number of at least 1, got {value!r}")
+
+
+def _result(
+    response: Response,
+    stopped: Stopped,
+    calls: list[ToolCall],
+    turn: int,
+    usage: Usage,
+    messages: list[Message],
+) -> AgentResult:
+    return AgentResult(
+        answer=_text(response.content),
+        tool_calls=calls,
+        stop_reason=response.stop_reason,
+        stopped=stopped,
+        turns=turn,
+        usage=usage,
+        messages=messages,
+        response=response,
+    )
+
+
+def _spent(usage: Usage, max_input: int | None, max_output: int | None) -> Stopped | None:
+    """The token budget the run's summed usage has reached, if any."""
+    if max_input is not None and (usage.input_tokens or 0) >= max_input:
+        return "max_input_tokens"
+    if max_output is not None and (usage.output_tokens or 0) >= max_output:
+        return "max_output_tokens"
+    return None
+
+
+def _allowed(
+    asked: int, ran: int, per_run: int | None, per_turn: int | None
+) -> tuple[int, Stopped]:
+    """How many of this turn's ``asked`` calls may run, and the limit that bounds them."""
+    allowed = asked
+    limit: Stopped = "max_tool_calls_per_turn"
+    if per_turn is not None and per_turn < allowed:
+        allowed = per_turn
+    if per_run is not None and per_run - ran < allowed:
+        allowed, limit = max(per_run - ran, 0), "max_tool_calls"
+    return allowed, limit
 
 
 def _stopped(reason: StopReason | None, turn: int, max_turns: int) -> Stopped | None:
@@ -437,6 +523,10 @@ async def run(
     deltas: bool = False,
     cache: bool | None = None,
     on_event: Callable[[Event], None] | None = None,
+    max_input_tokens: int | None = None,
+    max_output_tokens: int | None = None,
+    max_tool_calls: int | None = None,
+    max_tool_calls_per_turn: int | None = None,
 ) -> AgentResult:
     """Run the loop of :func:`events` to its end and return the result;
     ``on_event`` sees each event as it happens."""
@@ -448,6 +538,10 @@ async def run(
         max_turns=max_turns,
         deltas=deltas,
         cache=cache,
+        max_input_tokens=max_input_tokens,
+        max_output_tokens=max_output_tokens,
+        max_tool_calls=max_tool_calls,
+        max_tool_calls_per_turn=max_tool_calls_per_turn,
     )
     async with aclosing(loop) as it:
         async for item in it:

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -96,7 +96,20 @@ async def _print_tools(as_json: bool, servers: Sequence[_Server] = (), kb_too: b
 
 # -- ask ------------------------------------------------------------------------------
 
-ASK_EXIT: dict[str, int] = {"answered": 0, "refusal": 3, "max_tokens": 4, "max_turns": 5}
+_ASK_BUDGETS = (
+    "max_input_tokens",
+    "max_output_tokens",
+    "max_tool_calls",
+    "max_tool_calls_per_turn",
+)
+"""The agent budgets ``ask`` takes as options (``--max-tool-calls`` …)."""
+ASK_EXIT: dict[str, int] = {
+    "answered": 0,
+    "refusal": 3,
+    "max_tokens": 4,
+    "max_turns": 5,
+    **dict.fromkeys(_ASK_BUDGETS, 5),
+}
 """The exit status of ``ask`` for each way the tool loop stops."""
 ASK_STUB_ONLY = 2
 """The exit status when the configured backend cannot answer (only the stub could)."""
@@ -106,6 +119,10 @@ ASK_STOPPED: dict[str, str] = {
     "max_tokens": "truncated: the answer ran into max_tokens",
     "max_turns": "turn limit: the model was still asking for tools after {turns} turns "
     "(raise --max-turns)",
+    **{
+        name: f"budget: {name} reached after {{turns}} turns (raise --{name.replace('_', '-')})"
+        for name in _ASK_BUDGETS
+    },
 }
 
 ASK_SERVER_GONE = 6
@@ -120,7 +137,8 @@ ASK_EPILOG = """exit status:
      (two toolsets offering one tool name among them)
   3  the model refused
   4  the answer was truncated at max_tokens
-  5  the turn limit ran out while the model still asked for tools
+  5  the turn limit or a budget (--max-tool-calls …) ran out while the model still
+     asked for tools
   6  an MCP server died or hung up during the loop (its later calls were error
      results the model read; the answer is printed, then the reason)
 """
@@ -250,6 +268,7 @@ async def _ask(
     servers: Sequence[_Server] = (),
     kb_too: bool = True,
     cache: bool | None = None,
+    budgets: Mapping[str, int | None] | None = None,
 ) -> int:
     from vaelii_llm import _backends, agent, providers
     from vaelii_llm.providers.stub import StubProvider
@@ -271,6 +290,7 @@ async def _ask(
         if isinstance(model, StubProvider):  # it went away between the check and the build
             raise _stub_only(f"{chosen} stopped answering; `vaelii-llm status` checks")
         printer = None if as_json else _AskPrinter(sys.stdout)
+        limits = budgets or {}
         try:
             result = await agent.run(
                 model,
@@ -280,6 +300,10 @@ async def _ask(
                 deltas=not as_json,
                 cache=cache,
                 on_event=printer,
+                max_input_tokens=limits.get("max_input_tokens"),
+                max_output_tokens=limits.get("max_output_tokens"),
+                max_tool_calls=limits.get("max_tool_calls"),
+                max_tool_calls_per_turn=limits.get("max_tool_calls_per_turn"),
             )
         finally:  # a failure's line on stderr starts on a line of its own
             if printer is not None:
@@ -354,6 +378,9 @@ def _add_ask(commands: Any) -> None:
         default=8,
         help="model turns allowed (default 8)",
     )
+    for name in _ASK_BUDGETS:
+        flag = "--" + name.replace("_", "-")
+        ask.add_argument(flag, type=_whole_number(1, flag), help=f"stop at {name} (default none)")
     _add_server_flags(ask)
     ask.add_argument(
         "--no-cache",
@@ -612,6 +639,7 @@ def _run(args: argparse.Namespace) -> int | None:
                 _servers(args),
                 not args.no_kb,
                 args.cache,
+                {name: getattr(args, name) for name in _ASK_BUDGETS},
             )
         )
     if args.command == "config":

@@ -26,11 +26,19 @@ The message (``str(err)``) is short on purpose: far-end text is cut to
 :data:`EXCERPT_CHARS` characters, and the whole text stays on the object
 (``body`` or ``text``), since a body can be megabytes of a proxy's HTML and
 every log line the failure reaches would carry it. No message ever holds a credential.
+
+``err.retryable`` says whether sending the same turn again can help: true for a
+timeout, an unreachable host, and an :class:`LLMApiError` whose status is 408,
+409, 429 or 5xx (an error inside a 200 counts as the status the API answers it
+with, so a stream's ``overloaded_error`` is a 529); false for everything else.
+The SDK never retries; the mark is for the caller's own loop.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import json
+from collections.abc import Mapping
+from typing import ClassVar, Final, Literal
 
 __all__ = [
     "EXCERPT_CHARS",
@@ -84,25 +92,71 @@ def excerpt(text: str | bytes, limit: int = EXCERPT_CHARS) -> str:
     return text[:limit] + "…"
 
 
+_API_ERROR_STATUS: Final = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+"""The Messages API's error types and the statuses it answers them with."""
+
+
+def _api_error_kind(body: str) -> str | None:
+    """The ``error.type`` of a JSON error body, when it has one."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _retryable_status(status: int) -> bool:
+    return status in (408, 409, 429) or status >= 500
+
+
 class LLMError(Exception):
-    """Base of every refusal the model side raises. ``type`` names the row."""
+    """Base of every refusal the model side raises. ``type`` names the row;
+    ``retryable`` says whether the same turn sent again can succeed."""
 
     type: ClassVar[ErrorType] = "llm-error"
+    retryable: bool = False
 
 
 class LLMApiError(LLMError):
     """The far end answered an error: a non-2xx status, or an ``error`` inside a
     200 body or a stream chunk (``status`` is then the 200 it came with).
 
-    No retry happens anywhere: a 429 or 529 lands here like any other status.
+    No retry happens anywhere: a 429 or 529 lands here like any other status,
+    marked ``retryable``. ``request_id`` is the far end's id for the request
+    (``None`` when it sent none); ``headers`` holds the rate-limit and retry
+    headers the backend allow-lists (names lowercased; never a credential).
     """
 
     type: ClassVar[ErrorType] = "llm-api-error"
 
-    def __init__(self, label: str, status: int, body: str) -> None:
+    def __init__(
+        self,
+        label: str,
+        status: int,
+        body: str,
+        *,
+        request_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.label = label
         self.status = status
         self.body = body
+        self.request_id = request_id
+        self.headers: Mapping[str, str] = headers or {}
+        # An error inside a 200 is marked as the status the API answers it with.
+        answered = status if status >= 400 else _API_ERROR_STATUS.get(_api_error_kind(body) or "")
+        self.retryable = answered is not None and _retryable_status(answered)
         super().__init__(f"{label} answered HTTP {status}: {excerpt(body)!r}")
 
 
@@ -218,6 +272,7 @@ class LLMTimeout(LLMError):
     """
 
     type: ClassVar[ErrorType] = "llm-timeout"
+    retryable = True
 
     def __init__(self, label: str, timeout_ms: int, phase: TimeoutPhase = "headers") -> None:
         self.label = label
@@ -241,6 +296,7 @@ class LLMUnreachable(LLMError):
     the fixed connect deadline, or did not resolve."""
 
     type: ClassVar[ErrorType] = "llm-unreachable"
+    retryable = True
 
     def __init__(self, label: str, reason: str) -> None:
         self.label = label

@@ -17,7 +17,9 @@ a turn
     ``gen_ai.request.model``/``max_tokens``/``temperature``/``stop_sequences``/
     ``stream``, ``server.address``/``server.port``, and from the
     :class:`~vaelii_llm._protocol.Response` ``gen_ai.response.model`` (the model
-    that served), ``gen_ai.response.id``, ``gen_ai.response.finish_reasons``
+    that served), ``gen_ai.response.id`` (the message's id),
+    ``vaelii_llm.response.request_id`` (the far end's id for the HTTP
+    request, on a failure's span too), ``gen_ai.response.finish_reasons``
     (the neutral stop reason), ``gen_ai.usage.input_tokens``/``output_tokens``
     and the cache counts. A streamed turn's span covers the whole stream, from
     the call to the final Response or to the moment the caller closed it; the
@@ -96,7 +98,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
-from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMApiError, LLMError
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
@@ -134,6 +136,8 @@ TOOL_NAME: Final = "gen_ai.tool.name"
 TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 WORKFLOW_NAME: Final = "gen_ai.workflow.name"
+REQUEST_ID: Final = "vaelii_llm.response.request_id"
+"""The far end's id for the HTTP request (no semantic convention names it yet)."""
 TOOL_SERVER: Final = "vaelii_llm.tool.server"
 """The MCP server a tool call went to (no semantic convention names it yet)."""
 INPUT_MESSAGES: Final = "gen_ai.input.messages"
@@ -468,6 +472,8 @@ class _Turn:
             done[RESPONSE_MODEL] = metric_attrs[RESPONSE_MODEL] = response.model
         if response.id:
             done[RESPONSE_ID] = response.id
+        if response.request_id:
+            done[REQUEST_ID] = response.request_id
         if response.stop_reason is not None:
             done[RESPONSE_FINISH_REASONS] = [response.stop_reason]
         usage = response.usage
@@ -509,6 +515,8 @@ def _cancelled(exc: BaseException, span: Span) -> bool:
         return True
     kind = _error_type(exc)
     span.set_attribute(ERROR_TYPE, kind)
+    if isinstance(exc, LLMApiError) and exc.request_id:
+        span.set_attribute(REQUEST_ID, exc.request_id)
     span.record_exception(exc)
     span.set_status(StatusCode.ERROR, kind)
     span.end()

@@ -254,7 +254,7 @@ class _Boundary:
             or not isinstance(typed, LLMBadResponse)
         ):
             return typed
-        return _caused(LLMApiError(self.endpoint.label, response.status, typed.text), typed)
+        return _caused(_api_error(self.endpoint, response, typed.text), typed)
 
     def _failed(self, exc: BaseException, expired: bool) -> LLMError:
         """The typed error for an aiohttp error or an ``OSError``, by where it happened."""
@@ -306,7 +306,13 @@ async def _read_whole(boundary: _Boundary, max_bytes: int) -> bytes:
     data = kept[0] if len(kept) == 1 else b"".join(kept)
     if 200 <= response.status < 300:
         return data
-    raise LLMApiError(label, response.status, data.decode("utf-8", "replace"))
+    raise _api_error(boundary.endpoint, response, data.decode("utf-8", "replace"))
+
+
+def _api_error(endpoint: Endpoint, response: aiohttp.ClientResponse, body: str) -> LLMApiError:
+    """The far end's error status, with its request id and allow-listed headers."""
+    request_id, kept = endpoint.headers.read(response.headers)
+    return LLMApiError(endpoint.label, response.status, body, request_id=request_id, headers=kept)
 
 
 def decode_json(data: bytes, endpoint: Endpoint, decoder: msgspec.json.Decoder[T]) -> T:

@@ -47,6 +47,7 @@ async def request_json(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     inflight: set[aiohttp.ClientResponse] | None = None,
     gate: Gate | None = None,
+    seen: list[Mapping[str, str]] | None = None,
 ) -> T:
     """Send, read the whole body under the deadline, decode it; the response is always let go.
 
@@ -57,7 +58,7 @@ async def request_json(
     ``inflight``: a set that holds the response while its body is read, so its
     owner can cut the read (see :func:`cut`). ``gate``: the session's
     :class:`Gate`, a connection taken from it first and given back with the
-    response.
+    response. ``seen``: a list the response's headers are appended to.
     """
     sent = _outgoing(session, headers, body)
     if gate is not None:
@@ -77,6 +78,8 @@ async def request_json(
                 finally:
                     inflight.discard(response)
         response.release()
+        if seen is not None:
+            seen.append(response.headers)
     finally:
         if gate is not None:
             gate.give()
@@ -231,6 +234,11 @@ class _Stream:
         finally:
             if self._gate is not None:
                 self._gate.give()
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The response's headers (inside the block)."""
+        return self._response.headers
 
     def __aiter__(self) -> _Stream:
         return self

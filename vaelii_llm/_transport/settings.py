@@ -67,11 +67,39 @@ log = logging.getLogger("vaelii_llm.transport")
 
 
 @dataclass(frozen=True, slots=True)
+class Headers:
+    """The response headers a backend hands on to callers: its request id's
+    header, and the allow-list of the rest (whole ``names``, or ``prefixes``
+    of names), all lowercase. No entry may match a header that can carry a
+    credential."""
+
+    request_id: str | None = None
+    names: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+
+    def read(self, raw: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
+        """The request id and the allow-listed headers of ``raw``, names lowercased."""
+        names, prefixes = self.names, self.prefixes
+        kept = {}
+        for name, value in raw.items():
+            low = name.lower()
+            if low in names or low.startswith(prefixes):
+                kept[low] = value
+        return (raw.get(self.request_id) if self.request_id else None), kept
+
+
+NO_HEADERS: Final = Headers()
+"""A far end that sends no request id and no rate-limit headers (Ollama)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Names the far end: ``label`` in every message, ``slug`` as a short id."""
+    """Names the far end: ``label`` in every message, ``slug`` as a short id,
+    ``headers`` what of a response's headers callers see."""
 
     label: str
     slug: str
+    headers: Headers = NO_HEADERS
 
 
 class Deadline(msgspec.Struct, frozen=True, gc=False):

@@ -648,10 +648,10 @@ def _framework_error(
     came after an item, or inside a 200 (an error event)."""
     if isinstance(exc, errors.LLMApiError):
         in_stream = streamed and (received or exc.status < 400)
-        kind = _error_type(exc.body)
+        kind = errors._api_error_kind(exc.body)
         # An error inside a 200 (a body or a stream) gets the status the API
         # answers the same error with before a stream opens, as pydantic-ai does.
-        status = exc.status if exc.status >= 400 else _ERROR_STATUS.get(kind or "", 0)
+        status = exc.status if exc.status >= 400 else errors._API_ERROR_STATUS.get(kind or "", 0)
         if status >= 400:
             return pai_errors.ModelHTTPError.for_category(
                 _category(status),
@@ -676,30 +676,6 @@ def _framework_error(
     if isinstance(exc, errors.LLMBadResponse):
         return pai_errors.UnexpectedModelBehavior(str(exc))
     return pai_errors.UserError(f"{exc.type}: {exc}")
-
-
-_ERROR_STATUS: Final = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "overloaded_error": 529,
-}
-"""The Messages API's error types and the statuses it answers them with."""
-
-
-def _error_type(body: str) -> str | None:
-    """The ``error.type`` of a JSON error body, when it has one."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return None
-    error = parsed.get("error") if isinstance(parsed, dict) else None
-    kind = error.get("type") if isinstance(error, dict) else None
-    return kind if isinstance(kind, str) else None
 
 
 def _category(status: int) -> Any:

@@ -104,6 +104,7 @@ from vaelii_llm._transport.send import cut, drain, open_stream, request_json
 from vaelii_llm._transport.sessions import Gate, LoopSessions, create_session
 from vaelii_llm._transport.settings import (
     DEFAULT_NETWORK,
+    NO_HEADERS,
     USER_AGENT,
     Deadline,
     Endpoint,
@@ -427,6 +428,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         withheld."""
         codec = self._codec
         session, gate = self._http()
+        seen: list[Mapping[str, str]] | None = None if codec.endpoint.headers is NO_HEADERS else []
         try:
             parsed = await request_json(
                 session,
@@ -439,8 +441,12 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 headers=headers,
                 inflight=self._inflight,
                 gate=gate,
+                seen=seen,
             )
-            return finish(parsed)
+            result = finish(parsed)
+            if seen and isinstance(result, Response):
+                return _with_headers(result, codec.endpoint, seen[0])  # type: ignore[return-value]
+            return result
         except LLMError as exc:
             withhold(exc, session, headers, url)
             if self._closed:  # the close cut the turn: that is the news, not the cut
@@ -517,6 +523,8 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 for item in assembler.feed(decoder.feed(b"")):
                     yield item
             result = assembler.result()
+            if codec.endpoint.headers is not NO_HEADERS:
+                result = _with_headers(result, codec.endpoint, chunks.headers)
         except LLMError as exc:
             withhold(exc, session, headers, codec.url)
             if self._closed:  # the close cut the turn: that is the news, not the cut
@@ -531,3 +539,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._closed = True
         cut(self._inflight)
         await self._sessions.aclose()
+
+
+def _with_headers(response: Response, endpoint: Endpoint, raw: Mapping[str, str]) -> Response:
+    """``response`` with the request id and the allow-listed headers of ``raw``."""
+    request_id, kept = endpoint.headers.read(raw)
+    return msgspec.structs.replace(response, request_id=request_id, headers=kept or None)

@@ -16,7 +16,12 @@ import msgspec
 
 from vaelii_llm import config
 from vaelii_llm._protocol import Request, Response
-from vaelii_llm._transport.settings import Endpoint, checked_headers, with_json_content_type
+from vaelii_llm._transport.settings import (
+    Endpoint,
+    Headers,
+    checked_headers,
+    with_json_content_type,
+)
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.errors import LLMApiError, LLMBadResponse
 from vaelii_llm.providers.anthropic._credentials import Credential
@@ -30,6 +35,10 @@ API_VERSION: Final = "2023-06-01"
 """The ``anthropic-version`` header: the version the API's published history names."""
 MESSAGES_PATH: Final = "/v1/messages"
 COUNT_PATH: Final = "/v1/messages/count_tokens"
+HEADERS: Final = Headers(
+    request_id="request-id", names=frozenset({"retry-after"}), prefixes=("anthropic-ratelimit-",)
+)
+"""What callers see of the Messages API's response headers."""
 
 
 class MessagesCodec:
@@ -49,7 +58,9 @@ class MessagesCodec:
         self._session_headers = with_json_content_type(
             {"anthropic-version": API_VERSION, **headers}
         )
-        self.endpoint = Endpoint(label=f"the Messages API at {self.shown_url}", slug="anthropic")
+        self.endpoint = Endpoint(
+            label=f"the Messages API at {self.shown_url}", slug="anthropic", headers=HEADERS
+        )
         # The turn headers for (streamed, fallbacks dropped), built once each
         # for the credential they were built with.
         self._turn_headers: dict[tuple[bool, bool], Mapping[str, str]] = {}

@@ -78,7 +78,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     system_text,
 )
-from vaelii_llm._transport.settings import Endpoint, with_json_content_type
+from vaelii_llm._transport.settings import Endpoint, Headers, with_json_content_type
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._assemble import (
@@ -163,8 +163,18 @@ def token_field(base_url: str, explicit: str | None = None) -> TokenField:
 def endpoint(base_url: str) -> Endpoint:
     """How the server at ``base_url`` is named in messages (a password cut)."""
     return Endpoint(
-        label=f"the Chat Completions API at {config.hide_userinfo(base_url)}", slug="openai"
+        label=f"the Chat Completions API at {config.hide_userinfo(base_url)}",
+        slug="openai",
+        headers=HEADERS,
     )
+
+
+HEADERS: Final = Headers(
+    request_id="x-request-id",
+    names=frozenset({"retry-after", "retry-after-ms"}),
+    prefixes=("x-ratelimit-",),
+)
+"""What callers see of an OpenAI-compatible server's response headers."""
 
 
 class _Function(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -1,0 +1,228 @@
+"""What a caller sees of a far end's response headers: its request id and the
+rate-limit and retry headers each backend allow-lists, never a credential."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aiohttp import web
+from loopback import serve
+
+from vaelii_llm import errors
+from vaelii_llm._protocol import Message, Request, Response, TextBlock
+from vaelii_llm.providers import anthropic, ollama, openai
+
+KEY = "sk-ant-api03-K9v2QmZt7LwR4pXsH3jN8cYb"
+QUESTION = Request(messages=[Message(role="user", content="Is a spider an insect?")])
+
+SENT = {
+    "request-id": "req_123",
+    "x-request-id": "req_456",
+    "retry-after": "7",
+    "anthropic-ratelimit-requests-remaining": "0",
+    "x-ratelimit-remaining-tokens": "12",
+    # What no caller may be shown, whatever the far end echoes.
+    "x-api-key": KEY,
+    "authorization": f"Bearer {KEY}",
+    "set-cookie": f"session={KEY}",
+    "x-goog-api-key": KEY,
+}
+
+SEEN: dict[str, tuple[str | None, dict[str, str]]] = {
+    "anthropic": (
+        "req_123",
+        {"retry-after": "7", "anthropic-ratelimit-requests-remaining": "0"},
+    ),
+    "openai": ("req_456", {"retry-after": "7", "x-ratelimit-remaining-tokens": "12"}),
+    "ollama": (None, {}),  # Ollama sends none of these: nothing is read
+}
+
+
+def built(kind: str, url: str) -> Any:
+    if kind == "anthropic":
+        return anthropic.provider(credential=KEY, base_url=url)
+    if kind == "openai":
+        return openai.provider(base_url=url, api_key=KEY, model="m")
+    return ollama.provider(host=url, model="m")
+
+
+def answering(status: int) -> Any:
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=status, text='{"error": "no"}', headers=SENT)
+
+    return handler
+
+
+async def turn(model: Any, streamed: bool) -> None:
+    if streamed:
+        async for _ in model.stream(QUESTION):
+            pass
+    else:
+        await model.complete(QUESTION)
+
+
+async def failure(kind: str, url: str, streamed: bool) -> errors.LLMApiError:
+    async with built(kind, url) as model:
+        with pytest.raises(errors.LLMApiError) as info:
+            await turn(model, streamed)
+    return info.value
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("kind", list(SEEN))
+async def test_a_429_carries_the_request_id_and_the_allowed_headers(
+    kind: str, streamed: bool
+) -> None:
+    async with serve(answering(429)) as url:
+        err = await failure(kind, url, streamed)
+    assert (err.status, err.retryable) == (429, True)
+    assert (err.request_id, dict(err.headers)) == SEEN[kind]
+    assert KEY not in repr((err.request_id, err.headers, str(err)))
+
+
+@pytest.mark.parametrize("kind", list(SEEN))
+async def test_a_400_is_not_retryable_and_carries_the_same(kind: str) -> None:
+    async with serve(answering(400)) as url:
+        err = await failure(kind, url, streamed=False)
+    assert (err.status, err.retryable) == (400, False)
+    assert (err.request_id, dict(err.headers)) == SEEN[kind]
+
+
+def _sse(*events: dict[str, Any]) -> str:
+    return "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+
+
+MESSAGE = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "m",
+    "content": [{"type": "text", "text": "No."}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 3, "output_tokens": 2},
+}
+COMPLETION = {
+    "id": "c1",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "No."}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+}
+OLLAMA_DONE = {
+    "model": "m",
+    "message": {"role": "assistant", "content": "No."},
+    "done": True,
+    "done_reason": "stop",
+}
+
+ANSWERS: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
+    "anthropic": (
+        ("application/json", json.dumps(MESSAGE)),
+        (
+            "text/event-stream",
+            "".join(
+                f"event: {e['type']}\n{_sse(e)}"
+                for e in (
+                    {"type": "message_start", "message": {**MESSAGE, "content": []}},
+                    {
+                        "type": "content_block_start",
+                        "index": 0,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": "No."},
+                    },
+                    {"type": "content_block_stop", "index": 0},
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                        "usage": {"output_tokens": 2},
+                    },
+                    {"type": "message_stop"},
+                )
+            ),
+        ),
+    ),
+    "openai": (
+        ("application/json", json.dumps(COMPLETION)),
+        (
+            "text/event-stream",
+            _sse(
+                {
+                    "id": "c1",
+                    "object": "chat.completion.chunk",
+                    "model": "m",
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": "No."}}],
+                },
+                {
+                    "id": "c1",
+                    "object": "chat.completion.chunk",
+                    "model": "m",
+                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                },
+            )
+            + "data: [DONE]\n\n",
+        ),
+    ),
+    "ollama": (
+        ("application/json", json.dumps(OLLAMA_DONE)),
+        ("application/x-ndjson", json.dumps(OLLAMA_DONE) + "\n"),
+    ),
+}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("kind", list(SEEN))
+async def test_a_turn_carries_the_request_id_and_the_allowed_headers(
+    kind: str, streamed: bool
+) -> None:
+    content_type, text = ANSWERS[kind][streamed]
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text=text, content_type=content_type, headers=SENT)
+
+    async with serve(handler) as url, built(kind, url) as model:
+        if streamed:
+            items = [item async for item in model.stream(QUESTION)]
+            answer = items[-1]
+        else:
+            answer = await model.complete(QUESTION)
+    assert isinstance(answer, Response)
+    assert [b.text for b in answer.content if isinstance(b, TextBlock)] == ["No."]
+    request_id, headers = SEEN[kind]
+    assert (answer.request_id, answer.headers) == (request_id, headers or None)
+    assert KEY not in repr(answer)
+
+
+CREDENTIAL_HEADERS = (
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "cookie",
+    "set-cookie",
+    "x-goog-api-key",
+)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        anthropic.provider(credential=KEY)._codec.endpoint,
+        openai.provider(base_url="http://127.0.0.1:9", api_key=KEY, model="m")._codec.endpoint,
+        ollama.provider(host="http://127.0.0.1:9", model="m")._codec.endpoint,
+    ],
+    ids=lambda e: e.slug,
+)
+def test_no_allow_list_lets_a_credential_header_through(endpoint: Any) -> None:
+    raw = dict.fromkeys(CREDENTIAL_HEADERS, KEY)
+    assert endpoint.headers.read(raw) == (None, {})
