@@ -226,3 +226,38 @@ CREDENTIAL_HEADERS = (
 def test_no_allow_list_lets_a_credential_header_through(endpoint: Any) -> None:
     raw = dict.fromkeys(CREDENTIAL_HEADERS, KEY)
     assert endpoint.headers.read(raw) == (None, {})
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+async def test_an_error_inside_a_200_carries_the_answer_s_request_id(streamed: bool) -> None:
+    """The Messages API's ``overloaded_error`` in a 200 (an ``error`` body, an
+    ``error`` event mid-stream) is the caller's to retry, with the answer's
+    request id and retry headers as an error status has them."""
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        if not streamed:
+            return web.json_response(overloaded, headers=SENT)
+        started = {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "m",
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": 3, "output_tokens": 0},
+            },
+        }
+        body = "".join(
+            f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in (started, overloaded)
+        )
+        return web.Response(text=body, content_type="text/event-stream", headers=SENT)
+
+    async with serve(handler) as url, built("anthropic", url) as model:
+        with pytest.raises(errors.LLMApiError) as raised:
+            await turn(model, streamed)
+    assert raised.value.retryable
+    assert (raised.value.request_id, dict(raised.value.headers)) == SEEN["anthropic"]

@@ -113,7 +113,7 @@ from vaelii_llm._transport.settings import (
     checked_headers,
 )
 from vaelii_llm._transport.withheld import withhold
-from vaelii_llm.errors import LLMClosed, LLMError, LLMUnreachable, LLMUnsupported
+from vaelii_llm.errors import LLMApiError, LLMClosed, LLMError, LLMUnreachable, LLMUnsupported
 
 __all__ = [
     "DRAIN_S",
@@ -449,6 +449,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             return result
         except LLMError as exc:
             withhold(exc, session, headers, url)
+            _answered_in(exc, codec.endpoint, seen[0] if seen else None)
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
@@ -496,6 +497,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             )
         )
         session, gate = self._http()
+        answer: Mapping[str, str] | None = None
         try:
             async with open_stream(
                 session,
@@ -508,6 +510,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 inflight=self._inflight,
                 gate=gate,
             ) as chunks:
+                answer = chunks.headers
                 # made once the connection is had: a turn waiting for one holds less
                 decoder = codec.stream_decoder()
                 assembler = codec.assembler(deltas=deltas)
@@ -527,6 +530,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 result = _with_headers(result, codec.endpoint, chunks.headers)
         except LLMError as exc:
             withhold(exc, session, headers, codec.url)
+            _answered_in(exc, codec.endpoint, answer)
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
@@ -539,6 +543,15 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._closed = True
         cut(self._inflight)
         await self._sessions.aclose()
+
+
+def _answered_in(exc: LLMError, endpoint: Endpoint, raw: Mapping[str, str] | None) -> None:
+    """An error the far end sent inside a 2xx answer (an ``error`` body or
+    event, read by the codec) carries that answer's request id and
+    allow-listed headers, as an error status does."""
+    if raw is None or not isinstance(exc, LLMApiError) or exc.request_id or exc.headers:
+        return
+    exc.request_id, exc.headers = endpoint.headers.read(raw)
 
 
 def _with_headers(response: Response, endpoint: Endpoint, raw: Mapping[str, str]) -> Response:
