@@ -18,11 +18,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
+import aiohttp
 import anthropic as anthropic_sdk
 import msgspec
 import openai as openai_sdk
 import pytest
 import pytest_asyncio
+from aiohttp.test_utils import TestServer
 from llama_server import LlamaServer
 from redis_server import RedisServer
 
@@ -340,3 +342,25 @@ async def test_the_command_asks_the_real_model(server: LlamaServer) -> None:
     (done,) = await _commands(env, asked)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1].strip(".,!").lower() in {"yes", "no"}, done.stdout
+
+
+async def test_the_web_example_answers_from_the_real_model(
+    server: LlamaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The web example as configured by its environment (its own provider
+    factory, not one the test hands it), asked over HTTP."""
+    from test_web_backend import web_backend  # the example, loaded once for every test
+
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base + "/v1")
+    monkeypatch.setenv("VAELII_OPENAI_MODEL", MODEL)
+    question = {"question": "Reply with exactly one word: yes or no. Is fire hot?"}
+    async with (
+        TestServer(web_backend.make_app(), host="127.0.0.1") as app,
+        aiohttp.ClientSession() as session,
+        session.post(app.make_url("/ask"), json=question) as answered,
+    ):
+        got = await answered.json()
+    assert answered.status == 200, got
+    assert got["answer"] != web_backend.STUB_ANSWER
+    assert got["answer"].split()[-1].strip(".,!").lower() in {"yes", "no"}, got
