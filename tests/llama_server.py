@@ -49,9 +49,12 @@ def _free_port() -> int:
 class LlamaServer:
     """One llama-server process on 127.0.0.1 with ``parallel`` slots."""
 
-    def __init__(self, parallel: int = 1, *, threads: int = 1) -> None:
+    def __init__(
+        self, parallel: int = 1, *, threads: int = 1, chat_template: Path | None = None
+    ) -> None:
         self.parallel = parallel
         self.threads = threads
+        self.chat_template = chat_template
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -82,6 +85,8 @@ class LlamaServer:
         args = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)]
         args += ["--temp", "0", "--parallel", str(self.parallel), "-t", str(self.threads)]
         args += ["-c", str(2048 * self.parallel), "--jinja", "--no-webui"]
+        if self.chat_template is not None:
+            args += ["--chat-template-file", str(self.chat_template)]
         self.process = subprocess.Popen(  # noqa: ASYNC220 - started once, reaped in __aexit__
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
