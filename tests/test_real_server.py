@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -26,10 +25,10 @@ import openai as openai_sdk
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
-from llama_server import LlamaServer
+from llama_server import TOOL_TEMPLATE, LlamaServer, worked_exchanges
 from redis_server import RedisServer
 
-from vaelii_llm import Message, Request, Response, ToolResultBlock, ToolUseBlock, agent, kb, tools
+from vaelii_llm import Message, Request, Response, agent, kb, tools
 from vaelii_llm.errors import LLMTimeout
 from vaelii_llm.pool import Pool, pool_from_config, vote
 from vaelii_llm.providers import anthropic, openai
@@ -367,36 +366,10 @@ async def test_the_web_example_answers_from_the_real_model(
     assert got["answer"].split()[-1].strip(".,!").lower() in {"yes", "no"}, got
 
 
-# SmolLM2-135M's own chat template renders no tools, and with it the server drops
-# them; tests/chatml_tools.jinja is a ChatML template that lists the tools and
-# writes a call as a <tool_call> block, from which the server derives its own
-# tool-call parser and a grammar that holds the call's JSON to the schema once
-# the model opens one. Three worked exchanges (ids and results written here)
-# show a model this small what a call looks like; the fourth question's call,
-# its arguments, the KB's answer and the words built from it are the model's,
-# the server's and the KB's own.
-TOOL_TEMPLATE = Path(__file__).parent / "chatml_tools.jinja"
-WORKED = [("Rex", "[Animal Dog Mammal]", "a dog"), ("Oslo", "[City Place]", "a city")]
-WORKED.append(("Nemo", "[Animal Fish]", "a fish"))
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def tool_server() -> AsyncIterator[LlamaServer]:
     async with LlamaServer(parallel=1, chat_template=TOOL_TEMPLATE) as running:
         yield running
-
-
-def _worked_exchanges() -> list[Message]:
-    messages: list[Message] = []
-    for n, (term, kinds, kind) in enumerate(WORKED, 1):
-        call = ToolUseBlock(id=f"call_{n}", name="kb_types_of", input={"term": term})
-        messages += [
-            Message(role="user", content=f"What is {term}?"),
-            Message(role="assistant", content=[call]),
-            Message(role="user", content=[ToolResultBlock(tool_use_id=call.id, content=kinds)]),
-            Message(role="assistant", content=f"{term} is {kind}."),
-        ]
-    return messages
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -407,7 +380,7 @@ async def test_the_agent_loop_makes_a_real_tool_call_and_reads_its_result(
     toolset = tools.Toolset(kb.sample())
     question = Message(role="user", content="What is Muffet?")
     first = Request(
-        messages=[*_worked_exchanges(), question],
+        messages=[*worked_exchanges(), question],
         tools=toolset.schemas(only=[tools.op_of("kb_types_of")]),
         max_tokens=100,
     )
