@@ -59,10 +59,7 @@ class RolesToRefs(griffe.Extension):
 def imported_libraries(objects: list[griffe.Object]) -> frozenset[str]:
     """The top-level names of every library the package's modules import."""
     heads = {
-        target.split(".")[0]
-        for obj in objects
-        if obj.is_module
-        for target in obj.imports.values()
+        target.split(".")[0] for obj in objects if obj.is_module for target in obj.imports.values()
     }
     return frozenset(heads - {"vaelii_llm"})
 
