@@ -198,8 +198,8 @@ def host_name(value: str) -> str | None:
 
 def foreign_request(request: web.Request) -> tuple[int, str] | None:
     """Why a request comes from somewhere it must not (a status and a line), or
-    None. On a socket bound to a loopback address (decided by the address the
-    connection reached, not by a name) the ``Host`` must name this machine, so a
+    None. On a connection that reached a loopback address (decided by that
+    address, not by a name) the ``Host`` must name this machine, so a
     page on another site reaching it through a name that resolves here (DNS
     rebinding) is 421, as the MCP server answers; any ``Origin`` sent must be
     this server's own (``http://`` and the ``Host``), so a foreign page's form or
@@ -224,16 +224,16 @@ async def guarded(
 ) -> web.StreamResponse:
     """Refuse a foreign request (:func:`foreign_request`), then read the whole
     body within the :class:`Guard`'s read timeout (:data:`READ_TIMEOUT_S` with
-    none) before the handler runs; while it runs
-    the connection counts as a real request to the :class:`Guard`."""
+    no guard) before the handler runs; while the handler runs, the connection
+    counts as a real request to the guard."""
     foreign = foreign_request(request)
     if foreign is not None:
         status, message = foreign
         refused = error_body(status, "forbidden" if status == 403 else "misdirected", message)
         refused.force_close()  # its body, if any, is never read
         return refused
-    connection = Guard.of(request)
     guard = request.app.get(GUARD)
+    connection = guard.open.get(request.transport) if guard and request.transport else None
     if connection is not None:
         connection.reading()
     try:
@@ -492,14 +492,6 @@ class Guard:
     def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: GuardedConnection(factory(), self)
 
-    @staticmethod
-    def of(request: web.Request) -> GuardedConnection | None:
-        """The connection ``request`` came on, when a :class:`Guard` serves it."""
-        guard = request.app.get(GUARD)
-        if guard is None or request.transport is None:
-            return None
-        return guard.open.get(request.transport)
-
 
 GUARD = web.AppKey("guard", Guard)
 
@@ -541,6 +533,8 @@ class GuardedConnection(asyncio.Protocol):
     def idle(self) -> None:
         """Waiting for a request's head: from the open, and after each answer."""
         self.stop_timer()
+        if self.transport is None or self.guard.open.get(self.transport) is not self:
+            return  # closed while its request ran
         self.guard.waiting.pop(self, None)
         self.guard.waiting[self] = None  # the newest
         self.timer = asyncio.get_running_loop().call_later(self.guard.read_timeout_s, self.drop)
