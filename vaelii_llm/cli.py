@@ -29,6 +29,7 @@ from vaelii_llm.kb._types import EngineRefusal
 
 if TYPE_CHECKING:
     from vaelii_llm import agent, pool
+    from vaelii_llm._protocol import Provider
 
 __all__ = ["main"]
 
@@ -168,7 +169,7 @@ STUB_SAYS = "answering: the scripted stub, not a model (named as the provider)"
 """The line ``ask`` prints on stderr before a turn the stub answers."""
 
 
-def _stub_answer(sources: Sequence[Any]) -> Any:
+def _stub_answer(sources: Sequence[Any]) -> Provider:
     """The stub ``ask`` runs when it is named: one answer naming the tools it was
     offered (the KB's and each MCP server's), so ``--mcp`` can be tried offline."""
     from vaelii_llm import agent
