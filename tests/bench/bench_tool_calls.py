@@ -36,7 +36,9 @@ RUNS = 3
 
 def _turn(calls: int) -> Turn:
     return Turn(
-        calls=[Call(id=f"call_{n}", name="kb_query", pieces=[f'{{"n": {n}}}']) for n in range(calls)],
+        calls=[
+            Call(id=f"call_{n}", name="kb_query", pieces=[f'{{"n": {n}}}']) for n in range(calls)
+        ],
         finish_reason="tool_calls",
     )
 
