@@ -58,6 +58,7 @@ from vaelii_llm._protocol import (
 )
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMApiError, LLMBadResponse
+from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers.anthropic._decode import (
     WHOLE_DECODER,
     Top,
@@ -237,6 +238,7 @@ class StreamAssembler:
 
     __slots__ = (
         "_blocks",
+        "_calls",
         "_deltas",
         "_held",
         "_label",
@@ -253,6 +255,7 @@ class StreamAssembler:
         self._open: dict[int, _OpenBlock] = {}
         self._blocks: dict[int, Block] = {}
         self._started = 0
+        self._calls = 0  # tool_use blocks started: at most MAX_TOOL_CALLS
         self._held: tuple[int, Block, str | None] | None = None
         self._stopped = False
 
@@ -374,9 +377,12 @@ class StreamAssembler:
                 f"started block {index} before block {self._started}: a block was lost",
                 data,
             )
+        block = parsed.content_block
+        if block.get("type") == "tool_use":
+            count_call(self._calls, self._label)
+            self._calls += 1
         out = self._release(final=False)
         self._started = index + 1
-        block = parsed.content_block
         if block.get("type") == "fallback":  # a server-side fallback: the next model serves
             to = block.get("to")
             model = to.get("model") if type(to) is dict else None
