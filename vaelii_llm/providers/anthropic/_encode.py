@@ -52,12 +52,14 @@ from vaelii_llm._protocol import (
     DocumentBlock,
     ImageBlock,
     Message,
+    OpaqueBlock,
     RedactedThinkingBlock,
     Request,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    unhandled_block,
 )
 from vaelii_llm.errors import LLMEncode
 from vaelii_llm.providers.anthropic._cache import apply_cache
@@ -99,30 +101,35 @@ def encode_block(block: Block, label: str = "the Messages API") -> dict[str, Any
     raw = getattr(block, "raw", None)
     if raw and raw.get("type") == getattr(block, "type", None):
         return raw  # type: ignore[no-any-return]
-    if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text}
-    if isinstance(block, ThinkingBlock):
-        out: dict[str, Any] = {"type": "thinking", "thinking": block.thinking}
-        if block.signature is not None:
-            out["signature"] = block.signature
-        return out
-    if isinstance(block, RedactedThinkingBlock):
-        return {"type": "redacted_thinking", "data": block.data}
-    if isinstance(block, ToolUseBlock):
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    if isinstance(block, ToolResultBlock):
-        content = block.content
-        out = {
-            "type": "tool_result",
-            "tool_use_id": block.tool_use_id,
-            "content": content if isinstance(content, str) else _result_list(content, label),
-        }
-        if block.is_error:
-            out["is_error"] = True
-        return out
-    if isinstance(block, ImageBlock | DocumentBlock):
-        return _media_block(block, label)
-    raise LLMEncode(str(getattr(block, "type", type(block).__name__)), label)
+    out: dict[str, Any]
+    match block:
+        case TextBlock():
+            return {"type": "text", "text": block.text}
+        case ThinkingBlock():
+            out = {"type": "thinking", "thinking": block.thinking}
+            if block.signature is not None:
+                out["signature"] = block.signature
+            return out
+        case RedactedThinkingBlock():
+            return {"type": "redacted_thinking", "data": block.data}
+        case ToolUseBlock():
+            return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+        case ToolResultBlock():
+            content = block.content
+            out = {
+                "type": "tool_result",
+                "tool_use_id": block.tool_use_id,
+                "content": content if isinstance(content, str) else _result_list(content, label),
+            }
+            if block.is_error:
+                out["is_error"] = True
+            return out
+        case ImageBlock() | DocumentBlock():
+            return _media_block(block, label)
+        case OpaqueBlock():  # its raw is of its type (above) or it has no wire shape
+            raise LLMEncode(block.type, label)
+        case _:
+            raise unhandled_block(block, label)
 
 
 def _result_list(
@@ -132,9 +139,11 @@ def _result_list(
     API's ``tool_result`` content takes no other kind this package builds)."""
     out = []
     for part in content:
-        if not isinstance(part, TextBlock | ImageBlock | DocumentBlock):
-            raise LLMEncode(str(getattr(part, "type", type(part).__name__)), label)
-        out.append(encode_block(part, label))
+        match part:
+            case TextBlock() | ImageBlock() | DocumentBlock():
+                out.append(encode_block(part, label))
+            case _:
+                raise unhandled_block(part, label)
     return out
 
 
