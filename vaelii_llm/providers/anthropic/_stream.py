@@ -36,6 +36,9 @@ Streamed turns equal whole ones:
 * Blocks are numbered from 0 in order: a start out of turn, or a delta or a
   stop for a block that is not open, is an ``LLMBadResponse`` (a lost
   block), never a shorter message.
+* A turn holds at most :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS`
+  ``tool_use`` blocks, as on every wire: the start of one more is an
+  ``LLMBadResponse`` naming the bound (the whole message counts its own).
 """
 
 from __future__ import annotations

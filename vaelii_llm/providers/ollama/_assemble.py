@@ -10,7 +10,9 @@ block and the call; thinking after text is still the one thinking block,
 first. So no block is final before ``done: true``: a streamed turn hands its
 blocks over then, each equal to its place in the final
 :class:`~vaelii_llm._protocol.Response`, and that Response equals the one the
-same answer gives whole.
+same answer gives whole. The pieces are kept by the accumulator the Chat
+Completions wire shares (:mod:`vaelii_llm.providers._turn`), which bounds a
+turn to :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS` calls.
 
 ``stop_reason`` is neutral (:func:`stop_reason`); ``done_reason`` stays on
 ``Response.vendor_stop_reason``:

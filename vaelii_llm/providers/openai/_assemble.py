@@ -7,7 +7,9 @@ llama.cpp's server, DeepSeek-style servers), then at most one
 :class:`~vaelii_llm._protocol.TextBlock` (``content``), then the tool calls
 in the order their indexes first came. Both paths fill one :class:`_Turn`,
 which builds the :class:`~vaelii_llm._protocol.Response`, so a streamed
-turn's Response equals the whole one's.
+turn's Response equals the whole one's; its thinking, text and calls are kept
+by the accumulator the Ollama wire shares (:mod:`vaelii_llm.providers._turn`),
+which bounds a turn to :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS` calls.
 
 Stop reasons (:func:`stop_reason`); ``finish_reason`` stays on
 ``Response.vendor_stop_reason``:
