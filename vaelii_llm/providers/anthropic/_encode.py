@@ -83,13 +83,14 @@ DEFAULT_EFFORT: Final = "medium"
 reasoning sends ``effort``."""
 FALLBACK_BETA: Final = "server-side-fallback-2026-07-01"
 NEVER_SENT: Final = frozenset({"temperature", "top_p", "top_k", "tool_choice"})
+_IMAGE_BASE64: Final = 5 * MB  # the API measures an image as the base64 string it receives
+_REQUEST_BYTES: Final = 32 * MB
 MEDIA: Final = MediaLimits(
     image_types=WEB_IMAGE_TYPES,
-    # The API measures an image as the base64 string it receives.
-    image_base64=5 * MB,
-    image_limit="the Messages API's 5 MB per image",
-    document_base64=32 * MB,
-    document_limit="the Messages API's 32 MB request size",
+    image_base64=_IMAGE_BASE64,
+    image_limit=f"the Messages API's {_IMAGE_BASE64 // MB} MB per image",
+    document_base64=_REQUEST_BYTES,
+    document_limit=f"the Messages API's {_REQUEST_BYTES // MB} MB request size",
 )
 """What the Messages API takes as images and documents, from its documentation."""
 

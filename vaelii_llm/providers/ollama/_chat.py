@@ -40,7 +40,7 @@ from typing import Any, Final
 import msgspec
 
 from vaelii_llm import config, errors
-from vaelii_llm._media import MAX_BASE64, MediaLimits, check_image
+from vaelii_llm._media import MAX_BASE64, MB, MediaLimits, check_image
 from vaelii_llm._protocol import (
     Block,
     DocumentBlock,
@@ -86,7 +86,7 @@ CHAT_PATH: Final = "/api/chat"
 MEDIA: Final = MediaLimits(
     image_types=None,
     image_base64=MAX_BASE64,
-    image_limit="the 50 MB per image sent to Ollama (it documents no limit)",
+    image_limit=f"the {MAX_BASE64 // MB} MB per image sent to Ollama (it documents no limit)",
 )
 """What Ollama takes as images: its API documents neither types nor a size, so
 the largest block any backend here sends bounds it (a 1 GB image is not sent)."""

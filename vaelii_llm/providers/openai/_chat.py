@@ -62,7 +62,14 @@ from urllib.parse import urlsplit
 import msgspec
 
 from vaelii_llm import config, errors
-from vaelii_llm._media import MAX_BASE64, WEB_IMAGE_TYPES, MediaLimits, check_document, check_image
+from vaelii_llm._media import (
+    MAX_BASE64,
+    MB,
+    WEB_IMAGE_TYPES,
+    MediaLimits,
+    check_document,
+    check_image,
+)
 from vaelii_llm._protocol import (
     Block,
     DocumentBlock,
@@ -116,9 +123,9 @@ _OPENAI_HOSTS: Final = ("api.openai.com", ".openai.azure.com")
 MEDIA: Final = MediaLimits(
     image_types=WEB_IMAGE_TYPES,
     image_base64=MAX_BASE64,
-    image_limit="the 50 MB request payload OpenAI documents",
+    image_limit=f"the {MAX_BASE64 // MB} MB request payload OpenAI documents",
     document_base64=MAX_BASE64,
-    document_limit="the 50 MB request payload OpenAI documents",
+    document_limit=f"the {MAX_BASE64 // MB} MB request payload OpenAI documents",
 )
 """What the wire takes as images and documents, from OpenAI's documentation
 (the reference the compatible servers follow)."""
