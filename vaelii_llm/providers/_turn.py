@@ -145,22 +145,35 @@ class Accumulator:
         if call.arguments:
             out.append(ToolInputDelta(index=position, partial_json="".join(call.arguments)))
 
-    def finish(
-        self, tool_use: Callable[[Call], ToolUseBlock]
-    ) -> tuple[list[Block], list[StreamItem]]:
-        """The turn's blocks in their final order (``tool_use`` builds each
-        call's block), and what to hand over: the blocks, each call not yet
-        started preceded by its start when deltas are asked for."""
+    def _prose(self) -> list[Block]:
+        """The thinking block and the text block, each when it has a piece."""
         content: list[Block] = []
         if self.thinking:
             content.append(ThinkingBlock(thinking="".join(self.thinking)))
         if self.text:
             content.append(TextBlock(text="".join(self.text)))
+        return content
+
+    def blocks(self, tool_use: Callable[[Call], ToolUseBlock]) -> list[Block]:
+        """The turn's blocks in their final order; ``tool_use`` builds each call's."""
+        content = self._prose()
+        content.extend(map(tool_use, self.calls))
+        return content
+
+    def finish(
+        self, tool_use: Callable[[Call], ToolUseBlock]
+    ) -> tuple[list[Block], list[StreamItem]]:
+        """:meth:`blocks`, and what a stream hands over at the turn's end: the
+        blocks, each call not yet started preceded by its start when deltas
+        are asked for."""
+        if not self.deltas:
+            content = self.blocks(tool_use)
+            return content, list(content)
+        content = self._prose()
         out: list[StreamItem] = list(content)
-        deltas = self.deltas
         for call in self.calls:
             block = tool_use(call)
-            if deltas and call.position is None:
+            if call.position is None:
                 self._start(call, out)
             out.append(block)
             content.append(block)

@@ -46,7 +46,7 @@ Prose carries no block JSON on this wire, so text and thinking have ``raw=None``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, Literal
 
 import jiter
@@ -251,15 +251,14 @@ class _Turn:
         self.id: str | None = None
         self.model: str | None = None
 
-    def blocks(self) -> tuple[list[Block], list[StreamItem]]:
-        """The turn's blocks, in their final order, and what to hand over; a
-        call whose arguments are no JSON object is refused, but the last one
-        of a turn cut by ``length``, which is read leniently and marked partial."""
-        parts = self.parts
-        label = parts.label
+    def tool_use(self) -> Callable[[Call], ToolUseBlock]:
+        """What builds each call's block: a call whose arguments are no JSON
+        object is refused, but the last one of a turn cut by ``length``, which
+        is read leniently and marked partial."""
+        label = self.parts.label
         cut = self.finish == "length"
-        last = len(parts.calls) - 1
-        return parts.finish(lambda call: _tool_use(call, cut and call.number == last, label))
+        last = len(self.parts.calls) - 1
+        return lambda call: _tool_use(call, cut and call.number == last, label)
 
     def response(self, content: list[Block]) -> Response:
         refusal = "".join(self.refusal)
@@ -378,7 +377,7 @@ def response_of(parsed: Completion, label: str = "the Chat Completions API") -> 
         parts.add_arguments(
             parts.open_call(call.id, call.function.name), call.function.arguments, out
         )
-    return turn.response(turn.blocks()[0])
+    return turn.response(parts.blocks(turn.tool_use()))
 
 
 # -- the stream ---------------------------------------------------------------------
@@ -562,7 +561,8 @@ class ChunkAssembler:
         """The turn at its finish_reason: every block, in its final order."""
         self._finished = True
         self._open = False
-        self._content, out = self._turn.blocks()
+        turn = self._turn
+        self._content, out = turn.parts.finish(turn.tool_use())
         return out
 
     def result(self) -> Response:
