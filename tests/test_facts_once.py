@@ -44,7 +44,7 @@ def docstrings(tree: ast.Module) -> list[tuple[int, str]]:
 RESTATED = {
     # the probes' deadlines (VERSION_TIMEOUT_MS, MODELS_TIMEOUT_MS)
     "a probe deadline": re.compile(
-        r"\btwo.seconds?\b|\b2 ?(s|seconds?)\b|\b2[,_]?000 ?ms\b", re.IGNORECASE
+        r"\btwo[\s-]+seconds?\b|\b2 ?(s|seconds?)\b|\b2[,_]?000 ?ms\b", re.IGNORECASE
     ),
     # the warm-up's deadline (OLLAMA_WARM_TIMEOUT_MS)
     "the warm-up deadline": re.compile(r"\b300[,_]?000\b"),
