@@ -407,7 +407,8 @@ class ChunkAssembler:
     before it (a model writing text after a call makes that index stale),
     then its arguments as :class:`~vaelii_llm._protocol.ToolInputDelta`
     pieces at that index (what came before the name, joined, first): joined,
-    they are the arguments string its block's ``raw`` keeps.
+    they are the arguments string its block's ``raw`` keeps. A call whose
+    name never came is started at the finish, just before its block.
 
     An ``error`` frame or chunk is :class:`~vaelii_llm.errors.LLMApiError`
     (status 200); a chunk that will not decode, content after the finish, or
