@@ -218,3 +218,21 @@ async def test_messages_api_the_bound_holds_streamed_and_whole(n: int) -> None:
                 assert sum(isinstance(b, ToolUseBlock) for b in whole.content) == BOUND
     finally:
         await server.close()
+
+
+def test_a_call_never_named_is_started_just_before_its_block() -> None:
+    turn = Turn(
+        calls=[
+            Call(id="call_a", name="", pieces=['{"n": 0}']),
+            Call(id="call_b", name="kb_query", pieces=['{"n": 1}']),
+        ],
+        finish_reason="tool_calls",
+    )
+    assembler = ChunkAssembler(deltas=True)
+    items = list(assembler.feed(SSEDecoder().feed_frames(transcript(turn).sse())))
+    response = assembler.result()
+    assert [(b.id, b.name) for b in response.content if isinstance(b, ToolUseBlock)] == [
+        ("call_a", ""),
+        ("call_b", "kb_query"),
+    ]
+    assert_deltas_make_the_blocks(items, response.content)
