@@ -6,7 +6,8 @@ no, and the majority is the verdict (a tie, or no vote at all, is ``abstain``);
 a turn that failed is counted apart. ``on_vote`` sees the vote so far as each
 turn finishes, so a progress line needs no bookkeeping of its own.
 
-With nothing configured the scripted stub votes. To vote over real hosts, set
+With nothing configured (or a kind whose record names no pool hosts) the
+scripted stub votes. To vote over real hosts, set
 ``VAELII_LLM_PROVIDER=ollama`` and ``VAELII_OLLAMA_HOSTS=http://gpu1:11434*2,http://gpu2:11434``
 (``*n``: calls one host takes at once); without ``VAELII_OLLAMA_HOSTS`` the one
 ``VAELII_OLLAMA_HOST`` votes. A vLLM fleet is ``VAELII_LLM_PROVIDER=openai``
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from vaelii_llm import Message, Request, config, pool
+from vaelii_llm import Message, Request, _backends, config, pool
 
 QUESTION = "Is a spider an insect? Answer yes or no first, then one sentence."
 
@@ -35,9 +36,12 @@ def show_progress(so_far: pool.Vote) -> None:
 
 
 async def main(question: str) -> int:
+    kind = config.provider_kind()
+    # The backend records say which kinds a pool spreads over (each names its
+    # hosts switch), a kind added by providers.register() included.
     voters = (
-        await pool.pool_from_config()
-        if config.provider_kind() in ("ollama", "openai")
+        await pool.pool_from_config(kind=kind)
+        if kind in {backend.kind for backend in _backends.pooled()}
         else pool.stub_pool(script=STUB_VOTES)
     )
     print(f"voting over {voters.size} provider token(s): {question}")

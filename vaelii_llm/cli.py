@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
-from vaelii_llm import config, errors
+from vaelii_llm import _edn, config, errors
 from vaelii_llm._version import __version__
 from vaelii_llm.kb._types import EngineRefusal
 
@@ -650,7 +650,7 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument(
         "--max-chars",
         type=_whole_number(1, "--max-chars"),
-        help="bound on the printed result (default 4000)",
+        help=f"bound on the printed result (default {_edn.DEFAULT_MAX_CHARS})",
     )
     _add_server_flags(call)
     vote = _command(
