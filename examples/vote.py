@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from vaelii_llm import Message, Request, _backends, config, pool
+from vaelii_llm import Message, Request, config, pool
 
 QUESTION = "Is a spider an insect? Answer yes or no first, then one sentence."
 
@@ -36,14 +36,14 @@ def show_progress(so_far: pool.Vote) -> None:
 
 
 async def main(question: str) -> int:
-    kind = config.provider_kind()
-    # The backend records say which kinds a pool spreads over (each names its
-    # hosts switch), a kind added by providers.register() included.
-    voters = (
-        await pool.pool_from_config(kind=kind)
-        if kind in {backend.kind for backend in _backends.pooled()}
-        else pool.stub_pool(script=STUB_VOTES)
-    )
+    try:
+        # The configured kind's record says whether a pool spreads over it (each
+        # such kind names its hosts switch), a kind providers.register() added too.
+        voters = await pool.pool_from_config(kind=config.provider_kind())
+        print(f"answering: {config.provider_kind()} hosts, real models")
+    except ValueError as not_pooled:  # the stub, or a kind with no hosts (anthropic)
+        print(f"answering: the scripted stub, not a model ({not_pooled})")
+        voters = pool.stub_pool(script=STUB_VOTES)
     print(f"voting over {voters.size} provider token(s): {question}")
     request = Request(
         messages=[Message(role="user", content=question)], max_tokens=64, timeout_ms=120_000

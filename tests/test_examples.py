@@ -227,9 +227,13 @@ async def test_structured_output_sends_the_schema_to_a_loopback_ollama(
 
 def test_vote_runs_on_the_stub_with_a_progress_line_per_turn() -> None:
     lines = run_example("vote")
-    assert lines[0].startswith("voting over 2 provider token(s)")
-    assert [line.split(":")[0] for line in lines[1:4]] == ["  1/3 in", "  2/3 in", "  3/3 in"]
-    assert lines[4] == "verdict: no (votes ('no', 'yes', 'no'), failed 0)"
+    assert lines[0] == (
+        "answering: the scripted stub, not a model "
+        "(a pool spreads over ollama or openai hosts, not 'stub')"
+    )
+    assert lines[1].startswith("voting over 2 provider token(s)")
+    assert [line.split(":")[0] for line in lines[2:5]] == ["  1/3 in", "  2/3 in", "  3/3 in"]
+    assert lines[5] == "verdict: no (votes ('no', 'yes', 'no'), failed 0)"
 
 
 async def test_vote_runs_over_configured_loopback_hosts() -> None:
@@ -255,7 +259,10 @@ async def test_vote_runs_over_configured_loopback_hosts() -> None:
         await server.stop()
     lines = out.decode().splitlines()
     assert (proc.returncode, err) == (0, b"")
-    assert lines[0] == "voting over 3 provider token(s): Is this a test?"
+    assert lines[:2] == [
+        "answering: ollama hosts, real models",
+        "voting over 3 provider token(s): Is this a test?",
+    ]
     assert lines[-1] == "verdict: yes (votes ('yes', 'yes', 'yes'), failed 0)"
     assert len(server.bodies) == 3
 
