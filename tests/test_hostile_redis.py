@@ -14,16 +14,23 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from loopback import serve_raw
-from test_pool_redis import hosts, shared_pool
+import redis.asyncio as aioredis
+from aiohttp import web
+from fake_ollama import chunk, final, merged
+from loopback import serve, serve_raw
+from redis_server import RedisServer
+from test_pool_redis import TTL_MS, hosts, shared_pool, until
 
+from vaelii_llm._pool import Pool
 from vaelii_llm._redis_slots import COUNT, RENEW, STEP
 from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.pool import vote
+from vaelii_llm.providers import ollama
 
 RUN = b"5f" * 20
 """The run id the fake Redis answers with: 40 hex digits, as a real one's."""
@@ -263,3 +270,96 @@ async def test_the_fake_answers_a_well_formed_take_as_redis_would() -> None:
         await p.aclose()
     assert fake.asked[0] == "step"
     assert "count" in fake.asked
+
+
+# ---------------------------------------------------------------------------
+# Item 2: a Redis restarted without persistence while calls hold slots
+
+LIMITS = (2, 1, 3)
+"""The issue's hosts: calls at once each takes."""
+
+
+class HeldHost:
+    """A loopback Ollama that holds every chat call until :attr:`release` is
+    set, counting the calls it holds at once, and the most it held."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.most = 0
+        self.release = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        self.active += 1
+        self.most = max(self.most, self.active)
+        self.changed.set()
+        try:
+            await self.release.wait()
+            return web.json_response(merged([chunk("Yes."), final()]))
+        finally:
+            self.active -= 1
+
+    async def wait_active(self, count: int) -> None:
+        while self.active < count:
+            self.changed.clear()
+            await self.changed.wait()
+
+
+def held_pool(urls: list[str], redis_url: str) -> Pool[ollama.OllamaProvider]:
+    tokens = []
+    for url, slots in zip(urls, LIMITS, strict=True):
+        tokens += [ollama.provider(host=url)] * slots
+    return Pool(tokens, redis_url=redis_url, lease_ttl_ms=TTL_MS, acquire_timeout_ms=60_000)
+
+
+async def uptime_s(client: aioredis.Redis) -> int:
+    return int((await client.info("server"))["uptime_in_seconds"])
+
+
+async def test_a_redis_restarted_empty_does_not_hand_out_the_slots_of_calls_in_flight() -> None:
+    async with AsyncExitStack() as stack:
+        server = await stack.enter_async_context(RedisServer())
+        found = [HeldHost() for _ in LIMITS]
+        for host in found:
+            host.url = await stack.enter_async_context(serve(host.handle))
+        urls = [host.url for host in found]
+        # Two pools on one Redis, as two worker processes that have both used it:
+        # one holds every slot of every host when Redis is killed and started
+        # again, empty; the other has as many calls arriving then.
+        holder = await stack.enter_async_context(held_pool(urls, server.url))
+        waiter = await stack.enter_async_context(held_pool(urls, server.url))
+        async with waiter.provider():
+            pass
+        held = [asyncio.create_task(vote(holder, "q", votes=1)) for _ in range(sum(LIMITS))]
+        for host, slots in zip(found, LIMITS, strict=True):
+            await host.wait_active(slots)
+
+        await server.stop()  # SIGKILL: every lease is gone with it
+        await server.start()  # same port, no persistence: empty
+        waiting = [asyncio.create_task(vote(waiter, "q", votes=1)) for _ in range(sum(LIMITS))]
+        await until(lambda: waiter.statistics().waiters + waiter.outstanding == sum(LIMITS))
+        client = aioredis.from_url(server.url)
+        stack.push_async_callback(client.aclose)
+        # The waiters poll every POLL_S and the holder renews every third of the
+        # TTL: wait until the new server has been up past the fence (one TTL)
+        # and a few polls more.
+        for _ in range(300):  # ~30 s at most: a hang guard
+            if await uptime_s(client) >= TTL_MS // 1000 + 2:
+                break
+            await asyncio.sleep(0.1)
+        after = [host.most for host in found]
+        assert after == list(LIMITS)  # never more than each host takes
+        assert waiter.statistics().waiters == sum(LIMITS)  # still waiting their turn
+        # The holder's leases were re-asserted in the new server.
+        everywhere = [h.held_everywhere for h in (await waiter.read_statistics()).hosts]
+        assert everywhere == list(LIMITS)
+
+        for host in found:  # the held calls end; the waiting ones take their slots
+            host.release.set()
+        async with asyncio.timeout(30):  # a hang guard only
+            results = await asyncio.gather(*held, *waiting)
+        assert [r.tally["yes"] for r in results] == [1] * 2 * sum(LIMITS)
+        assert [host.most for host in found] == list(LIMITS)
+        assert (holder.outstanding, waiter.outstanding) == (0, 0)

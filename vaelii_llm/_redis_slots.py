@@ -104,7 +104,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 _EPOCH = """
 -- This life of the server: its run id, and whether its takes are fenced (see
 -- the module docstring). The epoch key holds 'run start fenced'; made on first
--- use from INFO (uptime in whole seconds: the start it gives is never early).
+-- use from INFO, whose uptime is the whole seconds of the clock passed since the
+-- start's: the start is taken at the end of its second, so it is never early.
 local function epoch(key, known, ttl)
   local run, start, fenced
   local kept = redis.call('GET', key)
@@ -114,7 +115,8 @@ local function epoch(key, known, ttl)
   if run == nil then
     local info = redis.call('INFO', 'server')
     run = string.match(info, 'run_id:(%x+)')
-    start = now - 1000 * tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    start = math.min(now, (tonumber(t[1]) - up + 1) * 1000)
     fenced, kept = '0', nil
   else
     start = tonumber(start)
