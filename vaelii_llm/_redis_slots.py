@@ -27,22 +27,22 @@ renewed, so it expires in its TTL.
 A Redis restarted without persistence comes back empty while calls still hold
 the slots it forgot: counting from zero would hand their slots out again (a
 limit of 2 with 4 calls in flight). So the scripts fence each life of the
-server. The pool's ``epoch`` key holds the server's run id (which Redis draws
-anew each start), when it started, and whether its takes are fenced; every
-process tells the scripts the run id it last saw. A process that saw an
-earlier run is proof the server forgot: from then until the server has been up
-one lease TTL, every take answers "full" (releases still go through). Each
-holder re-asserts its leases (adds them back) on its first renewal that names
-the earlier run, which it runs at once when a take's answer shows the new run,
-and in any case within a third of the TTL; a lease not renewed inside one TTL
-is one the old server would have dropped too. So once the fence lifts, the
-sets count every call still in flight, and the limit holds across the restart.
-A process whose first word to the server is after a restart cannot tell a
-restart from a fresh server, so it does not fence: a fresh Redis serves at
-once, and the fence stands from the first word of any process that used the
-old one (a holder's renewal, a waiter's poll), within a poll of the restart.
-Processes sharing a pool use one lease TTL (the fence lasts the TTL of the
-process that raised it).
+pool's keys. The pool's ``epoch`` key holds a run id drawn when the key is made
+(by the first call after a restart, or after :data:`EPOCH_KEPT_MS` unused),
+when it was made, and whether takes are fenced; every process tells the
+scripts the run id it last saw. A process that saw another run is proof the
+server forgot: from then until one lease TTL after the key was made, every
+take answers "full" (releases still go through). Each holder re-asserts its
+leases (adds them back) on its first renewal naming the earlier run, which it
+runs at once when a take's answer shows the new run, and in any case within a
+third of the TTL; a lease not renewed inside one TTL is one the old server
+would have dropped too. So once the fence lifts, the sets count every call
+still in flight, and the limit holds across the restart. A process whose first
+word to the server comes after a restart cannot tell a restart from a fresh
+server, so it raises no fence: a fresh Redis serves at once, and the fence
+stands from the first word of any process that used the old one (a holder's
+renewal, a waiter's poll), within a poll of the restart. Processes sharing a
+pool use one lease TTL (the fence lasts the TTL of the process that raised it).
 """
 
 from __future__ import annotations
@@ -101,32 +101,35 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-_EPOCH = """
--- This life of the server: its run id, and whether its takes are fenced (see
--- the module docstring). The epoch key holds 'run start fenced'; made on first
--- use from INFO, whose uptime is the whole seconds of the clock passed since the
--- start's: the start is taken at the end of its second, so it is never early.
+EPOCH_KEPT_MS: Final = 24 * 60 * 60 * 1000
+"""How long a pool's epoch key outlives its last use. A process that used the
+pool before and comes back after it expired waits one lease TTL: it cannot tell
+the expiry from a restart."""
+
+_EPOCH = f"""
+-- This life of the pool's keys: its run id, and whether its takes are fenced
+-- (see the module docstring). The epoch key holds 'run made fenced', the run
+-- id drawn from the server's clock when the key is made.
 local function epoch(key, known, ttl)
-  local run, start, fenced
+  local run, made, fenced
   local kept = redis.call('GET', key)
   if kept then
-    run, start, fenced = string.match(kept, '^(%x+) (%d+) ([01])$')
+    run, made, fenced = string.match(kept, '^(%x+) (%d+) ([01])$')
   end
   if run == nil then
-    local info = redis.call('INFO', 'server')
-    run = string.match(info, 'run_id:(%x+)')
-    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    start = math.min(now, (tonumber(t[1]) - up + 1) * 1000)
-    fenced, kept = '0', nil
+    run = string.format('%x%06x', tonumber(t[1]), tonumber(t[2]))
+    made, fenced, kept = now, '0', nil
   else
-    start = tonumber(start)
+    made = tonumber(made)
   end
-  local ends = start + ttl
+  local ends = made + ttl
   if fenced == '0' and known ~= '' and known ~= run and now < ends then
-    fenced, kept = '1', nil  -- the caller used an earlier life: it forgot leases
+    fenced, kept = '1', nil  -- the caller knew another run: the server forgot
   end
   if kept == nil then
-    redis.call('SET', key, string.format('%s %d %s', run, start, fenced), 'PX', ttl)
+    redis.call('SET', key, string.format('%s %d %s', run, made, fenced), 'PX', {EPOCH_KEPT_MS})
+  else
+    redis.call('PEXPIRE', key, {EPOCH_KEPT_MS})
   end
   return run, fenced == '1' and now < ends
 end
@@ -288,8 +291,8 @@ return out
 )
 
 
-_RUN_ID: Final = re.compile(rb"[0-9a-f]{40}")
-"""A Redis run id: 40 hex digits."""
+_RUN_ID: Final = re.compile(rb"[0-9a-f]{1,40}")
+"""A run id (see :data:`_EPOCH`): hex digits."""
 
 
 def _shown(found: object) -> str:
