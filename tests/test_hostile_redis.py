@@ -11,6 +11,7 @@ started again on its port, empty.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import logging
 from collections.abc import AsyncIterator
@@ -148,13 +149,11 @@ SILENT = {"a RESP2 nil"}
 ACQUIRE_MS = 2_000
 
 
-async def _checked_out(url: str, timeout_ms: int) -> tuple[float, Any, Any]:
-    """One checkout from a one-host pool on ``url``: seconds to its end, what it
-    raised, and the pool (closed)."""
+async def _checked_out(url: str, timeout_ms: int) -> tuple[Any, Any]:
+    """One checkout from a one-host pool on ``url``: what it raised, and the
+    pool (closed)."""
     async with hosts(1) as (a,):
         p = shared_pool([a.url], url, slots=1, acquire_timeout_ms=timeout_ms)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         raised: BaseException | None = None
         try:
             async with asyncio.timeout(timeout_ms / 1000 + 5):  # a hang guard only
@@ -162,9 +161,8 @@ async def _checked_out(url: str, timeout_ms: int) -> tuple[float, Any, Any]:
                     pass
         except LLMUnreachable as exc:
             raised = exc
-        took = loop.time() - started
         await p.aclose()
-        return took, raised, p
+        return raised, p
 
 
 @pytest.mark.parametrize("row", STEP_ROWS)
@@ -176,22 +174,19 @@ async def test_a_wrong_reply_to_the_take_script_ends_the_take_typed_and_at_once(
     loop.set_exception_handler(lambda _loop, context: handed.append(context))
     try:
         async with fake_redis({"step": STEP_ROWS[row]}) as fake:
-            took, raised, p = await _checked_out(fake.url, ACQUIRE_MS)
+            raised, p = await _checked_out(fake.url, ACQUIRE_MS)
         assert isinstance(raised, LLMUnreachable), raised
         assert raised.label == f"the vote pool's Redis at {fake.url}"
-        if row in SILENT:  # the pool's own bound, as for a Redis that never answers
-            assert f"no answer inside the pool's {ACQUIRE_MS} ms" in str(raised)
-            assert took < ACQUIRE_MS / 1000 + 0.5
-        else:  # typed at once, not waited out
-            assert took < ACQUIRE_MS / 1000 / 2
+        waited_out = f"no answer inside the pool's {ACQUIRE_MS} ms" in str(raised)
+        # The reply itself ends the take (not the acquire timeout), but for a
+        # reply redis-py waits on: the pool's own bound, as for a silent Redis.
+        assert waited_out is (row in SILENT), str(raised)
         assert fake.asked[0] == "step"
         assert (p.outstanding, p.statistics().waiters) == (0, 0)
         assert [h.held for h in p.statistics().hosts] == [0]
         assert p._slots._held == {}  # no lease counted as taken here
         assert len(str(raised)) < 400  # the reply's excerpt, not the whole
     finally:
-        import gc
-
         gc.collect()  # a task whose exception nobody read reports it when collected
         loop.set_exception_handler(None)
     assert handed == []
@@ -232,8 +227,6 @@ async def test_a_wrong_reply_to_the_renewal_is_logged_typed_and_the_slot_still_g
         assert all("leases were not renewed" in w for w in warned), warned
         assert all(fake.url in w for w in warned)
     finally:
-        import gc
-
         gc.collect()
         loop.set_exception_handler(None)
     assert handed == []
