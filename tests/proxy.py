@@ -6,7 +6,8 @@ A request whose ``Proxy-Authorization`` is not the expected Basic pair gets a
 407. A forward request has its head passed on without ``Proxy-*`` headers,
 then the bytes are piped both ways until either side closes; a CONNECT is
 answered ``200`` and piped the same way. Every request's method and target is
-recorded on ``proxy.seen``; an upstream that cannot be reached is a 502.
+recorded on ``proxy.seen``, and its ``Proxy-Authorization`` (None when it sent
+none) on ``proxy.authorizations``; an upstream that cannot be reached is a 502.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Proxy:
     url: str = ""
     expected: str | None = None
     seen: list[tuple[str, str]] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _writers: list[asyncio.StreamWriter] = field(default_factory=list)
 
@@ -65,6 +67,7 @@ async def _handle(proxy: Proxy, reader: asyncio.StreamReader, writer: asyncio.St
         ),
         None,
     )
+    proxy.authorizations.append(auth)
     if proxy.expected is not None and auth != proxy.expected:
         await _refuse(writer, "407 Proxy Authentication Required")
         return

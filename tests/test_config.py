@@ -128,6 +128,12 @@ def test_base_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> N
         ("http://user:p@ss-SECRET@host/v1", "http://host/v1"),
         ("https://u:a,b@c@h.example.com:8443/x?y=1@z", "https://h.example.com:8443/x?y=1@z"),
         ("u:p@ss@gpu3,gpu4", "gpu3,gpu4"),
+        # a password holding an unencoded #, / or ?, where a parser ends the
+        # authority early: cut to the last @ (issue 36)
+        ("http://user:pa#ss@host:1/v1", "http://host:1/v1"),
+        ("http://u:p/ss@proxy.example:3128", "http://proxy.example:3128"),
+        ("http://tok/en+x==@gw.example.com/v1", "http://gw.example.com/v1"),
+        ("u:p?ss@gpu3*2,gpu4", "gpu3*2,gpu4"),
     ],
 )
 def test_hide_userinfo(value: str, shown: str) -> None:

@@ -285,6 +285,48 @@ async def test_no_proxy_covering_the_host_goes_direct(
         assert proxy.seen == []
 
 
+async def test_the_environments_proxy_takes_no_credential_from_netrc(
+    fake: FakeOllama, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A ``.netrc`` naming the proxy's host is a credential file: never read
+    (aiohttp's own reading of the environment sent its password)."""
+    netrc = tmp_path / ".netrc"
+    netrc.write_text(f"machine 127.0.0.1 login user password {SECRET}\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(netrc))
+    async with forward_proxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        provider = ollama.provider(host=fake.url)
+        try:
+            assert text(await provider.complete(ASK)) == ANSWER
+            assert await ollama.available(fake.url)
+        finally:
+            await provider.aclose()
+        assert [target for _, target in proxy.seen] == [
+            fake.url + "/api/chat",
+            fake.url + "/api/version",
+        ]
+        assert proxy.authorizations == [None, None]
+
+
+def test_the_environments_proxy_is_read_by_the_urls_scheme(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://upper:3128")
+    monkeypatch.setenv("http_proxy", "http://lower:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "proxy.example:8080")  # no scheme: an http:// proxy
+    monkeypatch.setenv("NO_PROXY", "internal.example, .corp")
+    assert settings.env_proxy("http://api.example/v1") == "http://lower:3128"
+    assert settings.env_proxy("https://api.example/v1") == "http://proxy.example:8080"
+    assert settings.env_proxy("http://internal.example:11434") is None
+    assert settings.env_proxy("https://gpu1.corp/v1") is None
+    monkeypatch.setenv("HTTPS_PROXY", f"socks5://user:{SECRET}@proxy.example:1080")
+    assert settings.env_proxy("https://api.example/v1") is None
+    assert "socks5://proxy.example:1080" in caplog.text
+    assert SECRET not in caplog.text
+
+
 async def test_an_explicit_proxy_is_used_and_never_shown(fake: FakeOllama) -> None:
     async with forward_proxy("user", SECRET) as proxy:
         provider = ollama.provider(host=fake.url, proxy=proxy.url)

@@ -590,7 +590,10 @@ async def test_pool_from_config_reads_the_redis_switch(
             assert p.shared
             async with p.provider():
                 keys = sorted(k.decode() for k in await rclient.keys("vaelii:pool:{switch}:*"))
-            assert keys == [f"vaelii:pool:{{switch}}:lease:{a.url}"]
+            assert keys == [
+                "vaelii:pool:{switch}:epoch",
+                f"vaelii:pool:{{switch}}:lease:{a.url}",
+            ]
         monkeypatch.delenv("VAELII_POOL_REDIS_URL")
         async with await pool_from_config() as p:
             assert not p.shared
@@ -744,12 +747,13 @@ async def test_the_docs_vote_block_runs_on_redis_unchanged(
             words = entry["command"].split(b" ")
             if words[:2] != [b"EVALSHA", step]:
                 continue
-            # After the keys (n lease sets, n cool-down flags, the freed list):
-            # the TTL, n slot counts, keep, stem, first, count, prefs, releases.
-            n = (int(words[2]) - 1) // 2
+            # After the keys (n lease sets, n cool-down flags, the freed list,
+            # the epoch): the TTL, n slot counts, keep, stem, first, count,
+            # prefs, releases, the run id last seen.
+            n = (int(words[2]) - 2) // 2
             count_at = 3 + 2 * n + 1 + 1 + n + 3
             asked += int(words[count_at])
-            given_back += b"".join(words[count_at + 2 :]).count(b"=")
+            given_back += b"".join(words[count_at + 2 : -1]).count(b"=")
         # Every lease given back once; a turn that found its hosts full asked again.
         assert given_back == 3
         assert asked >= 3

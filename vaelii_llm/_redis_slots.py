@@ -19,7 +19,30 @@ A release pushes a word on the pool's ``freed`` list, on which one watcher per
 process blocks (``BLPOP``, served in the order the processes blocked) while
 calls wait there, with a short poll for leases that expired. Every Redis
 failure is raised as :class:`~vaelii_llm.errors.LLMUnreachable` naming the
-Redis (its URL without a password), never as a ``redis`` exception.
+Redis (its URL without a password), never as a ``redis`` exception; so is a
+reply of a shape no script sends (:func:`read_reply` checks every one): the
+takes of that call fail at once, and a lease it may have taken is never
+renewed, so it expires in its TTL.
+
+A Redis restarted without persistence comes back empty while calls still hold
+the slots it forgot: counting from zero would hand their slots out again (a
+limit of 2 with 4 calls in flight). So the scripts fence each life of the
+pool's keys. The pool's ``epoch`` key holds a run id drawn when the key is made
+(by the first call after a restart, or after :data:`EPOCH_KEPT_MS` unused),
+when it was made, and whether takes are fenced; every process tells the
+scripts the run id it last saw. A process that saw another run is proof the
+server forgot: from then until one lease TTL after the key was made, every
+take answers "full" (releases still go through). Each holder re-asserts its
+leases (adds them back) on its first renewal naming the earlier run, which it
+runs at once when a take's answer shows the new run, and in any case within a
+third of the TTL; a lease not renewed inside one TTL is one the old server
+would have dropped too. So once the fence lifts, the sets count every call
+still in flight, and the limit holds across the restart. A process whose first
+word to the server comes after a restart cannot tell a restart from a fresh
+server, so it raises no fence: a fresh Redis serves at once, and the fence
+stands from the first word of any process that used the old one (a holder's
+renewal, a waiter's poll), within a poll of the restart. Processes sharing a
+pool use one lease TTL (the fence lasts the TTL of the process that raised it).
 """
 
 from __future__ import annotations
@@ -29,6 +52,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,7 +72,7 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test extra
 
 from vaelii_llm._slots import POLL_S, POOL_LABEL, Ledger, Spread
 from vaelii_llm.config import hide_userinfo
-from vaelii_llm.errors import LLMClosed, LLMPoolTimeout, LLMUnreachable
+from vaelii_llm.errors import LLMClosed, LLMPoolTimeout, LLMUnreachable, excerpt
 
 __all__ = ["RedisSlots"]
 
@@ -77,23 +101,60 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
+EPOCH_KEPT_MS: Final = 24 * 60 * 60 * 1000
+"""How long a pool's epoch key outlives its last use. A process that used the
+pool before and comes back after it expired waits one lease TTL: it cannot tell
+the expiry from a restart."""
+
+_EPOCH = f"""
+-- This life of the pool's keys: its run id, and whether its takes are fenced
+-- (see the module docstring). The epoch key holds 'run made fenced', the run
+-- id drawn from the server's clock when the key is made.
+local function epoch(key, known, ttl)
+  local run, made, fenced
+  local kept = redis.call('GET', key)
+  if kept then
+    run, made, fenced = string.match(kept, '^(%x+) (%d+) ([01])$')
+  end
+  if run == nil then
+    run = string.format('%x%06x', tonumber(t[1]), tonumber(t[2]))
+    made, fenced, kept = now, '0', nil
+  else
+    made = tonumber(made)
+  end
+  local ends = made + ttl
+  if fenced == '0' and known ~= '' and known ~= run and now < ends then
+    fenced, kept = '1', nil  -- the caller knew another run: the server forgot
+  end
+  if kept == nil then
+    redis.call('SET', key, string.format('%s %d %s', run, made, fenced), 'PX', {EPOCH_KEPT_MS})
+  else
+    redis.call('PEXPIRE', key, {EPOCH_KEPT_MS})
+  end
+  return run, fenced == '1' and now < ends
+end
+"""
+
 STEP: Final = (
     _COMMON
+    + _EPOCH
     + f"local CHUNK = {CHUNK}\n"
     + """
 -- One instant of one process: the leases it gives back, then the leases it
 -- takes, for each caller in the order they asked. KEYS: n lease sets, n
--- cool-down flags, the freed list. ARGV: ttl ms, n slot counts, how many words
--- freed keeps, the lease ids' stem, the first take's number, how many take,
--- their preferences (one per take, ';'-terminated), the releases ('host=lease ').
--- Take j's lease id is stem:(first + j). Answers each take's host (0: none),
+-- cool-down flags, the freed list, the epoch. ARGV: ttl ms, n slot counts, how
+-- many words freed keeps, the lease ids' stem, the first take's number, how
+-- many take, their preferences (one per take, ';'-terminated), the releases
+-- ('host=lease '), the run id the process last saw. Take j's lease id is
+-- stem:(first + j). Answers the run id, and each take's host (0: none),
 -- comma-separated.
-local n = (#KEYS - 1) / 2
+local n = (#KEYS - 2) / 2
 local ttl = tonumber(ARGV[1])
-local freed = KEYS[#KEYS]
+local freed = KEYS[2 * n + 1]
 local at = 2 + n
 local keep, stem, first = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
 local count, prefs, releases = tonumber(ARGV[at + 3]), ARGV[at + 4], ARGV[at + 5]
+local run, fenced = epoch(KEYS[2 * n + 2], ARGV[at + 6], ttl)
 -- One ZREM per host and one RPUSH (a word per lease: each wakes one waiter),
 -- in chunks that stay inside Lua's stack.
 local gone, words = {}, {}
@@ -120,7 +181,14 @@ if #words > 0 then
   redis.call('PEXPIRE', freed, ttl)
 end
 if count == 0 then
-  return ''
+  return {run, ''}
+end
+if fenced then
+  local none = {}
+  for j = 1, count do
+    none[j] = 0
+  end
+  return {run, table.concat(none, ',')}
 end
 local held, slots, none, shared_cool, all_shared_cool = {}, {}, {}, {}, true
 for i = 1, n do
@@ -180,24 +248,30 @@ for i, adds in pairs(taken) do
   end
   redis.call('PEXPIRE', KEYS[i], ttl)
 end
-return table.concat(out, ',')
+return {run, table.concat(out, ',')}
 """
 )
 
 RENEW: Final = (
     _COMMON
+    + _EPOCH
     + """
--- KEYS: each lease's set. ARGV: ttl ms, then the lease ids in KEYS' order.
+-- KEYS: the epoch, then each lease's set. ARGV: ttl ms, the run id the process
+-- last saw, then the lease ids in KEYS' order. A lease taken in an earlier life
+-- of the server is added back (re-asserted); one of this life that is gone
+-- expired, and stays gone. Answers the run id and the leases kept.
 local ttl = tonumber(ARGV[1])
+local run = epoch(KEYS[1], ARGV[2], ttl)
+local lost = ARGV[2] ~= '' and ARGV[2] ~= run
 local kept = 0
-for i = 1, #KEYS do
-  if redis.call('ZSCORE', KEYS[i], ARGV[i + 1]) then
+for i = 2, #KEYS do
+  if lost or redis.call('ZSCORE', KEYS[i], ARGV[i + 1]) then
     redis.call('ZADD', KEYS[i], now + ttl, ARGV[i + 1])
     redis.call('PEXPIRE', KEYS[i], ttl)
     kept = kept + 1
   end
 end
-return kept
+return {run, kept}
 """
 )
 
@@ -215,6 +289,54 @@ end
 return out
 """
 )
+
+
+_RUN_ID: Final = re.compile(rb"[0-9a-f]{1,40}")
+"""A run id (see :data:`_EPOCH`): hex digits."""
+
+
+def _shown(found: object) -> str:
+    """A reply, described in a few words (never the whole of a long one)."""
+    if isinstance(found, bytes):
+        return repr(excerpt(found, 40))
+    if isinstance(found, list):
+        return f"an array of {len(found)}"
+    return repr(found) if isinstance(found, int) or found is None else type(found).__name__
+
+
+def read_reply(script: str, found: object, hosts: int, asked: int) -> tuple[str, list[int]]:
+    """A slot script's reply, checked against the one shape it sends; ValueError
+    (naming what is wrong, never the whole reply) for any other.
+
+    ``step`` (``asked`` takes over ``hosts`` hosts): the run id and each take's
+    host index, or -1 for none. ``renew`` (of ``asked`` leases): the run id and
+    the leases kept. ``count``: no run id, and held, cooling for each host.
+    """
+    if not isinstance(found, list):
+        raise ValueError(f"{_shown(found)} where an array belongs")
+    if script == "count":
+        if len(found) != 2 * hosts or not all(type(v) is int for v in found):
+            raise ValueError(f"{_shown(found)} where {2 * hosts} integers belong")
+        if any(v < 0 for v in found[0::2]) or any(v not in (0, 1) for v in found[1::2]):
+            raise ValueError("a count below 0 or a cooling flag other than 0 or 1")
+        return "", found
+    if len(found) != 2:
+        raise ValueError(f"{_shown(found)} where an array of 2 belongs")
+    run, answer = found
+    if not isinstance(run, bytes) or not _RUN_ID.fullmatch(run):
+        raise ValueError(f"{_shown(run)} where a run id belongs")
+    if script == "renew":
+        if type(answer) is not int or not 0 <= answer <= asked:
+            raise ValueError(f"{_shown(answer)} where a count of 0 to {asked} leases belongs")
+        return run.decode(), [answer]
+    if not isinstance(answer, bytes):
+        raise ValueError(f"{_shown(answer)} where the takes' hosts belong")
+    words = answer.split(b",") if answer else []
+    if len(words) != asked:
+        raise ValueError(f"{len(words)} host(s) for {asked} take(s)")
+    if not all(word.isdigit() and int(word) <= hosts for word in words):
+        raise ValueError(f"{_shown(answer)}: a host other than 0 to {hosts}")
+    return run.decode(), [int(word) - 1 for word in words]
 
 
 def check_url(url: str) -> str:
@@ -255,6 +377,7 @@ class RedisSlots:
         self._lease_keys = tuple(f"{prefix}:lease:{host}" for host in hosts)
         self._cool_keys = tuple(f"{prefix}:cool:{host}" for host in hosts)
         self._freed_key = f"{prefix}:freed"
+        self._epoch_key = f"{prefix}:epoch"
         self._slots = tuple(slots)
         self._ttl_ms = lease_ttl_ms
         self._cooldown_ms = cooldown_ms
@@ -266,7 +389,9 @@ class RedisSlots:
         self._held: dict[str, int] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._renewer: asyncio.Task[None] | None = None
-        self._step_keys = [*self._lease_keys, *self._cool_keys, self._freed_key]
+        self._step_keys = [*self._lease_keys, *self._cool_keys, self._freed_key, self._epoch_key]
+        self._run = ""  # the server's run id as this process last saw it
+        self._reassert = asyncio.Event()  # renew now: a take's answer showed a new run
         self._takes: list[_Take] = []
         self._releases: list[tuple[int, str, Callable[[], None] | None]] = []
         self._sending: asyncio.Future[Any] | None = None
@@ -312,6 +437,17 @@ class RedisSlots:
         except (RedisError, OSError) as exc:
             reason = hide_userinfo(f"{type(exc).__name__}: {exc}")
             raise LLMUnreachable(self.label, reason) from exc
+
+    async def _script(
+        self, script: str, op: Awaitable[Any], asked: int = 0
+    ) -> tuple[str, list[int]]:
+        """:meth:`_call` of a slot script, its reply read by :func:`read_reply`;
+        a reply of the wrong shape is :class:`~vaelii_llm.errors.LLMUnreachable`."""
+        found = await self._call(op)
+        try:
+            return read_reply(script, found, len(self._slots), asked)
+        except ValueError as exc:
+            raise LLMUnreachable(self.label, f"answered the {script} script with {exc}") from None
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(coro)
@@ -497,10 +633,11 @@ class RedisSlots:
                 len(takes),
                 "".join([f"{take[0]};" for take in takes]),
                 "".join([f"{index + 1}={lease} " for index, lease, _ in releases]),
+                self._run,
             ]
             self._in_flight = takes
             try:
-                found = await self._call(self._step(args))
+                run, found = await self._script("step", self._step(args), len(takes))
             except LLMUnreachable as exc:
                 self._refuse(takes, partial(LLMUnreachable, exc.label, exc.reason))
                 if releases:
@@ -518,13 +655,19 @@ class RedisSlots:
                 for _, _, then in releases:
                     if then is not None:
                         then()
+            if run != self._run:
+                # Leases held from an earlier run are re-asserted by a renewal
+                # naming that run, now; until then this process names it still.
+                if self._held:
+                    self._reassert.set()
+                else:
+                    self._run = run
             if takes:
-                self._answer(takes, f"{stem}:", first, found.split(b","))
+                self._answer(takes, f"{stem}:", first, found)
 
-    def _answer(self, takes: list[_Take], stem: str, first: int, found: list[bytes]) -> None:
+    def _answer(self, takes: list[_Take], stem: str, first: int, found: list[int]) -> None:
         held = self._held
-        for j, ((_, asked, _), best) in enumerate(zip(takes, found, strict=True)):
-            index = int(best) - 1
+        for j, ((_, asked, _), index) in enumerate(zip(takes, found, strict=True)):
             if index < 0:
                 if not asked.done():
                     asked.set_result((-1, ""))
@@ -545,7 +688,7 @@ class RedisSlots:
             if not asked.done():
                 asked.set_exception(error())
 
-    async def _step(self, args: list[Any]) -> bytes:
+    async def _step(self, args: list[Any]) -> Any:
         # One try more on a fresh connection: the kept one may predate a Redis
         # restart. A script the server lost (a restart) is loaded again.
         assert self._steps is not None
@@ -559,7 +702,7 @@ class RedisSlots:
                 async with asyncio.timeout(OP_TIMEOUT_S):
                     try:
                         await conn.send_packed_command(conn.pack_command(*command), False)
-                        found: bytes = await conn.read_response()
+                        found = await conn.read_response()
                     except NoScriptError:
                         await conn.send_command("SCRIPT", "LOAD", STEP, check_health=False)
                         await conn.read_response()
@@ -608,15 +751,21 @@ class RedisSlots:
 
     async def _renew(self) -> None:
         while self._held:
-            await asyncio.sleep(self._ttl_ms / 3000)
+            if not self._reassert.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._ttl_ms / 3000):
+                        await self._reassert.wait()
+            self._reassert.clear()
             held = list(self._held.items())
             if not held:
                 return
             script = self._scripts["renew"]
-            keys = [self._lease_keys[index] for _, index in held]
-            args = [self._ttl_ms, *(lease for lease, _ in held)]
+            keys = [self._epoch_key, *(self._lease_keys[index] for _, index in held)]
+            args = [self._ttl_ms, self._run, *(lease for lease, _ in held)]
             try:
-                kept = int(await self._call(script(keys=keys, args=args)))
+                self._run, (kept,) = await self._script(
+                    "renew", script(keys=keys, args=args), len(held)
+                )
             except LLMUnreachable as exc:
                 log.warning("leases were not renewed: %s", exc)
                 continue
@@ -634,8 +783,8 @@ class RedisSlots:
         self._redis()
         script = self._scripts["count"]
         keys = [*self._lease_keys, *self._cool_keys]
-        flat = await self._call(script(keys=keys, args=[]))
-        return [int(v) for v in flat[0::2]], [bool(int(v)) for v in flat[1::2]]
+        _, flat = await self._script("count", script(keys=keys, args=[]))
+        return flat[0::2], [bool(v) for v in flat[1::2]]
 
     async def aclose(self) -> None:
         """Give back every lease still held, wait for the background work, close the client."""

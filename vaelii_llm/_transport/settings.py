@@ -10,13 +10,13 @@ import os
 import re
 import ssl as _ssl
 import sys
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 import aiohttp
 import msgspec
-from aiohttp.helpers import get_env_proxy_for_url
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -173,8 +173,8 @@ class Network:
 
     ``proxy``: an ``http://`` proxy URL (``user:password@`` in it is sent as
     proxy credentials and never shown); unset, the environment's
-    ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` are honoured, as aiohttp's
-    ``trust_env`` reads them. ``ssl``: see :data:`SSLOption`; unset,
+    ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` are honoured
+    (:func:`env_proxy`; no ``.netrc`` is read). ``ssl``: see :data:`SSLOption`; unset,
     ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are honoured when set (read when a
     session is made), else the system's CAs. ``False`` logs a warning once
     per process. ``max_connections``: open connections to the far end per
@@ -293,18 +293,34 @@ the provider's own sessions."""
 
 
 def env_proxy(url: str) -> str | None:
-    """The proxy the environment names for ``url``, read as aiohttp's
-    ``trust_env`` reads it (``HTTP_PROXY``/``HTTPS_PROXY`` by the URL's
-    scheme, none when ``NO_PROXY`` covers its host, credentials from the URL
-    or ``.netrc``), or None. Read when a session is made, not per request: a
-    turn pays nothing for it."""
+    """The proxy the environment names for ``url``, or None: ``HTTP_PROXY`` or
+    ``HTTPS_PROXY`` by the URL's scheme (either case; the lower case one wins,
+    and ``HTTP_PROXY`` is ignored under CGI, as urllib reads them), none when
+    ``NO_PROXY`` covers its host. A value with no scheme is an ``http://``
+    proxy; one with another scheme (``https://``, ``socks5://``) is not
+    used, and says so in a warning (without its credentials). Its
+    credentials are the ``user:password@`` of its URL and nothing else: no
+    credential file (``.netrc``) is read. Read when a session is made, not
+    per request: a turn pays nothing for it."""
     try:
-        proxy, auth = get_env_proxy_for_url(URL(url))
-    except (LookupError, ValueError):
+        target = URL(url)
+    except (TypeError, ValueError):
         return None
-    if auth is not None and proxy.user is None:
-        proxy = proxy.with_user(auth.login).with_password(auth.password)
-    return str(proxy)
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(target.scheme.lower(), "").strip()
+    # With a proxy variable set, proxy_bypass reads NO_PROXY on every platform.
+    if not proxy or (target.host is not None and urllib.request.proxy_bypass(target.host)):
+        return None
+    if "://" not in proxy:
+        proxy = "http://" + proxy
+    if not proxy.lower().startswith("http://"):
+        log.warning(
+            "the environment's %s proxy %s is not used: only an http:// proxy is",
+            target.scheme,
+            hide_userinfo(proxy),
+        )
+        return None
+    return proxy
 
 
 def _named(headers: Mapping[str, str], name: str) -> bool:

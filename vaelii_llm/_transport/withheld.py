@@ -20,13 +20,15 @@ import binascii
 import json
 from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, unquote
 
 import aiohttp
 import msgspec
 from aiohttp.client_reqrep import ConnectionKey
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
+
+from vaelii_llm.config import userinfo
 
 __all__ = ["withhold"]
 
@@ -233,15 +235,14 @@ def _withheld(
                 for secret in _header_secrets(value):
                     add(secret, name)
     for url in urls:
-        if url is None:
-            continue
-        try:
-            parsed = URL(url)
-        except (TypeError, ValueError):
-            continue
-        if parsed.password:
-            add_basic(parsed.user or "", parsed.password, "password")
-            add(parsed.raw_password or "", "password")
+        # Read by the rule that cuts it from displays, not by yarl: a password
+        # holding an unencoded '#', '/' or '?' is one yarl reads otherwise.
+        info = None if url is None else userinfo(str(url))
+        if info:
+            user, _, password = info.partition(":")
+            if password:
+                add_basic(unquote(user), unquote(password), "password")
+                add(password, "password")
     for auth in auths:
         if auth is not None and auth.password:
             add_basic(auth.login, auth.password, "password")

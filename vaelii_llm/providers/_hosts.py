@@ -76,7 +76,7 @@ def _split(host: str, what: str) -> tuple[str, str, int | None, str, bool]:
     if not text:
         raise ValueError(f"an empty host names no {what.split(' ', 1)[1]}")
     shown_host = config.hide_userinfo(text)
-    if "@" in text.split("://", 1)[-1].split("/", 1)[0]:
+    if config.userinfo(text) is not None:
         raise ValueError(
             f"{shown_host!r} carries a user:password; pass a gateway's credential "
             "in the provider's headers= instead"
