@@ -82,6 +82,10 @@ slower one is closed, so half-sent requests cannot hold the server's descriptors
 _MAX_CONNECTIONS: Final = 4096
 """The most HTTP connections served at once, whatever the descriptor limit."""
 
+_PASSES_AT_CAP: Final = 16
+"""Turns of the event loop a listener at its cap keeps looking for a free slot
+before it pauses (a connection that left is closed within a few turns)."""
+
 _SPARE_DESCRIPTORS: Final = 64
 """Descriptors kept free of connections (the KB, logs, the loop's own): the
 server stops accepting at the descriptor limit less these, so ``accept`` never
@@ -274,37 +278,44 @@ class _CappedListener(socket.socket):
     """A listening socket that stops accepting while ``cap`` connections it
     accepted are open: the rest wait in the kernel's queue, holding no descriptor.
 
-    At the cap, ``accept`` fails the way a full descriptor table does (``EMFILE``),
-    once per pass of asyncio's accept loop, which pauses accepting and tries again
-    a moment later (its ``ACCEPT_RETRY_DELAY``); a second call in the same pass
-    answers that the queue is empty, so the loop stops there. On another event
-    loop (uvloop) the socket is used through its descriptor and the cap does not
-    apply; the read deadline of :func:`_bounded_protocol` still does."""
+    At the cap a pass of asyncio's accept loop is told the queue is empty, so the
+    loop looks again on its next turn: connections closing (a queue of clients
+    that left drains at once) make room. After :data:`_PASSES_AT_CAP` passes
+    with none closed, ``accept`` fails the way a full descriptor table does
+    (``EMFILE``), and asyncio pauses accepting for its ``ACCEPT_RETRY_DELAY``
+    (logging one line) instead of spinning. On another event loop (uvloop) the
+    socket is used through its descriptor and the cap does not apply; the read
+    deadline of :func:`_bounded_protocol` still does."""
 
     def __init__(self, listening: socket.socket, cap: int) -> None:
         super().__init__(listening.family, listening.type, listening.proto, listening.detach())
         self.cap = cap
         self.open = 0
-        self._held = False  # already refused in this pass of the accept loop
+        self.passes = 0  # passes refused at the cap since a connection last closed
+        self._in_pass = False  # already refused in this pass of the accept loop
 
     def accept(self) -> tuple[socket.socket, Any]:
-        if self.open >= self.cap:
-            if self._held:
-                raise BlockingIOError
-            self._held = True
-            asyncio.get_running_loop().call_soon(self._release)
-            raise OSError(
-                errno.EMFILE,
-                f"{self.cap} connections open, the most this server takes; "
-                "accepting again when one closes",
-            )
-        plain, address = super().accept()
-        conn = _Accepted(self, plain.detach())
-        self.open += 1
-        return conn, address
+        if self.open < self.cap:
+            plain, address = super().accept()
+            conn = _Accepted(self, plain.detach())
+            self.open += 1
+            return conn, address
+        if self._in_pass:
+            raise BlockingIOError
+        self._in_pass = True
+        asyncio.get_running_loop().call_soon(self._pass_over)
+        self.passes += 1
+        if self.passes <= _PASSES_AT_CAP:
+            raise BlockingIOError
+        self.passes = 0
+        raise OSError(
+            errno.EMFILE,
+            f"{self.cap} connections open, the most this server takes; "
+            "accepting again in a moment",
+        )
 
-    def _release(self) -> None:
-        self._held = False
+    def _pass_over(self) -> None:
+        self._in_pass = False
 
 
 class _Accepted(socket.socket):
@@ -318,6 +329,7 @@ class _Accepted(socket.socket):
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.open -= 1
+            listener.passes = 0
         super().close()
 
 
