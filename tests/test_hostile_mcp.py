@@ -141,7 +141,9 @@ async def test_half_sent_heads_past_the_descriptor_limit_leave_the_server_answer
     # main logged a traceback per connection it could not accept, over and over
     # (megabytes): a server whose stderr is a pipe nobody reads stalls past PIPE_BYTES
     assert logged < PIPE_BYTES, served.log[:2000].decode(errors="replace")
-    print(f"first good initialize {recovered:.2f} s after {ATTACKERS} attackers left; logged {logged} B")
+    print(
+        f"first good initialize {recovered:.2f} s after {ATTACKERS} attackers left; logged {logged} B"
+    )
 
 
 @linux_only
@@ -150,7 +152,8 @@ async def test_half_sent_heads_past_the_descriptor_limit_leave_the_server_answer
     [
         pytest.param(HALF_HEAD, id="half-sent head"),
         pytest.param(
-            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{", id="dripped body"
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{",
+            id="dripped body",
         ),
     ],
 )

@@ -310,8 +310,7 @@ class _CappedListener(socket.socket):
         self.passes = 0
         raise OSError(
             errno.EMFILE,
-            f"{self.cap} connections open, the most this server takes; "
-            "accepting again in a moment",
+            f"{self.cap} connections open, the most this server takes; accepting again in a moment",
         )
 
     def _pass_over(self) -> None:
