@@ -100,17 +100,19 @@ _STOP_GRACE_S: Final = 2.0
 """How long a child has to exit once its stdin is closed, then once terminated,
 before it is killed."""
 
+_WITHHELD: Final = "<withheld>"
+_MIN_SECRET: Final = 4
+"""An environment value shorter than this is not searched for in the command line."""
+
+_USER_INFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@")
+"""A URL's opening up to its user info, which may hold a password."""
+
 _SECRET_WORD = re.compile(r"(?i)token|key|secret|passw|auth|credential|bearer")
 """An option whose name says its value is a credential (``--api-key``, ``--token``…)."""
 
-_HTTP_LOGGERS: Final = (
-    "httpx",
-    "httpcore.connection",
-    "httpcore.http11",
-    "httpcore.http2",
-    "httpcore.proxy",
-)
-"""The loggers the HTTP client writes requests and response headers to (at DEBUG)."""
+_HTTP_LOGGERS: Final = ("httpx", "httpcore")
+"""The packages of the HTTP client ``mcp`` uses (under these names or a numbered
+fork's, ``httpx2``): their loggers write requests and response headers at DEBUG."""
 
 _GRACE_S: Final = 1.0
 """How long past ``call_timeout`` the client's own timeout has to answer before
@@ -527,8 +529,8 @@ class McpToolset:
         DEBUG line), from the session's opening to its close."""
         held, self._log_filter = self._log_filter, None
         if held is not None:
-            for name in _HTTP_LOGGERS:
-                logging.getLogger(name).removeFilter(held)
+            for logger in _http_loggers():
+                logger.removeFilter(held)
         if not on or not isinstance(self.server, str):
             return
         from vaelii_llm._transport.withheld import _withheld  # the transport's one rule
@@ -536,8 +538,8 @@ class McpToolset:
         rule = _withheld([self.headers], [self.server])
         if rule:
             self._log_filter = _Withholding(rule)
-            for name in _HTTP_LOGGERS:
-                logging.getLogger(name).addFilter(self._log_filter)
+            for logger in _http_loggers():
+                logger.addFilter(self._log_filter)
 
     async def _transport(self, stack: AsyncExitStack) -> Any:
         server = self.server
@@ -679,33 +681,41 @@ def _default_name(server: Any) -> str:
     return str(getattr(server, "name", None) or type(server).__name__)
 
 
+def _http_loggers() -> list[logging.Logger]:
+    """The HTTP client's loggers (:data:`_HTTP_LOGGERS`), as its modules made them."""
+    return [
+        logger
+        for name, logger in list(logging.root.manager.loggerDict.items())
+        if isinstance(logger, logging.Logger)
+        and name.split(".", 1)[0].rstrip("0123456789") in _HTTP_LOGGERS
+    ]
+
+
 def _shown_command(params: StdioServerParameters) -> str:
     """The command line, shortened: paths as their last part (the program, a
     script), the value of an option whose name says it is a credential and any
     value of the child's environment withheld, cut at :data:`_MAX_SHOWN_COMMAND`."""
-    secrets = [value for value in (params.env or {}).values() if len(value) >= 4]
+    secrets = [value for value in (params.env or {}).values() if len(value) >= _MIN_SECRET]
     words: list[str] = []
     hide_next = False
     for word in [params.command, *params.args]:
         option, eq, _value = word.partition("=")
         if hide_next:
-            word, hide_next = "<withheld>", False
+            shown, hide_next = _WITHHELD, False
         elif word.startswith("-") and _SECRET_WORD.search(option):
-            if eq:
-                word = f"{option}=<withheld>"
-            else:
-                hide_next = True
+            hide_next = not eq
+            shown = f"{shlex.quote(option)}={_WITHHELD}" if eq else shlex.quote(word)
         elif any(secret in word for secret in secrets):
-            word = "<withheld>"
-        elif "/" in word and not word.startswith("-") and "://" not in word:
-            word = os.path.basename(word.rstrip("/")) or word
-        if "://" in word and "@" in word:
-            word = re.sub(r"://[^/@]*@", "://<withheld>@", word)
-        words.append(word)
-    shown = shlex.join(words)
-    if len(shown) > _MAX_SHOWN_COMMAND:
-        shown = shown[: _MAX_SHOWN_COMMAND - 1] + "…"
-    return shown
+            shown = _WITHHELD  # a value the child is also given as a variable
+        elif (user := _USER_INFO.match(word)) is not None:
+            shown = f"{user[1]}{_WITHHELD}@{shlex.quote(word[user.end() :])}"
+        elif os.path.isabs(word) or word.startswith(("./", "../", "~")) or os.path.exists(word):
+            shown = shlex.quote(os.path.basename(word.rstrip("/")) or word)
+        else:
+            shown = shlex.quote(word)
+        words.append(shown)
+    text = " ".join(words)
+    return text if len(text) <= _MAX_SHOWN_COMMAND else text[: _MAX_SHOWN_COMMAND - 1] + "…"
 
 
 def _timed_out(exc: BaseException) -> bool:
