@@ -233,7 +233,24 @@ class _Child:
         self.junk: str | None = None  # what it wrote that no MCP server writes
         self.ended = False  # its stdout reached its end
         self.exited: int | None = None  # its exit status, once it exited on its own
+        self.late = False  # it had not listed its tools by the start deadline
+        self._listed = anyio.Event()
         self._tail = bytearray()
+
+    def listed(self) -> None:
+        """The handshake and the listing are done: the session is under way."""
+        self.ready = True
+        self._listed.set()
+
+    async def watch_start(self, deadline_s: float, session: Any) -> None:
+        """End the session (``session``, the stream it reads) if the child has not
+        listed its tools in ``deadline_s``: the whole start, ``mcp``'s own fixed
+        ``server/discover`` wait included, is bounded by it."""
+        with anyio.move_on_after(deadline_s):
+            await self._listed.wait()
+            return
+        self.late = True
+        await session.aclose()
 
     def heard(self, chunk: bytes) -> None:
         self._tail += chunk
@@ -283,11 +300,14 @@ class _Child:
 
 
 @asynccontextmanager
-async def _stdio(params: StdioServerParameters, child: _Child) -> AsyncIterator[Any]:
+async def _stdio(
+    params: StdioServerParameters, child: _Child, start_timeout: float
+) -> AsyncIterator[Any]:
     """The server ``params`` names as a child process, spoken to over its stdin and
     stdout (one JSON-RPC message a line, as ``mcp``'s own stdio client), its stderr
     kept in ``child`` instead of passed through, and its end watched: a child
-    that exits, or writes what no MCP server writes, ends the session at once."""
+    that exits, or writes what no MCP server writes, ends the session at once; one
+    that has not listed its tools in ``start_timeout`` ends it then."""
     posix = sys.platform != "win32"
     process = await anyio.open_process(
         [params.command, *params.args],
@@ -335,6 +355,7 @@ async def _stdio(params: StdioServerParameters, child: _Child) -> AsyncIterator[
     async with anyio.create_task_group() as tasks:
         for job in (reading, listening, writing):
             tasks.start_soon(job)
+        tasks.start_soon(child.watch_start, start_timeout, to_session)
         try:
             yield read, write
         finally:
@@ -363,7 +384,8 @@ async def _lines(stream: Any) -> AsyncGenerator[bytes, None]:
 async def _stop(process: Process, child: _Child, posix: bool) -> None:
     """Stop the child: a moment to exit if it is already ending, its stdin closed,
     then terminated and killed (its whole group on POSIX), each after
-    :data:`_STOP_GRACE_S`."""
+    :data:`_STOP_GRACE_S` (terminated at once if it proved no MCP server or never
+    started: it is owed no graceful end)."""
     if child.ended:
         await child.status()  # it exited on its own, or is about to: say how
     if process.stdin is not None:
@@ -372,11 +394,13 @@ async def _stop(process: Process, child: _Child, posix: bool) -> None:
             suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError),
         ):
             await process.stdin.aclose()
+    grace = 0.0 if child.junk is not None or child.late else _STOP_GRACE_S
     for how in (signal.SIGTERM, signal.SIGKILL if posix else signal.SIGTERM, None):
-        with anyio.move_on_after(_STOP_GRACE_S):
+        with anyio.move_on_after(grace):
             await process.wait()
         if process.returncode is not None or how is None:
             return
+        grace = _STOP_GRACE_S
         try:
             if posix:
                 os.killpg(process.pid, how)
@@ -488,7 +512,7 @@ class McpToolset:
                 raise McpServerError(
                     f"the MCP server {self.name!r} ended before it listed its tools{why}"
                 ) from None
-            if _timed_out(exc):
+            if child.late or _timed_out(exc):
                 raise McpServerError(
                     f"the MCP server {self.name!r} did not start and list its tools "
                     f"in {self.start_timeout:g} s{why}"
@@ -499,7 +523,7 @@ class McpToolset:
                 ) from None
             raise
         if self._child is not None:
-            self._child.ready = True
+            self._child.listed()
         self._stack, self._client, self.gone = stack, client, None
         self._listed = [schema for schema, _ in listed]
         self._names = {schema.name: own for schema, own in listed}
@@ -545,7 +569,7 @@ class McpToolset:
         server = self.server
         if isinstance(server, StdioServerParameters):
             assert self._child is not None
-            return _stdio(server, self._child)
+            return _stdio(server, self._child, self.start_timeout)
         if isinstance(server, str):  # the HTTP client is ours to close, after the session
             http = await stack.enter_async_context(
                 create_mcp_http_client(headers=self.headers or None)
@@ -714,7 +738,7 @@ def _shown_command(params: StdioServerParameters) -> str:
         else:
             shown = shlex.quote(word)
         words.append(shown)
-    text = " ".join(words)
+    text = " ".join(" ".join(words).split())  # a script given inline, on one line
     return text if len(text) <= _MAX_SHOWN_COMMAND else text[: _MAX_SHOWN_COMMAND - 1] + "…"
 
 
