@@ -21,8 +21,16 @@ Each call keeps the guarantees the KB's own tools give:
   (:func:`vaelii_llm._edn.cut`, the one bound both use);
 * a per-call deadline (``call_timeout``): a hung tool is an error result after
   it and the session stays usable (the request is cancelled on the server);
-* a server that dies is reported so (:attr:`McpToolset.gone`), and every later
-  call answers the same error at once.
+* a server that dies is reported so (:attr:`McpToolset.gone`, with its exit
+  status), and every later call answers the same error at once; an input the
+  model sent nested too deep or not JSON is a ``bad-input`` result, never a
+  server gone.
+
+What reaches the model is bounded too: a tool name outside the providers' grammar
+is renamed (:func:`_fitted_name`), and a tool list spelling over
+:data:`_MAX_LISTING_CHARS` is refused when the toolset opens. A child's stderr is
+kept, not passed through: the end of it goes in the error when the server fails
+to start (not an MCP server, exited, or silent past ``start_timeout``).
 
 Tool results here carry text: an image, audio or a binary resource is described
 in a line (its type and size), never passed as bytes. The tool list is sorted
