@@ -28,6 +28,8 @@ Install with ``pip install 'vaelii-llm[mcp]'``.
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import ipaddress
 import socket
 import sys
@@ -71,6 +73,24 @@ INSTRUCTIONS: Final = (
 
 DEFAULT_PORT: Final = 8765
 """The port ``--http HOST`` serves on when none is named."""
+
+_READ_TIMEOUT_S: Final = 10.0
+"""How long a connection over HTTP has to send a whole request, head and body,
+counted from when it is ready for one (opened, or its last answer sent). A
+slower one is closed, so half-sent requests cannot hold the server's descriptors."""
+
+_MAX_CONNECTIONS: Final = 4096
+"""The most HTTP connections served at once, whatever the descriptor limit."""
+
+_PASSES_AT_CAP: Final = 16
+"""Turns of the event loop a listener at its cap keeps looking for a free slot
+before it pauses (a connection that left is closed within a few turns)."""
+
+_SPARE_DESCRIPTORS: Final = 64
+"""Descriptors kept free of connections (the KB, logs, the loop's own): the
+server stops accepting at the descriptor limit less these, so ``accept`` never
+fails for want of one (asyncio would then retry each queued connection, logging
+each, and serve nothing while they drain)."""
 
 
 def server(toolset: Toolset, *, name: str = "vaelii-llm") -> Server[Any]:
@@ -221,7 +241,7 @@ async def serve_http(
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family)
+    sock = _CappedListener(socket.create_server((host, port), family=family), _connection_cap())
     try:
         bound_address, bound_port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
@@ -229,10 +249,132 @@ async def serve_http(
         security = _rebinding_protection(bound_address, host)
         app = server(toolset).streamable_http_app(host=host, transport_security=security)
         (ready or _announce)(url)
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            http=_bounded_protocol(),
+        )
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:
         sock.close()
+
+
+def _connection_cap() -> int:
+    """How many connections may be open at once: :data:`_MAX_CONNECTIONS`, or
+    fewer when the descriptor limit less :data:`_SPARE_DESCRIPTORS` is lower."""
+    try:
+        import resource  # not on Windows, which has no such limit per process
+    except ImportError:
+        return _MAX_CONNECTIONS
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return _MAX_CONNECTIONS
+    return max(1, min(_MAX_CONNECTIONS, soft - _SPARE_DESCRIPTORS))
+
+
+class _CappedListener(socket.socket):
+    """A listening socket that stops accepting while ``cap`` connections it
+    accepted are open: the rest wait in the kernel's queue, holding no descriptor.
+
+    At the cap a pass of asyncio's accept loop is told the queue is empty, so the
+    loop looks again on its next turn: connections closing (a queue of clients
+    that left drains at once) make room. After :data:`_PASSES_AT_CAP` passes
+    with none closed, ``accept`` fails the way a full descriptor table does
+    (``EMFILE``), and asyncio pauses accepting for its ``ACCEPT_RETRY_DELAY``
+    (logging one line) instead of spinning. On another event loop (uvloop) the
+    socket is used through its descriptor and the cap does not apply; the read
+    deadline of :func:`_bounded_protocol` still does."""
+
+    def __init__(self, listening: socket.socket, cap: int) -> None:
+        super().__init__(listening.family, listening.type, listening.proto, listening.detach())
+        self.cap = cap
+        self.open = 0
+        self.passes = 0  # passes refused at the cap since a connection last closed
+        self._in_pass = False  # already refused in this pass of the accept loop
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self.open < self.cap:
+            plain, address = super().accept()
+            conn = _Accepted(self, plain.detach())
+            self.open += 1
+            return conn, address
+        if self._in_pass:
+            raise BlockingIOError
+        self._in_pass = True
+        asyncio.get_running_loop().call_soon(self._pass_over)
+        self.passes += 1
+        if self.passes <= _PASSES_AT_CAP:
+            raise BlockingIOError
+        self.passes = 0
+        raise OSError(
+            errno.EMFILE,
+            f"{self.cap} connections open, the most this server takes; accepting again in a moment",
+        )
+
+    def _pass_over(self) -> None:
+        self._in_pass = False
+
+
+class _Accepted(socket.socket):
+    """A connection of a :class:`_CappedListener`, counted until it is closed."""
+
+    def __init__(self, listener: _CappedListener, fd: int) -> None:
+        super().__init__(listener.family, listener.type, listener.proto, fd)
+        self._listener: _CappedListener | None = listener
+
+    def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.open -= 1
+            listener.passes = 0
+        super().close()
+
+
+def _bounded_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol with the bound it lacks: a request not read
+    whole within :data:`_READ_TIMEOUT_S` (a half-sent head, a dripped body, a
+    stalled second request on a kept-alive connection) closes its connection."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Bounded(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE and self.conn.their_state is not h11.SEND_BODY:
+                self._disarm()  # the request is read whole (or the connection is done)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                self._arm()  # ready for the next request on this connection
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(_READ_TIMEOUT_S, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _too_slow(self) -> None:
+            self._deadline = None
+            if self.conn.their_state is h11.IDLE or self.conn.their_state is h11.SEND_BODY:
+                self.transport.close()
+
+    return Bounded
 
 
 def _rebinding_protection(bound: str, host: str) -> TransportSecuritySettings | None:
