@@ -778,11 +778,13 @@ class _Running:
         self.lock = threading.Lock()
         self.now = self.most = 0
         self.reads: list[tuple[int, float]] = []
+        self.started = threading.Event()  # a read has begun
 
     def __enter__(self) -> None:
         with self.lock:
             self.now += 1
             self.most = max(self.most, self.now)
+        self.started.set()
 
     def __exit__(self, *exc: object) -> None:
         with self.lock:
@@ -847,9 +849,10 @@ async def test_the_loop_stays_responsive_while_8_slow_reads_run(nursery: KB) -> 
 
 async def test_cancellation_propagates_and_stops_the_worker(nursery: KB) -> None:
     stopped = threading.Event()
-    eng = _slow_engine(stopped.set)
+    running = _Running()
+    eng = _slow_engine(stopped.set, running)
     task = asyncio.create_task(_call(eng, nursery, "kb_slow", {"n": 10**9}))
-    await asyncio.sleep(0.1)
+    await asyncio.to_thread(running.started.wait)  # the read runs in its worker
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task  # returns at once: the read itself would run for weeks

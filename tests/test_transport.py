@@ -109,20 +109,73 @@ async def failure(coro: Awaitable[Any]) -> LLMError:
 
 
 async def drain_stream(
-    session: aiohttp.ClientSession, url: str, deadline: Deadline, sink: list[bytes]
+    session: aiohttp.ClientSession,
+    url: str,
+    deadline: Deadline,
+    sink: list[bytes],
+    inflight: set[aiohttp.ClientResponse] | None = None,
 ) -> None:
-    async with open_stream(session, END, "POST", url, deadline=deadline, body=b"{}") as chunks:
+    async with open_stream(
+        session, END, "POST", url, deadline=deadline, body=b"{}", inflight=inflight
+    ) as chunks:
         async for chunk in chunks:
             sink.append(chunk)
 
 
 def read_by(
-    path: str, session: aiohttp.ClientSession, url: str, deadline: Deadline, sink: list[bytes]
+    path: str,
+    session: aiohttp.ClientSession,
+    url: str,
+    deadline: Deadline,
+    sink: list[bytes],
+    inflight: set[aiohttp.ClientResponse] | None = None,
 ) -> Coroutine[Any, Any, object]:
     """The read a test exercises: the whole-body path or the streamed one."""
     if path == "whole":
-        return request_json(session, END, "GET", url, deadline=deadline, decoder=ANY)
-    return drain_stream(session, url, deadline, sink)
+        return request_json(
+            session, END, "GET", url, deadline=deadline, decoder=ANY, inflight=inflight
+        )
+    return drain_stream(session, url, deadline, sink, inflight)
+
+
+class Taking(set[aiohttp.ClientResponse]):
+    """An ``inflight`` set that says when the client has read ``want`` bytes of
+    the body of the response that joined it (``taken``), on either path.
+
+    A far end that cuts its connection after sending waits for it: on a cut,
+    the client's next read raises at once, and what it had received but not
+    yet read is lost with it. The response joins before its body is read
+    (both paths), so the read is counted from its first byte: the reader's
+    class is swapped for one that counts what ``readany`` and ``read_nowait``
+    hand over (aiohttp's reader has slots, so no attribute can be patched)."""
+
+    def __init__(self, want: int) -> None:
+        super().__init__()
+        self.want = want
+        self.read = 0
+        self.taken = asyncio.Event()
+
+    def add(self, response: aiohttp.ClientResponse) -> None:
+        super().add(response)
+        count = self.count
+
+        class Counted(aiohttp.StreamReader):
+            __slots__ = ()
+
+            def read_nowait(self, n: int = -1) -> bytes:
+                return count(super().read_nowait(n))
+
+            async def readany(self) -> bytes:
+                return count(await super().readany())
+
+        assert type(response.content) is aiohttp.StreamReader
+        response.content.__class__ = Counted
+
+    def count(self, chunk: bytes) -> bytes:
+        self.read += len(chunk)
+        if self.read >= self.want:
+            self.taken.set()
+        return chunk
 
 
 # --- the honest path ---------------------------------------------------------
@@ -587,6 +640,7 @@ async def test_a_body_cut_short_is_a_bad_response(
     session: aiohttp.ClientSession, path: str, how: str
 ) -> None:
     sent = b'{"message": "' + b"a" * 5000
+    reading = Taking(len(sent))
 
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -596,7 +650,7 @@ async def test_a_body_cut_short_is_a_bad_response(
             resp.enable_chunked_encoding()
         await resp.prepare(request)
         await resp.write(sent)
-        await asyncio.sleep(0.1)  # let the client take the bytes before the cut
+        await reading.taken.wait()  # the client has read them: the cut loses none
         if how == "reset":
             reset_connection(request)
         else:
@@ -607,7 +661,7 @@ async def test_a_body_cut_short_is_a_bad_response(
     sink: list[bytes] = []
     async with serve(handler) as url:
         deadline = Deadline.after_ms(AMPLE)
-        call = read_by(path, session, url, deadline, sink)
+        call = read_by(path, session, url, deadline, sink, reading)
         err = await failure(call)
     assert isinstance(err, LLMBadResponse), repr(err)
     assert isinstance(err.__cause__, aiohttp.ClientError | OSError)
@@ -1328,11 +1382,15 @@ async def stall_in_body(case: Case) -> list[BaseException]:
     return errors
 
 
-def misbehaving(case: Case, sent: bytes, *, status: int = 200) -> Handler:
+def misbehaving(
+    case: Case, sent: bytes, *, status: int = 200, readers: list[Taking] | None = None
+) -> Handler:
     """A far end that answers ``status`` and ``sent``, then does what the
     request's path says: ``/reset`` resets the connection, ``/close`` and
     ``/short`` close it, anything else holds it to the far end's own end.
-    ``/short`` and ``/big`` announce a 100,000-byte body; the rest are chunked."""
+    ``/short`` and ``/big`` announce a 100,000-byte body; the rest are chunked.
+    ``readers``: the cut waits until the last of them says the client has read
+    ``sent`` (a turn appends its own before it starts); none: it comes at once."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(status=status)
@@ -1342,7 +1400,8 @@ def misbehaving(case: Case, sent: bytes, *, status: int = 200) -> Handler:
             resp.enable_chunked_encoding()
         await resp.prepare(request)
         await resp.write(sent)
-        await asyncio.sleep(0.1)  # the client takes the bytes first (one loop, in order)
+        if readers:
+            await readers[-1].taken.wait()
         if request.path == "/reset":
             reset_connection(request)
         elif request.path in ("/close", "/short"):
@@ -1356,10 +1415,12 @@ def misbehaving(case: Case, sent: bytes, *, status: int = 200) -> Handler:
 async def body_cut_short(case: Case) -> list[BaseException]:
     sent = b'{"message": "' + b"a" * 5000
     errors = []
-    async with serve(misbehaving(case, sent)) as url:
+    readers: list[Taking] = []
+    async with serve(misbehaving(case, sent, readers=readers)) as url:
         for p in BOTH_PATHS:
             for how in ("/reset", "/close", "/short"):
-                errors.append(await case.turn(p, url + how))
+                readers.append(Taking(len(sent)))  # the client reads them all before the cut
+                errors.append(await case.turn(p, url + how, inflight=readers[-1]))
             inflight = Watched()
             turn = asyncio.create_task(case.turn(p, url + "/held", inflight=inflight))
             await inflight.joined.wait()  # its headers are in: the owner cuts its body
