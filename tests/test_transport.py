@@ -31,7 +31,15 @@ import pytest
 from aiohttp import web
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from loopback import Handler, cut_connection, refused_url, reset_connection, serve, serve_raw
+from loopback import (
+    Handler,
+    Taking,
+    cut_connection,
+    refused_url,
+    reset_connection,
+    serve,
+    serve_raw,
+)
 
 from vaelii_llm import _timers as timers
 from vaelii_llm import _transport as transport
@@ -136,46 +144,6 @@ def read_by(
             session, END, "GET", url, deadline=deadline, decoder=ANY, inflight=inflight
         )
     return drain_stream(session, url, deadline, sink, inflight)
-
-
-class Taking(set[aiohttp.ClientResponse]):
-    """An ``inflight`` set that says when the client has read ``want`` bytes of
-    the body of the response that joined it (``taken``), on either path.
-
-    A far end that cuts its connection after sending waits for it: on a cut,
-    the client's next read raises at once, and what it had received but not
-    yet read is lost with it. The response joins before its body is read
-    (both paths), so the read is counted from its first byte: the reader's
-    class is swapped for one that counts what ``readany`` and ``read_nowait``
-    hand over (aiohttp's reader has slots, so no attribute can be patched)."""
-
-    def __init__(self, want: int) -> None:
-        super().__init__()
-        self.want = want
-        self.read = 0
-        self.taken = asyncio.Event()
-
-    def add(self, response: aiohttp.ClientResponse) -> None:
-        super().add(response)
-        count = self.count
-
-        class Counted(aiohttp.StreamReader):
-            __slots__ = ()
-
-            def read_nowait(self, n: int = -1) -> bytes:
-                return count(super().read_nowait(n))
-
-            async def readany(self) -> bytes:
-                return count(await super().readany())
-
-        assert type(response.content) is aiohttp.StreamReader
-        response.content.__class__ = Counted
-
-    def count(self, chunk: bytes) -> bytes:
-        self.read += len(chunk)
-        if self.read >= self.want:
-            self.taken.set()
-        return chunk
 
 
 # --- the honest path ---------------------------------------------------------
