@@ -32,7 +32,7 @@ pytest_plugins = ["pytester"]
 LOOPS = ("asyncio", "uvloop")
 TEST_LOOP = os.environ.get("VAELII_TEST_LOOP", "").strip().lower() or "asyncio"
 """The event loop every async test runs on: ``VAELII_TEST_LOOP=uvloop`` is the
-Python 3.12 lane of .ci/run; unset, asyncio's own loop, as the README's command runs."""
+uvloop lane of .ci/run; unset, asyncio's own loop, as the README's command runs."""
 
 if TEST_LOOP not in LOOPS:
     raise pytest.UsageError(f"VAELII_TEST_LOOP={TEST_LOOP!r}; one of {', '.join(LOOPS)}")
