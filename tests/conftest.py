@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from vaelii_llm import config as vconfig
-from vaelii_llm import telemetry
+from vaelii_llm import kb, telemetry
 from vaelii_llm._protocol import Request, StreamItem
 
 if TYPE_CHECKING:
@@ -102,6 +102,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "llm" in item.keywords:
             item.add_marker(skip)
+
+
+BIG_KB_SENTEXES = 10**5
+"""The synthetic KB's size for the laziness tests: far past every read's bound,
+so a read that is not lazy realizes thousands, where a lazy one realizes a few
+dozen whatever the size (10^6, and the time it takes: tests/bench/)."""
+
+
+@pytest.fixture(scope="session")
+def big_kb() -> kb.KB:
+    """The synthetic KB of :data:`BIG_KB_SENTEXES`, built once per run (its
+    ``stats`` are shared: a test counts what it realized as a difference)."""
+    return kb.synthetic(BIG_KB_SENTEXES)
 
 
 @pytest.fixture
