@@ -8,7 +8,9 @@ the scope of the object whose docstring holds it:
   link to its public path, which the strict build checks;
 - a name that resolves to something real the reference does not render (a
   private helper, another library, a builtin) becomes plain code: there is no
-  page to link to;
+  page to link to. Another library is one the package imports anywhere (read
+  from the source, so the docs extra need not install an optional extra's
+  library such as ``mcp``) or one installed here;
 - a name that resolves to nothing stays a link to what was written, so the
   strict build fails on it ("Could not find cross-reference target").
 
@@ -47,9 +49,19 @@ class RolesToRefs(griffe.Extension):
         if pkg.name != "vaelii_llm":
             return
         rendered = public_paths(pkg)
-        for obj in walk(pkg):
+        found = walk(pkg)
+        libraries = imported_libraries(found)
+        for obj in found:
             if obj.docstring is not None:
-                obj.docstring.value = rewrite(obj, obj.docstring.value, pkg, rendered)
+                obj.docstring.value = rewrite(obj, obj.docstring.value, pkg, rendered, libraries)
+
+
+def imported_libraries(objects: list[griffe.Object]) -> frozenset[str]:
+    """The top-level names of every library the package's modules import."""
+    heads = {
+        target.split(".")[0] for obj in objects if obj.is_module for target in obj.imports.values()
+    }
+    return frozenset(heads - {"vaelii_llm"})
 
 
 def walk(obj: griffe.Object) -> list[griffe.Object]:
@@ -112,7 +124,13 @@ def resolve(obj: griffe.Object, target: str) -> str | None:
     return None
 
 
-def rewrite(obj: griffe.Object, text: str, pkg: griffe.Module, rendered: dict[str, str]) -> str:
+def rewrite(
+    obj: griffe.Object,
+    text: str,
+    pkg: griffe.Module,
+    rendered: dict[str, str],
+    libraries: frozenset[str],
+) -> str:
     def one(match: re.Match[str]) -> str:
         body = match.group("body").strip()
         titled = TITLED.fullmatch(body)
@@ -124,7 +142,7 @@ def rewrite(obj: griffe.Object, text: str, pkg: griffe.Module, rendered: dict[st
         path = resolve(obj, target)
         if path is None:
             head = target.split(".")[0]
-            if head in dir(builtins) or importlib.util.find_spec(head) is not None:
+            if head in dir(builtins) or head in libraries or importlib.util.find_spec(head):
                 return f"`{title}`"  # a builtin, or another library's
             return f"[`{title}`][{target}]"  # nothing by that name: the build says so
         if path in rendered:

@@ -93,8 +93,13 @@ def reference_page(module: str) -> str:
 
 
 def reference_index() -> str:
-    rows = "\n".join(
-        f"| [`{m}`]({m}.md) | {', '.join(f'`{n}`' for n in members(m)) or '(submodules only)'} |"
+    """The reference's first page: each public module as a heading of its own
+    (a table's narrow first column broke the dotted names mid-word), its public
+    names under it."""
+    sections = "\n".join(
+        f"## [`{m}`]({m}.md)\n\n"
+        + (", ".join(f"`{n}`" for n in members(m)) or "(submodules only)")
+        + "\n"
         for m in public_modules()
     )
     return (
@@ -102,8 +107,7 @@ def reference_index() -> str:
         "Generated from the docstrings of the public surface: every module whose "
         "dotted path has no `_`-prefixed part, and in each exactly the names in its "
         "`__all__` (frozen by `tests/test_exported_members.py`). Every other module "
-        "is private and may change in any release.\n\n"
-        "| module | public names |\n|---|---|\n" + rows + "\n"
+        "is private and may change in any release.\n\n" + sections
     )
 
 

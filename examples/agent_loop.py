@@ -15,10 +15,12 @@ it is spelt out here to show each decision a loop over any backend makes:
 4. stop on end of turn, a refusal, ``max_tokens`` or the turn limit.
 
 With nothing configured the scripted stub plays the model (the tool calls run
-for real on the sample KB). To let a real model drive, set
-``VAELII_LLM_PROVIDER=ollama`` (an Ollama at ``VAELII_OLLAMA_HOST`` with a
-model that can call tools in ``VAELII_OLLAMA_MODEL``, e.g. ``llama3.2``) or
-``VAELII_LLM_PROVIDER=anthropic`` with ``ANTHROPIC_API_KEY`` set.
+for real on the sample KB); the first line says which backend answers. To
+let a real model drive, set ``VAELII_LLM_PROVIDER=ollama`` (an Ollama at
+``VAELII_OLLAMA_HOST`` with a model that can call tools in
+``VAELII_OLLAMA_MODEL``, e.g. ``llama3.2``), ``VAELII_LLM_PROVIDER=anthropic``
+with ``ANTHROPIC_API_KEY`` set, or ``VAELII_LLM_PROVIDER=openai`` with a
+server at ``OPENAI_BASE_URL``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import asyncio
 import sys
 
 import msgspec
+from _answering import who_answers
 
 from vaelii_llm import (
     Block,
@@ -102,6 +105,7 @@ async def tool_loop(
 async def main() -> int:
     toolset = tools.Toolset(kb.sample())
     async with await providers.provider(stub={"script": STUB_TURNS}) as model:
+        print(await who_answers(model))
         answer, stopped, calls = await tool_loop(model, toolset, QUESTION)
     for line in calls:
         print(f"  tool {line}")

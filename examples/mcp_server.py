@@ -15,7 +15,7 @@ this script, e.g. in a desktop host's config::
 
 To serve an EDN file with no code at all, ``vaelii-llm mcp --kb FILE`` does the
 same (``--http 127.0.0.1:8765`` for the streamable-HTTP transport). Needs
-``pip install 'vaelii-llm[mcp]'``.
+``pip install 'vaelii-llm[mcp]'``: without it the script says so and exits 2.
 """
 
 from __future__ import annotations
@@ -23,11 +23,21 @@ from __future__ import annotations
 import asyncio
 import sys
 
-import mcp.types as types
-from mcp import Client
-
 from vaelii_llm import kb, tools
-from vaelii_llm.integrations import mcp as mcp_face
+
+try:
+    import mcp.types as types
+    from mcp import Client
+
+    from vaelii_llm.integrations import mcp as mcp_face
+except ImportError as missing:  # the extra is not installed: say how, as the command does
+    if (missing.name or "").partition(".")[0] != "mcp":
+        raise
+    print(
+        f"this example needs the mcp extra: pip install 'vaelii-llm[mcp]' ({missing})",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 PETS = """
 (isa Rex Dog)

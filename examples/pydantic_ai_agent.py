@@ -5,24 +5,39 @@ with ``run_stream``: :class:`~vaelii_llm.integrations.pydantic_ai.VaeliiModel`
 is the agent's model and :class:`~vaelii_llm.integrations.pydantic_ai.KBToolset`
 its tools. With no configuration the scripted stub plays the model (a
 ``kb_query`` call, then prose; no key, no socket), while the tool runs for real
-against the sample KB, so the tool return printed is the engine's answer.
+against the sample KB, so the tool return printed is the engine's answer; the
+first line says which backend answers.
 
 To let a real model drive, configure a backend: ``VAELII_LLM_PROVIDER=ollama``
 (an Ollama running, ``VAELII_OLLAMA_MODEL`` pulled and able to call tools) or
 ``VAELII_LLM_PROVIDER=anthropic`` (a credential in ``ANTHROPIC_API_KEY``). An
 unreachable backend falls back to the stub with a warning. Needs
-``pip install 'vaelii-llm[pydantic-ai]'``.
+``pip install 'vaelii-llm[pydantic-ai]'``: without it the script says so and exits 2.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
-from pydantic_ai import Agent
-from pydantic_ai import messages as pai
+from _answering import who_answers
 
 from vaelii_llm import kb, providers
-from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
+
+try:
+    from pydantic_ai import Agent
+    from pydantic_ai import messages as pai
+
+    from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
+except ImportError as missing:  # the extra is not installed: say how, as the command does
+    if (missing.name or "").partition(".")[0] != "pydantic_ai":
+        raise
+    print(
+        f"this example needs the pydantic-ai extra: pip install 'vaelii-llm[pydantic-ai]' "
+        f"({missing})",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 QUESTION = "Who is Miss Muffet afraid of?"
 STUB_ANSWER = "Miss Muffet is afraid of Muffet, ItsyBitsy and Fang."
@@ -32,6 +47,7 @@ STUB_TURNS = [QUERY, STUB_ANSWER, QUERY, "(streamed) " + STUB_ANSWER]
 
 async def main() -> None:
     async with await providers.provider(stub={"script": STUB_TURNS}) as provider:
+        print(await who_answers(provider))
         agent = Agent(
             VaeliiModel(provider),
             toolsets=[KBToolset(kb.sample())],

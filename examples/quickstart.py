@@ -18,6 +18,7 @@ import asyncio
 from contextlib import aclosing
 
 import msgspec
+from _answering import who_answers
 
 from vaelii_llm import (
     Message,
@@ -33,7 +34,6 @@ from vaelii_llm import (
     providers,
     tools,
 )
-from vaelii_llm.providers.stub import StubProvider
 
 QUESTION = "Who is Miss Muffet afraid of, and what kind of thing is Muffet?"
 
@@ -80,19 +80,6 @@ async def offered_tools() -> list[ToolSchema]:
             print("the configured Ollama model has no tools capability: asking without tools")
             return []
     return tools.schemas()
-
-
-async def who_answers(model: Provider) -> str:
-    """One line: the configured backend, or the stub and why no model answers."""
-    if not isinstance(model, StubProvider):
-        return f"answering: {config.provider_kind()}, a real model"
-    why = await providers.unavailable_reason()
-    if why is None:  # the stub by default: the kinds and their switches are the command's
-        return (
-            "answering: the scripted stub, not a model (nothing is configured); "
-            "`vaelii-llm status` says what to set"
-        )
-    return f"answering: the scripted stub, not a model ({why})"
 
 
 async def main() -> None:

@@ -9,8 +9,10 @@ naming the field.
 
 The facts come from the KB through a tool call made here, not by the model, so
 one turn is enough. With nothing configured the scripted stub answers a JSON
-text; set ``VAELII_LLM_PROVIDER=ollama`` (an Ollama at ``VAELII_OLLAMA_HOST``)
-or ``anthropic`` (``ANTHROPIC_API_KEY``) to have a real model fill the schema.
+text (the first line says which backend answers); set
+``VAELII_LLM_PROVIDER=ollama`` (an Ollama at ``VAELII_OLLAMA_HOST``), ``anthropic``
+(``ANTHROPIC_API_KEY``) or ``openai`` (a server at ``OPENAI_BASE_URL``) to have
+a real model fill the schema.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import sys
 
 import msgspec
+from _answering import who_answers
 
 from vaelii_llm import Message, Request, TextBlock, kb, providers, tools
 
@@ -60,6 +63,7 @@ async def describe(term: str) -> Creature:
         timeout_ms=120_000,
     )
     async with await providers.provider(stub={"script": [STUB_ANSWER]}) as model:
+        print(await who_answers(model))
         response = await model.complete(request)
     text = "".join(b.text for b in response.content if isinstance(b, TextBlock))
     return msgspec.json.decode(text, type=Creature)

@@ -10,7 +10,8 @@ wire). An image the backend cannot take (over its documented size, a type it
 does not read) is refused before anything is sent, as ``llm-encode`` naming
 the limit.
 
-With nothing configured the scripted stub answers (it reads no pixels). Set
+With nothing configured the scripted stub answers (it reads no pixels); the
+first line says which backend answers. Set
 ``VAELII_LLM_PROVIDER=anthropic`` (``ANTHROPIC_API_KEY``), ``ollama`` with a
 vision model (``VAELII_OLLAMA_MODEL=qwen2.5vl``, say), or ``openai`` (a server
 at ``OPENAI_BASE_URL`` serving one) to have a real model look.
@@ -21,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+
+from _answering import who_answers
 
 from vaelii_llm import ImageBlock, Message, Request, TextBlock, errors, providers
 
@@ -41,6 +44,7 @@ async def ask(question: str = QUESTION, image: Path = IMAGE) -> str:
         timeout_ms=120_000,
     )
     async with await providers.provider(stub={"script": [STUB_ANSWER]}) as model:
+        print(await who_answers(model))
         response = await model.complete(request)
     return "".join(b.text for b in response.content if isinstance(b, TextBlock))
 

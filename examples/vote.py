@@ -6,7 +6,8 @@ no, and the majority is the verdict (a tie, or no vote at all, is ``abstain``);
 a turn that failed is counted apart. ``on_vote`` sees the vote so far as each
 turn finishes, so a progress line needs no bookkeeping of its own.
 
-With nothing configured the scripted stub votes. To vote over real hosts, set
+With nothing configured (or a kind whose record names no pool hosts) the
+scripted stub votes. To vote over real hosts, set
 ``VAELII_LLM_PROVIDER=ollama`` and ``VAELII_OLLAMA_HOSTS=http://gpu1:11434*2,http://gpu2:11434``
 (``*n``: calls one host takes at once); without ``VAELII_OLLAMA_HOSTS`` the one
 ``VAELII_OLLAMA_HOST`` votes. A vLLM fleet is ``VAELII_LLM_PROVIDER=openai``
@@ -35,11 +36,14 @@ def show_progress(so_far: pool.Vote) -> None:
 
 
 async def main(question: str) -> int:
-    voters = (
-        await pool.pool_from_config()
-        if config.provider_kind() in ("ollama", "openai")
-        else pool.stub_pool(script=STUB_VOTES)
-    )
+    try:
+        # The configured kind's record says whether a pool spreads over it (each
+        # such kind names its hosts switch), a kind providers.register() added too.
+        voters = await pool.pool_from_config(kind=config.provider_kind())
+        print(f"answering: {config.provider_kind()} hosts, real models")
+    except ValueError as not_pooled:  # the stub, or a kind with no hosts (anthropic)
+        print(f"answering: the scripted stub, not a model ({not_pooled})")
+        voters = pool.stub_pool(script=STUB_VOTES)
     print(f"voting over {voters.size} provider token(s): {question}")
     request = Request(
         messages=[Message(role="user", content=question)], max_tokens=64, timeout_ms=120_000

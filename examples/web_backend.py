@@ -31,18 +31,29 @@ What it shows:
   with its type; anything else is 500 ``{"error": "internal"}``. A 502 or 504
   says the refusal's type and a short reason; the refusal's whole message
   (which names the upstream address) goes to the server's log, not to a browser;
-* bounds a client cannot lift: a body over 64 KiB is 413; a connection must
-  send its first request head within ``--head-timeout`` seconds and an idle
-  keep-alive one is closed after :data:`KEEPALIVE_S`; at most
-  ``--max-connections`` are open at once (by default :data:`MAX_CONNECTIONS`,
-  or half the process's descriptor limit if that is lower), and a new one past
-  the cap takes the place of the oldest still sending its head, so a crowd of
-  slow-header connections cannot starve a real request (:class:`Guard`).
+* bounds a client cannot lift: a body over 64 KiB is 413; a request's head,
+  and then its body, must each arrive within ``--read-timeout`` seconds
+  (:data:`READ_TIMEOUT_S`; a body that does not is 408), and after an answer the
+  next head on a kept-alive connection too; at most ``--max-connections`` are
+  open at once (by default :data:`MAX_CONNECTIONS`, or half the process's
+  descriptor limit if that is lower), and a new one past the cap takes the place
+  of the oldest one that is not running a request (still sending its head or
+  body, or idle between requests), so a crowd of slow-header, body-dripping or
+  idle connections cannot starve a real request (:class:`Guard`);
+* a request from another site is refused before its body is read: an
+  ``Origin`` that is not this server's own (``null`` included) is 403, and on a
+  loopback socket a ``Host`` that is not a loopback name (``localhost``, a
+  loopback address: what a DNS-rebinding page sends) is 421
+  (:func:`foreign_request`).
 
 With nothing configured the scripted stub answers every question with a line
-saying so. Set ``VAELII_LLM_PROVIDER=ollama`` (an Ollama at
-``VAELII_OLLAMA_HOST``, a model with tools in ``VAELII_OLLAMA_MODEL``) or
-``anthropic`` (``ANTHROPIC_API_KEY``) before starting it to serve a real model.
+saying so. Set ``VAELII_LLM_PROVIDER`` before starting it to serve a real model:
+``ollama`` (an Ollama at ``VAELII_OLLAMA_HOST``, a model with tools in
+``VAELII_OLLAMA_MODEL``), ``anthropic`` (``ANTHROPIC_API_KEY``) or ``openai``
+(a server at ``OPENAI_BASE_URL``); ``vaelii-llm config`` lists every kind's
+switches. A configured backend that cannot answer at start is logged once with
+the reason (its address and what to do), and both routes answer 503 with that
+reason until it is fixed and the server restarted: never the stub in its place.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -59,7 +71,8 @@ from typing import Annotated, Any, Final, cast
 import msgspec
 from aiohttp import web
 
-from vaelii_llm import Provider, Request, agent, errors, kb, providers, tools
+from vaelii_llm import Provider, Request, agent, config, errors, kb, providers, tools
+from vaelii_llm.providers.stub import StubProvider
 
 log = logging.getLogger("web_backend")
 
@@ -69,15 +82,15 @@ STUB_ANSWER = (
 )
 DEFAULT_TIMEOUT_MS = 60_000
 MAX_BODY_BYTES: Final = 64 * 1024
-HEAD_TIMEOUT_S: Final = 10.0
-"""How long a new connection may take to send its first request head."""
-KEEPALIVE_S: Final = 15.0
-"""How long an idle keep-alive connection is kept (aiohttp closes it, a half-sent
-head included)."""
+READ_TIMEOUT_S: Final = 10.0
+"""How long a connection may take to send a request's head, and then its body;
+after an answer, how long a kept-alive connection may take to send its next head."""
 MAX_CONNECTIONS: Final = 1000
 """The most connections served at once, below the usual 1,024-descriptor limit."""
 
 PROVIDER = web.AppKey("provider", Provider)
+NO_MODEL = web.AppKey("no_model", str)
+"""Why the configured backend cannot answer, when it could not at start."""
 TOOLSET = web.AppKey("toolset", tools.Toolset)
 
 
@@ -91,9 +104,25 @@ class AskBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 ASK_DECODER = msgspec.json.Decoder(AskBody)
 
 
+class NoModel(Exception):
+    """The configured backend cannot answer: the message says why and what to do."""
+
+
 async def configured_provider() -> Provider:
-    """The configured backend, or the stub with a line saying none is."""
-    return await providers.provider(stub={"default": STUB_ANSWER})
+    """The configured backend; the stub, answering a line saying so, when none
+    is configured. A configured backend that cannot answer is :class:`NoModel`
+    with the reason :func:`vaelii_llm.providers.unavailable_reason` gives (the
+    one place that words it, for every registered kind), never the stub."""
+    kind = config.provider_kind()
+    if kind != "stub":
+        reason = await providers.unavailable_reason(kind)
+        if reason is not None:
+            raise NoModel(f"{kind} cannot answer: {reason}")
+    model = await providers.provider(kind, stub={"default": STUB_ANSWER})
+    if kind != "stub" and isinstance(model, StubProvider):  # it went away since the probe
+        await model.aclose()
+        raise NoModel(f"{kind} stopped answering at start; `vaelii-llm status` checks")
+    return model
 
 
 def error_body(status: int, kind: str, message: str) -> web.Response:
@@ -129,6 +158,8 @@ async def errors_as_json(
         return await handler(request)
     except BadBody as exc:
         return error_body(400, "bad-request", str(exc))
+    except NoModel as exc:
+        return error_body(503, "no-model", str(exc))
     except errors.LLMError as exc:
         failure = llm_failure(exc)
         return error_body(failure["status"], failure["error"], failure["message"])
@@ -137,6 +168,88 @@ async def errors_as_json(
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
         return error_body(500, "internal", "the server failed; the log has the details")
+
+
+def loopback_name(host: str) -> bool:
+    """Whether ``host`` (a ``Host`` header's name, port cut) names this machine
+    whatever a resolver says: ``localhost`` or a loopback address literal."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(value: str) -> str | None:
+    """The name of a ``Host`` header (its port cut), or None when it is no
+    ``name[:port]`` (a ``[v6]`` name keeps its brackets)."""
+    if value.startswith("["):
+        end = value.find("]") + 1
+        name, port = value[:end], value[end:]
+        if not end or (port and not (port[:1] == ":" and port[1:].isdigit())):
+            return None
+        return name
+    name, colon, port = value.partition(":")
+    if colon and not port.isdigit():
+        return None
+    return name or None
+
+
+def foreign_request(request: web.Request) -> tuple[int, str] | None:
+    """Why a request comes from somewhere it must not (a status and a line), or
+    None. On a connection that reached a loopback address (decided by that
+    address, not by a name) the ``Host`` must name this machine, so a
+    page on another site reaching it through a name that resolves here (DNS
+    rebinding) is 421, as the MCP server answers; any ``Origin`` sent must be
+    this server's own (``http://`` and the ``Host``), so a foreign page's form or
+    ``fetch`` (``Origin: null`` from a sandbox included) is 403 before its body is
+    read or a model turn runs. A request with no ``Origin`` (curl, a same-origin
+    GET) is served."""
+    host = request.headers.get("Host", "")
+    local = request.transport.get_extra_info("sockname") if request.transport else None
+    if local and loopback_name(str(local[0]).split("%", 1)[0]):
+        name = host_name(host)
+        if name is None or not loopback_name(name):
+            return 421, "this server answers only to a loopback name (localhost, 127.0.0.1)"
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"http://{host}":
+        return 403, "a request from another site's page is refused"
+    return None
+
+
+@web.middleware
+async def guarded(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Refuse a foreign request (:func:`foreign_request`), then read the whole
+    body within the :class:`Guard`'s read timeout (:data:`READ_TIMEOUT_S` with
+    no guard) before the handler runs; while the handler runs, the connection
+    counts as a real request to the guard."""
+    foreign = foreign_request(request)
+    if foreign is not None:
+        status, message = foreign
+        refused = error_body(status, "forbidden" if status == 403 else "misdirected", message)
+        refused.force_close()  # its body, if any, is never read
+        return refused
+    guard = request.app.get(GUARD)
+    connection = guard.open.get(request.transport) if guard and request.transport else None
+    if connection is not None:
+        connection.reading()
+    try:
+        try:
+            async with asyncio.timeout(guard.read_timeout_s if guard else READ_TIMEOUT_S):
+                await request.read()  # kept: the handler's own read() answers it again
+        except TimeoutError:
+            late = error_body(408, "body-timeout", "the body did not arrive in time")
+            late.force_close()
+            return late
+        if connection is not None:
+            connection.running()
+        return await handler(request)
+    finally:
+        if connection is not None:
+            connection.idle()
 
 
 class BadBody(Exception):
@@ -166,10 +279,17 @@ def first_request(app: web.Application, body: AskBody) -> Request:
     return agent.request(body.question, app[TOOLSET], timeout_ms=body.timeout_ms)
 
 
+def model_of(app: web.Application) -> Provider:
+    """The app's provider, or :class:`NoModel` (a 503) with the reason it has none."""
+    if NO_MODEL in app:
+        raise NoModel(app[NO_MODEL])
+    return app[PROVIDER]
+
+
 async def ask(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
     app = request.app
-    result = await agent.run(app[PROVIDER], app[TOOLSET], first_request(app, body))
+    result = await agent.run(model_of(app), app[TOOLSET], first_request(app, body))
     return web.json_response(result.summary())
 
 
@@ -182,7 +302,7 @@ async def ask_stream(request: web.Request) -> web.StreamResponse:
     model that fails before saying anything still gets its 502 or 504."""
     body = await read_body(request)
     app = request.app
-    items = agent.events(app[PROVIDER], app[TOOLSET], first_request(app, body))
+    items = agent.events(model_of(app), app[TOOLSET], first_request(app, body))
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
@@ -323,12 +443,23 @@ def make_app(
     open_provider: Callable[[], Awaitable[Provider]] = configured_provider,
     toolset: tools.Toolset | None = None,
 ) -> web.Application:
-    """The app; ``open_provider`` builds the provider it holds (a test hands its own)."""
-    app = web.Application(middlewares=[errors_as_json], client_max_size=MAX_BODY_BYTES)
+    """The app; ``open_provider`` builds the provider it holds (a test hands its
+    own). When it raises :class:`NoModel` the reason is logged once, here, and
+    both routes answer 503 with it."""
+    app = web.Application(middlewares=[errors_as_json, guarded], client_max_size=MAX_BODY_BYTES)
     app[TOOLSET] = toolset if toolset is not None else tools.Toolset(kb.sample())
 
     async def hold_provider(app: web.Application) -> AsyncIterator[None]:
-        async with await open_provider() as model:
+        try:
+            model = await open_provider()
+        except NoModel as exc:
+            log.warning(
+                "%s; /ask and /ask/stream answer 503 until it is fixed and this restarts", exc
+            )
+            app[NO_MODEL] = str(exc)
+            yield
+            return
+        async with model:
             app[PROVIDER] = model
             yield
 
@@ -341,33 +472,42 @@ def make_app(
 
 class Guard:
     """Bounds what clients can hold of the server, as a front proxy would: at most
-    ``max_connections`` open, and each must send its first request head within
-    ``head_timeout_s`` (aiohttp's keep-alive timeout bounds the heads after it).
+    ``max_connections`` open, and each must send a request's head within
+    ``read_timeout_s`` (its body is bounded as long by :func:`guarded`), and after
+    an answer its next head within as long again.
 
-    A connection past the cap takes the place of the oldest one still sending its
-    head; when every open connection has sent one (all are real requests), the new
-    one is closed at once. So slow-header connections, however many, hold no more
-    than the cap's descriptors and never starve a request that sends its head."""
+    A connection past the cap takes the place of the oldest one not running a
+    request: one still sending its head or its body, or idle between requests.
+    When every open connection is running a request (all are real ones), the new
+    one is closed at once. So connections that send slow heads, drip their
+    bodies or hold a kept-alive connection idle, however many, hold no more than
+    the cap's descriptors and never starve a request that sends itself whole."""
 
-    def __init__(self, max_connections: int, head_timeout_s: float) -> None:
+    def __init__(self, max_connections: int, read_timeout_s: float) -> None:
         self.max_connections = max_connections
-        self.head_timeout_s = head_timeout_s
-        self.open: set[GuardedConnection] = set()
-        self.waiting: dict[GuardedConnection, None] = {}  # oldest first
+        self.read_timeout_s = read_timeout_s
+        self.open: dict[asyncio.BaseTransport, GuardedConnection] = {}
+        self.waiting: dict[GuardedConnection, None] = {}  # not running a request, oldest first
 
     def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: GuardedConnection(factory(), self)
 
 
+GUARD = web.AppKey("guard", Guard)
+
+
 class GuardedConnection(asyncio.Protocol):
-    """One connection under a :class:`Guard`, passing everything to aiohttp's own."""
+    """One connection under a :class:`Guard`, passing everything to aiohttp's own.
+
+    It is waiting (may give way to a new connection) from when it opens until
+    :func:`guarded` has read a whole request, and again from when that request
+    is answered; a timer bounds each head while it waits."""
 
     def __init__(self, inner: asyncio.Protocol, guard: Guard) -> None:
         self.inner = inner
         self.guard = guard
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.tail = b""
         self.served = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -377,36 +517,50 @@ class GuardedConnection(asyncio.Protocol):
         if len(guard.open) >= guard.max_connections:
             oldest = next(iter(guard.waiting), None)
             if oldest is None:
-                self.transport.abort()  # every open connection is a real request
+                self.transport.abort()  # every open connection is running a request
                 return
             oldest.drop()
-        guard.open.add(self)
-        guard.waiting[self] = None
-        loop = asyncio.get_running_loop()
-        self.timer = loop.call_later(guard.head_timeout_s, self.drop)
+        guard.open[transport] = self
         self.served = True
         self.inner.connection_made(transport)
+        self.idle()
 
-    def head_sent(self) -> None:
+    def stop_timer(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+
+    def idle(self) -> None:
+        """Waiting for a request's head: from the open, and after each answer."""
+        self.stop_timer()
+        if self.transport is None or self.guard.open.get(self.transport) is not self:
+            return  # closed while its request ran
+        self.guard.waiting.pop(self, None)
+        self.guard.waiting[self] = None  # the newest
+        self.timer = asyncio.get_running_loop().call_later(self.guard.read_timeout_s, self.drop)
+
+    def reading(self) -> None:
+        """The head is in: :func:`guarded` bounds the body's read."""
+        self.stop_timer()
+
+    def running(self) -> None:
+        """A whole request is in: it no longer gives way to a new connection."""
+        self.stop_timer()
         self.guard.waiting.pop(self, None)
 
     def drop(self) -> None:
-        """Close a connection that is still sending its head."""
-        self.head_sent()
-        self.guard.open.discard(self)
+        """Close a connection that is not running a request."""
+        self.forget()
         if self.transport is not None:
             self.transport.abort()
 
+    def forget(self) -> None:
+        self.stop_timer()
+        self.guard.waiting.pop(self, None)
+        if self.transport is not None:
+            self.guard.open.pop(self.transport, None)
+
     def data_received(self, data: bytes) -> None:
-        if self.timer is not None:
-            seen = self.tail + data
-            if b"\r\n\r\n" in seen:
-                self.head_sent()
-            else:
-                self.tail = seen[-3:]
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -419,9 +573,8 @@ class GuardedConnection(asyncio.Protocol):
         self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.head_sent()
-        self.guard.open.discard(self)
         if self.served:
+            self.forget()
             self.inner.connection_lost(exc)
 
 
@@ -444,13 +597,15 @@ async def start(
     port: int,
     *,
     max_connections: int | None = None,
-    head_timeout_s: float = HEAD_TIMEOUT_S,
+    read_timeout_s: float = READ_TIMEOUT_S,
 ) -> tuple[web.AppRunner, asyncio.Server]:
     """``app`` listening on ``host:port`` under a :class:`Guard`; the caller closes
     the server, then cleans the runner up."""
-    runner = web.AppRunner(app, handler_cancellation=True, keepalive_timeout=KEEPALIVE_S)
+    guard = Guard(max_connections or connection_cap(), read_timeout_s)
+    app[GUARD] = guard
+    # the guard closes an idle kept-alive connection; aiohttp's own timer is no sooner
+    runner = web.AppRunner(app, handler_cancellation=True, keepalive_timeout=read_timeout_s)
     await runner.setup()
-    guard = Guard(max_connections or connection_cap(), head_timeout_s)
     handlers = runner.server
     assert handlers is not None  # set up above
     try:
@@ -462,11 +617,11 @@ async def start(
 
 
 async def serve(
-    host: str, port: int, max_connections: int | None = None, head_timeout_s: float = HEAD_TIMEOUT_S
+    host: str, port: int, max_connections: int | None = None, read_timeout_s: float = READ_TIMEOUT_S
 ) -> None:
     """Serve until cancelled (Ctrl-C), then close the provider."""
     runner, server = await start(
-        make_app(), host, port, max_connections=max_connections, head_timeout_s=head_timeout_s
+        make_app(), host, port, max_connections=max_connections, read_timeout_s=read_timeout_s
     )
     try:
         bound_host, bound_port = server.sockets[0].getsockname()[:2]
@@ -489,15 +644,16 @@ def main(argv: list[str] | None = None) -> int:
         help=f"connections open at once (default {MAX_CONNECTIONS}, or half the descriptor limit)",
     )
     parser.add_argument(
-        "--head-timeout",
+        "--read-timeout",
         type=float,
-        default=HEAD_TIMEOUT_S,
-        help=f"seconds a connection has to send its request head (default {HEAD_TIMEOUT_S:g})",
+        default=READ_TIMEOUT_S,
+        help="seconds a connection has to send a request's head, then its body "
+        f"(default {READ_TIMEOUT_S:g})",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.host, args.port, args.max_connections, args.head_timeout))
+        asyncio.run(serve(args.host, args.port, args.max_connections, args.read_timeout))
     return 0
 
 

@@ -20,9 +20,38 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["LlamaServer", "built"]
+from vaelii_llm import Message, ToolResultBlock, ToolUseBlock
+
+__all__ = ["TOOL_TEMPLATE", "WORKED", "LlamaServer", "built", "worked_exchanges"]
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# SmolLM2-135M's own chat template renders no tools, and with it the server drops
+# them; TOOL_TEMPLATE is a ChatML template that lists the tools and writes a call
+# as a <tool_call> block, from which the server derives its own tool-call parser
+# and a grammar that holds the call's JSON to the schema once the model opens
+# one. Three worked exchanges (the ids and results written here) show a model
+# this small what a call looks like; the next question's call, its arguments,
+# the KB's answer and the words built from it are the model's, the server's and
+# the KB's own.
+TOOL_TEMPLATE = ROOT / "tests" / "chatml_tools.jinja"
+WORKED = (("Rex", "[Animal Dog Mammal]", "a dog"), ("Oslo", "[City Place]", "a city"))
+WORKED += (("Nemo", "[Animal Fish]", "a fish"),)
+
+
+def worked_exchanges() -> list[Message]:
+    """The worked exchanges of :data:`WORKED` as messages: a question, the
+    ``kb_types_of`` call, its result, the answer."""
+    messages: list[Message] = []
+    for n, (term, kinds, kind) in enumerate(WORKED, 1):
+        call = ToolUseBlock(id=f"call_{n}", name="kb_types_of", input={"term": term})
+        messages += [
+            Message(role="user", content=f"What is {term}?"),
+            Message(role="assistant", content=[call]),
+            Message(role="user", content=[ToolResultBlock(tool_use_id=call.id, content=kinds)]),
+            Message(role="assistant", content=f"{term} is {kind}."),
+        ]
+    return messages
 
 
 def built() -> tuple[Path, Path]:
@@ -49,9 +78,12 @@ def _free_port() -> int:
 class LlamaServer:
     """One llama-server process on 127.0.0.1 with ``parallel`` slots."""
 
-    def __init__(self, parallel: int = 1, *, threads: int = 1) -> None:
+    def __init__(
+        self, parallel: int = 1, *, threads: int = 1, chat_template: Path | None = None
+    ) -> None:
         self.parallel = parallel
         self.threads = threads
+        self.chat_template = chat_template
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -82,6 +114,8 @@ class LlamaServer:
         args = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)]
         args += ["--temp", "0", "--parallel", str(self.parallel), "-t", str(self.threads)]
         args += ["-c", str(2048 * self.parallel), "--jinja", "--no-webui"]
+        if self.chat_template is not None:
+            args += ["--chat-template-file", str(self.chat_template)]
         self.process = subprocess.Popen(  # noqa: ASYNC220 - started once, reaped in __aexit__
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )

@@ -6,6 +6,7 @@ built with the docs extra's MkDocs; the ``docs`` lane runs this (.ci/run)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -125,3 +126,69 @@ def test_a_stale_generated_table_fails_the_build(tree: Path) -> None:
     done = build(tree)
     assert done.returncode != 0
     assert "generated tables out of date" in done.stderr
+
+
+# -- issue #34 item 8: a fresh docs environment, and pages that read as a reference ---------
+
+
+@pytest.mark.timeout(1200)  # a fresh environment's install, then the build
+def test_a_fresh_docs_environment_builds_the_site_strict(tmp_path: Path) -> None:
+    """Exactly the README's docs command, in a new virtual environment holding
+    only the docs extra: no optional extra's library (``mcp``, pydantic-ai) is
+    there for a cross-reference to lean on."""
+    tree = tmp_path / "checkout"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "site")
+    for name in ("docs", "vaelii_llm"):
+        shutil.copytree(ROOT / name, tree / name, ignore=ignore)
+    for name in ("mkdocs.yml", "pyproject.toml", "setup.py", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, tree / name)
+    env = {"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env.update((k, v) for k, v in os.environ.items() if k.startswith("PIP_"))  # its index
+    made = subprocess.run(
+        [sys.executable, "-m", "venv", ".venv"], cwd=tree, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    done = subprocess.run(
+        ["bash", "-c", ".venv/bin/pip install -q -e '.[docs]' && .venv/bin/mkdocs build --strict"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=1100,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lacking = subprocess.run([str(tree / ".venv" / "bin" / "python"), "-c", "import mcp"])
+    assert lacking.returncode != 0  # the build passed without the mcp extra
+    assert (tree / "build" / "site" / "reference" / "vaelii_llm.integrations.mcp").is_dir()
+
+
+def test_the_reference_pages_read_as_a_reference(tree: Path) -> None:
+    done = build(tree)
+    assert done.returncode == 0, done.stderr[-3000:]
+    site = tree / "site"
+    index = (site / "reference" / "index.html").read_text()
+    assert "<table" not in index  # a narrow first column broke the dotted names mid-word
+    spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None
+    assert spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    for module in hooks.public_modules():  # a heading of its own each
+        assert re.search(rf"<h2[^>]*>.*?<code>{re.escape(module)}</code>", index), module
+    package = (site / "reference" / "vaelii_llm" / "index.html").read_text()
+    listed = re.findall(r"<li><code>(\w+)</code>: ([^<]*)", package)
+    assert [name for name, _ in listed] == [
+        "agent",
+        "providers",
+        "pool",
+        "tools",
+        "kb",
+        "engine",
+        "errors",
+        "config",
+    ]  # a list, not one paragraph
+    assert "OpenAI-compatible" in dict(listed)["providers"]
+    css = (site / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"pre > code \{[^}]*white-space: pre-wrap", css)
+    guide = (site / "guides" / "scripts" / "index.html").read_text()
+    assert 'href="../../stylesheets/extra.css"' in guide  # every page wraps its code blocks

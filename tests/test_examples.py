@@ -43,10 +43,7 @@ def test_quickstart_runs_on_the_stub_against_the_sample_kb() -> None:
     assert any(line.startswith("A: Miss Muffet is afraid of") for line in lines)
     assert "  done: stop_reason=end_turn" in lines
     assert lines[-1].startswith("vote: no")
-    assert lines[1] == (  # a new user learns at once that no model answered
-        "answering: the scripted stub, not a model (nothing is configured); "
-        "`vaelii-llm status` says what to set"
-    )
+    assert lines[1] == STUB_LINE  # a new user learns at once that no model answered
     assert out.stderr == ""
 
 
@@ -98,7 +95,16 @@ def stub_env() -> dict[str, str]:
     }
 
 
+STUB_LINE = (
+    "answering: the scripted stub, not a model (nothing is configured); "
+    "`vaelii-llm status` says what to set"
+)
+"""The first line of every example that asks a model, when the stub answers."""
+
+
 def load_example(name: str) -> ModuleType:
+    if str(EXAMPLES) not in sys.path:  # as `python examples/NAME.py` has it (_answering)
+        sys.path.insert(0, str(EXAMPLES))
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
@@ -126,7 +132,7 @@ HOST_MODEL = {"mcp_server.py": "The model is the host's"}
 
 
 def test_every_example_says_what_it_shows_and_how_to_point_it_at_a_real_model() -> None:
-    for path in sorted(EXAMPLES.glob("*.py")):
+    for path in sorted(EXAMPLES.glob("[!_]*.py")):  # _answering.py is their shared helper
         doc = ast.get_docstring(ast.parse(path.read_text()))
         assert doc, path.name
         assert f"python examples/{path.name}" in doc, path.name
@@ -135,7 +141,8 @@ def test_every_example_says_what_it_shows_and_how_to_point_it_at_a_real_model() 
 
 
 def test_agent_loop_runs_on_the_stub_against_the_sample_kb() -> None:
-    lines = run_example("agent_loop")
+    answering, *lines = run_example("agent_loop")
+    assert answering == STUB_LINE
     assert lines[0].startswith("  tool kb_query {'goal': '(afraidOf MissMuffet ?who)'} -> ok")
     assert lines[1].startswith("  tool kb_types_of {'term': 'Muffet'} -> ok")
     assert lines[2].startswith("A: Miss Muffet is afraid of")
@@ -173,7 +180,8 @@ async def test_the_hand_written_loop_and_the_library_loop_agree(name: str) -> No
 
 
 def test_structured_output_decodes_the_stub_answer_into_its_struct() -> None:
-    [line] = run_example("structured_output")
+    answering, line = run_example("structured_output")
+    assert answering == STUB_LINE
     assert line.startswith("Creature(name='Muffet', types=['Animal', 'Arachnid'")
 
 
@@ -219,9 +227,13 @@ async def test_structured_output_sends_the_schema_to_a_loopback_ollama(
 
 def test_vote_runs_on_the_stub_with_a_progress_line_per_turn() -> None:
     lines = run_example("vote")
-    assert lines[0].startswith("voting over 2 provider token(s)")
-    assert [line.split(":")[0] for line in lines[1:4]] == ["  1/3 in", "  2/3 in", "  3/3 in"]
-    assert lines[4] == "verdict: no (votes ('no', 'yes', 'no'), failed 0)"
+    assert lines[0] == (
+        "answering: the scripted stub, not a model "
+        "(a pool spreads over ollama or openai hosts, not 'stub')"
+    )
+    assert lines[1].startswith("voting over 2 provider token(s)")
+    assert [line.split(":")[0] for line in lines[2:5]] == ["  1/3 in", "  2/3 in", "  3/3 in"]
+    assert lines[5] == "verdict: no (votes ('no', 'yes', 'no'), failed 0)"
 
 
 async def test_vote_runs_over_configured_loopback_hosts() -> None:
@@ -247,13 +259,16 @@ async def test_vote_runs_over_configured_loopback_hosts() -> None:
         await server.stop()
     lines = out.decode().splitlines()
     assert (proc.returncode, err) == (0, b"")
-    assert lines[0] == "voting over 3 provider token(s): Is this a test?"
+    assert lines[:2] == [
+        "answering: ollama hosts, real models",
+        "voting over 3 provider token(s): Is this a test?",
+    ]
     assert lines[-1] == "verdict: yes (votes ('yes', 'yes', 'yes'), failed 0)"
     assert len(server.bodies) == 3
 
 
 def test_vision_answers_about_its_image_on_the_stub() -> None:
-    assert run_example("vision") == ["A red square on a white background."]
+    assert run_example("vision") == [STUB_LINE, "A red square on a white background."]
 
 
 async def run_vision(env: dict[str, str], *args: str) -> tuple[int | None, str, str]:
@@ -302,7 +317,7 @@ async def test_vision_sends_the_image_to_a_loopback_messages_api(tmp_path: Path)
         refused = await run_vision(env, str(big))
     finally:
         await server.close()
-    assert answered == (0, "A red square, by this fake.\n", "")
+    assert answered == (0, "answering: anthropic, a real model\nA red square, by this fake.\n", "")
     [seen] = api.seen  # the refused image never left the machine
     image, question = seen.body["messages"][0]["content"]
     assert image == {
@@ -311,7 +326,7 @@ async def test_vision_sends_the_image_to_a_loopback_messages_api(tmp_path: Path)
     }
     assert question["text"].startswith("What shape is in this image")
     code, out, err = refused
-    assert (code, out) == (1, "")
+    assert (code, out) == (1, "answering: anthropic, a real model\n")
     assert err.startswith("llm-encode: the Messages API at http://127.0.0.1:")
     assert "over the Messages API's 5 MB per image" in err
 
@@ -329,7 +344,7 @@ async def test_vision_sends_the_image_to_a_loopback_ollama() -> None:
         answered = await run_vision(env)
     finally:
         await server.stop()
-    assert answered == (0, "Red. A square.\n", "")
+    assert answered == (0, "answering: ollama, a real model\nRed. A square.\n", "")
     [body] = server.bodies
     [message] = body["messages"]
     assert message["images"] == [PNG_B64]
@@ -372,3 +387,47 @@ async def test_web_backend_serves_on_the_stub_and_closes_its_provider_on_ctrl_c(
     assert rest.decode().splitlines()[-1] == "provider closed"
     assert proc.returncode == 0
     assert b"Traceback" not in err
+
+
+# -- an example whose extra is missing says how to install it (issue #34 item 10) --------
+
+BLOCKED_RUN = """
+import importlib.abc, runpy, sys
+
+blocked, script = sys.argv[1:3]
+
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+sys.argv = [script]
+sys.path.insert(0, script.rpartition("/")[0])  # as `python script` puts its folder first
+runpy.run_path(script, run_name="__main__")
+"""
+"""Runs an example as ``python examples/NAME.py`` does, with one top-level package
+refusing to import, as it does where its extra is not installed."""
+
+
+@pytest.mark.parametrize(
+    ("example", "blocked", "extra"),
+    [("mcp_server", "mcp", "mcp"), ("pydantic_ai_agent", "pydantic_ai", "pydantic-ai")],
+)
+def test_an_example_without_its_extra_prints_the_install_hint_and_exits_2(
+    example: str, blocked: str, extra: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_RUN, blocked, str(EXAMPLES / f"{example}.py")],
+        capture_output=True,
+        text=True,
+        env=stub_env(),
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    [line] = done.stderr.splitlines()
+    assert line.startswith(
+        f"this example needs the {extra} extra: pip install 'vaelii-llm[{extra}]'"
+    )
+    assert "Traceback" not in done.stderr

@@ -40,7 +40,16 @@ def test_the_guides_agent_block_runs_on_the_stub(capsys: pytest.CaptureFixture[s
     assert err == ""
 
 
-def run_example(name: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+STUB_LINE = (
+    "answering: the scripted stub, not a model (nothing is configured); "
+    "`vaelii-llm status` says what to set"
+)
+
+
+def run_example(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))  # as `python examples/NAME.py` has it
     runpy.run_path(str(ROOT / "examples" / name), run_name="__main__")
     out, err = capsys.readouterr()
     assert err == ""
@@ -48,9 +57,9 @@ def run_example(name: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
 
 
 def test_the_mcp_example_lists_reads_answers_one_and_refuses_a_write(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lines = run_example("mcp_server.py", capsys)
+    lines = run_example("mcp_server.py", capsys, monkeypatch)
     assert lines[0].startswith(f"{len(tools.schemas())} read tools")
     assert lines[1] == "annotations: readOnly=True idempotent=True openWorld=False"
     assert lines[2] == "kb_types_of Rex -> [Dog Mammal] (isError=False)"
@@ -58,9 +67,10 @@ def test_the_mcp_example_lists_reads_answers_one_and_refuses_a_write(
 
 
 def test_the_pydantic_ai_example_runs_and_streams_on_the_stub(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lines = run_example("pydantic_ai_agent.py", capsys)
+    answering, *lines = run_example("pydantic_ai_agent.py", capsys, monkeypatch)
+    assert answering == STUB_LINE  # the stub answered, and the first line says so
     assert lines[0] == "  tool call kb_query({'goal': '(afraidOf MissMuffet ?who)'})"
     assert lines[1].startswith("  tool return [{:bindings {?who Muffet}")
     assert lines[2] == "A: Miss Muffet is afraid of Muffet, ItsyBitsy and Fang."

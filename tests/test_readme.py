@@ -68,6 +68,34 @@ def test_the_readme_links_reach_pages_that_exist() -> None:
         assert (ROOT / link).exists(), link
 
 
+def long_description() -> str:
+    """What a build gives the package index (setup.py's own function)."""
+    import runpy
+
+    made = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")  # not "__main__": no build
+    text: str = made["long_description"](README)
+    return text
+
+
+def test_the_long_description_holds_no_link_that_breaks_on_an_index_page() -> None:
+    described = long_description()
+    targets = re.findall(r"\]\(([^)]*)\)", described)
+    assert all("://" in target or target.startswith("#") for target in targets), targets
+    relative = [t for t in re.findall(r"\]\(([^)#]+)[^)]*\)", README) if "://" not in t]
+    assert len(relative) >= 13  # the issue counted 13
+    for path in relative:  # each one is named as a path of the source tree instead
+        assert f"(`{path}` in the source tree)" in described or f"(`{path}#" in described
+    assert described.splitlines()[:6] == README.splitlines()[:6]  # the two commands as they are
+
+
+def test_the_summary_names_every_wire_the_package_speaks() -> None:
+    import tomllib
+
+    summary = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["description"]
+    for wire in ("stub", "Ollama", "Messages API", "OpenAI-compatible"):
+        assert wire in summary, wire
+
+
 def test_the_readme_holds_no_table_the_docs_generate() -> None:
     assert "| `VAELII_LLM_PROVIDER` |" not in README
     assert "| `llm-timeout` |" not in README
@@ -217,6 +245,10 @@ async def test_a_venv_holding_only_the_wheel_answers_ask(
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     for field in ("License-Expression: MIT", "Requires-Python: >=3.11", "Author: "):
         assert field in meta, field
+    assert "OpenAI-compatible" in meta.split("\nSummary: ", 1)[1].split("\n", 1)[0]
+    assert "Description-Content-Type: text/markdown" in meta
+    assert "(`docs/guides/scripts.md` in the source tree)" in meta  # the README, links as paths
+    assert not re.search(r"\]\((?!https?://|#)", meta)
     venv = tmp_path / "wheel-only"
     code, _, err = await run([python3(), "-m", "venv", str(venv)], clean_env(), tmp_path)
     assert code == 0, err

@@ -25,10 +25,10 @@ import openai as openai_sdk
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
-from llama_server import LlamaServer
+from llama_server import TOOL_TEMPLATE, LlamaServer, worked_exchanges
 from redis_server import RedisServer
 
-from vaelii_llm import Message, Request, Response
+from vaelii_llm import Message, Request, Response, agent, kb, tools
 from vaelii_llm.errors import LLMTimeout
 from vaelii_llm.pool import Pool, pool_from_config, vote
 from vaelii_llm.providers import anthropic, openai
@@ -364,3 +364,39 @@ async def test_the_web_example_answers_from_the_real_model(
     assert answered.status == 200, got
     assert got["answer"] != web_backend.STUB_ANSWER
     assert got["answer"].split()[-1].strip(".,!").lower() in {"yes", "no"}, got
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tool_server() -> AsyncIterator[LlamaServer]:
+    async with LlamaServer(parallel=1, chat_template=TOOL_TEMPLATE) as running:
+        yield running
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("deltas", [False, True], ids=["whole", "deltas"])
+async def test_the_agent_loop_makes_a_real_tool_call_and_reads_its_result(
+    tool_server: LlamaServer, wire: str, deltas: bool
+) -> None:
+    toolset = tools.Toolset(kb.sample())
+    question = Message(role="user", content="What is Muffet?")
+    first = Request(
+        messages=[*worked_exchanges(), question],
+        tools=toolset.schemas(only=[tools.op_of("kb_types_of")]),
+        max_tokens=100,
+    )
+    seen: list[str] = []
+    async with WIRES[wire](tool_server.base) as model:
+        result = await agent.run(
+            model, toolset, first, deltas=deltas, on_event=lambda e: seen.append(type(e).__name__)
+        )
+    assert [(c.name, c.input, c.ok) for c in result.tool_calls] == [
+        ("kb_types_of", {"term": "Muffet"}, True)
+    ]
+    assert "Spider" in result.tool_calls[0].result  # the KB's own answer
+    assert (result.stopped, result.turns) == ("answered", 2)
+    # "spider" is in no worked exchange: the answer was read from the call's result.
+    assert "spider" in result.answer.lower()
+    assert "ToolCallStarted" in seen
+    assert "ToolCallFinished" in seen
+    if deltas:
+        assert "ToolInputArrived" in seen

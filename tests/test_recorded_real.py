@@ -3,7 +3,8 @@ suite reads what a far end nobody here wrote sent (recorded by
 ``tests/record_llama_server.py``; the server's version and command are in
 the recording). Each answer is checked against an oracle read from the
 recorded JSON here, by hand: text, stop reason, usage in ``Usage``'s one
-meaning, the whole answer equal to the streamed one, a refusal typed."""
+meaning, the whole answer equal to the streamed one, a refusal typed, and a
+real tool call (from the server run with the tool template) on each wire."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from llama_server import worked_exchanges
 from loopback import serve
 
-from vaelii_llm import ImageBlock, Message, Request, Response, TextBlock
+from vaelii_llm import ImageBlock, Message, Request, Response, TextBlock, ToolUseBlock, kb, tools
 from vaelii_llm.errors import LLMApiError
 from vaelii_llm.providers import anthropic, openai
 
@@ -161,3 +163,72 @@ async def test_an_image_to_a_text_only_model_is_the_server_s_typed_refusal(name:
         await _replayed(name)
     assert refused.value.status == 500
     assert "image input is not supported" in str(refused.value)
+
+
+TOOL_CASES: dict[str, dict[str, Any]] = RECORDED["tool_cases"]
+
+
+def _expected_call(name: str) -> tuple[str, dict[str, Any], str]:
+    """The call's name and input, and the stop word, by hand from the bytes."""
+    body = TOOL_CASES[name]["body"]
+    if name.startswith("openai"):
+        if not name.endswith("-stream"):
+            choice = json.loads(body)["choices"][0]
+            call = choice["message"]["tool_calls"][0]["function"]
+            return call["name"], json.loads(call["arguments"]), choice["finish_reason"]
+        frames = [f["choices"][0] for f in _frames(body) if f["choices"]]
+        pieces = [c["delta"]["tool_calls"][0] for c in frames if c["delta"].get("tool_calls")]
+        named = next(p["function"]["name"] for p in pieces if p["function"].get("name"))
+        arguments = "".join(p["function"].get("arguments") or "" for p in pieces)
+        stop = next(c["finish_reason"] for c in frames if c["finish_reason"])
+        return named, json.loads(arguments), stop
+    if not name.endswith("-stream"):
+        whole = json.loads(body)
+        call = next(b for b in whole["content"] if b["type"] == "tool_use")
+        return call["name"], call["input"], whole["stop_reason"]
+    frames = _frames(body)
+    started = next(f["content_block"] for f in frames if f["type"] == "content_block_start")
+    arguments = "".join(
+        f["delta"]["partial_json"]
+        for f in frames
+        if f["type"] == "content_block_delta" and f["delta"]["type"] == "input_json_delta"
+    )
+    stop = next(f["delta"]["stop_reason"] for f in frames if f["type"] == "message_delta")
+    return started["name"], json.loads(arguments), stop
+
+
+async def _replayed_call(name: str) -> Response:
+    case = TOOL_CASES[name]
+    asked = Request(
+        messages=[*worked_exchanges(), Message(role="user", content="What is Muffet?")],
+        tools=[tools.Toolset(kb.sample()).schema(tools.op_of("kb_types_of"))],
+        max_tokens=case["request"]["max_tokens"],
+    )
+    async with serve(_replaying(case)) as base, _provider(name, base) as model:
+        if not name.endswith("-stream"):
+            return await model.complete(asked)
+        last = None
+        async for item in model.stream(asked):
+            last = item
+        assert isinstance(last, Response)
+        return last
+
+
+def test_the_recording_holds_a_real_tool_call_on_each_wire() -> None:
+    assert "--chat-template-file" in RECORDED["tool_command"]
+    assert sorted(TOOL_CASES) == [
+        "anthropic-tool-call",
+        "anthropic-tool-call-stream",
+        "openai-tool-call",
+        "openai-tool-call-stream",
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_CASES))
+async def test_a_recorded_tool_call_reads_as_its_bytes_say(name: str) -> None:
+    named, arguments, stop = _expected_call(name)
+    answer = await _replayed_call(name)
+    calls = [b for b in answer.content if isinstance(b, ToolUseBlock)]
+    assert [(c.name, c.input, c.partial) for c in calls] == [(named, arguments, False)]
+    assert answer.vendor_stop_reason == stop
+    assert answer.stop_reason == "tool_use"

@@ -26,6 +26,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from fake_ollama import FakeOllama, chunk, final
 from kb_model import ANSWER, GOAL, NAMES, QUESTION, KBModel, ollama_reader
+from loopback import refused_url
 
 from vaelii_llm import Provider
 from vaelii_llm.providers import ollama
@@ -47,7 +48,7 @@ web_backend = load()
 
 
 class Served:
-    def __init__(self, url: str, session: aiohttp.ClientSession, model: Provider) -> None:
+    def __init__(self, url: str, session: aiohttp.ClientSession, model: Provider | None) -> None:
         self.url = url
         self.session = session
         self.model = model
@@ -84,9 +85,8 @@ def serving(open_provider: Callable[[], Any]) -> Callable[[], Any]:
         await server.start_server()
         try:
             async with aiohttp.ClientSession() as session:
-                yield Served(
-                    str(server.make_url("")).rstrip("/"), session, server.app[web_backend.PROVIDER]
-                )
+                held = server.app.get(web_backend.PROVIDER)  # none when it answers 503
+                yield Served(str(server.make_url("")).rstrip("/"), session, held)
         finally:
             await server.close()
 
@@ -387,9 +387,15 @@ def _example_env() -> dict[str, str]:
 
 
 @asynccontextmanager
-async def example_process(*args: str, descriptors: int | None = None) -> AsyncIterator[str]:
+async def example_process(
+    *args: str,
+    descriptors: int | None = None,
+    env: dict[str, str] | None = None,
+    log: list[str] | None = None,
+) -> AsyncIterator[str]:
     """``examples/web_backend.py --port 0 ARGS`` (under a descriptor limit when
-    given); yields the URL it prints, and ends it with Ctrl-C."""
+    given, with ``env`` added to a clean environment); yields the URL it prints,
+    and ends it with Ctrl-C. Its stderr's lines go to ``log`` when one is given."""
 
     def limit() -> None:
         if descriptors is not None:
@@ -401,9 +407,9 @@ async def example_process(*args: str, descriptors: int | None = None) -> AsyncIt
         "--port",
         "0",
         *args,
-        env=_example_env(),
+        env={**_example_env(), **(env or {})},
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL if log is None else asyncio.subprocess.PIPE,
         preexec_fn=limit,
     )
     try:
@@ -415,10 +421,12 @@ async def example_process(*args: str, descriptors: int | None = None) -> AsyncIt
         if proc.returncode is None:
             proc.send_signal(signal.SIGINT)
         try:
-            await asyncio.wait_for(proc.wait(), 60)
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
         except TimeoutError:
             proc.kill()
-            await proc.wait()
+            _, err = await proc.communicate()
+        if log is not None:
+            log.extend(err.decode().splitlines())
 
 
 SLOW_HEAD = b"POST /ask HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -457,7 +465,7 @@ async def test_a_crowd_of_slow_heads_does_not_starve_a_real_request() -> None:
 
 @pytest.mark.usefixtures("ctrl_c_reaches_children")  # it ends the example with Ctrl-C
 async def test_a_connection_that_never_finishes_its_head_is_closed() -> None:
-    async with example_process("--head-timeout", "1") as url:
+    async with example_process("--read-timeout", "1") as url:
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(SLOW_HEAD)
@@ -496,3 +504,211 @@ async def test_the_guard_holds_at_most_its_cap_and_serves_a_real_request() -> No
         server.close()
         await runner.cleanup()
     assert held[0] <= 10  # aiohttp's own count of the connections it holds
+
+
+# -- issue #34 item 2: a configured backend that cannot answer is a 503 saying why ------
+
+
+@pytest.mark.usefixtures("ctrl_c_reaches_children")  # it ends the example with Ctrl-C
+async def test_a_configured_backend_that_cannot_answer_is_503_with_its_reason_logged_once() -> None:
+    dead = refused_url()
+    log: list[str] = []
+    env = {"VAELII_LLM_PROVIDER": "ollama", "VAELII_OLLAMA_HOST": dead}
+    async with (
+        example_process(env=env, log=log) as url,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
+    ):
+        answers = []
+        for path in ("/ask", "/ask/stream", "/ask"):
+            async with session.post(url + path, json={"question": "Who?"}) as resp:
+                answers.append((resp.status, await resp.json()))
+    for status, body in answers:
+        assert (status, body["error"]) == (503, "no-model")
+        assert body["message"].startswith(
+            f"ollama cannot answer: llm-unreachable: Ollama at {dead}"
+        )
+        assert "`ollama serve`" in body["message"]
+        assert web_backend.STUB_ANSWER not in json.dumps(body)
+    said = [line for line in log if "ollama serve" in line]
+    assert len(said) == 1, log  # once, at start: not per request
+    assert dead in said[0]
+    assert "Traceback" not in "\n".join(log)
+
+
+async def test_a_registered_backend_that_cannot_answer_is_named_with_its_own_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reason comes from the kind's own record and module, whatever the kind."""
+    import types
+
+    from vaelii_llm import _backends, providers
+
+    module = types.ModuleType("web_backend_test_kind")
+
+    async def unavailable_reason() -> str:
+        return "the test kind is switched off; switch it on"
+
+    async def available() -> bool:
+        return False
+
+    module.unavailable_reason = unavailable_reason  # type: ignore[attr-defined]
+    module.available = available  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(_backends.REGISTRY, "testkind", _backends.REGISTRY["stub"])
+    providers.register(providers.Backend(kind="testkind", module=module.__name__))
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "testkind")
+    async for served in serving(web_backend.configured_provider)():
+        status, body = await served.post("/ask", {"question": "Who?"})
+        assert (status, body) == (
+            503,
+            {
+                "error": "no-model",
+                "message": "testkind cannot answer: the test kind is switched off; switch it on",
+            },
+        )
+
+
+# -- issue #36 item 6: drippers, slow second heads and foreign pages --------------------
+
+
+def address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One HTTP/1.1 response with a Content-Length: its status and body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+    return status, await reader.readexactly(length)
+
+
+DRIP_HEAD = (
+    b"POST /ask HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 1000\r\n\r\n" + b'{"question": "'
+)
+
+
+async def drippers(url: str, count: int) -> list[asyncio.StreamWriter]:
+    """``count`` connections that each send a whole head, then a few bytes of a
+    1,000-byte body, and no more."""
+    writers = []
+    for _ in range(count):
+        _, writer = await asyncio.open_connection(*address(url))
+        writer.write(DRIP_HEAD)
+        writers.append(writer)
+    return writers
+
+
+async def second_heads(url: str, count: int) -> list[asyncio.StreamWriter]:
+    """``count`` kept-alive connections that each ask one whole request, read its
+    answer, then send part of a second head and no more."""
+    writers = []
+    for _ in range(count):
+        reader, writer = await asyncio.open_connection(*address(url))
+        writer.write(b"POST /ask HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
+        status, _ = await read_response(reader)
+        assert status == 400  # a whole request, answered; the connection is kept
+        writer.write(SLOW_HEAD)
+        writers.append(writer)
+    return writers
+
+
+async def real_requests_answer(url: str) -> None:
+    timeout = aiohttp.ClientTimeout(total=60)  # generous: a loaded machine
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for _ in range(3):
+            async with session.post(url + "/ask", json={"question": "Who?"}) as resp:
+                assert resp.status == 200
+                assert (await resp.json())["answer"] == web_backend.STUB_ANSWER
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX descriptor limit")
+@pytest.mark.usefixtures("ctrl_c_reaches_children")  # it ends the example with Ctrl-C
+@pytest.mark.parametrize("crowd", [drippers, second_heads], ids=["drip-bodies", "second-heads"])
+async def test_a_crowd_that_sent_its_heads_does_not_starve_a_real_request(
+    crowd: Callable[[str, int], Any],
+) -> None:
+    # the red-team case: 1,100 body drippers at a 1,024 limit refused every real
+    # request for 30 s; here 600 at a limit of 512 (a cap of 256), and as many
+    # kept-alive connections each holding a slow second head
+    async with example_process(descriptors=512) as url:
+        writers = await crowd(url, 600)
+        try:
+            await real_requests_answer(url)
+        finally:
+            for writer in writers:
+                writer.close()
+
+
+@pytest.mark.usefixtures("ctrl_c_reaches_children")  # it ends the example with Ctrl-C
+async def test_a_body_that_does_not_arrive_in_time_is_408_and_closed() -> None:
+    async with example_process("--read-timeout", "1") as url:
+        reader, writer = await asyncio.open_connection(*address(url))
+        writer.write(DRIP_HEAD)
+        try:
+            status, body = await asyncio.wait_for(read_response(reader), 60)
+            rest = await asyncio.wait_for(reader.read(), 60)
+        finally:
+            writer.close()
+    assert status == 408
+    assert json.loads(body)["error"] == "body-timeout"
+    assert rest == b""  # closed: the half-sent body is never read on
+
+
+FOREIGN = [
+    ({"Origin": "http://evil.example"}, 403, "forbidden"),
+    ({"Origin": "null"}, 403, "forbidden"),
+    ({"Origin": "http://127.0.0.1:1"}, 403, "forbidden"),  # another origin on this machine
+    ({"Host": "evil.example"}, 421, "misdirected"),  # a DNS-rebinding page's Host
+    ({"Host": "evil.example:80", "Origin": "http://evil.example:80"}, 421, "misdirected"),
+    ({"Host": "localhost.evil.example"}, 421, "misdirected"),
+]
+
+
+@pytest.mark.parametrize(("headers", "status", "kind"), FOREIGN)
+async def test_a_foreign_origin_or_host_is_refused_before_a_model_turn(
+    headers: dict[str, str], status: int, kind: str
+) -> None:
+    from vaelii_llm.providers import stub
+
+    model = stub.provider(default="an answer")
+
+    async def open_model() -> Provider:
+        return model
+
+    async for served in serving(open_model)():
+        async with served.session.post(
+            served.url + "/ask",
+            data=b'{"question": "Who?"}',
+            headers={"Content-Type": "text/plain", **headers},
+        ) as resp:
+            got = (resp.status, (await resp.json())["error"])
+    assert got == (status, kind)
+    assert model.requests() == []  # no model turn ran
+
+
+async def test_this_servers_own_origin_and_loopback_names_are_served() -> None:
+    from vaelii_llm.providers import stub
+
+    model = stub.provider(default="an answer")
+
+    async def open_model() -> Provider:
+        return model
+
+    async for served in serving(open_model)():
+        port = served.url.rsplit(":", 1)[1]
+        own = [
+            {},
+            {"Origin": served.url},
+            {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"},
+            {"Host": "[::1]"},
+            {"Host": f"127.0.0.1:{port}"},
+        ]
+        for headers in own:
+            async with served.session.post(
+                served.url + "/ask", json={"question": "Who?"}, headers=headers
+            ) as resp:
+                assert resp.status == 200, headers
+    assert len(model.requests()) == len(own)

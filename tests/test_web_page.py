@@ -167,3 +167,37 @@ async def test_a_question_typed_into_the_page_shows_the_call_then_the_streamed_a
     assert seen["status"] == "done: answered after 2 turn(s)"
     assert seen["errors"] == []
     assert shot.read_bytes().startswith(b"\x89PNG")
+
+
+async def test_the_page_says_why_when_the_configured_backend_cannot_answer(
+    tmp_path: Path,
+) -> None:
+    """Issue #34 item 2: the 503's reason is what the page shows, not a stub's line."""
+    reason = "ollama cannot answer: llm-unreachable: Ollama at http://127.0.0.1:9 is unreachable"
+
+    async def no_model() -> Provider:
+        raise web_backend.NoModel(reason)
+
+    server = TestServer(web_backend.make_app(no_model), host="127.0.0.1")
+    await server.start_server()
+    url = str(server.make_url("")).rstrip("/")
+
+    def drive() -> dict[str, str]:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        browser = open_browser(tmp_path)
+        try:
+            browser.get(url + "/")
+            browser.find_element(By.ID, "send").click()
+            status = browser.find_element(By.ID, "status")
+            WebDriverWait(browser, 60).until(lambda b: status.text not in ("", "asking..."))
+            return {"status": status.text, "class": status.get_attribute("class") or ""}
+        finally:
+            browser.quit()
+
+    try:
+        seen = await asyncio.to_thread(drive)
+    finally:
+        await server.close()
+    assert seen == {"status": f"no-model: {reason}", "class": "error"}

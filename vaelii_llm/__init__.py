@@ -3,13 +3,15 @@
 The request and response types are here; the rest lives in submodules that load
 on first use, so ``import vaelii_llm`` imports no HTTP library and no backend:
 
-``agent``      the tool loop over a provider and a toolset, written once
-``providers``  choosing a backend (stub, Ollama, the Messages API)
-``pool``       a majority yes/no vote over a pool of model hosts
-``tools``      the model's read-only tool surface over a knowledge base
-``kb``         the embedded knowledge-base engine
-``engine``     the boundary through which the tools reach an engine
-``errors``     the typed refusals
+- ``agent``: the tool loop over a provider and a toolset, written once
+- ``providers``: choosing a backend (the stub, Ollama, the Messages API, the
+  OpenAI-compatible wire)
+- ``pool``: a majority yes/no vote over a pool of model hosts
+- ``tools``: the model's read-only tool surface over a knowledge base
+- ``kb``: the embedded knowledge-base engine
+- ``engine``: the boundary through which the tools reach an engine
+- ``errors``: the typed refusals
+- ``config``: every switch the package reads from the environment
 """
 
 from __future__ import annotations

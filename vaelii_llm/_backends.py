@@ -177,6 +177,12 @@ def _network(reach: tuple[str, ...], pool: tuple[str, ...]) -> tuple[Option, ...
 
 _OLLAMA_TURN = ("provider", "generation_provider", "warm")
 
+OLLAMA_WARM_TIMEOUT_MS: Final = 300_000
+"""The deadline of Ollama's warm-up (``warm``'s ``timeout_ms``): a cold load
+of a 30B model from disk can take minutes. Held here, in the record, so the
+option's default and the function's are one fact
+(:data:`vaelii_llm.providers.ollama._probes.WARM_TIMEOUT_MS` is this)."""
+
 BUILTIN: Final = (
     Backend(STUB, "vaelii_llm.providers.stub"),
     Backend(
@@ -188,8 +194,7 @@ BUILTIN: Final = (
             Option("num_ctx", "int | None", None, _OLLAMA_TURN),
             Option("keep_alive", "str | None", None, _OLLAMA_TURN),
             Option("headers", "Mapping[str, str] | None", None, _OLLAMA_TURN),
-            # The warm-up's own deadline: a cold load of a big model takes minutes.
-            Option("timeout_ms", "int", 300_000, ("warm",)),
+            Option("timeout_ms", "int", OLLAMA_WARM_TIMEOUT_MS, ("warm",)),
             *_network(_EVERY_OLLAMA_CALL, ("provider", "generation_provider")),
         ),
         host_switch="VAELII_OLLAMA_HOST",

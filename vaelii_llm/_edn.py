@@ -83,6 +83,12 @@ MAX_TEXT_CHARS: Final = 32_768
 """Longest argument text :func:`read` accepts. edn-format parses at roughly
 135 µs a form, so the bound keeps one argument's read in the milliseconds."""
 
+DEFAULT_MAX_CHARS: Final = 4000
+"""How much of an answer a tool call prints unless told otherwise (the tool
+surface's ``max_result_chars``, the MCP client's, ``vaelii-llm call
+--max-chars``). Held by the writer, which the command reads without loading
+the tool surface."""
+
 CUT_MARKER: Final = "\n;; cut: the answer goes on past max_result_chars; ask a narrower question"
 """Appended to a result the writer cut. It is an EDN comment, so it reads as a
 note to a model and is skipped by an EDN reader."""

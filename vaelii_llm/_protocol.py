@@ -64,12 +64,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Final, Literal, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Final, Literal, Never, Protocol, Self, runtime_checkable
 
 from msgspec import UNSET, Struct, UnsetType, field
 
 from vaelii_llm._media import DocumentBlock, ImageBlock
-from vaelii_llm.errors import LLMUnsupported
+from vaelii_llm.errors import LLMEncode, LLMUnsupported
 
 __all__ = [
     "UNSET",
@@ -168,6 +168,15 @@ Block = (
     | ImageBlock
     | DocumentBlock
 )
+
+
+def unhandled_block(block: Never, label: str) -> LLMEncode:
+    """What the last case of an encoder's ``match`` over :data:`Block` (or a
+    part of it) raises: typed ``Never``, so mypy names each ``match`` a new
+    block type is not handled in, as :func:`typing.assert_never` would; an
+    object of no block type that reaches it at run time is refused as
+    :class:`~vaelii_llm.errors.LLMEncode` before any byte is sent."""
+    return LLMEncode(str(getattr(block, "type", type(block).__name__)), label)
 
 
 class Message(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):

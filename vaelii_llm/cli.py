@@ -23,12 +23,13 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
-from vaelii_llm import config, errors
+from vaelii_llm import _edn, config, errors
 from vaelii_llm._version import __version__
 from vaelii_llm.kb._types import EngineRefusal
 
 if TYPE_CHECKING:
     from vaelii_llm import agent, pool
+    from vaelii_llm._protocol import Provider
 
 __all__ = ["main"]
 
@@ -164,6 +165,23 @@ def _stub_only(reason: str) -> _Stop:
     return _Stop(ASK_STUB_ONLY, "stub-only", f"only the stub can answer: {reason}")
 
 
+STUB_SAYS = "answering: the scripted stub, not a model (named as the provider)"
+"""The line ``ask`` prints on stderr before a turn the stub answers."""
+
+
+def _stub_answer(sources: Sequence[Any]) -> Provider:
+    """The stub ``ask`` runs when it is named: one answer naming the tools it was
+    offered (the KB's and each MCP server's), so ``--mcp`` can be tried offline."""
+    from vaelii_llm import agent
+    from vaelii_llm.providers import stub
+
+    names = [schema.name for schema in agent.together(toolsets=sources).schemas()]
+    return stub.provider(
+        default=f"The scripted stub answers; no model read the question. "
+        f"It was offered {len(names)} tool(s): {', '.join(names)}."
+    )
+
+
 @contextmanager
 def _quiet_fallback() -> Iterator[None]:
     """Hold back the selection's fallback warning: ``ask`` says it in its own one line."""
@@ -222,8 +240,11 @@ def _load_kb(kb_path: str | None) -> Any:
     return kb.load_edn(kb_path) if kb_path else kb.sample()
 
 
-async def _kb_toolset(kb_path: str | None, kb_too: bool, servers: Sequence[_Server]) -> list[Any]:
-    """The KB's toolset, unless ``--no-kb`` (which needs a server in its place)."""
+async def _kb_toolset(
+    kb_path: str | None, kb_too: bool, servers: Sequence[_Server], **options: Any
+) -> list[Any]:
+    """The KB's toolset (built with ``options``), unless ``--no-kb`` (which needs
+    a server in its place)."""
     from vaelii_llm import tools
 
     if not kb_too:
@@ -232,13 +253,16 @@ async def _kb_toolset(kb_path: str | None, kb_too: bool, servers: Sequence[_Serv
                 2, "error", "--no-kb leaves no tools: name a server with --mcp or --mcp-http"
             )
         return []
-    return [tools.Toolset(await asyncio.to_thread(_load_kb, kb_path))]
+    return [tools.Toolset(await asyncio.to_thread(_load_kb, kb_path), **options)]
 
 
 @asynccontextmanager
-async def _with_servers(sources: list[Any], servers: Sequence[_Server]) -> AsyncIterator[list[Any]]:
-    """``sources`` and each MCP server's toolset, open; every server's session
-    (and child process) closed on the way out, however the command ends."""
+async def _with_servers(
+    sources: list[Any], servers: Sequence[_Server], **options: Any
+) -> AsyncIterator[list[Any]]:
+    """``sources`` and each MCP server's toolset (built with ``options``), open;
+    every server's session (and child process) closed on the way out, however
+    the command ends."""
     if not servers:
         yield sources
         return
@@ -251,7 +275,11 @@ async def _with_servers(sources: list[Any], servers: Sequence[_Server]) -> Async
     async with AsyncExitStack() as stack:
         opened = list(sources)
         for how, where in servers:
-            made = McpToolset.stdio(where) if how == "stdio" else McpToolset.http(where)
+            made = (
+                McpToolset.stdio(where, **options)
+                if how == "stdio"
+                else McpToolset.http(where, **options)
+            )
             try:
                 opened.append(await stack.enter_async_context(made))
             except McpServerError as exc:
@@ -274,21 +302,28 @@ async def _ask(
     from vaelii_llm.providers.stub import StubProvider
 
     chosen = config.provider_kind(kind)
-    if chosen == "stub":
-        raise _stub_only(_backends.nothing_configured())
+    on_stub = chosen == "stub"
+    if on_stub and kind is None and config._read(config._PROVIDER) is None:
+        raise _stub_only(_backends.nothing_configured())  # the stub by default, not by choice
     sources = await _kb_toolset(kb_path, kb_too, servers)
-    reason = await providers.unavailable_reason(chosen)
-    if reason is not None:
-        raise _stub_only(f"{chosen} cannot answer now: {reason}")
-    check = _backends.record(chosen).cannot_call_tools
-    refused = None if check is None else await _backends.import_ref(check)()
-    if refused is not None:
-        raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
-    with _quiet_fallback():
-        model = await providers.provider(chosen)
-    async with model, _with_servers(sources, servers) as sources:
-        if isinstance(model, StubProvider):  # it went away between the check and the build
-            raise _stub_only(f"{chosen} stopped answering; `vaelii-llm status` checks")
+    if not on_stub:
+        reason = await providers.unavailable_reason(chosen)
+        if reason is not None:
+            raise _stub_only(f"{chosen} cannot answer now: {reason}")
+        check = _backends.record(chosen).cannot_call_tools
+        refused = None if check is None else await _backends.import_ref(check)()
+        if refused is not None:
+            raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
+    async with AsyncExitStack() as stack:
+        if not on_stub:
+            with _quiet_fallback():
+                model = await stack.enter_async_context(await providers.provider(chosen))
+            if isinstance(model, StubProvider):  # it went away between the check and the build
+                raise _stub_only(f"{chosen} stopped answering; `vaelii-llm status` checks")
+        sources = await stack.enter_async_context(_with_servers(sources, servers))
+        if on_stub:  # named: the tools are offered, and no model reads them
+            print(STUB_SAYS, file=sys.stderr)
+            model = await stack.enter_async_context(_stub_answer(sources))
         printer = None if as_json else _AskPrinter(sys.stdout)
         limits = budgets or {}
         try:
@@ -371,7 +406,11 @@ def _add_ask(commands: Any) -> None:
     )
     ask.add_argument("question")
     ask.add_argument("--kb", dest="kb_path", help="an EDN file to load instead of the sample KB")
-    ask.add_argument("--provider", help="a backend kind, instead of VAELII_LLM_PROVIDER")
+    ask.add_argument(
+        "--provider",
+        help="a backend kind, instead of VAELII_LLM_PROVIDER (stub: the scripted stub "
+        "answers, naming the tools it was offered, so --mcp can be tried offline)",
+    )
     ask.add_argument(
         "--max-turns",
         type=_whole_number(1, "--max-turns"),
@@ -399,16 +438,25 @@ def _add_ask(commands: Any) -> None:
     )
 
 
-async def _call(name: str, raw_input: str, kb_path: str | None, limit: int | None) -> int:
-    from vaelii_llm import tools
+async def _call(
+    name: str,
+    raw_input: str,
+    kb_path: str | None,
+    limit: int | None,
+    servers: Sequence[_Server] = (),
+    kb_too: bool = True,
+) -> int:
+    from vaelii_llm import agent
 
     try:
         arguments: Any = json.loads(raw_input) if raw_input else None
     except json.JSONDecodeError as exc:
         raise _Stop(2, "error", f"the input is not JSON: {exc}") from None
-    base = await asyncio.to_thread(_load_kb, kb_path)
     bound = {} if limit is None else {"max_result_chars": limit}  # else the tools' default
-    result = await tools.call(base, name, arguments, **bound)
+    sources = await _kb_toolset(kb_path, kb_too, servers, **bound)
+    async with _with_servers(sources, servers, **bound) as sources:
+        # the tool is looked up among the KB's and each server's, as `ask` offers them
+        result = await agent.together(toolsets=sources).call(name, arguments)
     print(result.text)
     return 0 if result.ok else 1
 
@@ -589,8 +637,10 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "call",
         "run one tool call against a KB",
-        "Run one tool call against the sample KB (or --kb FILE) and print its result;\n"
-        "exit 0 when the tool answered, 1 when it refused (the result says why).",
+        "Run one tool call against the sample KB (or --kb FILE), or a tool of an MCP\n"
+        "server named with --mcp or --mcp-http, and print its result; exit 0 when the\n"
+        "tool answered, 1 when it refused (the result says why) or a server would not\n"
+        "start, 2 for a bad argument.",
     )
     call.add_argument("tool", help="a tool name, e.g. kb_query")
     call.add_argument(
@@ -600,8 +650,9 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument(
         "--max-chars",
         type=_whole_number(1, "--max-chars"),
-        help="bound on the printed result (default 4000)",
+        help=f"bound on the printed result (default {_edn.DEFAULT_MAX_CHARS})",
     )
+    _add_server_flags(call)
     vote = _command(
         commands,
         "vote",
@@ -649,7 +700,16 @@ def _run(args: argparse.Namespace) -> int | None:
     if args.command == "status":
         return asyncio.run(_status())
     if args.command == "call":
-        return asyncio.run(_call(args.tool, args.input, args.kb_path, args.max_chars))
+        return asyncio.run(
+            _call(
+                args.tool,
+                args.input,
+                args.kb_path,
+                args.max_chars,
+                _servers(args),
+                not args.no_kb,
+            )
+        )
     if args.command == "vote":
         return asyncio.run(_vote(args.question, args.votes))
     if args.command == "warm":

@@ -83,6 +83,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from vaelii_llm import config
+from vaelii_llm._edn import DEFAULT_MAX_CHARS
 from vaelii_llm._protocol import (
     Block,
     Message,
@@ -545,9 +546,10 @@ def _json(value: Any) -> str:
         return msgspec.json.encode(repr(value)).decode()
 
 
-_ARGUMENTS_CHARS: Final = 4000
+_ARGUMENTS_CHARS: Final = DEFAULT_MAX_CHARS
 """The most of a tool call's arguments a span records (the KB tools' default
-result bound): a model's input is whatever it wrote, of any size or depth."""
+result bound, :data:`vaelii_llm._edn.DEFAULT_MAX_CHARS`): a model's input is
+whatever it wrote, of any size or depth."""
 
 
 class _Lit(str):

@@ -122,8 +122,9 @@ _CLOCK_GRACE_S: Final = 0.1
 answer itself. The engine's own clock normally ends the answer first, with a
 record saying so; this is the backstop for one it does not reach."""
 
-_MAX_RESULT_CHARS: Final = 4000
-"""How much of an answer a call prints by default (``max_result_chars``)."""
+_MAX_RESULT_CHARS: Final = edn.DEFAULT_MAX_CHARS
+"""How much of an answer a call prints by default (``max_result_chars``):
+the writer's :data:`vaelii_llm._edn.DEFAULT_MAX_CHARS`."""
 
 _MAX_INPUT_CHARS: Final = 2 * edn.MAX_TEXT_CHARS
 """The most a call's input may hold, counted as its JSON spelling roughly runs

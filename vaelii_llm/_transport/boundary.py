@@ -277,7 +277,7 @@ async def _read_whole(boundary: _Boundary, max_bytes: int) -> bytes:
     """The response's whole body, in the boundary (the only place a body is read whole).
 
     A body announced or counted over ``max_bytes`` is refused
-    (:class:`LLMBadResponse`, its opening 64 KiB on ``err.text``) without
+    (:class:`LLMBadResponse`, its opening :data:`_OPENING` bytes on ``err.text``) without
     reading the rest. A non-2xx's body, read whole, is raised as
     :class:`LLMApiError` carrying the status.
     """

@@ -8,7 +8,7 @@ time or in random splits and compare the events (the h11 shape). Whatever the
 bytes, the only error a decoder raises is :class:`vaelii_llm.errors.LLMBadResponse`.
 
 Both decoders cap what they buffer for one event or line at
-:data:`MAX_EVENT_BYTES` (16 MiB): see :mod:`vaelii_llm._wire.sse` for why.
+:data:`MAX_EVENT_BYTES`: see :mod:`vaelii_llm._wire.sse` for why.
 """
 
 from __future__ import annotations

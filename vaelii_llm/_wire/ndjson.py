@@ -18,8 +18,8 @@ on ``err.text``.
 Cost is linear in the bytes fed, also for one huge line arriving in many
 chunks: only the newly fed bytes are searched for LF (never the unfinished
 line again), and an unfinished line grows in one ``bytearray``, in place.
-A line over :data:`~vaelii_llm._wire.sse.MAX_EVENT_BYTES` (16 MiB, reasoned
-there) is refused rather than buffered further; the cap is checked for a whole
+A line over :data:`~vaelii_llm._wire.sse.MAX_EVENT_BYTES` (reasoned there)
+is refused rather than buffered further; the cap is checked for a whole
 chunk before any of its lines is handed over.
 """
 

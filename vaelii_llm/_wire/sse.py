@@ -57,7 +57,8 @@ by never sending the blank line. 16 MiB is far above any legitimate frame on
 these wires: a streamed delta is a few hundred bytes, and the largest single
 frames (a whole tool input or a final message with its content) are bounded by
 the model's output limit, at most a few hundred thousand tokens ≈ a few MiB of
-JSON. It is also well under the 32 MiB whole-body cap of the transport, so a
+JSON. It is also well under the transport's whole-body cap
+(:data:`vaelii_llm._transport.boundary.DEFAULT_MAX_BODY_BYTES`), so a
 refused event never needs more memory than a refused body would.
 """
 

@@ -52,7 +52,7 @@ from mcp.shared.exceptions import MCPError
 
 from vaelii_llm import _edn, telemetry
 from vaelii_llm._protocol import ToolSchema
-from vaelii_llm.tools import ToolResult, _json
+from vaelii_llm.tools import _MAX_RESULT_CHARS, ToolResult, _json
 
 __all__ = ["McpServerError", "McpToolset"]
 
@@ -61,9 +61,6 @@ DEFAULT_CALL_TIMEOUT_S: Final = 30.0
 
 DEFAULT_START_TIMEOUT_S: Final = 30.0
 """How long the server may take to start and list its tools."""
-
-_MAX_RESULT_CHARS: Final = 4000
-"""The KB tools' default bound on an answer, kept here too."""
 
 _MAX_PAGES: Final = 100
 """Pages of ``tools/list`` read before a server's list is called endless."""

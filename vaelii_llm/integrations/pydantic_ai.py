@@ -34,7 +34,8 @@ The mapping, both ways:
   ``ModelTimeoutError``, an unreachable host ``ModelConnectionError``, a body
   that will not parse ``UnexpectedModelBehavior``, a missing credential or a
   closed provider ``UserError``. The vaelii error is always ``__cause__``, and
-  no message quotes more than the 200-character excerpt of far-end text.
+  no message quotes more than the excerpt of far-end text
+  (:data:`vaelii_llm.errors.EXCERPT_CHARS`).
 
 :class:`KBToolset` answers a refused call (a shape, a bound, an unknown name) by
 raising pydantic-ai's ``ToolFailed``: the model reads the refusal as an error

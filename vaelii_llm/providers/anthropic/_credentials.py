@@ -17,7 +17,7 @@ An unset ``ANTHROPIC_API_KEY`` therefore does not mean there is no credential.
 No credential at all is :class:`~vaelii_llm.errors.LLMNoCredential`.
 
 The ``ant`` CLI runs as a child process in a session (and process group) of
-its own, its stdout read up to a cap of 64 KiB. After :data:`ANT_TIMEOUT_S`
+its own, its stdout read up to a cap (:data:`_MAX_ANT_OUTPUT`). After :data:`ANT_TIMEOUT_S`
 seconds, as soon as it prints past the cap, or when the awaiting task is
 cancelled, its whole process group is killed (SIGKILL), our end of its stdout
 closed and the child reaped, whatever it printed: the first two read as "no

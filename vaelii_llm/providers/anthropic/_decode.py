@@ -57,6 +57,7 @@ from vaelii_llm._protocol import (
     nearest_stop_reason,
 )
 from vaelii_llm.errors import LLMApiError, LLMBadResponse
+from vaelii_llm.providers._turn import count_call
 
 __all__ = [
     "WHOLE_DECODER",
@@ -359,11 +360,15 @@ def from_parsed(parsed: dict[str, Any], label: str) -> Response:
     if kind != "message" or type(content) is not list:
         raise LLMBadResponse(label, "answered a body that is not a message", _encode(parsed))
     blocks: list[Block] = []
+    calls = 0
     for raw in content:
         if type(raw) is not dict:
             raise LLMBadResponse(
                 label, "answered a content block that is not an object", _encode(raw)
             )
+        if raw.get("type") == "tool_use":
+            count_call(calls, label)
+            calls += 1
         blocks.append(decode_block(raw, label))
     top = Top(label)
     top.take_message(parsed)

@@ -52,12 +52,14 @@ from vaelii_llm._protocol import (
     DocumentBlock,
     ImageBlock,
     Message,
+    OpaqueBlock,
     RedactedThinkingBlock,
     Request,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    unhandled_block,
 )
 from vaelii_llm.errors import LLMEncode
 from vaelii_llm.providers.anthropic._cache import apply_cache
@@ -81,13 +83,14 @@ DEFAULT_EFFORT: Final = "medium"
 reasoning sends ``effort``."""
 FALLBACK_BETA: Final = "server-side-fallback-2026-07-01"
 NEVER_SENT: Final = frozenset({"temperature", "top_p", "top_k", "tool_choice"})
+_IMAGE_BASE64: Final = 5 * MB  # the API measures an image as the base64 string it receives
+_REQUEST_BYTES: Final = 32 * MB
 MEDIA: Final = MediaLimits(
     image_types=WEB_IMAGE_TYPES,
-    # The API measures an image as the base64 string it receives.
-    image_base64=5 * MB,
-    image_limit="the Messages API's 5 MB per image",
-    document_base64=32 * MB,
-    document_limit="the Messages API's 32 MB request size",
+    image_base64=_IMAGE_BASE64,
+    image_limit=f"the Messages API's {_IMAGE_BASE64 // MB} MB per image",
+    document_base64=_REQUEST_BYTES,
+    document_limit=f"the Messages API's {_REQUEST_BYTES // MB} MB request size",
 )
 """What the Messages API takes as images and documents, from its documentation."""
 
@@ -99,30 +102,35 @@ def encode_block(block: Block, label: str = "the Messages API") -> dict[str, Any
     raw = getattr(block, "raw", None)
     if raw and raw.get("type") == getattr(block, "type", None):
         return raw  # type: ignore[no-any-return]
-    if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text}
-    if isinstance(block, ThinkingBlock):
-        out: dict[str, Any] = {"type": "thinking", "thinking": block.thinking}
-        if block.signature is not None:
-            out["signature"] = block.signature
-        return out
-    if isinstance(block, RedactedThinkingBlock):
-        return {"type": "redacted_thinking", "data": block.data}
-    if isinstance(block, ToolUseBlock):
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    if isinstance(block, ToolResultBlock):
-        content = block.content
-        out = {
-            "type": "tool_result",
-            "tool_use_id": block.tool_use_id,
-            "content": content if isinstance(content, str) else _result_list(content, label),
-        }
-        if block.is_error:
-            out["is_error"] = True
-        return out
-    if isinstance(block, ImageBlock | DocumentBlock):
-        return _media_block(block, label)
-    raise LLMEncode(str(getattr(block, "type", type(block).__name__)), label)
+    out: dict[str, Any]
+    match block:
+        case TextBlock():
+            return {"type": "text", "text": block.text}
+        case ThinkingBlock():
+            out = {"type": "thinking", "thinking": block.thinking}
+            if block.signature is not None:
+                out["signature"] = block.signature
+            return out
+        case RedactedThinkingBlock():
+            return {"type": "redacted_thinking", "data": block.data}
+        case ToolUseBlock():
+            return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+        case ToolResultBlock():
+            content = block.content
+            out = {
+                "type": "tool_result",
+                "tool_use_id": block.tool_use_id,
+                "content": content if isinstance(content, str) else _result_list(content, label),
+            }
+            if block.is_error:
+                out["is_error"] = True
+            return out
+        case ImageBlock() | DocumentBlock():
+            return _media_block(block, label)
+        case OpaqueBlock():  # its raw is of its type (above) or it has no wire shape
+            raise LLMEncode(block.type, label)
+        case _:
+            raise unhandled_block(block, label)
 
 
 def _result_list(
@@ -132,9 +140,11 @@ def _result_list(
     API's ``tool_result`` content takes no other kind this package builds)."""
     out = []
     for part in content:
-        if not isinstance(part, TextBlock | ImageBlock | DocumentBlock):
-            raise LLMEncode(str(getattr(part, "type", type(part).__name__)), label)
-        out.append(encode_block(part, label))
+        match part:
+            case TextBlock() | ImageBlock() | DocumentBlock():
+                out.append(encode_block(part, label))
+            case _:
+                raise unhandled_block(part, label)
     return out
 
 

@@ -36,6 +36,9 @@ Streamed turns equal whole ones:
 * Blocks are numbered from 0 in order: a start out of turn, or a delta or a
   stop for a block that is not open, is an ``LLMBadResponse`` (a lost
   block), never a shorter message.
+* A turn holds at most :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS`
+  ``tool_use`` blocks, as on every wire: the start of one more is an
+  ``LLMBadResponse`` naming the bound (the whole message counts its own).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from vaelii_llm._protocol import (
 )
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMApiError, LLMBadResponse
+from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers.anthropic._decode import (
     WHOLE_DECODER,
     Top,
@@ -237,6 +241,7 @@ class StreamAssembler:
 
     __slots__ = (
         "_blocks",
+        "_calls",
         "_deltas",
         "_held",
         "_label",
@@ -253,6 +258,7 @@ class StreamAssembler:
         self._open: dict[int, _OpenBlock] = {}
         self._blocks: dict[int, Block] = {}
         self._started = 0
+        self._calls = 0  # tool_use blocks started: at most MAX_TOOL_CALLS
         self._held: tuple[int, Block, str | None] | None = None
         self._stopped = False
 
@@ -374,9 +380,12 @@ class StreamAssembler:
                 f"started block {index} before block {self._started}: a block was lost",
                 data,
             )
+        block = parsed.content_block
+        if block.get("type") == "tool_use":
+            count_call(self._calls, self._label)
+            self._calls += 1
         out = self._release(final=False)
         self._started = index + 1
-        block = parsed.content_block
         if block.get("type") == "fallback":  # a server-side fallback: the next model serves
             to = block.get("to")
             model = to.get("model") if type(to) is dict else None

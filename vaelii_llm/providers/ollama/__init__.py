@@ -3,8 +3,9 @@
 :func:`provider` builds an :class:`OllamaProvider` on one host and model (no
 I/O); :func:`generation_provider` the same on the generation model. There is
 no credential: :func:`available` is a reachability probe (``/api/version``
-under a two-second deadline), so the backend can be tested end to end against
-a real model. :func:`warm` loads a model and holds it resident;
+under :data:`~vaelii_llm.providers.ollama._probes.VERSION_TIMEOUT_MS`), so the
+backend can be tested end to end against a real model. :func:`warm` loads a
+model and holds it resident;
 :func:`capabilities`, :func:`supports_tools` and :func:`context_length` read
 ``/api/show``; :func:`version` reads ``/api/version``; :func:`unavailable_reason` says
 why a host cannot answer; :func:`base_url` says

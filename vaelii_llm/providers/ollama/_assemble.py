@@ -10,7 +10,9 @@ block and the call; thinking after text is still the one thinking block,
 first. So no block is final before ``done: true``: a streamed turn hands its
 blocks over then, each equal to its place in the final
 :class:`~vaelii_llm._protocol.Response`, and that Response equals the one the
-same answer gives whole.
+same answer gives whole. The pieces are kept by the accumulator the Chat
+Completions wire shares (:mod:`vaelii_llm.providers._turn`), which bounds a
+turn to :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS` calls.
 
 ``stop_reason`` is neutral (:func:`stop_reason`); ``done_reason`` stays on
 ``Response.vendor_stop_reason``:
@@ -44,20 +46,17 @@ import msgspec
 
 from vaelii_llm import errors
 from vaelii_llm._protocol import (
-    Block,
     Response,
     StopReason,
     StreamItem,
-    TextBlock,
     TextDelta,
-    ThinkingBlock,
     ThinkingDelta,
     ToolUseBlock,
-    ToolUseStart,
     Usage,
     nearest_stop_reason,
 )
 from vaelii_llm._wire.ndjson import refuse_line
+from vaelii_llm.providers._turn import Accumulator, count_call
 
 __all__ = ["CHUNK_DECODER", "ChatAssembler", "ChatChunk", "response_of", "stop_reason"]
 
@@ -201,18 +200,16 @@ class ChatAssembler:
         "_done",
         "_label",
         "_model",
+        "_parts",
         "_response",
         "_run",
-        "_text",
-        "_thinking",
     )
 
     def __init__(self, label: str = "Ollama", *, deltas: bool = False) -> None:
         self._label = label
         self._deltas = deltas
-        self._thinking: list[str] = []
-        self._text: list[str] = []
-        self._calls: list[ToolUseBlock] = []
+        self._parts = Accumulator(label, deltas=deltas)
+        self._calls: list[ToolUseBlock] = []  # by their number: this wire sends calls whole
         self._run: _Run | None = None  # the kind of the last piece, until done
         self._model: str | None = None
         self._done = False
@@ -249,8 +246,9 @@ class ChatAssembler:
             if run is not None and self._model is not None:
                 decode = _CONTINUATION_DECODERS[run].decode
                 thinking = run == "thinking"
-                append = (self._thinking if thinking else self._text).append
-                index = 0 if thinking or not self._thinking else 1
+                parts = self._parts
+                append = (parts.thinking if thinking else parts.text).append
+                index = 0 if thinking else parts.text_index
                 for line in rest:
                     try:
                         piece: str = decode(line).message.piece
@@ -297,22 +295,20 @@ class ChatAssembler:
         out: list[StreamItem] = []
         message = chunk.message
         if message is not None:
+            parts = self._parts
             if message.tool_calls:  # first: a refused call leaves the turn as it was
                 start = len(self._calls)
-                self._calls += [
-                    self._tool_use(raw, start + n) for n, raw in enumerate(message.tool_calls)
-                ]
+                count_call(start + len(message.tool_calls) - 1, self._label)
+                calls = [self._tool_use(raw, start + n) for n, raw in enumerate(message.tool_calls)]
+                for call in calls:
+                    parts.open_call(call.id, call.name)
+                self._calls += calls
             if message.thinking:
-                self._thinking.append(message.thinking)
+                parts.add_thinking(message.thinking, out)
                 self._run = "thinking"
-                if self._deltas:
-                    out.append(ThinkingDelta(index=0, thinking=message.thinking))
             if message.content:
-                self._text.append(message.content)
+                parts.add_text(message.content, out)
                 self._run = "text"
-                if self._deltas:
-                    index = 1 if self._thinking else 0
-                    out.append(TextDelta(index=index, text=message.content))
         if chunk.done:
             out.extend(self._finish(chunk))
         return out
@@ -321,17 +317,8 @@ class ChatAssembler:
         """The turn at ``done: true``: every block, in its final order."""
         self._done = True
         self._run = None
-        content: list[Block] = []
-        if self._thinking:
-            content.append(ThinkingBlock(thinking="".join(self._thinking)))
-        if self._text:
-            content.append(TextBlock(text="".join(self._text)))
-        out: list[StreamItem] = list(content)
-        for call in self._calls:
-            if self._deltas:
-                out.append(ToolUseStart(index=len(content), id=call.id, name=call.name))
-            out.append(call)
-            content.append(call)
+        calls = self._calls
+        content, out = self._parts.finish(lambda call: calls[call.number])
         self._response = Response(
             content=content,
             stop_reason=stop_reason(chunk.done_reason, bool(self._calls)),

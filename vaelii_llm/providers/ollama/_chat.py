@@ -40,12 +40,14 @@ from typing import Any, Final
 import msgspec
 
 from vaelii_llm import config, errors
-from vaelii_llm._media import MAX_BASE64, MediaLimits, check_image
+from vaelii_llm._media import MAX_BASE64, MB, MediaLimits, check_image
 from vaelii_llm._protocol import (
     Block,
     DocumentBlock,
     ImageBlock,
     Message,
+    OpaqueBlock,
+    RedactedThinkingBlock,
     Request,
     Response,
     TextBlock,
@@ -54,6 +56,7 @@ from vaelii_llm._protocol import (
     ToolSchema,
     ToolUseBlock,
     system_text,
+    unhandled_block,
 )
 from vaelii_llm._transport.settings import Endpoint, with_json_content_type
 from vaelii_llm._wire.ndjson import NDJSONDecoder
@@ -83,7 +86,7 @@ CHAT_PATH: Final = "/api/chat"
 MEDIA: Final = MediaLimits(
     image_types=None,
     image_base64=MAX_BASE64,
-    image_limit="the 50 MB per image sent to Ollama (it documents no limit)",
+    image_limit=f"the {MAX_BASE64 // MB} MB per image sent to Ollama (it documents no limit)",
 )
 """What Ollama takes as images: its API documents neither types nor a size, so
 the largest block any backend here sends bounds it (a 1 GB image is not sent)."""
@@ -187,14 +190,23 @@ def _assistant_message(blocks: Iterable[Block], label: str) -> _OutMessage:
     thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
     for block in blocks:
-        if isinstance(block, TextBlock):
-            texts.append(block.text)
-        elif isinstance(block, ThinkingBlock):
-            thoughts.append(block.thinking)
-        elif isinstance(block, ToolUseBlock):
-            calls.append(_tool_call(block))
-        else:
-            raise errors.LLMEncode(block.type, label)
+        match block:
+            case TextBlock():
+                texts.append(block.text)
+            case ThinkingBlock():
+                thoughts.append(block.thinking)
+            case ToolUseBlock():
+                calls.append(_tool_call(block))
+            case (
+                RedactedThinkingBlock()
+                | ToolResultBlock()
+                | OpaqueBlock()
+                | ImageBlock()
+                | DocumentBlock()
+            ):
+                raise errors.LLMEncode(block.type, label)
+            case _:
+                raise unhandled_block(block, label)
     return _OutMessage(
         role="assistant",
         content="".join(texts),
@@ -226,27 +238,32 @@ def _message(message: Message, tool_names: dict[str, str], label: str) -> list[_
     texts: list[str] = []
     images: list[bytes] = []
     for block in message.content:
-        if isinstance(block, TextBlock):
-            texts.append(block.text)
-        elif isinstance(block, ToolResultBlock):
-            if texts or images:
-                out.append(_OutMessage(role="user", content="".join(texts), images=images or None))
-                texts, images = [], []
-            out.append(
-                _OutMessage(
-                    role="tool",
-                    content=_result_text(block, label),
-                    tool_name=tool_names.get(block.tool_use_id),
+        match block:
+            case TextBlock():
+                texts.append(block.text)
+            case ToolResultBlock():
+                if texts or images:
+                    out.append(
+                        _OutMessage(role="user", content="".join(texts), images=images or None)
+                    )
+                    texts, images = [], []
+                out.append(
+                    _OutMessage(
+                        role="tool",
+                        content=_result_text(block, label),
+                        tool_name=tool_names.get(block.tool_use_id),
+                    )
                 )
-            )
-        elif isinstance(block, ImageBlock):
-            images.append(_image(block, label))
-        elif isinstance(block, DocumentBlock):
-            raise errors.LLMEncode(
-                "document", label, reason="Ollama has no document input; send its text instead"
-            )
-        else:
-            raise errors.LLMEncode(block.type, label)
+            case ImageBlock():
+                images.append(_image(block, label))
+            case DocumentBlock():
+                raise errors.LLMEncode(
+                    "document", label, reason="Ollama has no document input; send its text instead"
+                )
+            case ThinkingBlock() | RedactedThinkingBlock() | ToolUseBlock() | OpaqueBlock():
+                raise errors.LLMEncode(block.type, label)
+            case _:
+                raise unhandled_block(block, label)
     if texts or images or not out:
         out.append(_OutMessage(role="user", content="".join(texts), images=images or None))
     return out
@@ -269,13 +286,15 @@ def _result_text(block: ToolResultBlock, label: str) -> str:
         return content
     texts = []
     for part in content:
-        if not isinstance(part, TextBlock):
-            raise errors.LLMEncode(
-                getattr(part, "type", type(part).__name__),
-                label,
-                reason="Ollama takes a tool result as text only",
-            )
-        texts.append(part.text)
+        match part:
+            case TextBlock():
+                texts.append(part.text)
+            case ImageBlock() | DocumentBlock():
+                raise errors.LLMEncode(
+                    part.type, label, reason="Ollama takes a tool result as text only"
+                )
+            case _:
+                raise unhandled_block(part, label)
     return "".join(texts)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from vaelii_llm import config, errors
+from vaelii_llm._backends import OLLAMA_WARM_TIMEOUT_MS
 from vaelii_llm._protocol import Message, Request, Response
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
@@ -42,8 +43,9 @@ SHOW_TIMEOUT_MS: Final = 10_000
 """``/api/show`` reads a model's metadata from disk; a loaded host answers in
 milliseconds, a busy one in a few seconds."""
 
-WARM_TIMEOUT_MS: Final = 300_000
-"""A cold load of a 30B model from disk can take minutes."""
+WARM_TIMEOUT_MS: Final = OLLAMA_WARM_TIMEOUT_MS
+"""The warm-up's deadline, the backend record's
+(:data:`vaelii_llm._backends.OLLAMA_WARM_TIMEOUT_MS`)."""
 
 
 class _Version(msgspec.Struct, frozen=True):
@@ -112,8 +114,9 @@ async def unavailable_reason(
     ssl: SSLOption = None,
     session: ClientSession | None = None,
 ) -> str | None:
-    """None when an Ollama answers at ``host`` within two seconds, else one
-    line naming the host, the cause and the next step. Never raises."""
+    """None when an Ollama answers ``/api/version`` at ``host`` within
+    :data:`VERSION_TIMEOUT_MS`, else one line naming the host, the cause and
+    the next step. Never raises."""
     try:
         await version(host, proxy=proxy, ssl=ssl, session=session)
     except errors.LLMError as exc:
@@ -133,7 +136,7 @@ async def available(
     ssl: SSLOption = None,
     session: ClientSession | None = None,
 ) -> bool:
-    """Whether an Ollama answers at ``host`` within two seconds. Never raises
+    """Whether an Ollama answers at ``host`` within :data:`VERSION_TIMEOUT_MS`. Never raises
     for an unreachable, slow, wrong or malformed host: it answers False."""
     return await unavailable_reason(host, proxy=proxy, ssl=ssl, session=session) is None
 

@@ -4,8 +4,9 @@ server, LM Studio, SGLang, TGI, Ollama's ``/v1``, OpenAI).
 :func:`provider` builds an :class:`OpenAIProvider` on one base URL and model
 (no I/O). The key is optional (a local server needs none): when given, or set
 as ``OPENAI_API_KEY``, it is sent as ``Authorization: Bearer`` and shown
-nowhere. :func:`available` asks ``GET {base}/models`` under a two-second
-deadline; :func:`models` lists what the server serves.
+nowhere. :func:`available` asks ``GET {base}/models`` under
+:data:`~vaelii_llm.providers.openai._probes.MODELS_TIMEOUT_MS`; :func:`models`
+lists what the server serves.
 
 How a request and an answer map to the wire is told where each is done: the
 request and the codec in :mod:`~vaelii_llm.providers.openai._chat`, the

@@ -7,7 +7,9 @@ llama.cpp's server, DeepSeek-style servers), then at most one
 :class:`~vaelii_llm._protocol.TextBlock` (``content``), then the tool calls
 in the order their indexes first came. Both paths fill one :class:`_Turn`,
 which builds the :class:`~vaelii_llm._protocol.Response`, so a streamed
-turn's Response equals the whole one's.
+turn's Response equals the whole one's; its thinking, text and calls are kept
+by the accumulator the Ollama wire shares (:mod:`vaelii_llm.providers._turn`),
+which bounds a turn to :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS` calls.
 
 Stop reasons (:func:`stop_reason`); ``finish_reason`` stays on
 ``Response.vendor_stop_reason``:
@@ -44,7 +46,7 @@ Prose carries no block JSON on this wire, so text and thinking have ``raw=None``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, Literal
 
 import jiter
@@ -56,17 +58,13 @@ from vaelii_llm._protocol import (
     Response,
     StopReason,
     StreamItem,
-    TextBlock,
     TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
     ToolUseBlock,
-    ToolUseStart,
     Usage,
     nearest_stop_reason,
 )
 from vaelii_llm._wire.sse import Frame
+from vaelii_llm.providers._turn import Accumulator, Call
 
 __all__ = [
     "WHOLE_DECODER",
@@ -230,64 +228,43 @@ def _text_of(value: Any) -> str | None:
     return value if type(value) is str and value else None
 
 
-class _Call:
-    """One tool call being written: its id and name once, its arguments in pieces."""
-
-    __slots__ = ("arguments", "id", "name", "position", "started")
-
-    def __init__(self, call_id: str | None, name: str | None) -> None:
-        self.id = call_id
-        self.name = name
-        self.arguments: list[str] = []
-        self.started = False  # its ToolUseStart was handed over
-        self.position = 0  # the index its deltas carry, once started
-
-
 class _Turn:
-    """What a turn said so far; :meth:`response` builds it, whichever path filled it."""
+    """What a turn said so far: the shared pieces (:class:`~vaelii_llm.providers._turn.Accumulator`)
+    and what only this wire has; :meth:`response` builds it, whichever path filled it."""
 
     __slots__ = (
-        "calls",
         "finish",
         "id",
         "model",
+        "parts",
         "refusal",
         "stop_string",
-        "text",
-        "thinking",
         "usage",
     )
 
-    def __init__(self) -> None:
-        self.thinking: list[str] = []
-        self.text: list[str] = []
+    def __init__(self, label: str, *, deltas: bool = False) -> None:
+        self.parts = Accumulator(label, deltas=deltas)
         self.refusal: list[str] = []
-        self.calls: list[_Call] = []
         self.finish: str | None = None
         self.stop_string: str | None = None
         self.usage: dict[str, Any] | None = None
         self.id: str | None = None
         self.model: str | None = None
 
-    def blocks(self, label: str) -> list[Block]:
-        """The turn's blocks, in their final order; a call whose arguments are
-        no JSON object is refused, but the last one of a turn cut by
-        ``length``, which is read leniently and marked partial."""
-        content: list[Block] = []
-        if self.thinking:
-            content.append(ThinkingBlock(thinking="".join(self.thinking)))
-        if self.text:
-            content.append(TextBlock(text="".join(self.text)))
+    def tool_use(self) -> Callable[[Call], ToolUseBlock]:
+        """What builds each call's block: a call whose arguments are no JSON
+        object is refused, but the last one of a turn cut by ``length``, which
+        is read leniently and marked partial."""
+        label = self.parts.label
         cut = self.finish == "length"
-        last = len(self.calls) - 1
-        for n, call in enumerate(self.calls):
-            content.append(_tool_use(call, n, cut and n == last, label))
-        return content
+        last = len(self.parts.calls) - 1
+        return lambda call: _tool_use(call, cut and call.number == last, label)
 
     def response(self, content: list[Block]) -> Response:
         refusal = "".join(self.refusal)
         stop_string = self.stop_string
-        reason = stop_reason(self.finish, bool(self.calls), bool(refusal), stop_string is not None)
+        called = bool(self.parts.calls)
+        reason = stop_reason(self.finish, called, bool(refusal), stop_string is not None)
         return Response(
             content=content,
             stop_reason=reason,
@@ -300,9 +277,9 @@ class _Turn:
         )
 
 
-def _tool_use(call: _Call, n: int, may_be_cut: bool, label: str) -> ToolUseBlock:
+def _tool_use(call: Call, may_be_cut: bool, label: str) -> ToolUseBlock:
     arguments = "".join(call.arguments)
-    call_id = call.id or f"call_{n}"
+    call_id = call.call_id
     name = call.name or ""
     raw = {
         "id": call_id,
@@ -380,7 +357,8 @@ def response_of(parsed: Completion, label: str = "the Chat Completions API") -> 
         raise errors.LLMBadResponse(label, "answered a completion with no choices")
     choice = parsed.choices[0]
     message = choice.message
-    turn = _Turn()
+    turn = _Turn(label)
+    parts = turn.parts
     turn.id = parsed.id
     turn.model = parsed.model
     turn.usage = parsed.usage
@@ -388,17 +366,18 @@ def response_of(parsed: Completion, label: str = "the Chat Completions API") -> 
     if type(choice.stop_reason) is str:
         turn.stop_string = choice.stop_reason
     thinking = _text_of(message.reasoning_content) or _text_of(message.reasoning)
+    out: list[StreamItem] = []  # no deltas asked for: stays empty
     if thinking:
-        turn.thinking.append(thinking)
+        parts.add_thinking(thinking, out)
     if message.content:
-        turn.text.append(message.content)
+        parts.add_text(message.content, out)
     if message.refusal:
         turn.refusal.append(message.refusal)
     for call in message.tool_calls or ():
-        found = _Call(call.id, call.function.name)
-        found.arguments.append(call.function.arguments)
-        turn.calls.append(found)
-    return turn.response(turn.blocks(label))
+        parts.add_arguments(
+            parts.open_call(call.id, call.function.name), call.function.arguments, out
+        )
+    return turn.response(parts.blocks(turn.tool_use()))
 
 
 # -- the stream ---------------------------------------------------------------------
@@ -428,7 +407,8 @@ class ChunkAssembler:
     before it (a model writing text after a call makes that index stale),
     then its arguments as :class:`~vaelii_llm._protocol.ToolInputDelta`
     pieces at that index (what came before the name, joined, first): joined,
-    they are the arguments string its block's ``raw`` keeps.
+    they are the arguments string its block's ``raw`` keeps. A call whose
+    name never came is started at the finish, just before its block.
 
     An ``error`` frame or chunk is :class:`~vaelii_llm.errors.LLMApiError`
     (status 200); a chunk that will not decode, content after the finish, or
@@ -451,8 +431,8 @@ class ChunkAssembler:
     def __init__(self, label: str = "the Chat Completions API", *, deltas: bool = False) -> None:
         self._label = label
         self._deltas = deltas
-        self._turn = _Turn()
-        self._by_index: dict[int, _Call] = {}
+        self._turn = _Turn(label, deltas=deltas)
+        self._by_index: dict[int, Call] = {}
         self._finished = False  # the finish_reason came
         self._done = False  # data: [DONE] came
         self._content: list[Block] | None = None
@@ -473,7 +453,8 @@ class ChunkAssembler:
         decoded whole and applied by :meth:`_apply`.
         """
         decode_text = _TEXT_DECODER.decode
-        texts = self._turn.text
+        parts = self._turn.parts
+        texts = parts.text
         deltas = self._deltas
         for event, data in frames:
             if self._done:
@@ -487,7 +468,7 @@ class ChunkAssembler:
                     if piece:
                         texts.append(piece)
                         if deltas:
-                            yield TextDelta(index=1 if self._turn.thinking else 0, text=piece)
+                            yield TextDelta(index=parts.text_index, text=piece)
                     continue
             yield from self._frame(event, data)
 
@@ -539,15 +520,12 @@ class ChunkAssembler:
 
     def _delta(self, delta: _Delta, out: list[StreamItem]) -> None:
         turn = self._turn
+        parts = turn.parts
         thinking = _text_of(delta.reasoning_content) or _text_of(delta.reasoning)
         if thinking:
-            turn.thinking.append(thinking)
-            if self._deltas:
-                out.append(ThinkingDelta(index=0, thinking=thinking))
+            parts.add_thinking(thinking, out)
         if delta.content:
-            turn.text.append(delta.content)
-            if self._deltas:
-                out.append(TextDelta(index=1 if turn.thinking else 0, text=delta.content))
+            parts.add_text(delta.content, out)
         if delta.refusal:
             turn.refusal.append(delta.refusal)
         for piece in delta.tool_calls or ():
@@ -558,34 +536,12 @@ class ChunkAssembler:
                 if function.name and not call.name:
                     call.name = function.name
                 arguments = function.arguments
-                if arguments:
-                    call.arguments.append(arguments)
-            if self._deltas:
-                self._call_deltas(call, arguments, out)
+            parts.add_arguments(call, arguments, out)
 
-    def _call_deltas(self, call: _Call, arguments: str | None, out: list[StreamItem]) -> None:
-        """A call's start once its name is known (with the arguments that came
-        before it, joined), then each piece of its arguments as it comes."""
-        if call.started:
-            if arguments:
-                out.append(ToolInputDelta(index=call.position, partial_json=arguments))
-            return
-        if not call.name:
-            return
-        turn = self._turn
-        call.started = True
-        before = (1 if turn.thinking else 0) + (1 if turn.text else 0)
-        number = turn.calls.index(call)
-        call.position = before + number
-        call_id = call.id or f"call_{number}"
-        out.append(ToolUseStart(index=call.position, id=call_id, name=call.name))
-        if call.arguments:
-            joined = "".join(call.arguments)
-            out.append(ToolInputDelta(index=call.position, partial_json=joined))
-
-    def _call(self, piece: _ToolCallDelta) -> _Call:
+    def _call(self, piece: _ToolCallDelta) -> Call:
         """The call a tool-call delta continues, or the one it opens."""
-        calls = self._turn.calls
+        parts = self._turn.parts
+        calls = parts.calls
         index = piece.index
         call_id = piece.id or None  # some servers send "" on a continuing delta
         if index is None:
@@ -598,8 +554,7 @@ class ChunkAssembler:
                 call.id = call_id
             return call
         name = piece.function.name if piece.function is not None else None
-        call = _Call(call_id, name or None)
-        calls.append(call)
+        call = parts.open_call(call_id, name or None)
         self._by_index[index] = call
         return call
 
@@ -607,8 +562,9 @@ class ChunkAssembler:
         """The turn at its finish_reason: every block, in its final order."""
         self._finished = True
         self._open = False
-        content = self._content = self._turn.blocks(self._label)
-        return list(content)
+        turn = self._turn
+        self._content, out = turn.parts.finish(turn.tool_use())
+        return out
 
     def result(self) -> Response:
         """The whole turn; LLMBadResponse when no finish_reason came."""

@@ -62,12 +62,20 @@ from urllib.parse import urlsplit
 import msgspec
 
 from vaelii_llm import config, errors
-from vaelii_llm._media import MAX_BASE64, WEB_IMAGE_TYPES, MediaLimits, check_document, check_image
+from vaelii_llm._media import (
+    MAX_BASE64,
+    MB,
+    WEB_IMAGE_TYPES,
+    MediaLimits,
+    check_document,
+    check_image,
+)
 from vaelii_llm._protocol import (
     Block,
     DocumentBlock,
     ImageBlock,
     Message,
+    OpaqueBlock,
     RedactedThinkingBlock,
     Request,
     Response,
@@ -77,6 +85,7 @@ from vaelii_llm._protocol import (
     ToolSchema,
     ToolUseBlock,
     system_text,
+    unhandled_block,
 )
 from vaelii_llm._transport.settings import Endpoint, Headers, with_json_content_type
 from vaelii_llm._wire.sse import SSEFrames
@@ -114,9 +123,9 @@ _OPENAI_HOSTS: Final = ("api.openai.com", ".openai.azure.com")
 MEDIA: Final = MediaLimits(
     image_types=WEB_IMAGE_TYPES,
     image_base64=MAX_BASE64,
-    image_limit="the 50 MB request payload OpenAI documents",
+    image_limit=f"the {MAX_BASE64 // MB} MB request payload OpenAI documents",
     document_base64=MAX_BASE64,
-    document_limit="the 50 MB request payload OpenAI documents",
+    document_limit=f"the {MAX_BASE64 // MB} MB request payload OpenAI documents",
 )
 """What the wire takes as images and documents, from OpenAI's documentation
 (the reference the compatible servers follow)."""
@@ -262,12 +271,17 @@ def _assistant(blocks: list[Block], label: str) -> _OutMessage:
     texts: list[str] = []
     calls: list[_OutToolCall | dict[str, Any]] = []
     for block in blocks:
-        if isinstance(block, TextBlock):
-            texts.append(block.text)
-        elif isinstance(block, ToolUseBlock):
-            calls.append(_tool_call(block))
-        elif not isinstance(block, ThinkingBlock | RedactedThinkingBlock):
-            raise errors.LLMEncode(block.type, label)
+        match block:
+            case TextBlock():
+                texts.append(block.text)
+            case ToolUseBlock():
+                calls.append(_tool_call(block))
+            case ThinkingBlock() | RedactedThinkingBlock():
+                pass  # this wire takes no thinking back
+            case ToolResultBlock() | OpaqueBlock() | ImageBlock() | DocumentBlock():
+                raise errors.LLMEncode(block.type, label)
+            case _:
+                raise unhandled_block(block, label)
     text = "".join(texts)
     return _OutMessage(
         role="assistant",
@@ -282,25 +296,28 @@ def _user(blocks: list[Block], label: str) -> list[_OutMessage]:
     parts: list[dict[str, Any]] | None = None  # set once an image or a document comes
     late: list[dict[str, Any]] = []  # the tool results' images, after the tool messages
     for block in blocks:
-        if isinstance(block, TextBlock):
-            texts.append(block.text)
-        elif isinstance(block, ToolResultBlock):
-            if texts or parts:
-                out.append(_user_message(texts, parts))
-                texts, parts = [], None
-            content = block.content
-            if not isinstance(content, str):
+        match block:
+            case TextBlock():
+                texts.append(block.text)
+            case ToolResultBlock():
+                if texts or parts:
+                    out.append(_user_message(texts, parts))
+                    texts, parts = [], None
                 content = _tool_text(block, late, label)
-            out.append(_OutMessage(role="tool", content=content, tool_call_id=block.tool_use_id))
-        elif isinstance(block, ImageBlock | DocumentBlock):
-            if parts is None:
-                parts = []
-            if texts:
-                parts.append({"type": "text", "text": "".join(texts)})
-                texts = []
-            parts.append(_media_part(block, label))
-        else:
-            raise errors.LLMEncode(block.type, label)
+                out.append(
+                    _OutMessage(role="tool", content=content, tool_call_id=block.tool_use_id)
+                )
+            case ImageBlock() | DocumentBlock():
+                if parts is None:
+                    parts = []
+                if texts:
+                    parts.append({"type": "text", "text": "".join(texts)})
+                    texts = []
+                parts.append(_media_part(block, label))
+            case ThinkingBlock() | RedactedThinkingBlock() | ToolUseBlock() | OpaqueBlock():
+                raise errors.LLMEncode(block.type, label)
+            case _:
+                raise unhandled_block(block, label)
     if late:
         parts = late + (parts or [])
     if texts or parts or not out:
@@ -318,17 +335,22 @@ def _user_message(texts: list[str], parts: list[dict[str, Any]] | None) -> _OutM
 
 
 def _tool_text(block: ToolResultBlock, late: list[dict[str, Any]], label: str) -> str:
-    """A content list's text for the ``tool`` message; its images and
-    documents join ``late``, after a text part naming the call they came from."""
+    """A tool result's text for the ``tool`` message (a string as it is); a
+    content list's images and documents join ``late``, after a text part
+    naming the call they came from."""
+    content = block.content
+    if isinstance(content, str):
+        return content
     texts: list[str] = []
     images: list[dict[str, Any]] = []
-    for part in block.content:
-        if isinstance(part, TextBlock):
-            texts.append(part.text)
-        elif isinstance(part, ImageBlock | DocumentBlock):
-            images.append(_media_part(part, label))
-        else:
-            raise errors.LLMEncode(getattr(part, "type", type(part).__name__), label)
+    for part in content:
+        match part:
+            case TextBlock():
+                texts.append(part.text)
+            case ImageBlock() | DocumentBlock():
+                images.append(_media_part(part, label))
+            case _:
+                raise unhandled_block(part, label)
     text = "".join(texts)
     if images:
         late.append({"type": "text", "text": f"What tool call {block.tool_use_id} returned:"})

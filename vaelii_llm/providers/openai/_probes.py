@@ -94,8 +94,8 @@ async def unavailable_reason(
     ssl: SSLOption = None,
     session: ClientSession | None = None,
 ) -> str | None:
-    """None when the server at ``base_url`` lists its models within two
-    seconds (see :func:`available`), else one line naming the server, the
+    """None when the server at ``base_url`` lists its models within
+    :data:`MODELS_TIMEOUT_MS` (see :func:`available`), else one line naming the server, the
     cause and the next step; never the key. Never raises."""
     failed = await _failure(base_url, api_key, headers, proxy, ssl, session)
     if failed is None:
@@ -122,7 +122,7 @@ async def available(
     ssl: SSLOption = None,
     session: ClientSession | None = None,
 ) -> bool:
-    """Whether the server at ``base_url`` lists its models within two seconds.
+    """Whether the server at ``base_url`` lists its models within :data:`MODELS_TIMEOUT_MS`.
     Never raises for an unreachable, slow, wrong or refusing server (a 401
     too): it answers False. An unusable key (a control character) answers
     False and is logged at WARNING naming its header, never its value."""
