@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from vaelii_llm import config as vconfig
-from vaelii_llm import telemetry
+from vaelii_llm import kb, telemetry
 from vaelii_llm._protocol import Request, StreamItem
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ pytest_plugins = ["pytester"]
 LOOPS = ("asyncio", "uvloop")
 TEST_LOOP = os.environ.get("VAELII_TEST_LOOP", "").strip().lower() or "asyncio"
 """The event loop every async test runs on: ``VAELII_TEST_LOOP=uvloop`` is the
-second CI lane (.ci/run); unset, asyncio's own loop, as the README's command runs."""
+uvloop lane of .ci/run; unset, asyncio's own loop, as the README's command runs."""
 
 if TEST_LOOP not in LOOPS:
     raise pytest.UsageError(f"VAELII_TEST_LOOP={TEST_LOOP!r}; one of {', '.join(LOOPS)}")
@@ -69,6 +69,8 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            loop = None
+        if loop is None:  # raised outside the except: no "no running event loop" chained
             pytest_timeout.timeout_sigalrm(item, settings)
             return
         terminal = item.config.get_terminal_writer()
@@ -100,6 +102,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "llm" in item.keywords:
             item.add_marker(skip)
+
+
+BIG_KB_SENTEXES = 10**5
+"""The synthetic KB's size for the laziness tests: far past every read's bound,
+so a read that is not lazy realizes thousands, where a lazy one realizes a few
+dozen whatever the size (10^6, and the time it takes: tests/bench/)."""
+
+
+@pytest.fixture(scope="session")
+def big_kb() -> kb.KB:
+    """The synthetic KB of :data:`BIG_KB_SENTEXES`, built once per run (its
+    ``stats`` are shared: a test counts what it realized as a difference)."""
+    return kb.synthetic(BIG_KB_SENTEXES)
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ away, and shutdown waits at most 0.2 s for the rest).
 :func:`serve_raw` does the same for a raw TCP handler (bytes no HTTP server
 would send). :func:`reset_connection` and :func:`cut_connection` misbehave on
 the socket of the request being handled, and :func:`refused_url` names a port
-nothing listens on.
+nothing listens on. :class:`Taking`, a client's ``inflight`` set, says when the
+client has read what a far end sent (so it may cut the connection then).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import aiohttp
 from aiohttp import web
 
 __all__ = [
     "Handler",
     "RawHandler",
+    "Taking",
     "cut_connection",
     "refused_url",
     "reset_connection",
@@ -95,3 +98,43 @@ def cut_connection(request: web.Request) -> None:
     transport = request.transport
     assert transport is not None
     transport.close()
+
+
+class Taking(set[aiohttp.ClientResponse]):
+    """An ``inflight`` set that says when the client has read ``want`` bytes of
+    the body of the response that joined it (``taken``), on either path.
+
+    A far end that cuts its connection after sending waits for it: on a cut,
+    the client's next read raises at once, and what it had received but not
+    yet read is lost with it. The response joins before its body is read
+    (both paths), so the read is counted from its first byte: the reader's
+    class is swapped for one that counts what ``readany`` and ``read_nowait``
+    hand over (aiohttp's reader has slots, so no attribute can be patched)."""
+
+    def __init__(self, want: int) -> None:
+        super().__init__()
+        self.want = want
+        self.read = 0
+        self.taken = asyncio.Event()
+
+    def add(self, response: aiohttp.ClientResponse) -> None:
+        super().add(response)
+        count = self.count
+
+        class Counted(aiohttp.StreamReader):
+            __slots__ = ()
+
+            def read_nowait(self, n: int = -1) -> bytes:
+                return count(super().read_nowait(n))
+
+            async def readany(self) -> bytes:
+                return count(await super().readany())
+
+        assert type(response.content) is aiohttp.StreamReader
+        response.content.__class__ = Counted
+
+    def count(self, chunk: bytes) -> bytes:
+        self.read += len(chunk)
+        if self.read >= self.want:
+            self.taken.set()
+        return chunk

@@ -279,7 +279,11 @@ async def test_stdio_server_survives_malformed_requests_and_cancelled_reads(
         slow_ids = list(range(100, 100 + tools.Toolset(None).workers))
         for request_id in slow_ids:
             await wire.send(_call(request_id, {"name": "kb_query", "arguments": slow_goal}))
-        await asyncio.sleep(0.5)  # let them reach their workers (either order passes)
+        # A ping sent after them is answered once the server has read each (it
+        # reads its input in order) and started it on its way to a worker; in
+        # its worker or still on its way, the cancellation ends it.
+        await wire.send({"jsonrpc": "2.0", "id": 99, "method": "ping"})
+        await wire.answer(99)
         for request_id in slow_ids:
             await wire.send(
                 {

@@ -20,7 +20,7 @@ import msgspec
 import pytest
 from aiohttp import web
 from conftest import Recorded
-from loopback import serve, serve_raw
+from loopback import Taking, serve, serve_raw
 
 from vaelii_llm import cli, errors
 from vaelii_llm._protocol import Message, Request
@@ -208,7 +208,6 @@ async def test_a_body_cut_by_aclose_keeps_no_credential() -> None:
     """``aclose`` cuts a body the far end is still sending (it began with the
     key): the turn's ``LLMClosed`` chains the cut body's refusal, whose
     ``text`` is what was read, withheld."""
-    began = asyncio.Event()
     hold = asyncio.Event()
 
     async def handler(request: web.Request) -> web.StreamResponse:
@@ -217,19 +216,14 @@ async def test_a_body_cut_by_aclose_keeps_no_credential() -> None:
         response.content_length = 100_000
         await response.prepare(request)
         await response.write(f'{{"echo": "{request.headers["x-api-key"]}'.encode())
-        began.set()
         await hold.wait()
         return response
 
     async with serve(handler) as url:
         model = anthropic.provider(credential=KEY, base_url=url)
+        reading = model._inflight = Taking(len(f'{{"echo": "{KEY}'))
         turn = asyncio.create_task(caught(model.complete(req())))
-        async with asyncio.timeout(30):
-            await began.wait()
-            while not any(r.content.total_bytes for r in model._inflight):  # noqa: ASYNC110
-                await asyncio.sleep(0.01)  # until the chunk has reached the reader
-        for _ in range(3):
-            await asyncio.sleep(0)  # and the reader has taken it
+        await reading.taken.wait()  # the reader has taken the chunk: aclose cuts after it
         await model.aclose()
         err = await turn
         hold.set()

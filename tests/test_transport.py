@@ -31,7 +31,15 @@ import pytest
 from aiohttp import web
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from loopback import Handler, cut_connection, refused_url, reset_connection, serve, serve_raw
+from loopback import (
+    Handler,
+    Taking,
+    cut_connection,
+    refused_url,
+    reset_connection,
+    serve,
+    serve_raw,
+)
 
 from vaelii_llm import _timers as timers
 from vaelii_llm import _transport as transport
@@ -109,20 +117,33 @@ async def failure(coro: Awaitable[Any]) -> LLMError:
 
 
 async def drain_stream(
-    session: aiohttp.ClientSession, url: str, deadline: Deadline, sink: list[bytes]
+    session: aiohttp.ClientSession,
+    url: str,
+    deadline: Deadline,
+    sink: list[bytes],
+    inflight: set[aiohttp.ClientResponse] | None = None,
 ) -> None:
-    async with open_stream(session, END, "POST", url, deadline=deadline, body=b"{}") as chunks:
+    async with open_stream(
+        session, END, "POST", url, deadline=deadline, body=b"{}", inflight=inflight
+    ) as chunks:
         async for chunk in chunks:
             sink.append(chunk)
 
 
 def read_by(
-    path: str, session: aiohttp.ClientSession, url: str, deadline: Deadline, sink: list[bytes]
+    path: str,
+    session: aiohttp.ClientSession,
+    url: str,
+    deadline: Deadline,
+    sink: list[bytes],
+    inflight: set[aiohttp.ClientResponse] | None = None,
 ) -> Coroutine[Any, Any, object]:
     """The read a test exercises: the whole-body path or the streamed one."""
     if path == "whole":
-        return request_json(session, END, "GET", url, deadline=deadline, decoder=ANY)
-    return drain_stream(session, url, deadline, sink)
+        return request_json(
+            session, END, "GET", url, deadline=deadline, decoder=ANY, inflight=inflight
+        )
+    return drain_stream(session, url, deadline, sink, inflight)
 
 
 # --- the honest path ---------------------------------------------------------
@@ -587,6 +608,7 @@ async def test_a_body_cut_short_is_a_bad_response(
     session: aiohttp.ClientSession, path: str, how: str
 ) -> None:
     sent = b'{"message": "' + b"a" * 5000
+    reading = Taking(len(sent))
 
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -596,7 +618,7 @@ async def test_a_body_cut_short_is_a_bad_response(
             resp.enable_chunked_encoding()
         await resp.prepare(request)
         await resp.write(sent)
-        await asyncio.sleep(0.1)  # let the client take the bytes before the cut
+        await reading.taken.wait()  # the client has read them: the cut loses none
         if how == "reset":
             reset_connection(request)
         else:
@@ -607,7 +629,7 @@ async def test_a_body_cut_short_is_a_bad_response(
     sink: list[bytes] = []
     async with serve(handler) as url:
         deadline = Deadline.after_ms(AMPLE)
-        call = read_by(path, session, url, deadline, sink)
+        call = read_by(path, session, url, deadline, sink, reading)
         err = await failure(call)
     assert isinstance(err, LLMBadResponse), repr(err)
     assert isinstance(err.__cause__, aiohttp.ClientError | OSError)
@@ -1328,11 +1350,15 @@ async def stall_in_body(case: Case) -> list[BaseException]:
     return errors
 
 
-def misbehaving(case: Case, sent: bytes, *, status: int = 200) -> Handler:
+def misbehaving(
+    case: Case, sent: bytes, *, status: int = 200, readers: list[Taking] | None = None
+) -> Handler:
     """A far end that answers ``status`` and ``sent``, then does what the
     request's path says: ``/reset`` resets the connection, ``/close`` and
     ``/short`` close it, anything else holds it to the far end's own end.
-    ``/short`` and ``/big`` announce a 100,000-byte body; the rest are chunked."""
+    ``/short`` and ``/big`` announce a 100,000-byte body; the rest are chunked.
+    ``readers``: the cut waits until the last of them says the client has read
+    ``sent`` (a turn appends its own before it starts); none: it comes at once."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(status=status)
@@ -1342,7 +1368,8 @@ def misbehaving(case: Case, sent: bytes, *, status: int = 200) -> Handler:
             resp.enable_chunked_encoding()
         await resp.prepare(request)
         await resp.write(sent)
-        await asyncio.sleep(0.1)  # the client takes the bytes first (one loop, in order)
+        if readers:
+            await readers[-1].taken.wait()
         if request.path == "/reset":
             reset_connection(request)
         elif request.path in ("/close", "/short"):
@@ -1356,10 +1383,12 @@ def misbehaving(case: Case, sent: bytes, *, status: int = 200) -> Handler:
 async def body_cut_short(case: Case) -> list[BaseException]:
     sent = b'{"message": "' + b"a" * 5000
     errors = []
-    async with serve(misbehaving(case, sent)) as url:
+    readers: list[Taking] = []
+    async with serve(misbehaving(case, sent, readers=readers)) as url:
         for p in BOTH_PATHS:
             for how in ("/reset", "/close", "/short"):
-                errors.append(await case.turn(p, url + how))
+                readers.append(Taking(len(sent)))  # the client reads them all before the cut
+                errors.append(await case.turn(p, url + how, inflight=readers[-1]))
             inflight = Watched()
             turn = asyncio.create_task(case.turn(p, url + "/held", inflight=inflight))
             await inflight.joined.wait()  # its headers are in: the owner cuts its body
