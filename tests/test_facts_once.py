@@ -92,3 +92,22 @@ def test_the_call_help_names_the_tools_bound(capsys: pytest.CaptureFixture[str])
         cli.main(["call", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert f"bound on the printed result (default {_edn.DEFAULT_MAX_CHARS})" in shown
+
+
+GUIDES = [*sorted((PACKAGE.parent / "docs").rglob("*.md")), PACKAGE.parent / "README.md"]
+
+
+def test_the_guides_state_the_result_bound_as_the_package_holds_it() -> None:
+    """The guides restate the bound a reader needs (its default), so each
+    place that does must say what :data:`_edn.DEFAULT_MAX_CHARS` holds: a
+    change of the constant fails here until every guide says the new figure."""
+    holds = {str(_edn.DEFAULT_MAX_CHARS), f"{_edn.DEFAULT_MAX_CHARS:,}"}
+    stated = [
+        (f"{path.name}:{number}", figure)
+        for path in GUIDES
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "max_result_chars" in line or "characters" in line
+        for figure in re.findall(r"\b\d{1,3}(?:,\d{3})+\b|\b\d{4,}\b", line)
+    ]
+    assert stated, "no guide states the bound: the check would hold vacuously"
+    assert [place for place, figure in stated if figure not in holds] == []

@@ -4,10 +4,8 @@ sample KB, the result goes back on the wire, and the model answers from it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from fake_ollama import FakeOllama, chunk, final, tool_call
+from test_examples import load_example
 
 from vaelii_llm import Message, Request, TextBlock, kb, tools
 from vaelii_llm.providers import anthropic, ollama
@@ -23,23 +22,13 @@ GOAL = "(afraidOf MissMuffet ?who)"
 QUESTION = "Who is Miss Muffet afraid of?"
 
 
-def load_quickstart() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "examples" / "quickstart.py"
-    spec = importlib.util.spec_from_file_location("quickstart", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def answer_text(blocks: list[Any]) -> str:
     return "".join(b.text for b in blocks if isinstance(b, TextBlock))
 
 
 @pytest.fixture(scope="module")
 def quickstart() -> ModuleType:
-    return load_quickstart()
+    return load_example("quickstart")  # with its folder on sys.path, as when run
 
 
 @pytest.fixture(scope="module")

@@ -100,6 +100,10 @@ most; anything larger is a proxy's or a broken server's doing."""
 _OPENING: Final = 64 * 1024
 """How much of a body over the cap the error keeps (the rest was never read)."""
 
+_DETAIL: Final = 120
+"""How many characters of a library's own words (a parser's, OpenSSL's, a
+decoder's) a failure's message quotes: enough to name the fault, never a body."""
+
 _URL_ERRORS: Final = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)
 
 
@@ -134,11 +138,11 @@ def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return LLMUnreachable(endpoint.label, "closed the connection before answering")
     if isinstance(exc, aiohttp.ClientResponseError):  # the HTTP head would not parse
-        detail = excerpt(" ".join(str(exc.message).split()), 120)
+        detail = excerpt(" ".join(str(exc.message).split()), _DETAIL)
         return LLMBadResponse(endpoint.label, f"answered malformed HTTP ({detail})")
     if isinstance(exc, ValueError):  # aiohttp refused to build it; its text quotes no header value
         return LLMUnreachable(
-            endpoint.label, f"the request could not be sent ({excerpt(str(exc), 120)})"
+            endpoint.label, f"the request could not be sent ({excerpt(str(exc), _DETAIL)})"
         )
     return LLMUnreachable(endpoint.label, f"{type(exc).__name__}: {exc}")
 
@@ -146,7 +150,7 @@ def _unreachable(exc: BaseException, endpoint: Endpoint) -> LLMError:
 def _tls_reason(exc: BaseException) -> str:
     """The TLS failure in a few words: OpenSSL's verify message, else its reason."""
     message = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or str(exc)
-    return excerpt(str(message), 120)
+    return excerpt(str(message), _DETAIL)
 
 
 def _cut_reason(exc: BaseException) -> str:
@@ -328,6 +332,6 @@ def decode_json(data: bytes, endpoint: Endpoint, decoder: msgspec.json.Decoder[T
     except Exception as exc:
         raise LLMBadResponse(
             endpoint.label,
-            f"answered a body that is not the expected JSON ({excerpt(str(exc), 120)})",
+            f"answered a body that is not the expected JSON ({excerpt(str(exc), _DETAIL)})",
             data,
         ) from exc
