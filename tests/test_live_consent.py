@@ -24,6 +24,10 @@ def test_hermetic():
 @pytest.fixture
 def probe_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.delenv("VAELII_LLM_LIVE", raising=False)
+    # Only the plugins the suite's conftest hooks into: the run starts in a
+    # fraction of the time every installed plugin takes to load.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("PYTEST_PLUGINS", "pytest_asyncio.plugin,pytest_timeout")
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
     pytester.makeini(
         "[pytest]\naddopts = -m 'not llm' -ra\nmarkers =\n    llm: reaches a real model\n"
