@@ -831,7 +831,7 @@ BUDGET_MS = 600
 """The budget that ends a stall or a drip (the rows refused LLMTimeout)."""
 BOUND_MS = 60_000
 """The budget of every other row: its own refusal ends it, and a budget that
-could pass first (a loaded machine reading the huge row's 32 MiB) would
+could pass first (a loaded machine reading the huge row's body up to the cap) would
 answer LLMTimeout in its place."""
 
 
