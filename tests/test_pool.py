@@ -668,11 +668,12 @@ async def test_stress_random_cancellations_leave_the_pool_exactly_as_it_started(
     def unseen() -> list[str]:
         return [kind for kind in STRESS_EVENTS if counts[kind] == 0]
 
-    # At least 6000 votes; on a machine slow enough that most checkouts time
-    # out (few turns then run to a bug's roll), more, until every event has
-    # come, up to eight times as many.
-    for batches in range(8 * 6000 // 48):
-        if batches >= 6000 // 48 and not unseen():
+    # At least 6000 votes in batches of 48; on a machine slow enough that most
+    # checkouts time out (few turns then run to a bug's roll), more, until
+    # every event has come, up to eight times as many.
+    least = 6000 // 48
+    for batches in range(8 * least):
+        if batches >= least and not unseen():
             break
         # Whether a waiter outlasts its 3 ms depends on how fast the loop turns
         # (a fast idle machine saw no checkout time out in 6000 votes), so every
