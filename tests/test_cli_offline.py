@@ -1,8 +1,11 @@
 """The command offline (issue #34 item 3): naming the stub runs on it, saying so,
 and ``call`` reaches an MCP server's tools as ``ask`` offers them.
 
-Each case runs ``python -m vaelii_llm.cli`` as a subprocess in an environment
-with no backend configured; tests/mcp_tools_server.py is the MCP server.
+Each case runs in an environment with no backend configured: ``python -m
+vaelii_llm.cli`` as a subprocess, or, where an MCP server is launched,
+:func:`vaelii_llm.cli.main` in this process (so only the server's own process
+is started, and the ``mcp`` package is imported once).
+tests/mcp_tools_server.py is the MCP server.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,12 +26,11 @@ SERVER = f"{sys.executable} {Path(__file__).with_name('mcp_tools_server.py')}"
 SERVER_TOOLS = ("echo", "picture", "fail", "boom", "hang", "huge", "die", "pid")
 
 
+BACKEND_SWITCHES = ("VAELII_", "ANTHROPIC_", "OLLAMA_", "OPENAI_")
+
+
 def command(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("VAELII_", "ANTHROPIC_", "OLLAMA_", "OPENAI_"))
-    }
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(BACKEND_SWITCHES)}
     return subprocess.run(
         [sys.executable, "-m", "vaelii_llm.cli", *argv],
         capture_output=True,
@@ -34,6 +38,31 @@ def command(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
         env={**clean, **env},
         timeout=120,
     )
+
+
+@dataclass(frozen=True)
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def offline(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., Done]:
+    """``cli.main`` in this process, with no backend configured: what it returned
+    and printed."""
+    for name in list(os.environ):
+        if name.startswith(BACKEND_SWITCHES):
+            monkeypatch.delenv(name)
+
+    def run(*argv: str) -> Done:
+        code = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return Done(code, out, err)
+
+    return run
 
 
 def test_ask_with_the_stub_named_runs_on_it_and_says_so() -> None:
@@ -56,8 +85,8 @@ def test_the_stub_named_in_the_environment_runs_too_and_unset_still_exits_2() ->
     assert unset.stderr.startswith("stub-only: only the stub can answer: nothing is configured")
 
 
-def test_ask_on_the_stub_offers_an_mcp_servers_tools_offline() -> None:
-    done = command("ask", "--provider", "stub", "--no-kb", "--mcp", SERVER, "--json", "q")
+def test_ask_on_the_stub_offers_an_mcp_servers_tools_offline(offline: Callable[..., Done]) -> None:
+    done = offline("ask", "--provider", "stub", "--no-kb", "--mcp", SERVER, "--json", "q")
     assert done.returncode == 0, done.stderr
     assert done.stderr == cli.STUB_SAYS + "\n"
     summary = json.loads(done.stdout)
@@ -67,25 +96,27 @@ def test_ask_on_the_stub_offers_an_mcp_servers_tools_offline() -> None:
     assert summary["stopped"] == "answered"
 
 
-def test_call_runs_a_tool_of_an_mcp_server() -> None:
-    done = command("call", "echo", '{"text": "hello there"}', "--mcp", SERVER)
+def test_call_runs_a_tool_of_an_mcp_server(offline: Callable[..., Done]) -> None:
+    done = offline("call", "echo", '{"text": "hello there"}', "--mcp", SERVER)
     assert (done.returncode, done.stdout, done.stderr) == (0, "hello there\n", "")
 
 
-def test_call_with_a_server_still_reaches_the_kbs_tools() -> None:
-    done = command("call", "kb_types_of", '{"term": "Muffet"}', "--mcp", SERVER)
+def test_call_with_a_server_still_reaches_the_kbs_tools(offline: Callable[..., Done]) -> None:
+    done = offline("call", "kb_types_of", '{"term": "Muffet"}', "--mcp", SERVER)
     assert done.returncode == 0, done.stderr
     assert "Spider" in done.stdout
 
 
-def test_call_of_a_tool_the_server_lacks_exits_1_naming_it() -> None:
-    done = command("call", "kb_query", "{}", "--no-kb", "--mcp", SERVER)
+def test_call_of_a_tool_the_server_lacks_exits_1_naming_it(offline: Callable[..., Done]) -> None:
+    done = offline("call", "kb_query", "{}", "--no-kb", "--mcp", SERVER)
     assert done.returncode == 1
     assert "kb_query" in done.stdout
 
 
-def test_call_with_a_server_tool_that_fails_exits_1_with_its_words() -> None:
-    done = command("call", "fail", "{}", "--no-kb", "--mcp", SERVER)
+def test_call_with_a_server_tool_that_fails_exits_1_with_its_words(
+    offline: Callable[..., Done],
+) -> None:
+    done = offline("call", "fail", "{}", "--no-kb", "--mcp", SERVER)
     assert done.returncode == 1
     assert done.stdout.strip()
 
@@ -97,8 +128,10 @@ def test_call_with_a_server_tool_that_fails_exits_1_with_its_words() -> None:
         (("call", "echo", "{}", "--mcp", "/no/such/program"), "mcp-server: "),
     ],
 )
-def test_call_refusals_are_one_line(argv: tuple[str, ...], said: str) -> None:
-    done = command(*argv)
+def test_call_refusals_are_one_line(
+    offline: Callable[..., Done], argv: tuple[str, ...], said: str
+) -> None:
+    done = offline(*argv)
     assert done.returncode in (1, 2)
     assert done.stdout == ""
     [line] = done.stderr.splitlines()
