@@ -4,7 +4,7 @@
 streamable HTTP on a free loopback port and prints ``URL <url>`` on stdout.
 Tools: ``echo`` (text), ``picture`` (an image), ``fail`` (an ``isError``
 result), ``boom`` (a protocol error), ``hang`` (never answers), ``huge``
-(10 MB of text), ``die`` (the process exits mid-call) and ``pid`` (its process id).
+(a megabyte of text), ``die`` (the process exits mid-call) and ``pid`` (its process id).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import mcp.types as types
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-HUGE_CHARS = 10 * 1024 * 1024
+HUGE_CHARS = 1024 * 1024
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 64).decode()
 
 _OBJECT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -41,7 +41,7 @@ TOOLS = [
             ("fail", "Fails, as a tool result with isError."),
             ("boom", "Fails with a protocol error."),
             ("hang", "Never answers."),
-            ("huge", "Answers ten megabytes of text."),
+            ("huge", "Answers a megabyte of text."),
             ("die", "Exits the server process mid-call."),
             ("pid", "Answers the server's process id."),
         )

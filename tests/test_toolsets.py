@@ -3,7 +3,7 @@
 The MCP servers are real processes: ``vaelii-llm mcp`` (our own KB face) and
 tests/mcp_tools_server.py, written with the ``mcp`` package, whose tools answer
 text, an image, an ``isError`` result, a protocol error, nothing at all (a
-hang), ten megabytes, or kill the server mid-call.
+hang), a megabyte, or kill the server mid-call.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 SERVER = [sys.executable, str(Path(__file__).with_name("mcp_tools_server.py"))]
 OUR_MCP = [sys.executable, "-m", "vaelii_llm.cli", "mcp"]
-CALL_TIMEOUT_S = 4.0  # the hang tool's deadline: what a hung call costs (the 10 MB answer
-# must fit inside it on a loaded machine)
+CALL_TIMEOUT_S = 1.5  # the hang tool's deadline: what a hung call costs (each other call,
+# the megabyte answer among them, must fit inside it on a loaded machine)
 START_TIMEOUT_S = 60.0  # a loaded 2-core machine imports slowly; a well one never waits this
 MARKED = 4000  # the longest answer the default bound lets through, its cut marker included
 
