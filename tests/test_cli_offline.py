@@ -1,10 +1,11 @@
 """The command offline (issue #34 item 3): naming the stub runs on it, saying so,
 and ``call`` reaches an MCP server's tools as ``ask`` offers them.
 
-Each case runs in an environment with no backend configured: the stub's cases
-and ``--help`` as ``python -m vaelii_llm.cli`` in a subprocess, the cases that
-name an MCP server as :func:`vaelii_llm.cli.main` in this process (so only the
-server is a child process, and the ``mcp`` package is imported once).
+Each case runs in an environment with no backend configured. The stub's cases
+and ``--help`` run ``python -m vaelii_llm.cli`` in a subprocess; the ``call``
+cases and the ``ask`` that names an MCP server run :func:`vaelii_llm.cli.main`
+in this process, so only the server is a child process and the ``mcp``
+package is imported once.
 tests/mcp_tools_server.py is the MCP server.
 """
 
