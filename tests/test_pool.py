@@ -555,7 +555,7 @@ class ChaosProvider(ProviderBase):
         try:
             roll = self.rng.random()
             if roll < 0.02:
-                await asyncio.sleep(0.002)  # long enough for waiters to time out
+                await asyncio.sleep(0.002)  # a hold across real time, not only loop steps
             else:
                 for _ in range(self.rng.randrange(4)):
                     await asyncio.sleep(0)
@@ -614,8 +614,8 @@ class Chaos:
         async with AsyncExitStack() as hold:
             held = 0
             while starved and held < self.pool.size:
-                # The test's own hold has the pool's 3 ms timeout too: on a
-                # loaded machine a cooling host may outlast it, so it asks again.
+                # The test's own hold has the pool's timeout too: on a loaded
+                # machine a cooling host may outlast it, so it asks again.
                 with suppress(LLMPoolTimeout):
                     await hold.enter_async_context(self.pool.provider())
                     held += 1
@@ -623,7 +623,7 @@ class Chaos:
             batch += [asyncio.create_task(self.one_checkout()) for _ in range(16)]
             await spin(self.rng.randrange(1, 6))
             if starved:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(2 * STRESS_ACQUIRE_MS / 1000)
         return batch
 
     async def cancel_some_and_settle(self, batch: list[asyncio.Task[None]]) -> None:
@@ -640,6 +640,11 @@ class Chaos:
                 assert outcome is None, repr(outcome)
 
 
+STRESS_ACQUIRE_MS = 100
+"""The stress test pool's acquire timeout: long enough that, on a loaded
+machine too, most turns get a token and run to their rolls; the starved
+batches hold the pool past it, so waiters time out on any machine."""
+
 STRESS_EVENTS = (
     "checkout cancelled while waiting",
     "checkout cancelled while holding",
@@ -655,32 +660,31 @@ STRESS_EVENTS = (
 
 
 async def test_stress_random_cancellations_leave_the_pool_exactly_as_it_started() -> None:
-    # Its timings (a 3 ms acquire timeout against providers that hold a token
-    # for a few loop steps) are calibrated for a loop at full speed; debug
-    # mode's bookkeeping on thousands of tasks would make every wait time out.
+    # Debug mode's bookkeeping on thousands of tasks would slow every loop step
+    # many times over, and with it every wait for a token.
     asyncio.get_running_loop().set_debug(False)
     rng = random.Random(20261130)
     counts: Counter[str] = Counter()
     a, b, c = (ChaosProvider(rng, counts) for _ in range(3))
     tokens = [a, a, a, b, b, c]
-    chaos = Chaos(rng, counts, Pool(tokens, acquire_timeout_ms=3))
+    chaos = Chaos(rng, counts, Pool(tokens, acquire_timeout_ms=STRESS_ACQUIRE_MS))
 
     def unseen() -> list[str]:
         return [kind for kind in STRESS_EVENTS if counts[kind] == 0]
 
-    # At least 6000 votes in batches of 48; on a machine slow enough that most
-    # checkouts time out (few turns then run to a bug's roll), more, until
-    # every event has come, up to eight times as many.
+    # At least 6000 votes in batches of 48; more, up to eight times as many,
+    # until every event has come (a slow machine times more waits out, and
+    # fewer turns then reach a bug's roll).
     least = 6000 // 48
     for batches in range(8 * least):
         if batches >= least and not unseen():
             break
-        # Whether a waiter outlasts its 3 ms depends on how fast the loop turns
-        # (a fast idle machine saw no checkout time out in 6000 votes), so every
-        # eighth batch starts behind a pool the test holds whole past that
-        # timeout: its waiters time out whatever the machine's speed, since
-        # their deadlines fall before the end of the hold on the loop's clock.
-        batch = await chaos.start_batch(starved=batches % 8 == 0)
+        # Whether a waiter outlasts the acquire timeout depends on how fast the
+        # loop turns, so every sixteenth batch starts behind a pool the test
+        # holds whole past it: its waiters time out whatever the machine's
+        # speed, since their deadlines fall before the end of the hold on the
+        # loop's clock.
+        batch = await chaos.start_batch(starved=batches % 16 == 0)
         await chaos.cancel_some_and_settle(batch)
         assert stats(chaos.pool) == (6, 6, 0, 0), counts
 
