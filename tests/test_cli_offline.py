@@ -16,10 +16,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_cli import run
 
 from vaelii_llm import cli, tools
 
@@ -41,29 +41,21 @@ def command(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@dataclass(frozen=True)
-class Done:
-    returncode: int
-    stdout: str
-    stderr: str
+Ran = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture
-def offline(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Callable[..., Done]:
-    """``cli.main`` in this process, with no backend configured: what it returned
-    and printed."""
+def offline(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Ran:
+    """``cli.main`` in this process (tests/test_cli.py's ``run``), with no backend
+    configured: what it returned and printed, as :func:`command` gives it."""
     for name in list(os.environ):
         if name.startswith(BACKEND_SWITCHES):
             monkeypatch.delenv(name)
 
-    def run(*argv: str) -> Done:
-        code = cli.main(list(argv))
-        out, err = capsys.readouterr()
-        return Done(code, out, err)
+    def ran(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(list(argv), *run(capsys, *argv))
 
-    return run
+    return ran
 
 
 def test_ask_with_the_stub_named_runs_on_it_and_says_so() -> None:
@@ -86,7 +78,7 @@ def test_the_stub_named_in_the_environment_runs_too_and_unset_still_exits_2() ->
     assert unset.stderr.startswith("stub-only: only the stub can answer: nothing is configured")
 
 
-def test_ask_on_the_stub_offers_an_mcp_servers_tools_offline(offline: Callable[..., Done]) -> None:
+def test_ask_on_the_stub_offers_an_mcp_servers_tools_offline(offline: Ran) -> None:
     done = offline("ask", "--provider", "stub", "--no-kb", "--mcp", SERVER, "--json", "q")
     assert done.returncode == 0, done.stderr
     assert done.stderr == cli.STUB_SAYS + "\n"
@@ -97,25 +89,25 @@ def test_ask_on_the_stub_offers_an_mcp_servers_tools_offline(offline: Callable[.
     assert summary["stopped"] == "answered"
 
 
-def test_call_runs_a_tool_of_an_mcp_server(offline: Callable[..., Done]) -> None:
+def test_call_runs_a_tool_of_an_mcp_server(offline: Ran) -> None:
     done = offline("call", "echo", '{"text": "hello there"}', "--mcp", SERVER)
     assert (done.returncode, done.stdout, done.stderr) == (0, "hello there\n", "")
 
 
-def test_call_with_a_server_still_reaches_the_kbs_tools(offline: Callable[..., Done]) -> None:
+def test_call_with_a_server_still_reaches_the_kbs_tools(offline: Ran) -> None:
     done = offline("call", "kb_types_of", '{"term": "Muffet"}', "--mcp", SERVER)
     assert done.returncode == 0, done.stderr
     assert "Spider" in done.stdout
 
 
-def test_call_of_a_tool_the_server_lacks_exits_1_naming_it(offline: Callable[..., Done]) -> None:
+def test_call_of_a_tool_the_server_lacks_exits_1_naming_it(offline: Ran) -> None:
     done = offline("call", "kb_query", "{}", "--no-kb", "--mcp", SERVER)
     assert done.returncode == 1
     assert "kb_query" in done.stdout
 
 
 def test_call_with_a_server_tool_that_fails_exits_1_with_its_words(
-    offline: Callable[..., Done],
+    offline: Ran,
 ) -> None:
     done = offline("call", "fail", "{}", "--no-kb", "--mcp", SERVER)
     assert done.returncode == 1
@@ -129,9 +121,7 @@ def test_call_with_a_server_tool_that_fails_exits_1_with_its_words(
         (("call", "echo", "{}", "--mcp", "/no/such/program"), "mcp-server: "),
     ],
 )
-def test_call_refusals_are_one_line(
-    offline: Callable[..., Done], argv: tuple[str, ...], said: str
-) -> None:
+def test_call_refusals_are_one_line(offline: Ran, argv: tuple[str, ...], said: str) -> None:
     done = offline(*argv)
     assert done.returncode in (1, 2)
     assert done.stdout == ""
