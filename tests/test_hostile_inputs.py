@@ -10,8 +10,9 @@ without the DNS-rebinding check.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import os
+import logging
 import subprocess
 import sys
 import time
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from conftest import Recorded
 
 SENTENCE = "(isa Humpty Horse)"
-START_TIMEOUT_S = 60  # a loaded 2-core machine imports slowly; a well one never waits this
 
 
 @pytest.fixture(scope="module")
@@ -177,38 +177,43 @@ async def test_arguments_are_read_under_the_calls_clock(
     assert reads < MAX_SCENARIO_SENTENCES
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("VAELII_", "ANTHROPIC_"))}
-
-
 @asynccontextmanager
 async def mcp_http(address: str) -> AsyncIterator[str]:
-    """``vaelii-llm mcp --http ADDRESS`` in a subprocess; yields the URL it printed."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vaelii_llm.cli",
-        "mcp",
-        "--http",
-        address,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=_env(),
+    """What ``vaelii-llm mcp --http ADDRESS`` serves, in this process: the
+    command's own parse of the address, then ``serve_http`` on the sample KB;
+    yields the URL it announced, and stops it by cancelling it."""
+    from vaelii_llm.integrations import mcp as mcp_face
+
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(
+        mcp_face.serve_http(
+            tools.Toolset(kb.sample()), *mcp_face.parse_address(address), ready=ready.set_result
+        )
     )
     try:
-        assert proc.stderr is not None
-        line = (await asyncio.wait_for(proc.stderr.readline(), START_TIMEOUT_S)).decode()
-        assert "serving streamable HTTP at http://" in line, line
-        yield line.rsplit(" ", 1)[-1].strip()
+        await asyncio.wait([ready, serving], return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            serving.result()  # it failed to start: its error, here
+        yield ready.result()
     finally:
-        if proc.returncode is None:
-            proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+
+
+async def test_a_cancelled_http_server_stops_whole(caplog: pytest.LogCaptureFixture) -> None:
+    from mcp import Client
+
+    async with mcp_http("127.0.0.1:0") as url:
+        async with Client(url, read_timeout_seconds=60) as client:
+            listed = await client.list_tools()
+        assert "kb_query" in {tool.name for tool in listed.tools}
+        assert asyncio.all_tasks() - {asyncio.current_task()}  # the server's own, serving
+    assert asyncio.all_tasks() == {asyncio.current_task()}  # none left behind
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", port)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_over_mcp_a_huge_call_is_refused_before_it_is_read() -> None:

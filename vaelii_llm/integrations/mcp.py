@@ -29,6 +29,7 @@ Install with ``pip install 'vaelii-llm[mcp]'``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import ipaddress
 import socket
@@ -78,6 +79,10 @@ _READ_TIMEOUT_S: Final = 10.0
 """How long a connection over HTTP has to send a whole request, head and body,
 counted from when it is ready for one (opened, or its last answer sent). A
 slower one is closed, so half-sent requests cannot hold the server's descriptors."""
+
+_CANCEL_GRACE_S: Final = 2  # whole seconds: uvicorn takes an int
+"""How long a cancelled :func:`serve_http` lets open requests finish before it
+cancels them; the app's lifespan is then ended and the socket closed."""
 
 _MAX_CONNECTIONS: Final = 4096
 """The most HTTP connections served at once, whatever the descriptor limit."""
@@ -237,6 +242,10 @@ async def serve_http(
     A socket bound to a loopback address gets ``mcp``'s DNS-rebinding protection
     (:func:`_rebinding_protection`), however the host was spelled (``127.1``,
     ``localhost``, ``::1``, ``2130706433``…).
+
+    Cancelling the task that awaits this stops the server as Ctrl-C does: no
+    new connection is taken, open requests get :data:`_CANCEL_GRACE_S` to
+    finish, and the app's lifespan ends, so nothing it started is left running.
     """
     import uvicorn
 
@@ -256,7 +265,17 @@ async def serve_http(
             access_log=False,
             http=_bounded_protocol(),
         )
-        await uvicorn.Server(config).serve(sockets=[sock])
+        served = uvicorn.Server(config)
+        serving = asyncio.ensure_future(served.serve(sockets=[sock]))
+        try:
+            await asyncio.shield(serving)
+        except asyncio.CancelledError:
+            served.should_exit = True
+            config.timeout_graceful_shutdown = _CANCEL_GRACE_S
+            while not serving.done():  # bounded by the grace; a second cancel waits too
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(serving)
+            raise
     finally:
         sock.close()
 
