@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -210,7 +211,7 @@ async def test_a_cancelled_http_server_stops_whole(caplog: pytest.LogCaptureFixt
         assert "kb_query" in {tool.name for tool in listed.tools}
         assert asyncio.all_tasks() - {asyncio.current_task()}  # the server's own, serving
     assert asyncio.all_tasks() == {asyncio.current_task()}  # none left behind
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    port = urlsplit(url).port
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection("127.0.0.1", port)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
@@ -425,7 +426,7 @@ async def test_every_loopback_spelling_gets_the_rebinding_check(host: str) -> No
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     async with mcp_http(f"{host}:0") as url, aiohttp.ClientSession() as http:
-        port = url.rsplit(":", 1)[1].split("/")[0]
+        port = urlsplit(url).port
         bound = f"http://{LOOPBACK_SPELLINGS[host]}:{port}/mcp"  # aiohttp wants it canonical
         evil = {**accept, "Host": "evil.example", "Origin": "http://evil.example"}
         async with http.post(bound, json=body, headers=evil) as refused:
