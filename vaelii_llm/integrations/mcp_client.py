@@ -41,6 +41,7 @@ Install with ``pip install 'vaelii-llm[mcp]'``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -50,7 +51,7 @@ import re
 import shlex
 import signal
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager, suppress
 from types import TracebackType
 from typing import Any, Final, Self
@@ -242,6 +243,7 @@ class _Child:
         self.ended = False  # its stdout reached its end
         self.exited: int | None = None  # its exit status, once it exited on its own
         self.late = False  # it had not listed its tools by the start deadline
+        self.broke: str | None = None  # what a task carrying the session raised
         self._listed = anyio.Event()
         self._tail = bytearray()
 
@@ -362,7 +364,7 @@ async def _stdio(
 
     async with anyio.create_task_group() as tasks:
         for job in (reading, listening, writing):
-            tasks.start_soon(job)
+            tasks.start_soon(_carried, job, child, to_session)
         tasks.start_soon(child.watch_start, start_timeout, to_session)
         try:
             yield read, write
@@ -372,6 +374,17 @@ async def _stdio(
                 for stream in (read, write, to_session, from_session):
                     await stream.aclose()
             tasks.cancel_scope.cancel()
+
+
+async def _carried(job: Callable[[], Awaitable[None]], child: _Child, session: Any) -> None:
+    """Run one task carrying the session. What it meets and did not expect ends
+    the session (``session``, the stream it reads), never its opener's task,
+    which the task group would cancel: each call then says why."""
+    try:
+        await job()
+    except Exception as exc:
+        child.broke = excerpt(_reason(exc))
+        await session.aclose()
 
 
 async def _lines(stream: Any) -> AsyncGenerator[bytes, None]:
@@ -453,7 +466,9 @@ class McpToolset:
         self.gone: str | None = None
         """Why the server is gone (it died or hung up), once it is; else None."""
         self._client: Client | None = None
-        self._stack: AsyncExitStack | None = None
+        self._runner: asyncio.Future[None] | None = None  # the session's own task
+        self._stop = asyncio.Event()
+        self._broke: str | None = None  # why the session's own tasks ended it
         self._listed: list[ToolSchema] = []
         self._names: dict[str, str] = {}  # a name as listed -> the server's own
         self._log_filter: _Withholding | None = None
@@ -493,11 +508,48 @@ class McpToolset:
     # -- the session ------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._stack is not None:
+        if self._runner is not None:
             raise RuntimeError(f"the MCP toolset {self.name!r} is already open")
-        stack = AsyncExitStack()
         self._child = _Child() if isinstance(self.server, StdioServerParameters) else None
         self._withhold_from_logs(True)
+        opened: asyncio.Future[tuple[Client, list[tuple[ToolSchema, str]]] | BaseException]
+        opened = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+        runner = self._runner = asyncio.ensure_future(self._run(opened, self._stop))
+        try:
+            found = await asyncio.shield(opened)
+        except asyncio.CancelledError:
+            runner.cancel()
+            await asyncio.wait({runner})
+            self._runner = None
+            self._withhold_from_logs(False)
+            raise
+        if isinstance(found, BaseException):
+            await asyncio.wait({runner})
+            self._runner = None
+            self._withhold_from_logs(False)
+            raise self._not_started(found) from None
+        client, listed = found
+        if self._child is not None:
+            self._child.listed()
+        self._client, self.gone = client, None
+        self._listed = [schema for schema, _ in listed]
+        self._names = {schema.name: own for schema, own in listed}
+        info = client.server_info
+        if not self._named and info is not None and info.name:
+            self.name = info.name  # what the server calls itself
+        return self
+
+    async def _run(
+        self,
+        opened: asyncio.Future[tuple[Client, list[tuple[ToolSchema, str]]] | BaseException],
+        stop: asyncio.Event,
+    ) -> None:
+        """The session, from start to close, in a task of its own: the ``mcp``
+        client's task group lives here, so what its tasks raise ends this task
+        and the session (each call then says why), never a caller's task, and
+        any task may close it."""
+        stack = AsyncExitStack()
         try:
             # the client's own read timeout bounds the handshake and the listing: a
             # cancel scope around them would wrap the client's task group
@@ -507,38 +559,48 @@ class McpToolset:
             listed = await self._list(client)
         except BaseException as exc:
             await _quietly(stack)
-            self._withhold_from_logs(False)
-            if isinstance(exc, McpServerError):
+            opened.set_result(exc)
+            if _cancelled(exc) and _running_cancelled():
                 raise
-            child = self._child or _Child()
-            why = child.why()
-            if child.junk is not None:
-                raise McpServerError(
-                    f"the MCP server {self.name!r} is no MCP server: it {child.junk}{why}"
-                ) from None
-            if child.exited is not None:
-                raise McpServerError(
-                    f"the MCP server {self.name!r} ended before it listed its tools{why}"
-                ) from None
-            if child.late or _timed_out(exc):
-                raise McpServerError(
-                    f"the MCP server {self.name!r} did not start and list its tools "
-                    f"in {self.start_timeout:g} s{why}"
-                ) from None
-            if isinstance(exc, Exception | BaseExceptionGroup) and not _cancelled(exc):
-                raise McpServerError(
-                    f"the MCP server {self.name!r} could not be started: {_reason(exc)}{why}"
-                ) from None
-            raise
-        if self._child is not None:
-            self._child.listed()
-        self._stack, self._client, self.gone = stack, client, None
-        self._listed = [schema for schema, _ in listed]
-        self._names = {schema.name: own for schema, own in listed}
-        info = client.server_info
-        if not self._named and info is not None and info.name:
-            self.name = info.name  # what the server calls itself
-        return self
+            return
+        opened.set_result((client, listed))
+        try:
+            await stop.wait()
+        except asyncio.CancelledError:
+            # The client's task group cancels this task when one of its tasks
+            # fails: the session is over, and the calls say why.
+            broke = await _quietly(stack)
+            if _running_cancelled():
+                raise
+            if broke is not None:
+                self._broke = excerpt(_reason(broke))
+            return
+        await _quietly(stack)
+
+    def _not_started(self, exc: BaseException) -> BaseException:
+        """Why the server did not start, as the :class:`McpServerError` to raise."""
+        if isinstance(exc, McpServerError):
+            return exc
+        child = self._child or _Child()
+        why = child.why()
+        if child.junk is not None:
+            return McpServerError(
+                f"the MCP server {self.name!r} is no MCP server: it {child.junk}{why}"
+            )
+        if child.exited is not None:
+            return McpServerError(
+                f"the MCP server {self.name!r} ended before it listed its tools{why}"
+            )
+        if child.late or _timed_out(exc):
+            return McpServerError(
+                f"the MCP server {self.name!r} did not start and list its tools "
+                f"in {self.start_timeout:g} s{why}"
+            )
+        if isinstance(exc, Exception | BaseExceptionGroup) and not _cancelled(exc):
+            return McpServerError(
+                f"the MCP server {self.name!r} could not be started: {_reason(exc)}{why}"
+            )
+        return exc
 
     async def __aexit__(
         self,
@@ -549,10 +611,12 @@ class McpToolset:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the session and stop the child process; never raises (but a cancellation)."""
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await _quietly(stack)
+        """Close the session and stop the child process, from any task; never
+        raises (but a cancellation of the caller, after which it closes on)."""
+        runner, self._runner, self._client = self._runner, None, None
+        if runner is not None:
+            self._stop.set()
+            await asyncio.shield(runner)
         self._withhold_from_logs(False)
 
     def _withhold_from_logs(self, on: bool) -> None:
@@ -673,11 +737,7 @@ class McpToolset:
             if exc.error.code == types.REQUEST_TIMEOUT:
                 return self._timed_out(server, name)
             if exc.error.code == types.CONNECTION_CLOSED:
-                child = self._child
-                if child is not None and await child.status() is not None:
-                    self.gone = f"the MCP server {server!r} closed the connection{child.why()}"
-                else:
-                    self.gone = f"the MCP server {server!r} closed the connection (did it exit?)"
+                self.gone = await self._closed(server)
                 return self._refused(f"mcp-server-gone: {self.gone}")
             return self._refused(f"mcp-error: {server} {name}: {_reason(exc)}")
         except TimeoutError:
@@ -691,6 +751,19 @@ class McpToolset:
         if result.is_error:
             return ToolResult(ok=False, error=text or f"{name} failed and said nothing")
         return ToolResult(ok=True, result=text)
+
+    async def _closed(self, server: str) -> str:
+        """Why the session with ``server`` closed, as :attr:`gone` says it."""
+        runner = self._runner
+        if runner is not None and not runner.done():  # it may be ending the session now
+            await asyncio.wait({runner}, timeout=_EXIT_WAIT_S)
+        child = self._child
+        broke = child.broke if child is not None and child.broke else self._broke
+        if broke is not None:
+            return f"the session with the MCP server {server!r} broke in this client: {broke}"
+        if child is not None and await child.status() is not None:
+            return f"the MCP server {server!r} closed the connection{child.why()}"
+        return f"the MCP server {server!r} closed the connection (did it exit?)"
 
     def _timed_out(self, server: str, name: str) -> ToolResult:
         return self._refused(
@@ -765,12 +838,22 @@ def _cancelled(exc: BaseException) -> bool:
     return isinstance(exc, anyio.get_cancelled_exc_class())
 
 
-async def _quietly(stack: AsyncExitStack) -> None:
-    """Close ``stack``; a dead server's errors on the way out are already reported."""
+async def _quietly(stack: AsyncExitStack) -> BaseException | None:
+    """Close ``stack``; what it raised on the way out (a dead server's errors,
+    already reported), or None."""
     try:
         await stack.aclose()
-    except Exception:
-        pass
+    except Exception as exc:
+        return exc
     except BaseExceptionGroup as group:
-        if _cancelled(group):
+        if _cancelled(group) and _running_cancelled():
             raise
+        return group
+    return None
+
+
+def _running_cancelled() -> bool:
+    """Whether the running task is being cancelled from outside (not only by a
+    cancel scope of its own that already ended)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
