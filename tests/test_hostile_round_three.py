@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 from conftest import Recorded
 from loopback import RawHandler, serve, serve_raw
-from test_response_metadata import ANSWERS, MESSAGE
+from test_response_metadata import ANSWERS, MESSAGE, OLLAMA_DONE, built
 
-from vaelii_llm import errors
+from vaelii_llm import agent, errors, kb, tools
 from vaelii_llm._protocol import Message, Request, Response
 from vaelii_llm.providers import anthropic, openai
 
@@ -41,13 +41,17 @@ async def answered(kind: str, url: str, streamed: bool) -> Response | errors.LLM
     """What one turn ends in: its Response, or the LLMApiError it raised."""
     async with hosted(kind, url) as model:
         try:
-            if streamed:
-                items = [item async for item in model.stream(QUESTION)]
-                assert isinstance(items[-1], Response)
-                return items[-1]
-            return await model.complete(QUESTION)
+            return await one_turn(model, streamed)
         except errors.LLMApiError as exc:
             return exc
+
+
+async def one_turn(model: Any, streamed: bool) -> Response:
+    if not streamed:
+        return await model.complete(QUESTION)
+    items = [item async for item in model.stream(QUESTION)]
+    assert isinstance(items[-1], Response)
+    return items[-1]
 
 
 def shown(outcome: Response | errors.LLMApiError) -> str:
@@ -193,3 +197,80 @@ async def test_a_long_request_id_is_cut() -> None:
     assert outcome.request_id is not None
     assert 10 < len(outcome.request_id) <= 300
     assert outcome.request_id.endswith("…")
+
+
+# -- item 6: counts from the wire are validated ----------------------------------------
+
+
+def with_count(kind: str, streamed: bool, count: int) -> tuple[str, str]:
+    """``ANSWERS[kind][streamed]`` reporting ``count`` as its input tokens."""
+    content_type, text = ANSWERS[kind][streamed]
+    if kind == "anthropic":
+        return content_type, text.replace('"input_tokens": 3', f'"input_tokens": {count}')
+    if kind == "ollama":
+        done = {**OLLAMA_DONE, "prompt_eval_count": count, "eval_duration": 5}
+        return content_type, json.dumps(done) + ("\n" if streamed else "")
+    if not streamed:
+        return content_type, text.replace('"prompt_tokens": 3', f'"prompt_tokens": {count}')
+    usage = {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": []}
+    usage["usage"] = {"prompt_tokens": count, "completion_tokens": 2}
+    last = "data: [DONE]\n\n"
+    return content_type, text.replace(last, f"data: {json.dumps(usage)}\n\n{last}")
+
+
+@pytest.mark.parametrize("count", [-1_000_000, 10**40])
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("kind", ["anthropic", "openai", "ollama"])
+async def test_a_count_below_zero_or_absurd_is_a_bad_response(
+    kind: str, streamed: bool, count: int
+) -> None:
+    content_type, text = with_count(kind, streamed, count)
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text=text, content_type=content_type)
+
+    async with serve(handler) as url, built(kind, url) as model:
+        with pytest.raises(errors.LLMBadResponse, match=r"input_tokens|prompt_eval_count"):
+            await one_turn(model, streamed)
+    content_type, text = with_count(kind, False, 7)  # an honest count still passes
+    async with serve(handler) as url, built(kind, url) as model:
+        assert (await model.complete(QUESTION)).usage.input_tokens == 7
+
+
+async def test_negative_counts_do_not_defeat_an_agent_s_budget() -> None:
+    """A far end reporting −10⁶ input tokens on every tool-calling turn ran an
+    agent with ``max_input_tokens=100`` to its last turn; now its first turn is
+    refused."""
+    usage = {"input_tokens": -1_000_000, "output_tokens": -1_000_000}
+    calling = [
+        {"type": "message_start", "message": {**MESSAGE, "content": [], "usage": usage}},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "t1", "name": "nothing_here", "input": {}},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": usage},
+        {"type": "message_stop"},
+    ]
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in calling)
+    turns = 0
+
+    async def handler(request: web.Request) -> web.Response:
+        nonlocal turns
+        await request.read()
+        turns += 1
+        return web.Response(text=body, content_type="text/event-stream")
+
+    async with serve(handler) as url, hosted("anthropic", url) as model:
+        with pytest.raises(errors.LLMBadResponse, match="input_tokens is -1000000"):
+            await agent.run(
+                model,
+                tools.Toolset(kb.sample()),
+                "Who is afraid of spiders?",
+                max_turns=5,
+                max_input_tokens=100,
+                max_output_tokens=100,
+            )
+    assert turns == 1

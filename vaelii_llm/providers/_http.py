@@ -99,7 +99,7 @@ import aiohttp
 import msgspec
 
 from vaelii_llm import telemetry
-from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
+from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem, usage_fault
 from vaelii_llm._transport.send import cut, drain, open_stream, request_json
 from vaelii_llm._transport.sessions import Gate, LoopSessions, create_session
 from vaelii_llm._transport.settings import (
@@ -113,7 +113,14 @@ from vaelii_llm._transport.settings import (
     checked_headers,
 )
 from vaelii_llm._transport.withheld import sent_rule, withhold
-from vaelii_llm.errors import LLMApiError, LLMClosed, LLMError, LLMUnreachable, LLMUnsupported
+from vaelii_llm.errors import (
+    LLMApiError,
+    LLMBadResponse,
+    LLMClosed,
+    LLMError,
+    LLMUnreachable,
+    LLMUnsupported,
+)
 
 __all__ = [
     "DRAIN_S",
@@ -444,6 +451,8 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 seen=seen,
             )
             result = finish(parsed)
+            if isinstance(result, Response):
+                _check_usage(result, codec.endpoint)
             if seen and isinstance(result, Response):
                 shown = sent_rule(session, headers, url)
                 return _with_headers(result, codec.endpoint, seen[0], shown)  # type: ignore[return-value]
@@ -527,6 +536,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 for item in assembler.feed(decoder.feed(b"")):
                     yield item
             result = assembler.result()
+            _check_usage(result, codec.endpoint)
             if codec.endpoint.headers is not NO_HEADERS:
                 shown = sent_rule(session, headers, codec.url)
                 result = _with_headers(result, codec.endpoint, chunks.headers, shown)
@@ -545,6 +555,14 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._closed = True
         cut(self._inflight)
         await self._sessions.aclose()
+
+
+def _check_usage(response: Response, endpoint: Endpoint) -> None:
+    """A turn whose far end reported a count below zero or past any context
+    window is LLMBadResponse: budgets that sum counts must be able to trust them."""
+    fault = usage_fault(response.usage)
+    if fault is not None:
+        raise LLMBadResponse(endpoint.label, fault)
 
 
 def _answered_in(exc: LLMError, endpoint: Endpoint, raw: Mapping[str, str] | None) -> None:
