@@ -11,6 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -274,3 +278,79 @@ async def test_negative_counts_do_not_defeat_an_agent_s_budget() -> None:
                 max_output_tokens=100,
             )
     assert turns == 1
+
+
+# -- items 3 and 8, and aclose from another task: the MCP stdio client ------------------
+
+RAW_SERVER = [sys.executable, str(Path(__file__).with_name("mcp_raw_server.py"))]
+MEASURED = textwrap.dedent(
+    """
+    import asyncio, json, resource, sys, time
+    from vaelii_llm.integrations.mcp_client import McpServerError, McpToolset
+
+    def vm_bytes():
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+
+    def peak_mib():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+    # a runaway reader meets MemoryError a GiB on, not the machine's end
+    room = vm_bytes() + 1024**3
+    resource.setrlimit(resource.RLIMIT_AS, (room, room))
+
+    async def main(command, target):
+        out = {}
+        began, at = peak_mib(), time.monotonic()
+        try:
+            async with McpToolset.stdio(command, start_timeout=30, call_timeout=3) as server:
+                out["listed"] = len(server.schemas())
+                began, at = peak_mib(), time.monotonic()
+                answer = await server.call(target)
+                out["answer"] = answer.error or answer.result
+        except McpServerError as exc:
+            out["error"] = str(exc)
+        out["seconds"] = time.monotonic() - at
+        out["grew_mib"] = peak_mib() - began
+        print(json.dumps(out))
+
+    asyncio.run(main(json.loads(sys.argv[1]), sys.argv[2]))
+    """
+)
+
+
+def measured(mode: str, target: str = "echo") -> dict[str, Any]:
+    """What a client in its own process (its address space a GiB over what it
+    starts with) made of the raw server in ``mode``: the call's answer or the
+    start's error, the seconds it took and the MiB its peak memory grew."""
+    command = json.dumps([*RAW_SERVER, mode])
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURED, command, target],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    print(mode, out)
+    return out
+
+
+def test_an_endless_line_ends_the_session_bounded() -> None:
+    """A call answered by a line with no end: main read it until the memory ran
+    out (+3,000 MiB in 7 s); it is now cut at the message bound and the server
+    reported gone, within the call's deadline."""
+    out = measured("endless_line")
+    assert out["answer"].startswith("mcp-server-gone: ")
+    assert "a line over" in out["answer"]
+    assert out["seconds"] < 3 + 1
+    assert out["grew_mib"] < 64
+
+
+def test_a_page_of_a_million_tools_is_refused_bounded() -> None:
+    out = measured("page_1m")
+    assert "a line over" in out["error"]
+    assert out["grew_mib"] < 64

@@ -101,6 +101,13 @@ _STDERR_TAIL_BYTES: Final = 8192
 """The most of a child's stderr kept (its last bytes): an excerpt of it goes in
 the error when the server fails; the rest is read and dropped, never shown."""
 
+_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+"""The most one message from a server may take: a stdio line, an HTTP JSON
+body, an SSE event. What reaches the model is cut to ``max_result_chars`` and
+an image is described, not shown, so a bigger message carries nothing the model
+would see; and a message is parsed into objects several times its size, so an
+endless line or a page of a million tools must stop here, not at the memory's end."""
+
 _EXIT_WAIT_S: Final = 1.0
 """How long a dead server's exit status is waited for, to name it in the error."""
 
@@ -242,6 +249,7 @@ class _Child:
         self.ended = False  # its stdout reached its end
         self.exited: int | None = None  # its exit status, once it exited on its own
         self.late = False  # it had not listed its tools by the start deadline
+        self.overlong = False  # it wrote a line past _MAX_MESSAGE_BYTES
         self._listed = anyio.Event()
         self._tail = bytearray()
 
@@ -290,6 +298,8 @@ class _Child:
         if len(said) > EXCERPT_CHARS:  # its end: where a traceback says what failed
             said = "…" + said[-EXCERPT_CHARS:]
         parts = [] if self.exited is None else [f"it exited with status {self.exited}"]
+        if self.overlong:
+            parts.insert(0, f"it wrote a line over {_MAX_MESSAGE_BYTES} bytes")
         if said:
             parts.append(f"its stderr: {said}")
         return "".join(f"; {part}" for part in parts)
@@ -330,12 +340,15 @@ async def _stdio(
     async def reading() -> None:
         assert process.stdout is not None
         try:
-            async with to_session, aclosing(_lines(process.stdout)) as lines:
-                async for line in lines:
-                    item = child.read(line)
-                    if item is None:
-                        break  # no MCP server: the session sees the end now
-                    await to_session.send(item)
+            try:
+                async with to_session, aclosing(_lines(process.stdout)) as lines:
+                    async for line in lines:
+                        item = child.read(line)
+                        if item is None:
+                            break  # no MCP server: the session sees the end now
+                        await to_session.send(item)
+            except _Overlong:  # the session sees the end now, and is told why
+                child.overlong = True
             async for _ in process.stdout:  # what is left, dropped: it must not block
                 pass
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
@@ -374,18 +387,30 @@ async def _stdio(
             tasks.cancel_scope.cancel()
 
 
-async def _lines(stream: Any) -> AsyncGenerator[bytes, None]:
+class _Overlong(Exception):
+    """A server's line passed :data:`_MAX_MESSAGE_BYTES` before its newline."""
+
+
+async def _lines(stream: Any, most: int = _MAX_MESSAGE_BYTES) -> AsyncGenerator[bytes, None]:
     """The lines of a byte stream that hold more than whitespace, without their
-    newline (a long one is joined once, not rebuilt per chunk)."""
+    newline (a long one is joined once, not rebuilt per chunk); :class:`_Overlong`
+    once a line passes ``most`` bytes, with what it held so far let go."""
     parts: list[bytes] = []
+    held = 0
     async for chunk in stream:
         *lines, rest = chunk.split(b"\n")
         if lines:
-            lines[0], parts = b"".join([*parts, lines[0]]), []
+            lines[0], parts, held = b"".join([*parts, lines[0]]), [], 0
         for line in lines:
+            if len(line) > most:
+                raise _Overlong
             if line.strip():
                 yield line
         if rest:
+            held += len(rest)
+            if held > most:
+                parts.clear()
+                raise _Overlong
             parts.append(rest)
 
 
@@ -673,11 +698,7 @@ class McpToolset:
             if exc.error.code == types.REQUEST_TIMEOUT:
                 return self._timed_out(server, name)
             if exc.error.code == types.CONNECTION_CLOSED:
-                child = self._child
-                if child is not None and await child.status() is not None:
-                    self.gone = f"the MCP server {server!r} closed the connection{child.why()}"
-                else:
-                    self.gone = f"the MCP server {server!r} closed the connection (did it exit?)"
+                self.gone = await self._closed_why(server)
                 return self._refused(f"mcp-server-gone: {self.gone}")
             return self._refused(f"mcp-error: {server} {name}: {_reason(exc)}")
         except TimeoutError:
@@ -691,6 +712,16 @@ class McpToolset:
         if result.is_error:
             return ToolResult(ok=False, error=text or f"{name} failed and said nothing")
         return ToolResult(ok=True, result=text)
+
+    async def _closed_why(self, server: str) -> str:
+        """Why the session with ``server`` ended under a call: cut off by us
+        (a line past the bound), the child's exit, or not known."""
+        child = self._child
+        if child is not None and child.overlong:
+            return f"the MCP server {server!r} was cut off{child.why()}"
+        if child is not None and await child.status() is not None:
+            return f"the MCP server {server!r} closed the connection{child.why()}"
+        return f"the MCP server {server!r} closed the connection (did it exit?)"
 
     def _timed_out(self, server: str, name: str) -> ToolResult:
         return self._refused(
