@@ -4,7 +4,8 @@
 with a newline, ``../../etc``, 10,000 characters, an RTL override and a Cyrillic
 look-alike of ``kb_query``, plus ``echo``; every call answers the place in that
 list of the name it was called by (``called #3``). ``collide NAME`` lists
-``'a b'`` and ``NAME``. ``schema [CHARS]`` lists one tool whose input schema is 10 MB (or ``CHARS``).
+``'a b'`` and ``NAME``. ``schema [CHARS]`` lists one tool whose input schema is
+10 MB (or ``CHARS``).
 ``http`` serves ``names`` over streamable HTTP on a free loopback port, printing
 ``URL <url>`` on stdout, and echoes each request's ``Authorization`` header back
 in an ``X-Echo`` response header.
