@@ -9,8 +9,11 @@ megabyte, a count below zero, a line with no end, a process left running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -25,6 +28,7 @@ from test_response_metadata import ANSWERS, MESSAGE, OLLAMA_DONE, built
 
 from vaelii_llm import agent, errors, kb, tools
 from vaelii_llm._protocol import Message, Request, Response
+from vaelii_llm.integrations.mcp_client import McpToolset
 from vaelii_llm.providers import anthropic, openai
 
 KEY = "sk-ant-api03-Q7m2Xv9LtR4pWsH3jN8cYbZ5"
@@ -354,3 +358,39 @@ def test_a_page_of_a_million_tools_is_refused_bounded() -> None:
     out = measured("page_1m")
     assert "a line over" in out["error"]
     assert out["grew_mib"] < 64
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="reads /proc")
+async def test_a_helper_in_the_server_s_group_is_stopped_with_it(tmp_path: Path) -> None:
+    pidfile = tmp_path / "helper.pid"
+    async with McpToolset.stdio([*RAW_SERVER, "helper", str(pidfile)], start_timeout=30) as s:
+        assert (await s.call("echo")).ok
+        helper = int(pidfile.read_text())
+        assert _alive(helper)
+    try:
+        assert not _alive(helper)  # main: the helper ran on, its parent gone
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(helper, signal.SIGKILL)
+
+
+async def test_a_toolset_closes_from_another_task() -> None:
+    """Opened in one task, closed in another (a web app's startup and shutdown
+    hooks): main cancelled the opening task once the other closed it."""
+    server = McpToolset.stdio([*RAW_SERVER, "plain"], start_timeout=30)
+    await server.__aenter__()
+    assert (await server.call("echo")).ok
+    await asyncio.wait_for(asyncio.create_task(server.aclose()), 30)
+    await asyncio.sleep(0.2)  # main: CancelledError here, in the task that opened it
+    assert not (await server.call("echo")).ok  # closed: refused, not hung
+    async with server:  # and it opens again
+        assert (await server.call("echo")).ok

@@ -41,6 +41,7 @@ Install with ``pip install 'vaelii-llm[mcp]'``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -416,7 +417,8 @@ async def _lines(stream: Any, most: int = _MAX_MESSAGE_BYTES) -> AsyncGenerator[
 
 async def _stop(process: Process, child: _Child, posix: bool) -> None:
     """Stop the child: a moment to exit if it is already ending, its stdin closed,
-    then terminated and killed (its whole group on POSIX), each after
+    then terminated and killed (its whole group on POSIX, what the child left
+    of it too), each after
     :data:`_STOP_GRACE_S` (terminated at once if it proved no MCP server or never
     started: it is owed no graceful end)."""
     if child.ended:
@@ -432,7 +434,7 @@ async def _stop(process: Process, child: _Child, posix: bool) -> None:
         with anyio.move_on_after(grace):
             await process.wait()
         if process.returncode is not None or how is None:
-            return
+            break
         grace = _STOP_GRACE_S
         try:
             if posix:
@@ -441,6 +443,26 @@ async def _stop(process: Process, child: _Child, posix: bool) -> None:
                 process.terminate()
         except (ProcessLookupError, PermissionError):
             pass
+    if posix:
+        await _stop_group(process.pid)
+
+
+async def _stop_group(group: int) -> None:
+    """Stop what is left of the child's process group once the child is gone
+    (a helper it started outlives it otherwise): terminated, then killed after
+    :data:`_STOP_GRACE_S`. The group's id is not reused while one member lives."""
+    for how in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(group, how)
+        except (ProcessLookupError, PermissionError):
+            return
+        with anyio.move_on_after(_STOP_GRACE_S):
+            while True:
+                await anyio.sleep(0.02)
+                try:
+                    os.killpg(group, 0)
+                except (ProcessLookupError, PermissionError):
+                    return
 
 
 class McpToolset:
@@ -478,7 +500,8 @@ class McpToolset:
         self.gone: str | None = None
         """Why the server is gone (it died or hung up), once it is; else None."""
         self._client: Client | None = None
-        self._stack: AsyncExitStack | None = None
+        self._owner: asyncio.Task[None] | None = None  # the task holding the session
+        self._closing: asyncio.Event | None = None  # set: the owner closes it
         self._listed: list[ToolSchema] = []
         self._names: dict[str, str] = {}  # a name as listed -> the server's own
         self._log_filter: _Withholding | None = None
@@ -518,18 +541,67 @@ class McpToolset:
     # -- the session ------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._stack is not None:
+        if self._owner is not None:
             raise RuntimeError(f"the MCP toolset {self.name!r} is already open")
+        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        closing = asyncio.Event()
+        owner = asyncio.create_task(self._own(opened, closing), name=f"MCP toolset {self.name}")
+        self._owner, self._closing = owner, closing
+        try:
+            await asyncio.shield(opened)
+        except BaseException:  # the start failed (McpServerError), or the opener was cancelled
+            self._owner = self._closing = None
+            if not opened.done():
+                owner.cancel()  # so is the start
+            with suppress(BaseException):
+                await owner
+            raise
+        return self
+
+    async def _own(self, opened: asyncio.Future[None], closing: asyncio.Event) -> None:
+        """The task that holds the session: it opens it, waits for the close,
+        and closes it. ``mcp``'s task groups must be left by the task that
+        entered them, so the session lives in its own task, and ``aclose`` from
+        any task only asks it to end."""
         stack = AsyncExitStack()
+        try:
+            client, listed = await self._open(stack)
+        except BaseException as exc:
+            if _cancelled(exc):
+                opened.cancel()
+                raise
+            opened.set_exception(exc)
+            return
+        if self._child is not None:
+            self._child.listed()
+        self._client, self.gone = client, None
+        self._listed = [schema for schema, _ in listed]
+        self._names = {schema.name: own for schema, own in listed}
+        info = client.server_info
+        if not self._named and info is not None and info.name:
+            self.name = info.name  # what the server calls itself
+        opened.set_result(None)
+        try:
+            await closing.wait()
+        finally:
+            self._client = None
+            await _quietly(stack)
+
+    async def _open(self, stack: AsyncExitStack) -> tuple[Client, list[tuple[ToolSchema, str]]]:
+        """Start the server (or session) and list its tools within
+        ``start_timeout``, or raise :class:`McpServerError` saying why."""
         self._child = _Child() if isinstance(self.server, StdioServerParameters) else None
         self._withhold_from_logs(True)
+        began = anyio.current_time()
         try:
-            # the client's own read timeout bounds the handshake and the listing: a
-            # cancel scope around them would wrap the client's task group
+            # the client's own read timeout bounds the handshake: a cancel scope
+            # around it would wrap the client's task group
             client = await stack.enter_async_context(
                 Client(await self._transport(stack), read_timeout_seconds=self.start_timeout)
             )
-            listed = await self._list(client)
+            # the listing, every page, in what is left of the start's budget
+            with anyio.fail_after(max(0.0, began + self.start_timeout - anyio.current_time())):
+                listed = await self._list(client)
         except BaseException as exc:
             await _quietly(stack)
             self._withhold_from_logs(False)
@@ -555,15 +627,7 @@ class McpToolset:
                     f"the MCP server {self.name!r} could not be started: {_reason(exc)}{why}"
                 ) from None
             raise
-        if self._child is not None:
-            self._child.listed()
-        self._stack, self._client, self.gone = stack, client, None
-        self._listed = [schema for schema, _ in listed]
-        self._names = {schema.name: own for schema, own in listed}
-        info = client.server_info
-        if not self._named and info is not None and info.name:
-            self.name = info.name  # what the server calls itself
-        return self
+        return client, listed
 
     async def __aexit__(
         self,
@@ -574,10 +638,14 @@ class McpToolset:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the session and stop the child process; never raises (but a cancellation)."""
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await _quietly(stack)
+        """Close the session and stop the child process, from any task; never
+        raises (but a cancellation, which leaves the close to finish on its own)."""
+        owner, closing = self._owner, self._closing
+        self._owner = self._closing = self._client = None
+        if owner is not None and closing is not None:
+            closing.set()
+            with suppress(Exception):
+                await asyncio.shield(owner)
         self._withhold_from_logs(False)
 
     def _withhold_from_logs(self, on: bool) -> None:
