@@ -17,9 +17,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
+import mcp_http_fake
 import pytest
 from aiohttp import web
 from conftest import Recorded
@@ -28,7 +30,7 @@ from test_response_metadata import ANSWERS, MESSAGE, OLLAMA_DONE, built
 
 from vaelii_llm import agent, errors, kb, tools
 from vaelii_llm._protocol import Message, Request, Response
-from vaelii_llm.integrations.mcp_client import McpToolset
+from vaelii_llm.integrations.mcp_client import McpServerError, McpToolset
 from vaelii_llm.providers import anthropic, openai
 
 KEY = "sk-ant-api03-Q7m2Xv9LtR4pWsH3jN8cYbZ5"
@@ -394,3 +396,97 @@ async def test_a_toolset_closes_from_another_task() -> None:
     assert not (await server.call("echo")).ok  # closed: refused, not hung
     async with server:  # and it opens again
         assert (await server.call("echo")).ok
+
+
+# -- items 4, 9 and 10: the MCP HTTP client ----------------------------------------------
+
+HTTP_MEASURED = textwrap.dedent(
+    """
+    import asyncio, json, logging, resource, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from loopback import serve
+    from mcp_http_fake import app
+    from vaelii_llm.integrations.mcp_client import McpToolset
+
+    def peak_mib():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+    class Kept(logging.Handler):
+        lines = []
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    logging.basicConfig(level=logging.DEBUG, handlers=[Kept()])
+
+    async def main(result_bytes, announced):
+        out = {}
+        headers = {"Authorization": "Bearer tok-FIRST-USE-0123456789"}
+        async with serve(app(result_bytes=result_bytes, announced=announced)) as url:
+            async with McpToolset.http(url + "/mcp", headers=headers, start_timeout=30) as server:
+                began, at = peak_mib(), time.monotonic()
+                answer = await server.call("t0")
+                out["answer"] = answer.error or answer.result
+                out["seconds"] = time.monotonic() - at
+                out["grew_mib"] = peak_mib() - began
+        out["echoed"] = [line for line in Kept.lines if "FIRST-USE" in line]
+        out["logged"] = sum("x-echo" in line.lower() for line in Kept.lines)
+        print(json.dumps(out))
+
+    asyncio.run(main(int(sys.argv[2]), sys.argv[3] == "announced"))
+    """
+)
+
+
+def http_measured(result_bytes: int, announced: bool = True) -> dict[str, Any]:
+    """A fresh client process against :mod:`mcp_http_fake` answering a call
+    with ``result_bytes`` of JSON: the answer, its time, the peak's growth, and
+    the log lines holding the token (DEBUG on from the start)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            HTTP_MEASURED,
+            str(Path(__file__).parent),
+            str(result_bytes),
+            "announced" if announced else "chunked",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    print({k: v for k, v in out.items() if k != "echoed"}, len(out["echoed"]))
+    return out
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["announced", "chunked"])
+def test_a_200_mb_json_tool_result_is_refused_as_it_arrives(announced: bool) -> None:
+    """Main parsed it whole (+1.22 GiB) though the result is cut anyway."""
+    out = http_measured(200 * 1024 * 1024, announced)
+    assert out["answer"].startswith("mcp-error: ")
+    assert "passed 4194304 bytes" in out["answer"]
+    assert out["grew_mib"] < 64
+
+
+def test_the_token_stays_out_of_httpcore_s_log_from_the_first_use() -> None:
+    """The logger that writes the response headers is made on the first
+    request; main's filter went only on loggers that existed already."""
+    out = http_measured(0)
+    assert out["answer"] == "ok"
+    assert out["logged"]  # the echoing header was logged…
+    assert out["echoed"] == []  # …with the token withheld
+
+
+async def test_the_http_start_timeout_bounds_the_whole_start() -> None:
+    """Ten slow ``tools/list`` pages under ``start_timeout=2``: main took
+    15.1 s (each request bounded, not the start)."""
+    began = time.monotonic()
+    async with serve(mcp_http_fake.app(pages=10, page_delay=1.0)) as url:
+        with pytest.raises(McpServerError, match="did not start and list its tools in 2 s"):
+            async with McpToolset.http(f"{url}/mcp", start_timeout=2):
+                pass
+    took = time.monotonic() - began
+    print(f"10 slow pages: {took:.2f} s")
+    assert took < 2 + 1

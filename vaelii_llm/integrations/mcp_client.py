@@ -51,12 +51,13 @@ import re
 import shlex
 import signal
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager, suppress
 from types import TracebackType
 from typing import Any, Final, Self
 
 import anyio
+import httpx2
 import mcp.types as types
 from anyio.abc import Process
 from mcp import Client
@@ -180,20 +181,29 @@ def _fitted_name(name: str) -> str:
     return f"{kept}_{digest}"
 
 
-class _Withholding(logging.Filter):
-    """Rewrites a log record of the HTTP client whose text holds a credential
-    the toolset sends (a header a server echoed), by the transport's one rule."""
+_RULES: list[Any] = []
+"""The withholding rules of the HTTP toolsets open now, one each."""
 
-    def __init__(self, rule: Any) -> None:
-        super().__init__()
-        self.rule = rule
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        shown = self.rule.text(text)
-        if shown != text:
-            record.msg, record.args = shown, None
-        return True
+def _withheld_records(make: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    """A log record factory over ``make`` that rewrites a record of the HTTP
+    client (:data:`_HTTP_LOGGERS`) whose text holds a credential an open
+    toolset sends, by the transport's one rule. A factory, not a filter: the
+    client makes some of its loggers on its first request, after the toolset
+    opened, and a filter reaches only the loggers that exist."""
+
+    def made(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        if _RULES and record.name.split(".", 1)[0].rstrip("0123456789") in _HTTP_LOGGERS:
+            text = shown = record.getMessage()
+            for rule in _RULES.copy():  # another thread may log while one closes
+                shown = rule.text(shown)
+            if shown != text:
+                record.msg, record.args = shown, None
+        return record
+
+    made.withholds = True  # type: ignore[attr-defined]
+    return made
 
 
 def _size(data: str) -> int:
@@ -504,7 +514,7 @@ class McpToolset:
         self._closing: asyncio.Event | None = None  # set: the owner closes it
         self._listed: list[ToolSchema] = []
         self._names: dict[str, str] = {}  # a name as listed -> the server's own
-        self._log_filter: _Withholding | None = None
+        self._log_rule: Any = None  # this toolset's entry in _RULES
         self._child: _Child | None = None
 
     @classmethod
@@ -652,19 +662,21 @@ class McpToolset:
         """Keep the headers' credentials out of the HTTP client's log lines (a
         server echoing one in a response header would put it in httpcore's
         DEBUG line), from the session's opening to its close."""
-        held, self._log_filter = self._log_filter, None
+        held, self._log_rule = self._log_rule, None
         if held is not None:
-            for logger in _http_loggers():
-                logger.removeFilter(held)
+            with suppress(ValueError):
+                _RULES.remove(held)
         if not on or not isinstance(self.server, str):
             return
         from vaelii_llm._transport.withheld import _withheld  # the transport's one rule
 
         rule = _withheld([self.headers], [self.server])
         if rule:
-            self._log_filter = _Withholding(rule)
-            for logger in _http_loggers():
-                logger.addFilter(self._log_filter)
+            current = logging.getLogRecordFactory()
+            if not getattr(current, "withholds", False):  # installed once, a pass-through when idle
+                logging.setLogRecordFactory(_withheld_records(current))
+            self._log_rule = rule
+            _RULES.append(rule)
 
     async def _transport(self, stack: AsyncExitStack) -> Any:
         server = self.server
@@ -675,6 +687,7 @@ class McpToolset:
             http = await stack.enter_async_context(
                 create_mcp_http_client(headers=self.headers or None)
             )
+            http.event_hooks["response"].append(_bounded_json)
             return streamable_http_client(server, http_client=http)
         return server  # an in-process mcp server: Client connects to it directly
 
@@ -801,6 +814,39 @@ class McpToolset:
         return ToolResult(ok=False, error=_edn.cut(message, self.max_result_chars).text)
 
 
+async def _bounded_json(response: Any) -> None:
+    """An HTTP answer's JSON body, read by ``mcp`` whole, bounded at
+    :data:`_MAX_MESSAGE_BYTES` as it is read (an SSE body is bounded per event
+    by ``mcp`` itself): past it, the read fails as a broken stream, which
+    ``mcp`` answers the call with as a parse error, the rest unread."""
+    if response.headers.get("content-type", "").lower().startswith("application/json"):
+        response.stream = _BoundedBody(response.stream, response.headers.get("content-length"))
+
+
+class _BoundedBody(httpx2.AsyncByteStream):
+    """A response body that raises ``httpx2.StreamError`` once it is announced
+    or read past :data:`_MAX_MESSAGE_BYTES`."""
+
+    def __init__(self, stream: Any, announced: str | None) -> None:
+        self._stream = stream
+        self._announced = int(announced) if announced and announced.isdecimal() else 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        if self._announced <= _MAX_MESSAGE_BYTES:
+            async for chunk in self._stream:
+                read += len(chunk)
+                if read > _MAX_MESSAGE_BYTES:
+                    break
+                yield chunk
+            else:
+                return
+        raise httpx2.StreamError(f"the server's answer passed {_MAX_MESSAGE_BYTES} bytes")
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 def _default_name(server: Any) -> str:
     if isinstance(server, StdioServerParameters):
         return _shown_command(server)
@@ -810,16 +856,6 @@ def _default_name(server: Any) -> str:
         parts = urlsplit(server)
         return (parts.hostname or server) + (f":{parts.port}" if parts.port else "")
     return str(getattr(server, "name", None) or type(server).__name__)
-
-
-def _http_loggers() -> list[logging.Logger]:
-    """The HTTP client's loggers (:data:`_HTTP_LOGGERS`), as its modules made them."""
-    return [
-        logger
-        for name, logger in list(logging.root.manager.loggerDict.items())
-        if isinstance(logger, logging.Logger)
-        and name.split(".", 1)[0].rstrip("0123456789") in _HTTP_LOGGERS
-    ]
 
 
 def _shown_command(params: StdioServerParameters) -> str:
