@@ -276,7 +276,43 @@ def _environ_get() -> Callable[[str], str | None]:
     return get
 
 
-_getenv: Final = _environ_get()
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""What no switch value may hold once trimmed: C0 and C1 controls, DEL, the
+Unicode line separators and the direction overrides. A newline in a URL would
+be printed as a line of its own (a forged ``why: all good``), an escape would
+drive the terminal."""
+
+
+def _checked(get: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """``get``, refusing a value that holds a :data:`_CONTROL` character once
+    trimmed (the stray CR/LF a .env file leaves at an end is trimmed, not
+    refused) with a ValueError naming the variable, never quoting the value:
+    the one check every switch's value passes, wherever it is read. A
+    credential is left to the check that makes it a header
+    (:class:`~vaelii_llm.errors.LLMBadCredential`, naming the header)."""
+    passed: dict[str, str] = {}  # the value each name last had when it passed
+
+    def checked(name: str) -> str | None:
+        value = get(name)
+        if value is None or passed.get(name) == value:
+            return value
+        switch = _BY_NAME.get(name)
+        if switch is not None and switch.secret:  # refused as it becomes a header, naming it
+            return value
+        found = _CONTROL.search(value.strip())
+        if found is not None:
+            raise ValueError(
+                f"{name} holds a control character (U+{ord(found.group()):04X}) at character "
+                f"{found.start() + 1}; a switch's value is one line of printable text "
+                "(value withheld)"
+            )
+        passed[name] = value
+        return value
+
+    return checked
+
+
+_getenv: Final = _checked(_environ_get())
 
 
 def _read(switch: Switch) -> str | None:
