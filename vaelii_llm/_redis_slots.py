@@ -70,6 +70,7 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test extra
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
     ) from exc
 
+from vaelii_llm._redis_limits import AGREE, Limits
 from vaelii_llm._slots import POLL_S, POOL_LABEL, Ledger, Spread
 from vaelii_llm.config import hide_userinfo
 from vaelii_llm.errors import LLMClosed, LLMPoolTimeout, LLMUnreachable, excerpt
@@ -378,6 +379,7 @@ class RedisSlots:
         self._cool_keys = tuple(f"{prefix}:cool:{host}" for host in hosts)
         self._freed_key = f"{prefix}:freed"
         self._epoch_key = f"{prefix}:epoch"
+        self._limits = Limits(f"{prefix}:limits", hosts, slots, lease_ttl_ms)
         self._slots = tuple(slots)
         self._ttl_ms = lease_ttl_ms
         self._cooldown_ms = cooldown_ms
@@ -482,6 +484,7 @@ class RedisSlots:
         deadline = loop.time() + book.acquire_timeout_ms / 1000
         answered = False
         try:
+            await self._agree_limits(deadline if book.acquire_timeout_ms else math.inf)
             if book.waiting == 0:
                 # With no timeout, one try, bounded by Redis's own.
                 until = deadline if book.acquire_timeout_ms else math.inf
@@ -514,6 +517,26 @@ class RedisSlots:
                     self.label, f"no answer inside the pool's {book.acquire_timeout_ms} ms"
                 ) from exc
             raise LLMPoolTimeout(POOL_LABEL, book.acquire_timeout_ms) from exc
+
+    async def _agree_limits(self, until: float) -> None:
+        """This pool's limits checked against those every process sharing it
+        recorded (:mod:`vaelii_llm._redis_limits`); LLMClosed when the pool
+        closed while the check waited."""
+
+        def run(keys: list[str], args: list[str | int]) -> Awaitable[Any]:
+            script = self._scripts.get("limits")
+            if script is None:
+                script = self._scripts["limits"] = self._redis().register_script(AGREE)
+            return self._call(script(keys=keys, args=args))
+
+        try:
+            await self._limits.check(run, self._spawn, until)
+        except (LLMUnreachable, asyncio.CancelledError):
+            # the close cut the check (its task cancelled, or its client closed)
+            task = asyncio.current_task()
+            if self._book.closed and (task is None or not task.cancelling()):
+                raise LLMClosed(POOL_LABEL, waited=True) from None
+            raise
 
     async def _take_one(self, prefs: str, until: float = math.inf) -> tuple[int, str]:
         asked = self.take(prefs, until)

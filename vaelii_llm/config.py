@@ -482,15 +482,25 @@ def _userinfo_end(candidate: str, text: str, after: int) -> int:
     return len(candidate)
 
 
+_SECRET_PARAMETER = re.compile(r"(?i)([?&;][\w.-]*(?:pass|pwd|secret|token|key)[\w.-]*=)[^&#\s,]*")
+"""A query parameter whose name says its value is a credential: redis-py's
+documented ``?password=`` (``redis://``, ``unix://``), a ``token=``, an ``api_key=``."""
+
+
 def hide_userinfo(value: str) -> str:
     """``value`` with every ``user:password@`` cut out of the URLs or hosts it
-    names (a comma-separated host list included), for messages and displays."""
+    names (a comma-separated host list included), and the value of every query
+    parameter naming a credential (:data:`_SECRET_PARAMETER`) withheld, for
+    messages and displays."""
 
     def cut(found: re.Match[str]) -> str:
         lead, candidate = (found[1], found[2]) if found[1] else (found[3], found[4])
         return lead + candidate[_userinfo_end(candidate, value, found.end()) :]
 
-    return _USERINFO.sub(cut, value)
+    shown = _USERINFO.sub(cut, value)
+    if "=" in shown:
+        shown = _SECRET_PARAMETER.sub(r"\1<withheld>", shown)
+    return shown
 
 
 def userinfo(url: str) -> str | None:
