@@ -18,13 +18,20 @@ Each call keeps the guarantees the KB's own tools give:
   ``mcp-timeout: …``, ``mcp-server-gone: …``; a tool's own ``isError`` text as
   the server wrote it);
 * bounded: the text is cut at ``max_result_chars`` with the KB tools' marker
-  (:func:`vaelii_llm._edn.cut`, the one bound both use);
+  (:func:`vaelii_llm._edn.cut`, the one bound both use), and no message from
+  the server is read past :data:`_MAX_MESSAGE_BYTES` (a stdio line ends the
+  session, an HTTP JSON answer fails the call);
 * a per-call deadline (``call_timeout``): a hung tool is an error result after
   it and the session stays usable (the request is cancelled on the server);
 * a server that dies is reported so (:attr:`McpToolset.gone`, with its exit
   status), and every later call answers the same error at once; an input the
   model sent nested too deep or not JSON is a ``bad-input`` result, never a
   server gone.
+
+The session lives in a task of its own, so the toolset may be closed from any
+task; closing it stops a stdio server's whole process group, helpers it left
+behind included. ``start_timeout`` bounds the whole start: the handshake and
+every page of the tool list.
 
 What reaches the model is bounded too: a tool name outside the providers' grammar
 is renamed (:func:`_fitted_name`), and a tool list spelling over

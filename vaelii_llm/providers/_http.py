@@ -343,6 +343,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._shared_headers: Mapping[str, str] | None = None  # on a caller's session
         self._closed = False
         self._inflight: set[aiohttp.ClientResponse] = set()  # bodies being read, cut by aclose
+        self._shown_rules: dict[tuple[Any, ...], Callable[[str], str]] = {}  # _header_rule's
         telemetry.on_build()
 
     @property
@@ -383,6 +384,20 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         if not turn:
             return shared
         return {**shared, **turn}
+
+    def _header_rule(
+        self, session: aiohttp.ClientSession, headers: Mapping[str, str] | None, url: str
+    ) -> Callable[[str], str]:
+        """What withholds the credentials a turn sent from the headers its 200
+        hands on: made once for each session, headers and URL the provider's
+        turns use (a turn repeats them), so a small turn does not pay for it."""
+        key = (session, None if headers is None else tuple(headers.items()), url)
+        rule = self._shown_rules.get(key)
+        if rule is None:
+            if len(self._shown_rules) >= _SHOWN_RULES_KEPT:
+                self._shown_rules.clear()
+            rule = self._shown_rules[key] = sent_rule(session, headers, url)
+        return rule
 
     async def _credential(self) -> Any:
         """The credential step's answer (None with no step); LLMClosed when
@@ -454,7 +469,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             if isinstance(result, Response):
                 _check_usage(result, codec.endpoint)
             if seen and isinstance(result, Response):
-                shown = sent_rule(session, headers, url)
+                shown = self._header_rule(session, headers, url)
                 return _with_headers(result, codec.endpoint, seen[0], shown)  # type: ignore[return-value]
             return result
         except LLMError as exc:
@@ -538,7 +553,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             result = assembler.result()
             _check_usage(result, codec.endpoint)
             if codec.endpoint.headers is not NO_HEADERS:
-                shown = sent_rule(session, headers, codec.url)
+                shown = self._header_rule(session, headers, codec.url)
                 result = _with_headers(result, codec.endpoint, chunks.headers, shown)
         except LLMError as exc:
             _answered_in(exc, codec.endpoint, answer)
@@ -555,6 +570,11 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._closed = True
         cut(self._inflight)
         await self._sessions.aclose()
+
+
+_SHOWN_RULES_KEPT: Final = 8
+"""Rules :meth:`HTTPProvider._header_rule` keeps: one per loop's session and
+credential in use; past it they are made afresh."""
 
 
 def _check_usage(response: Response, endpoint: Endpoint) -> None:
