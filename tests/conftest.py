@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-pytest_plugins = ["pytester"]
+# bounded_runs: every test ends by its bound, every failure's report is bounded.
+pytest_plugins = ["pytester", "bounded_runs"]
 
 LOOPS = ("asyncio", "uvloop")
 TEST_LOOP = os.environ.get("VAELII_TEST_LOOP", "").strip().lower() or "asyncio"
@@ -50,44 +51,6 @@ if TEST_LOOP == "uvloop":
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"event loop: {TEST_LOOP} (VAELII_TEST_LOOP)"
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool:
-    """pytest-timeout's bound (pyproject's ``timeout``), ended so that a hung
-    test fails by its name on either loop, and the run goes on.
-
-    Its own SIGALRM handler raises where the signal lands; on a loop that is
-    not where the test hangs, and uvloop runs the handler as a callback and
-    only logs what it raises. So while a loop runs, the handler prints each
-    task's stack and stops the loop (woken through its self-pipe): the test
-    ends in "Event loop stopped before Future completed". With no loop
-    running, pytest-timeout's own handler raises in place.
-    """
-    import pytest_timeout
-
-    def expired(signum: int, frame: types.FrameType | None) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:  # raised outside the except: no "no running event loop" chained
-            pytest_timeout.timeout_sigalrm(item, settings)
-            return
-        terminal = item.config.get_terminal_writer()
-        terminal.sep("+", title=f"Timeout (>{settings.timeout}s): {item.nodeid}")
-        for task in asyncio.all_tasks(loop):
-            task.print_stack(file=terminal)  # type: ignore[arg-type]
-        loop.call_soon_threadsafe(loop.stop)
-
-    def cancel() -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
-
-    item.cancel_timeout = cancel  # type: ignore[attr-defined]  # pytest-timeout's own slot
-    signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, settings.timeout)
-    return True
 
 
 @pytest.hookimpl(wrapper=True)

@@ -3,9 +3,12 @@ and 2): answer the slot scripts with a reply of the wrong shape, or restart
 without persistence while calls hold slots.
 
 A wrong reply is played by a small RESP server here (it answers the scripts'
-EVALSHA with the row's bytes and everything else as a Redis would); a restart
-by a real ``redis-server`` (tests/redis_server.py), killed with SIGKILL and
-started again on its port, empty.
+EVALSHA, or a command of the connection's handshake, with the row's bytes and
+everything else as a Redis would); a restart by a real ``redis-server``
+(tests/redis_server.py), killed with SIGKILL and started again on its port,
+empty. Issue 46: the same bounds hold whatever the Redis client raises, so
+the client is also made to raise an exception of no library's (monkeypatched)
+against a real ``redis-server``.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import asyncio
 import gc
 import hashlib
 import logging
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +30,9 @@ from loopback import serve, serve_raw
 from redis_server import RedisServer
 from test_pool_redis import TTL_MS, hosts, shared_pool, until
 
+from vaelii_llm import _redis_slots
 from vaelii_llm._pool import Pool
-from vaelii_llm._redis_slots import COUNT, RENEW, STEP
+from vaelii_llm._redis_slots import COUNT, RENEW, STEP, RedisSlots
 from vaelii_llm.errors import LLMUnreachable
 from vaelii_llm.pool import vote
 from vaelii_llm.providers import ollama
@@ -55,7 +59,9 @@ class FakeRedis:
     """A RESP server answering each slot script with ``replies[script]`` (raw
     bytes; a script not named there answers as the real one would for one
     host and one take: host 1, or every lease kept), SCRIPT LOAD with the
-    script's digest, BLPOP with nil after its timeout, anything else +OK."""
+    script's digest, BLPOP with nil after its timeout, HELLO as a Redis 6 does,
+    any other command with ``replies[command]`` (``"auth"``, ``"client"``…)
+    or +OK."""
 
     replies: dict[str, bytes]
     asked: list[str] = field(default_factory=list)
@@ -83,6 +89,13 @@ class FakeRedis:
             return array(b":0\r\n", b":0\r\n")
         if command == b"SCRIPT":
             return bulk(hashlib.sha1(words[2]).hexdigest().encode())
+        self.asked.append(command.decode().lower())
+        if self.asked[-1] in self.replies:
+            return self.replies[self.asked[-1]]
+        if command == b"HELLO":  # the server's facts, as a map (RESP3) or an array
+            facts = [bulk(b"server"), bulk(b"redis"), bulk(b"proto"), b":%s\r\n" % words[1]]
+            head = b"%%%d\r\n" % (len(facts) // 2) if words[1] == b"3" else b"*%d\r\n" % 4
+            return head + b"".join(facts)
         return b"+OK\r\n"
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -141,10 +154,10 @@ STEP_ROWS = {
     "an integer answer": array(bulk(RUN), b":1\r\n"),
     "protocol garbage": b"abc\r\n",
     "an error": b"-ERR boom\r\n",
-    "a RESP2 nil": b"$-1\r\n",  # RESP3 (redis-py's) reads a bulk not yet sent: no answer
+    "a RESP2 nil": b"$-1\r\n",
 }
-SILENT = {"a RESP2 nil"}
-"""Rows redis-py reads as a reply still coming: they end at the acquire timeout."""
+"""Each ends the take at once: the pool speaks RESP2 on every redis-py, so
+RESP3's types (nil, true, double, map) are protocol errors there."""
 
 ACQUIRE_MS = 2_000
 
@@ -177,11 +190,9 @@ async def test_a_wrong_reply_to_the_take_script_ends_the_take_typed_and_at_once(
             raised, p = await _checked_out(fake.url, ACQUIRE_MS)
         assert isinstance(raised, LLMUnreachable), raised
         assert raised.label == f"the vote pool's Redis at {fake.url}"
-        waited_out = f"no answer inside the pool's {ACQUIRE_MS} ms" in str(raised)
-        # The reply itself ends the take (not the acquire timeout), but for a
-        # reply redis-py waits on: the pool's own bound, as for a silent Redis.
-        assert waited_out is (row in SILENT), str(raised)
-        assert fake.asked[0] == "step"
+        # The reply itself ends the take, not the acquire timeout.
+        assert "no answer inside" not in str(raised), str(raised)
+        assert "step" in fake.asked
         assert (p.outstanding, p.statistics().waiters) == (0, 0)
         assert [h.held for h in p.statistics().hosts] == [0]
         assert p._slots._held == {}  # no lease counted as taken here
@@ -221,7 +232,8 @@ async def test_a_wrong_reply_to_the_renewal_is_logged_typed_and_the_slot_still_g
                 await fake.renewed_twice.wait()
             await p.aclose()
         assert (p.outstanding, p._slots._held) == (0, {})
-        assert fake.asked[-1] == "step"  # the release went out after the bad renewals
+        scripts = [a for a in fake.asked if a in SHAS.values()]
+        assert scripts[-1] == "step"  # the release went out after the bad renewals
         warned = [r.getMessage() for r in caplog.records if r.name == "vaelii_llm.pool"]
         assert warned
         assert all("leases were not renewed" in w for w in warned), warned
@@ -261,8 +273,233 @@ async def test_the_fake_answers_a_well_formed_take_as_redis_would() -> None:
             assert [h.held for h in p.statistics().hosts] == [1]
         assert (await p.read_statistics()).hosts[0].held_everywhere == 0
         await p.aclose()
-    assert fake.asked[0] == "step"
+    assert next(a for a in fake.asked if a in SHAS.values()) == "step"
     assert "count" in fake.asked
+
+
+# ---------------------------------------------------------------------------
+# Issue 46: the connection's handshake answered wrongly
+
+HANDSHAKE_ROWS = {
+    "AUTH answered with a map": ("auth", b"%1\r\n+a\r\n:1\r\n"),
+    "AUTH answered with garbage": ("auth", b"abc\r\n"),
+    "AUTH answered with nil": ("auth", b"$-1\r\n"),
+    "AUTH refused": ("auth", b"-WRONGPASS invalid username-password pair\r\n"),
+    "CLIENT SETINFO answered with garbage": ("client", b"abc\r\n"),
+    "HELLO answered with a bare string": ("hello", b"+OK\r\n"),
+}
+"""A handshake command and a wrong answer to it. HELLO is never sent (the
+pool speaks RESP2): its row proves the pool does not depend on it."""
+
+FAST_S = 1.0
+"""A typed failure "at once": well inside the acquire timeout on a loaded machine."""
+
+
+@pytest.mark.parametrize("row", HANDSHAKE_ROWS)
+async def test_a_handshake_answered_wrongly_is_a_typed_failure_at_once(row: str) -> None:
+    command, reply = HANDSHAKE_ROWS[row]
+    loop = asyncio.get_running_loop()
+    handed: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: handed.append(context))
+    try:
+        async with fake_redis({command: reply}) as fake:
+            url = fake.url.replace("redis://", "redis://:hunter2@")
+            started = loop.time()
+            raised, p = await _checked_out(url, ACQUIRE_MS)
+            took = loop.time() - started
+        if command == "hello":  # never asked: the checkout succeeds
+            assert raised is None
+            assert "hello" not in fake.asked
+        else:
+            assert isinstance(raised, LLMUnreachable), raised
+            assert took < FAST_S, took
+            assert "hunter2" not in f"{raised} {raised!r} {raised.reason}"
+            assert command in fake.asked
+            assert "step" not in fake.asked  # it failed before the script was sent
+        assert (p.outstanding, p._slots._held) == (0, {})
+    finally:
+        gc.collect()
+        loop.set_exception_handler(None)
+    assert handed == []
+
+
+# ---------------------------------------------------------------------------
+# Issue 46: whatever the client raises, every waiter ends typed, in its bound
+
+
+@pytest.fixture
+async def real_redis() -> AsyncIterator[RedisServer]:
+    async with RedisServer() as server:
+        yield server
+
+
+class Surprise(Exception):
+    """An exception of no library's: what a client version might raise."""
+
+
+def surprising(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on every reply the Redis client reads raises :class:`Surprise`."""
+
+    async def read_response(*args: Any, **kwargs: Any) -> Any:
+        raise Surprise("the client's parser met something new")
+
+    monkeypatch.setattr(aioredis.connection.Connection, "read_response", read_response)
+
+
+@contextmanager
+def watched(caplog: pytest.LogCaptureFixture) -> Iterator[list[dict[str, Any]]]:
+    """What the loop's exception handler was handed meanwhile (a task's exception
+    nobody read among it, once collected); "never retrieved" is never logged."""
+    loop = asyncio.get_running_loop()
+    handed: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: handed.append(context))
+    try:
+        yield handed
+    finally:
+        gc.collect()
+        loop.set_exception_handler(None)
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+def surprised(raised: BaseException | None, url: str) -> None:
+    """``raised`` is the pool's typed failure, the client's exception chained."""
+    assert isinstance(raised, LLMUnreachable), raised
+    assert raised.label == f"the vote pool's Redis at {url}"
+    assert isinstance(raised.__cause__, Surprise), repr(raised.__cause__)
+    assert "Surprise" in raised.reason
+
+
+@pytest.mark.parametrize("timeout_ms", [ACQUIRE_MS, 0])
+async def test_whatever_the_client_raises_a_take_ends_typed_at_once(
+    timeout_ms: int,
+    real_redis: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    surprising(monkeypatch)
+    loop = asyncio.get_running_loop()
+    with watched(caplog) as handed:
+        started = loop.time()
+        raised, p = await _checked_out(real_redis.url, timeout_ms)
+        took = loop.time() - started
+        surprised(raised, real_redis.url)
+        assert took < FAST_S, took
+        assert (p.outstanding, p._slots._held) == (0, {})
+    assert handed == []
+
+
+async def test_whatever_the_client_raises_counting_renewing_and_cooling_end_typed(
+    real_redis: RedisServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "vaelii_llm.pool")
+    with watched(caplog) as handed:
+        async with hosts(1) as (a,):
+            p = shared_pool([a.url], real_redis.url, slots=1, lease_ttl_ms=60)
+            async with p.provider():
+                surprising(monkeypatch)  # the slot is held: now renewals fail
+                with pytest.raises(LLMUnreachable) as counted:
+                    await p.read_statistics()
+                surprised(counted.value, real_redis.url)
+                p._slots.cool(0)
+                await until(lambda: len(caplog.records) >= 2)
+            monkeypatch.undo()
+            await p.aclose()
+            # The release went back (or expires in its TTL): nothing is held here.
+            assert (p.outstanding, p._slots._held) == (0, {})
+    warned = [r.getMessage() for r in caplog.records]
+    assert any("leases were not renewed" in w and "Surprise" in w for w in warned), warned
+    assert any("cool-down was not shared" in w and "Surprise" in w for w in warned), warned
+    assert handed == []
+
+
+async def test_whatever_the_client_raises_a_waiter_ends_typed_before_its_bound(
+    real_redis: RedisServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    loop = asyncio.get_running_loop()
+    with watched(caplog) as handed:
+        async with hosts(1) as (a,):
+            p = shared_pool([a.url], real_redis.url, slots=1, acquire_timeout_ms=60_000)
+            async with p.provider():  # the only slot is held: the next call waits
+                waiter = asyncio.create_task(_checked_out_of(p))
+                await until(lambda: p.statistics().waiters == 1)
+                surprising(monkeypatch)  # its watcher's BLPOP, then its take, raise
+                started = loop.time()
+                async with asyncio.timeout(30):  # a hang guard only
+                    raised = await waiter
+                took = loop.time() - started
+            monkeypatch.undo()
+            await p.aclose()
+        surprised(raised, real_redis.url)
+        assert took < 2 * FAST_S, took  # a poll, then the take's failure
+    assert handed == []
+
+
+async def _checked_out_of(p: Pool[Any]) -> BaseException | None:
+    try:
+        async with p.provider():
+            return None
+    except LLMUnreachable as exc:
+        return exc
+
+
+async def test_a_carrier_that_dies_fails_its_takes_at_once(
+    real_redis: RedisServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def answer(*args: Any) -> None:
+        raise Surprise("a bug in answering")
+
+    monkeypatch.setattr(RedisSlots, "_answer", answer)
+    caplog.set_level(logging.WARNING, "vaelii_llm.pool")
+    loop = asyncio.get_running_loop()
+    with watched(caplog) as handed:
+        started = loop.time()
+        raised, _ = await _checked_out(real_redis.url, 60_000)
+        took = loop.time() - started
+        surprised(raised, real_redis.url)
+        assert took < FAST_S, took
+    assert handed == []
+    assert any("background work" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_carrier_cancelled_before_it_runs_fails_its_takes_at_once(
+    real_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with watched(caplog) as handed:
+        async with hosts(1) as (a,):
+            p = shared_pool([a.url], real_redis.url, slots=1, acquire_timeout_ms=60_000)
+            slots = p._slots
+            assert isinstance(slots, RedisSlots)
+            asked = slots.take("", asyncio.get_running_loop().time() + 60)
+            assert slots._sending is not None
+            slots._sending.cancel()  # before its first step
+            async with asyncio.timeout(FAST_S):
+                with pytest.raises(LLMUnreachable, match="cancelled before it was sent"):
+                    await asked
+            await p.aclose()
+    assert handed == []
+
+
+@pytest.mark.parametrize("timeout_ms", [300, 0])
+async def test_a_carrier_that_never_answers_holds_no_waiter_past_its_bound(
+    timeout_ms: int, real_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def step(*args: Any) -> Any:
+        await asyncio.Event().wait()  # hangs, past every timeout of its own
+
+    monkeypatch.setattr(RedisSlots, "_step", step)
+    monkeypatch.setattr(_redis_slots, "STEP_BUDGET_S", 0.3)
+    loop = asyncio.get_running_loop()
+    async with hosts(1) as (a,):
+        p = shared_pool([a.url], real_redis.url, slots=1, acquire_timeout_ms=timeout_ms)
+        started = loop.time()
+        raised = await _checked_out_of(p)
+        took = loop.time() - started
+        await p.aclose()  # the hung carrier is given its grace, then cancelled
+    bound = "the pool's 300 ms" if timeout_ms else "0.3 s"
+    assert isinstance(raised, LLMUnreachable), raised
+    assert f"no answer inside {bound}" in str(raised)
+    assert 0.25 < took < 0.3 + FAST_S, took
+    assert (p.outstanding, p._slots._held, p._slots._tasks) == (0, {}, set())
 
 
 # ---------------------------------------------------------------------------

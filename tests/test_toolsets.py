@@ -9,6 +9,7 @@ hang), a megabyte, or kill the server mid-call.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ import pytest
 from fake_ollama import FakeOllama, chunk, final, tool_call
 
 from vaelii_llm import _edn, agent, cli, kb, telemetry, tools
+from vaelii_llm.integrations import mcp_client
 from vaelii_llm.integrations.mcp_client import McpServerError, McpToolset
 from vaelii_llm.providers import stub
 
@@ -467,3 +469,81 @@ async def test_ask_mcp_http_answers_from_the_servers_tool(
     code, out, err = await ask(capsys, "ask", "say it", "--no-kb", "--mcp-http", http_url)
     assert (code, err) == (0, "")
     assert out.splitlines()[-1] == "The server said: from the server"
+
+
+# -- whatever the client raises (issue 46) --------------------------------------------
+
+
+class Surprise(Exception):
+    """An exception of no library's: what a client version might raise."""
+
+
+async def test_whatever_the_reader_raises_a_call_ends_typed_within_its_deadline(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def read(self: Any, line: bytes) -> Any:
+        raise Surprise("the reader met something new")
+
+    loop = asyncio.get_running_loop()
+    handed: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: handed.append(context))
+    try:
+        async with misbehaving("stdio") as server:
+            pid = int((await server.call("pid")).text)
+            monkeypatch.setattr(mcp_client._Child, "read", read)
+            started = loop.time()
+            failed = await server.call("echo", {"text": "x"})
+            took = loop.time() - started
+            after = await server.call("echo", {"text": "y"})
+        closed = await server.call("echo", {"text": "z"})
+    finally:
+        gc.collect()
+        loop.set_exception_handler(None)
+    assert not failed.ok
+    assert failed.error is not None
+    assert failed.error.startswith("mcp-server-gone: "), failed.error
+    assert "Surprise" in failed.error
+    assert took < CALL_TIMEOUT_S, took  # the failure itself ends the call, not its deadline
+    assert (after.ok, after.error) == (False, failed.error)
+    assert not closed.ok
+    assert gone(pid)
+    assert handed == []
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+async def test_whatever_the_http_client_raises_a_call_ends_typed_and_any_task_closes(
+    http_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    made: list[Any] = []
+    create = mcp_client.create_mcp_http_client
+
+    def creating(*args: Any, **kwargs: Any) -> Any:
+        made.append(create(*args, **kwargs))
+        return made[-1]
+
+    async def send(*args: Any, **kwargs: Any) -> Any:
+        raise Surprise("the HTTP client met something new")
+
+    monkeypatch.setattr(mcp_client, "create_mcp_http_client", creating)
+    loop = asyncio.get_running_loop()
+    handed: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: handed.append(context))
+    try:
+        server = misbehaving("http", http_url)
+        await server.__aenter__()
+        assert (await server.call("echo", {"text": "x"})).ok
+        monkeypatch.setattr(made[0], "send", send)
+        started = loop.time()
+        failed = await server.call("echo", {"text": "x"})
+        took = loop.time() - started
+        await asyncio.create_task(server.aclose())  # from a task other than the opener
+    finally:
+        gc.collect()
+        loop.set_exception_handler(None)
+    assert not failed.ok
+    assert failed.error is not None
+    assert failed.error.startswith("mcp-server-gone: "), failed.error
+    assert "Surprise" in failed.error
+    assert took < CALL_TIMEOUT_S, took
+    assert handed == []
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]

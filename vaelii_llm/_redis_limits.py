@@ -48,7 +48,8 @@ class Limits:
     """One process's side of the rule: its hosts' limits, when it next renews
     them, and the refusal it found, if any.
 
-    ``run(keys, args)`` runs :data:`AGREE` in the pool's Redis. The first
+    ``run(keys, args)`` runs :data:`AGREE` in the pool's Redis (None: that
+    Redis will not run it, and the rule goes unchecked, logged). The first
     check is awaited by every take that comes before its answer (one call to
     Redis, however many wait), under the take's own deadline; a renewal runs
     in the background, and a refusal it finds holds for the takes after it.
@@ -94,7 +95,11 @@ class Limits:
                 raise  # the first takes wait for it: theirs to raise
             log.warning("renewing the pool's limits in Redis failed: %s", exc)
             return
-        self._refused = disagreement(self._hosts, self._slots, found)
+        if found is None:  # a Redis that will not run the script: the rule goes unchecked
+            if not self._agreed:
+                log.info("the pool's Redis will not run the limits script: limits unchecked")
+        else:
+            self._refused = disagreement(self._hosts, self._slots, found)
         self._agreed = True
 
 

@@ -19,10 +19,14 @@ A release pushes a word on the pool's ``freed`` list, on which one watcher per
 process blocks (``BLPOP``, served in the order the processes blocked) while
 calls wait there, with a short poll for leases that expired. Every Redis
 failure is raised as :class:`~vaelii_llm.errors.LLMUnreachable` naming the
-Redis (its URL without a password), never as a ``redis`` exception; so is a
-reply of a shape no script sends (:func:`read_reply` checks every one): the
-takes of that call fail at once, and a lease it may have taken is never
-renewed, so it expires in its TTL.
+Redis (its URL without a password), never as a ``redis`` exception, whatever
+the client raised (its cause chained); so is a reply of a shape no script
+sends (:func:`read_reply` checks every one): the takes of that call fail at
+once, and a lease it may have taken is never renewed, so it expires in its TTL.
+No waiter's bound rests on the task that carries its take: every take has a
+deadline of its own, and what a carrier that ends leaves unanswered is refused
+at once. The connections speak RESP2 whatever the client's default (it changed
+in redis-py 8), so every version the extra allows sends the same words.
 
 A Redis restarted without persistence comes back empty while calls still hold
 the slots it forgot: counting from zero would hand their slots out again (a
@@ -64,7 +68,7 @@ try:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import NoScriptError, RedisError
+    from redis.exceptions import NoScriptError
 except ImportError as exc:  # pragma: no cover - the extra is in the test extra
     raise ImportError(
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
@@ -84,6 +88,14 @@ OP_TIMEOUT_S: Final = 5.0
 
 MAX_CONNECTIONS: Final = 16
 """Connections one pool opens to Redis at most."""
+
+STEP_BUDGET_S: Final = 2 * OP_TIMEOUT_S
+"""The most one take may wait for its script when the pool has no acquire
+timeout: the script's call and its one try more on a fresh connection."""
+
+PROTOCOL: Final = 2
+"""The RESP version every connection speaks: each script's reply is the same in
+both, and RESP2 needs no handshake (a Redis before 6 has none)."""
 
 CLOSE_GRACE_S: Final = 1.0
 """How long closing waits for releases still on their way; a Redis that does not
@@ -401,6 +413,7 @@ class RedisSlots:
         self._alarm: asyncio.TimerHandle | None = None
         self._alarm_when = math.inf
         self._closed = False
+        self._closing = False  # aclose has begun: what is cancelled now is closed
         self._numbered = 0
         self._pid = 0
         self._owner = ""
@@ -420,6 +433,7 @@ class RedisSlots:
                 # One retry on a fresh connection (a pooled one may predate a
                 # Redis restart); a Redis that is gone fails at once, typed.
                 retry=Retry(NoBackoff(), 1),
+                protocol=PROTOCOL,
             )
             self._client = aioredis.Redis.from_pool(connections)
             for key, source in (("renew", RENEW), ("count", COUNT)):
@@ -427,18 +441,29 @@ class RedisSlots:
             # The steps (the hot path) go on one connection of their own, one in
             # flight at a time, through redis-py's connection API: no pool,
             # retry or timeout wrapper per call, one deadline round the call.
+            # The pool here only makes that connection from the URL.
             self._steps = aioredis.ConnectionPool.from_url(
-                self._url, max_connections=1, socket_connect_timeout=OP_TIMEOUT_S
+                self._url, socket_connect_timeout=OP_TIMEOUT_S, protocol=PROTOCOL
             )
             self._step_sha = self._client.register_script(STEP).sha
         return self._client
 
     async def _call(self, op: Awaitable[Any]) -> Any:
+        # Any exception, not only the client's own: which one a client version
+        # raises for a far end it cannot read is not ours to rely on.
         try:
             return await op
-        except (RedisError, OSError) as exc:
-            reason = hide_userinfo(f"{type(exc).__name__}: {exc}")
-            raise LLMUnreachable(self.label, reason) from exc
+        except Exception as exc:
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: BaseException) -> LLMUnreachable:
+        """``exc`` as the typed failure of this Redis (an excerpt, no password)."""
+        if isinstance(exc, LLMUnreachable):
+            return exc
+        reason = excerpt(hide_userinfo(f"{type(exc).__name__}: {exc}"))
+        failed = LLMUnreachable(self.label, reason)
+        failed.__cause__ = exc
+        return failed
 
     async def _script(
         self, script: str, op: Awaitable[Any], asked: int = 0
@@ -455,7 +480,19 @@ class RedisSlots:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
         return task
+
+    def _ended(self, task: asyncio.Future[Any]) -> None:
+        # Background work ends by itself: what it raised past its own handling
+        # is logged here (never "Task exception was never retrieved"), and the
+        # waiters look again rather than wait on work that is gone.
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and not isinstance(exc, LLMUnreachable):
+            log.warning("the pool's background work on %s failed: %r", self.label, exc)
+            self._book.wake()
 
     def _stem(self) -> str:
         # Host and process first, so an operator reading the keys sees whose it is.
@@ -484,10 +521,12 @@ class RedisSlots:
         deadline = loop.time() + book.acquire_timeout_ms / 1000
         answered = False
         try:
-            await self._agree_limits(deadline if book.acquire_timeout_ms else math.inf)
+            await self._agree_limits(
+                deadline if book.acquire_timeout_ms else loop.time() + STEP_BUDGET_S
+            )
             if book.waiting == 0:
-                # With no timeout, one try, bounded by Redis's own.
-                until = deadline if book.acquire_timeout_ms else math.inf
+                # With no timeout, one try, bounded by the script's own budget.
+                until = deadline if book.acquire_timeout_ms else loop.time() + STEP_BUDGET_S
                 cooling = book.cooling() if book.cool_timers else None
                 index, lease = await self._take_one(self.preferences(uses, cooling), until)
                 answered = True
@@ -513,9 +552,9 @@ class RedisSlots:
                 book.waiting -= 1
         except TimeoutError as exc:
             if not answered:
-                raise LLMUnreachable(
-                    self.label, f"no answer inside the pool's {book.acquire_timeout_ms} ms"
-                ) from exc
+                waited = book.acquire_timeout_ms
+                bound = f"the pool's {waited} ms" if waited else f"{STEP_BUDGET_S:g} s"
+                raise LLMUnreachable(self.label, f"no answer inside {bound}") from exc
             raise LLMPoolTimeout(POOL_LABEL, book.acquire_timeout_ms) from exc
 
     async def _agree_limits(self, until: float) -> None:
@@ -523,11 +562,16 @@ class RedisSlots:
         recorded (:mod:`vaelii_llm._redis_limits`); LLMClosed when the pool
         closed while the check waited."""
 
-        def run(keys: list[str], args: list[str | int]) -> Awaitable[Any]:
+        async def run(keys: list[str], args: list[str | int]) -> Any:
             script = self._scripts.get("limits")
             if script is None:
                 script = self._scripts["limits"] = self._redis().register_script(AGREE)
-            return self._call(script(keys=keys, args=args))
+            try:
+                return await script(keys=keys, args=args)
+            except NoScriptError:  # a Redis that will not run it even once loaded
+                return None
+            except Exception as exc:
+                raise self._unreachable(exc) from exc
 
         try:
             await self._limits.check(run, self._spawn, until)
@@ -549,6 +593,7 @@ class RedisSlots:
     def _watch(self) -> None:
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.ensure_future(self._watch_redis())
+            self._watcher.add_done_callback(self._ended)
 
     async def _watch_redis(self) -> None:
         # While calls wait here, block on Redis's word that a slot came free
@@ -637,12 +682,34 @@ class RedisSlots:
     def _send(self) -> None:
         if self._sending is None or self._sending.done():
             self._sending = self._spawn(self._send_steps())
+            self._sending.add_done_callback(self._carried)
+
+    def _carried(self, carrier: asyncio.Future[Any]) -> None:
+        # The carrier of the takes ended. Normally it left nothing unanswered;
+        # ended any other way (cancelled before it ran, or by what it did not
+        # expect), every take it held or would have sent fails now, typed. A
+        # newer carrier (started before this ran) owns what is asked since.
+        if carrier is not self._sending or not (carrier.cancelled() or carrier.exception()):
+            return
+        left = [take for take in (*self._in_flight, *self._takes) if not take[1].done()]
+        self._in_flight, self._takes = [], []
+        if not left:
+            return
+        if self._closing:
+            self._refuse(left, partial(LLMClosed, POOL_LABEL, waited=True))
+            return
+        if carrier.cancelled():
+            failed = LLMUnreachable(self.label, "the take was cancelled before it was sent")
+        else:
+            failed = self._unreachable(carrier.exception() or RuntimeError())
+        self._refuse(left, partial(LLMUnreachable, failed.label, failed.reason), failed.__cause__)
 
     async def _send_steps(self) -> None:
         # One script in flight at a time: what is asked meanwhile goes in the next.
         while self._takes or self._releases:
             takes = [take for take in self._takes if not take[1].done()]
             releases, self._takes, self._releases = self._releases, [], []
+            self._in_flight = takes  # until answered: see _carried
             if not takes and not releases:
                 continue
             stem, first = self._stem(), self._numbered
@@ -658,23 +725,24 @@ class RedisSlots:
                 "".join([f"{index + 1}={lease} " for index, lease, _ in releases]),
                 self._run,
             ]
-            self._in_flight = takes
             try:
                 run, found = await self._script("step", self._step(args), len(takes))
-            except LLMUnreachable as exc:
-                self._refuse(takes, partial(LLMUnreachable, exc.label, exc.reason))
+            except Exception as exc:
+                failed = self._unreachable(exc)
+                refusal = partial(LLMUnreachable, failed.label, failed.reason)
+                self._refuse(takes, refusal, failed.__cause__)
+                self._in_flight = []
                 if releases:
                     log.warning(
                         "%d lease(s) not released (they expire in their TTL): %s",
                         len(releases),
-                        exc,
+                        failed,
                     )
                 continue
             except asyncio.CancelledError:  # closing, and Redis did not answer in time
                 self._refuse([*takes, *self._takes], partial(LLMClosed, POOL_LABEL, waited=True))
                 raise
             finally:
-                self._in_flight = []
                 for _, _, then in releases:
                     if then is not None:
                         then()
@@ -687,6 +755,7 @@ class RedisSlots:
                     self._run = run
             if takes:
                 self._answer(takes, f"{stem}:", first, found)
+            self._in_flight = []
 
     def _answer(self, takes: list[_Take], stem: str, first: int, found: list[int]) -> None:
         held = self._held
@@ -703,26 +772,32 @@ class RedisSlots:
                 self.give_back(index, lease)
         if held and (self._renewer is None or self._renewer.done()):
             self._renewer = asyncio.ensure_future(self._renew())
+            self._renewer.add_done_callback(self._ended)
 
     @staticmethod
-    def _refuse(takes: list[_Take], error: Callable[[], Exception]) -> None:
+    def _refuse(
+        takes: list[_Take], error: Callable[[], Exception], cause: BaseException | None = None
+    ) -> None:
         # One exception each: a raised exception gathers its raiser's traceback.
         for _, asked, _ in takes:
             if not asked.done():
-                asked.set_exception(error())
+                refused = error()
+                refused.__cause__ = cause
+                asked.set_exception(refused)
 
     async def _step(self, args: list[Any]) -> Any:
         # One try more on a fresh connection: the kept one may predate a Redis
-        # restart. A script the server lost (a restart) is loaded again.
+        # restart. A script the server lost (a restart) is loaded again. A
+        # connection that failed in any way is dropped, never used again.
         assert self._steps is not None
         command = ("EVALSHA", self._step_sha, len(self._step_keys), *self._step_keys, *args)
         for attempt in (1, 2):
-            if self._step_conn is None:
-                # redis-py leaves this one untyped.
-                self._step_conn = await self._steps.get_connection()  # type: ignore[no-untyped-call]
             conn = self._step_conn
             try:
                 async with asyncio.timeout(OP_TIMEOUT_S):
+                    if conn is None:
+                        conn = self._step_conn = self._steps.make_connection()  # type: ignore[no-untyped-call]
+                        await conn.connect()
                     try:
                         await conn.send_packed_command(conn.pack_command(*command), False)
                         found = await conn.read_response()
@@ -732,12 +807,19 @@ class RedisSlots:
                         await conn.send_packed_command(conn.pack_command(*command), False)
                         found = await conn.read_response()
                 return found
-            except RedisConnectionError:
-                if attempt == 2:
+            except Exception as exc:
+                await self._drop_step_conn()
+                if isinstance(exc, TimeoutError):  # the connection was closed with the call
+                    raise RedisConnectionError(f"no answer in {OP_TIMEOUT_S:g} s") from exc
+                if attempt == 2 or not isinstance(exc, RedisConnectionError):
                     raise
-            except TimeoutError as exc:  # the connection was closed with the call
-                raise RedisConnectionError(f"no answer in {OP_TIMEOUT_S:g} s") from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _drop_step_conn(self) -> None:
+        conn, self._step_conn = self._step_conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.disconnect(nowait=True)
 
     async def wait(self, changed: asyncio.Future[None]) -> None:
         """Until a lease is released anywhere, ``changed`` is set (a release or a
@@ -817,6 +899,7 @@ class RedisSlots:
                 await self._watcher
         if self._closed:
             return
+        self._closing = True
         if self._renewer is not None:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -836,7 +919,12 @@ class RedisSlots:
         if self._alarm is not None:
             self._alarm.cancel()
             self._alarm = None
-        if self._steps is not None:
-            await self._steps.aclose()
-        if self._client is not None:
-            await self._client.aclose()
+        # Closing is best effort: what a client raises while closing is logged.
+        try:
+            await self._drop_step_conn()
+            if self._steps is not None:
+                await self._steps.aclose()
+            if self._client is not None:
+                await self._client.aclose()
+        except Exception as exc:
+            log.warning("closing %s: %s", self.label, self._unreachable(exc).reason)

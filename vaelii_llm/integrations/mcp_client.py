@@ -28,8 +28,7 @@ Each call keeps the guarantees the KB's own tools give:
   model sent nested too deep or not JSON is a ``bad-input`` result, never a
   server gone.
 
-The session lives in a task of its own, so the toolset may be closed from any
-task; closing it stops a stdio server's whole process group, helpers it left
+Closing the toolset stops a stdio server's whole process group, helpers it left
 behind included. ``start_timeout`` bounds the whole start: the handshake and
 every page of the tool list.
 
@@ -58,7 +57,7 @@ import re
 import shlex
 import signal
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager, suppress
 from types import TracebackType
 from typing import Any, Final, Self
@@ -267,6 +266,7 @@ class _Child:
         self.ended = False  # its stdout reached its end
         self.exited: int | None = None  # its exit status, once it exited on its own
         self.late = False  # it had not listed its tools by the start deadline
+        self.broke: str | None = None  # what a task carrying the session raised
         self.overlong = False  # it wrote a line past _MAX_MESSAGE_BYTES
         self._listed = anyio.Event()
         self._tail = bytearray()
@@ -393,7 +393,7 @@ async def _stdio(
 
     async with anyio.create_task_group() as tasks:
         for job in (reading, listening, writing):
-            tasks.start_soon(job)
+            tasks.start_soon(_carried, job, child, to_session)
         tasks.start_soon(child.watch_start, start_timeout, to_session)
         try:
             yield read, write
@@ -403,6 +403,17 @@ async def _stdio(
                 for stream in (read, write, to_session, from_session):
                     await stream.aclose()
             tasks.cancel_scope.cancel()
+
+
+async def _carried(job: Callable[[], Awaitable[None]], child: _Child, session: Any) -> None:
+    """Run one task carrying the session. What it meets and did not expect ends
+    the session (``session``, the stream it reads), never its opener's task,
+    which the task group would cancel: each call then says why."""
+    try:
+        await job()
+    except Exception as exc:
+        child.broke = excerpt(_reason(exc))
+        await session.aclose()
 
 
 class _Overlong(Exception):
@@ -517,8 +528,9 @@ class McpToolset:
         self.gone: str | None = None
         """Why the server is gone (it died or hung up), once it is; else None."""
         self._client: Client | None = None
-        self._owner: asyncio.Task[None] | None = None  # the task holding the session
-        self._closing: asyncio.Event | None = None  # set: the owner closes it
+        self._runner: asyncio.Future[None] | None = None  # the session's own task
+        self._stop = asyncio.Event()
+        self._broke: str | None = None  # why the session's own tasks ended it
         self._listed: list[ToolSchema] = []
         self._names: dict[str, str] = {}  # a name as listed -> the server's own
         self._log_rule: Any = None  # this toolset's entry in _RULES
@@ -558,37 +570,28 @@ class McpToolset:
     # -- the session ------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._owner is not None:
+        if self._runner is not None:
             raise RuntimeError(f"the MCP toolset {self.name!r} is already open")
-        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        closing = asyncio.Event()
-        owner = asyncio.create_task(self._own(opened, closing), name=f"MCP toolset {self.name}")
-        self._owner, self._closing = owner, closing
+        self._child = _Child() if isinstance(self.server, StdioServerParameters) else None
+        self._withhold_from_logs(True)
+        opened: asyncio.Future[tuple[Client, list[tuple[ToolSchema, str]]] | BaseException]
+        opened = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+        runner = self._runner = asyncio.ensure_future(self._run(opened, self._stop))
         try:
-            await asyncio.shield(opened)
-        except BaseException:  # the start failed (McpServerError), or the opener was cancelled
-            self._owner = self._closing = None
-            if not opened.done():
-                owner.cancel()  # so is the start
-            with suppress(BaseException):
-                await owner
+            found = await asyncio.shield(opened)
+        except asyncio.CancelledError:
+            runner.cancel()
+            await asyncio.wait({runner})
+            self._runner = None
+            self._withhold_from_logs(False)
             raise
-        return self
-
-    async def _own(self, opened: asyncio.Future[None], closing: asyncio.Event) -> None:
-        """The task that holds the session: it opens it, waits for the close,
-        and closes it. ``mcp``'s task groups must be left by the task that
-        entered them, so the session lives in its own task, and ``aclose`` from
-        any task only asks it to end."""
-        stack = AsyncExitStack()
-        try:
-            client, listed = await self._open(stack)
-        except BaseException as exc:
-            if _cancelled(exc):
-                opened.cancel()
-                raise
-            opened.set_exception(exc)
-            return
+        if isinstance(found, BaseException):
+            await asyncio.wait({runner})
+            self._runner = None
+            self._withhold_from_logs(False)
+            raise self._not_started(found) from None
+        client, listed = found
         if self._child is not None:
             self._child.listed()
         self._client, self.gone = client, None
@@ -597,18 +600,18 @@ class McpToolset:
         info = client.server_info
         if not self._named and info is not None and info.name:
             self.name = info.name  # what the server calls itself
-        opened.set_result(None)
-        try:
-            await closing.wait()
-        finally:
-            self._client = None
-            await _quietly(stack)
+        return self
 
-    async def _open(self, stack: AsyncExitStack) -> tuple[Client, list[tuple[ToolSchema, str]]]:
-        """Start the server (or session) and list its tools within
-        ``start_timeout``, or raise :class:`McpServerError` saying why."""
-        self._child = _Child() if isinstance(self.server, StdioServerParameters) else None
-        self._withhold_from_logs(True)
+    async def _run(
+        self,
+        opened: asyncio.Future[tuple[Client, list[tuple[ToolSchema, str]]] | BaseException],
+        stop: asyncio.Event,
+    ) -> None:
+        """The session, from start to close, in a task of its own: the ``mcp``
+        client's task group lives here, so what its tasks raise ends this task
+        and the session (each call then says why), never a caller's task, and
+        any task may close it."""
+        stack = AsyncExitStack()
         began = anyio.current_time()
         try:
             # the client's own read timeout bounds the handshake: a cancel scope
@@ -621,30 +624,48 @@ class McpToolset:
                 listed = await self._list(client)
         except BaseException as exc:
             await _quietly(stack)
-            self._withhold_from_logs(False)
-            if isinstance(exc, McpServerError):
+            opened.set_result(exc)
+            if _cancelled(exc) and _running_cancelled():
                 raise
-            child = self._child or _Child()
-            why = child.why()
-            if child.junk is not None:
-                raise McpServerError(
-                    f"the MCP server {self.name!r} is no MCP server: it {child.junk}{why}"
-                ) from None
-            if child.exited is not None:
-                raise McpServerError(
-                    f"the MCP server {self.name!r} ended before it listed its tools{why}"
-                ) from None
-            if child.late or _timed_out(exc):
-                raise McpServerError(
-                    f"the MCP server {self.name!r} did not start and list its tools "
-                    f"in {self.start_timeout:g} s{why}"
-                ) from None
-            if isinstance(exc, Exception | BaseExceptionGroup) and not _cancelled(exc):
-                raise McpServerError(
-                    f"the MCP server {self.name!r} could not be started: {_reason(exc)}{why}"
-                ) from None
-            raise
-        return client, listed
+            return
+        opened.set_result((client, listed))
+        try:
+            await stop.wait()
+        except asyncio.CancelledError:
+            # The client's task group cancels this task when one of its tasks
+            # fails: the session is over, and the calls say why.
+            broke = await _quietly(stack)
+            if _running_cancelled():
+                raise
+            if broke is not None:
+                self._broke = excerpt(_reason(broke))
+            return
+        await _quietly(stack)
+
+    def _not_started(self, exc: BaseException) -> BaseException:
+        """Why the server did not start, as the :class:`McpServerError` to raise."""
+        if isinstance(exc, McpServerError):
+            return exc
+        child = self._child or _Child()
+        why = child.why()
+        if child.junk is not None:
+            return McpServerError(
+                f"the MCP server {self.name!r} is no MCP server: it {child.junk}{why}"
+            )
+        if child.exited is not None:
+            return McpServerError(
+                f"the MCP server {self.name!r} ended before it listed its tools{why}"
+            )
+        if child.late or _timed_out(exc):
+            return McpServerError(
+                f"the MCP server {self.name!r} did not start and list its tools "
+                f"in {self.start_timeout:g} s{why}"
+            )
+        if isinstance(exc, Exception | BaseExceptionGroup) and not _cancelled(exc):
+            return McpServerError(
+                f"the MCP server {self.name!r} could not be started: {_reason(exc)}{why}"
+            )
+        return exc
 
     async def __aexit__(
         self,
@@ -656,13 +677,11 @@ class McpToolset:
 
     async def aclose(self) -> None:
         """Close the session and stop the child process, from any task; never
-        raises (but a cancellation, which leaves the close to finish on its own)."""
-        owner, closing = self._owner, self._closing
-        self._owner = self._closing = self._client = None
-        if owner is not None and closing is not None:
-            closing.set()
-            with suppress(Exception):
-                await asyncio.shield(owner)
+        raises (but a cancellation of the caller, after which it closes on)."""
+        runner, self._runner, self._client = self._runner, None, None
+        if runner is not None:
+            self._stop.set()
+            await asyncio.shield(runner)
         self._withhold_from_logs(False)
 
     def _withhold_from_logs(self, on: bool) -> None:
@@ -786,7 +805,7 @@ class McpToolset:
             if exc.error.code == types.REQUEST_TIMEOUT:
                 return self._timed_out(server, name)
             if exc.error.code == types.CONNECTION_CLOSED:
-                self.gone = await self._closed_why(server)
+                self.gone = await self._closed(server)
                 return self._refused(f"mcp-server-gone: {self.gone}")
             return self._refused(f"mcp-error: {server} {name}: {_reason(exc)}")
         except TimeoutError:
@@ -801,12 +820,17 @@ class McpToolset:
             return ToolResult(ok=False, error=text or f"{name} failed and said nothing")
         return ToolResult(ok=True, result=text)
 
-    async def _closed_why(self, server: str) -> str:
-        """Why the session with ``server`` ended under a call: cut off by us
-        (a line past the bound), the child's exit, or not known."""
+    async def _closed(self, server: str) -> str:
+        """Why the session with ``server`` closed, as :attr:`gone` says it."""
+        runner = self._runner
+        if runner is not None and not runner.done():  # it may be ending the session now
+            await asyncio.wait({runner}, timeout=_EXIT_WAIT_S)
         child = self._child
         if child is not None and child.overlong:
             return f"the MCP server {server!r} was cut off{child.why()}"
+        broke = child.broke if child is not None and child.broke else self._broke
+        if broke is not None:
+            return f"the session with the MCP server {server!r} broke in this client: {broke}"
         if child is not None and await child.status() is not None:
             return f"the MCP server {server!r} closed the connection{child.why()}"
         return f"the MCP server {server!r} closed the connection (did it exit?)"
@@ -907,12 +931,22 @@ def _cancelled(exc: BaseException) -> bool:
     return isinstance(exc, anyio.get_cancelled_exc_class())
 
 
-async def _quietly(stack: AsyncExitStack) -> None:
-    """Close ``stack``; a dead server's errors on the way out are already reported."""
+async def _quietly(stack: AsyncExitStack) -> BaseException | None:
+    """Close ``stack``; what it raised on the way out (a dead server's errors,
+    already reported), or None."""
     try:
         await stack.aclose()
-    except Exception:
-        pass
+    except Exception as exc:
+        return exc
     except BaseExceptionGroup as group:
-        if _cancelled(group):
+        if _cancelled(group) and _running_cancelled():
             raise
+        return group
+    return None
+
+
+def _running_cancelled() -> bool:
+    """Whether the running task is being cancelled from outside (not only by a
+    cancel scope of its own that already ended)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
