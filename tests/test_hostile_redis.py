@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from aiohttp import web
 from fake_ollama import chunk, final, merged
@@ -32,7 +33,7 @@ from test_pool_redis import TTL_MS, hosts, shared_pool, until
 
 from vaelii_llm import _redis_slots
 from vaelii_llm._pool import Pool
-from vaelii_llm._redis_slots import COUNT, RENEW, STEP, RedisSlots
+from vaelii_llm._redis_slots import COUNT, OP_TIMEOUT_S, RENEW, STEP, RedisSlots
 from vaelii_llm.errors import LLMUnreachable
 from vaelii_llm.pool import vote
 from vaelii_llm.providers import ollama
@@ -361,10 +362,19 @@ def watched(caplog: pytest.LogCaptureFixture) -> Iterator[list[dict[str, Any]]]:
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
+LEAKY = int(redis.__version__.split(".")[0]) < 6
+"""redis-py 5 never gives back a connection whose handshake raised what it did
+not expect: once its pool is spent, the next command waits out the pool's
+timeout (:data:`OP_TIMEOUT_S`) and fails "No connection available"."""
+
+
 def surprised(raised: BaseException | None, url: str) -> None:
     """``raised`` is the pool's typed failure, the client's exception chained."""
     assert isinstance(raised, LLMUnreachable), raised
     assert raised.label == f"the vote pool's Redis at {url}"
+    if LEAKY and "No connection available" in raised.reason:
+        assert raised.__cause__ is not None
+        return
     assert isinstance(raised.__cause__, Surprise), repr(raised.__cause__)
     assert "Surprise" in raised.reason
 
@@ -407,8 +417,9 @@ async def test_whatever_the_client_raises_counting_renewing_and_cooling_end_type
             # The release went back (or expires in its TTL): nothing is held here.
             assert (p.outstanding, p._slots._held) == (0, {})
     warned = [r.getMessage() for r in caplog.records]
-    assert any("leases were not renewed" in w and "Surprise" in w for w in warned), warned
-    assert any("cool-down was not shared" in w and "Surprise" in w for w in warned), warned
+    why = ("Surprise", "No connection available") if LEAKY else ("Surprise",)
+    for what in ("leases were not renewed", "cool-down was not shared"):
+        assert any(what in w and any(word in w for word in why) for w in warned), warned
     assert handed == []
 
 
@@ -430,7 +441,8 @@ async def test_whatever_the_client_raises_a_waiter_ends_typed_before_its_bound(
             monkeypatch.undo()
             await p.aclose()
         surprised(raised, real_redis.url)
-        assert took < 2 * FAST_S, took  # a poll, then the take's failure
+        # A poll, then the take's failure (on a leaky client, the op timeout).
+        assert took < (OP_TIMEOUT_S if LEAKY else 0) + 2 * FAST_S, took
     assert handed == []
 
 

@@ -29,6 +29,7 @@ def probe_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> p
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("PYTEST_PLUGINS", "pytest_asyncio.plugin,pytest_timeout")
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    pytester.makepyfile(bounded_runs=(ROOT / "tests" / "bounded_runs.py").read_text())
     pytester.makeini(
         "[pytest]\naddopts = -m 'not llm' -ra\nmarkers =\n    llm: reaches a real model\n"
     )

@@ -677,7 +677,13 @@ async def test_502_on_the_stream_path(session: aiohttp.ClientSession) -> None:
     [
         ("not-json", b"<html>" + b"Service unavailable. " * 500 + b"</html>", True, "DecodeError"),
         ("nested", b"[" * 100_000, False, "RecursionError"),
-        ("invalid-utf8", b'{"text": "caf\xc3\x28 \xff\xfe"}', False, "DecodeError"),
+        # msgspec before 0.23 raises UnicodeDecodeError for bytes not UTF-8
+        (
+            "invalid-utf8",
+            b'{"text": "caf\xc3\x28 \xff\xfe"}',
+            False,
+            "DecodeError|UnicodeDecodeError",
+        ),
         ("wrong-shape", b'{"ok": "yes", "n": 1}', True, "ValidationError"),
         ("empty", b"", True, "DecodeError"),
     ],
@@ -696,7 +702,7 @@ async def test_a_200_that_will_not_decode(
             )
         )
     assert isinstance(err, LLMBadResponse), name
-    assert type(err.__cause__).__name__ == cause
+    assert type(err.__cause__).__name__ in cause.split("|")
     assert err.text == body.decode("utf-8", "replace")
     assert len(str(err)) < MESSAGE_BOUND
 

@@ -116,7 +116,8 @@ def test_a_blank_line_is_skipped_and_any_other_refused_by_one_rule() -> None:
     [
         (b"<html>not json</html>", "DecodeError"),
         (b'{"done": "yes"}', "ValidationError"),
-        (b'{"text": "\xff\xfe"}', "DecodeError"),
+        # msgspec before 0.23 raises UnicodeDecodeError for bytes not UTF-8
+        (b'{"text": "\xff\xfe"}', "DecodeError|UnicodeDecodeError"),
         (b"[" * 100_000, "RecursionError"),
         (b'{"done": tr', "DecodeError"),
         (b"1 2", "DecodeError"),
@@ -126,7 +127,7 @@ def test_a_line_that_will_not_decode(line: bytes, cause: str) -> None:
     typed = msgspec.json.Decoder(Chunk | list[Any] | int)
     with pytest.raises(LLMBadResponse) as info:
         decode(b'{"done": false}\n' + line + b"\n", decoder=typed)
-    assert type(info.value.__cause__).__name__ == cause
+    assert type(info.value.__cause__).__name__ in cause.split("|")
     assert info.value.text == line.decode("utf-8", "replace")
     assert len(str(info.value)) < 450
 

@@ -68,7 +68,7 @@ try:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import NoScriptError
+    from redis.exceptions import NoScriptError, RedisError
 except ImportError as exc:  # pragma: no cover - the extra is in the test extra
     raise ImportError(
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
@@ -454,7 +454,23 @@ class RedisSlots:
         try:
             return await op
         except Exception as exc:
+            if not isinstance(exc, RedisError | OSError):
+                # What the client did not expect may leave its connection pool
+                # unsound (a connection never given back): the next call makes
+                # a fresh client. The bound above never rests on this.
+                self._discard_client()
             raise self._unreachable(exc) from exc
+
+    def _discard_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            self._spawn(self._close_client(client))
+
+    async def _close_client(self, client: aioredis.Redis) -> None:
+        try:
+            await client.aclose()
+        except Exception as exc:
+            log.warning("closing %s: %s", self.label, self._unreachable(exc).reason)
 
     def _unreachable(self, exc: BaseException) -> LLMUnreachable:
         """``exc`` as the typed failure of this Redis (an excerpt, no password)."""
@@ -864,6 +880,7 @@ class RedisSlots:
             held = list(self._held.items())
             if not held:
                 return
+            self._redis()  # a client discarded since is made again
             script = self._scripts["renew"]
             keys = [self._epoch_key, *(self._lease_keys[index] for _, index in held)]
             args = [self._ttl_ms, self._run, *(lease for lease, _ in held)]
