@@ -579,15 +579,14 @@ class RedisSlots:
         closed while the check waited."""
 
         async def run(keys: list[str], args: list[str | int]) -> Any:
-            script = self._scripts.get("limits")
-            if script is None:
-                script = self._scripts["limits"] = self._redis().register_script(AGREE)
+            # on the client as it is now: one it did not expect is made again
+            script = self._redis().register_script(AGREE)
             try:
-                return await script(keys=keys, args=args)
-            except NoScriptError:  # a Redis that will not run it even once loaded
-                return None
-            except Exception as exc:
-                raise self._unreachable(exc) from exc
+                return await self._call(script(keys=keys, args=args))
+            except LLMUnreachable as exc:
+                if isinstance(exc.__cause__, NoScriptError):
+                    return None  # a Redis that will not run it even once loaded
+                raise
 
         try:
             await self._limits.check(run, self._spawn, until)
