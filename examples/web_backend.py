@@ -44,7 +44,10 @@ What it shows:
   ``Origin`` that is not this server's own (``null`` included) is 403, and on a
   loopback socket a ``Host`` that is not a loopback name (``localhost``, a
   loopback address: what a DNS-rebinding page sends) is 421
-  (:func:`foreign_request`).
+  (:func:`foreign_request`);
+* a client of ``/ask/stream`` that stops reading is dropped once the socket's
+  buffers are full and :data:`WRITE_TIMEOUT_S` has passed, and its turn ended,
+  so it holds no more than those buffers.
 
 With nothing configured the scripted stub answers every question with a line
 saying so. Set ``VAELII_LLM_PROVIDER`` before starting it to serve a real model:
@@ -63,6 +66,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -85,6 +89,16 @@ MAX_BODY_BYTES: Final = 64 * 1024
 READ_TIMEOUT_S: Final = 10.0
 """How long a connection may take to send a request's head, and then its body;
 after an answer, how long a kept-alive connection may take to send its next head."""
+STREAM_BUFFER_BYTES: Final = 64 * 1024
+"""What ``/ask/stream`` queues for one client past what it has read: the
+transport's buffer and the socket's send buffer are each held to this, so a
+client that reads slowly waits for the model's words instead of the server
+holding them for it."""
+WRITE_TIMEOUT_S: Final = READ_TIMEOUT_S
+"""How long a client of ``/ask/stream`` may leave what it was sent unread once
+the socket's buffers are full: past it the client is dropped and its turn ended.
+A client that never reads would otherwise hold its turn, and every event queued
+for it, until the turn's own deadline."""
 MAX_CONNECTIONS: Final = 1000
 """The most connections served at once, below the usual 1,024-descriptor limit."""
 
@@ -310,17 +324,53 @@ async def ask_stream(request: web.Request) -> web.StreamResponse:
         try:
             async for item in items:
                 if not response.prepared:
+                    bound_buffers(request)
                     await response.prepare(request)
                 if isinstance(item, agent.AgentResult):
-                    await response.write(sse("final", item.summary()))
+                    await sent(request, response, sse("final", item.summary()))
                 else:
-                    await response.write(sse(item.type, item))
+                    await sent(request, response, sse(item.type, item))
         except errors.LLMError as exc:
             if not response.prepared:
                 raise  # nothing sent yet: the middleware answers 502 or 504
-            await response.write(sse("error", llm_failure(exc)))
+            await sent(request, response, sse("error", llm_failure(exc)))
+        except ClientGone:
+            return response  # dropped: the turn ends as the loop is closed
     await response.write_eof()
     return response
+
+
+def bound_buffers(request: web.Request) -> None:
+    """Hold what one client of ``/ask/stream`` may have queued to
+    :data:`STREAM_BUFFER_BYTES`, in the transport and in the socket."""
+    transport = request.transport
+    if transport is None:
+        return
+    transport.set_write_buffer_limits(high=STREAM_BUFFER_BYTES)
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_BUFFER_BYTES)
+
+
+class ClientGone(Exception):
+    """A client of ``/ask/stream`` stopped reading and was dropped."""
+
+
+async def sent(request: web.Request, response: web.StreamResponse, data: bytes) -> None:
+    """``data`` written to the client, waiting at most :data:`WRITE_TIMEOUT_S`
+    for it to take what is queued; a client that does not is dropped
+    (:class:`ClientGone`), so what one client may hold is the socket's buffers."""
+    try:
+        async with asyncio.timeout(WRITE_TIMEOUT_S):
+            await response.write(data)
+    except TimeoutError:
+        log.info("dropped a client of /ask/stream that stopped reading")
+        if request.transport is not None:
+            request.transport.abort()
+        raise ClientGone from None
+    except ConnectionResetError:  # it went away while being written to
+        raise ClientGone from None
 
 
 PAGE = """<!doctype html>

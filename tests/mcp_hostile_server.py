@@ -4,7 +4,8 @@
 with a newline, ``../../etc``, 10,000 characters, an RTL override and a Cyrillic
 look-alike of ``kb_query``, plus ``echo``; every call answers the place in that
 list of the name it was called by (``called #3``). ``collide NAME`` lists
-``'a b'`` and ``NAME``. ``schema`` lists one tool whose input schema is 10 MB.
+``'a b'`` and ``NAME``. ``schema [CHARS]`` lists one tool whose input schema is
+10 MB (or ``CHARS``).
 ``http`` serves ``names`` over streamable HTTP on a free loopback port, printing
 ``URL <url>`` on stdout, and echoes each request's ``Authorization`` header back
 in an ``X-Echo`` response header.
@@ -37,7 +38,8 @@ _OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
 
 def _tools(mode: str, argv: list[str]) -> list[types.Tool]:
     if mode == "schema":
-        huge = {"type": "object", "description": "x" * HUGE_SCHEMA_CHARS, "properties": {}}
+        chars = int(argv[0]) if argv else HUGE_SCHEMA_CHARS
+        huge = {"type": "object", "description": "x" * chars, "properties": {}}
         return [types.Tool(name="vast", description="Has a vast schema.", input_schema=huge)]
     names = ["a b", argv[0]] if mode == "collide" else HOSTILE_NAMES
     return [

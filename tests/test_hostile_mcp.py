@@ -241,13 +241,23 @@ async def test_two_names_fitted_to_one_are_refused_naming_both() -> None:
     assert clash in str(caught.value)
 
 
-async def test_a_vast_tool_schema_is_refused_naming_the_tool() -> None:
+@pytest.mark.parametrize(
+    ("chars", "said"),
+    [
+        # past the listing's bound: refused naming the tool
+        pytest.param(3 * 1024 * 1024, ("'vast'", "characters"), id="3MB"),
+        # past the bound of one message (#47): refused before it is parsed
+        pytest.param(10 * 1024 * 1024, ("a line over",), id="10MB"),
+    ],
+)
+async def test_a_vast_tool_schema_is_refused(chars: int, said: tuple[str, ...]) -> None:
     with pytest.raises(McpServerError) as caught:
-        async with McpToolset.stdio([*HOSTILE, "schema"], start_timeout=START_TIMEOUT_S):
+        async with McpToolset.stdio(
+            [*HOSTILE, "schema", str(chars)], start_timeout=START_TIMEOUT_S
+        ):
             pass
     message = str(caught.value)
-    assert "'vast'" in message
-    assert "characters" in message
+    assert all(part in message for part in said), message
     assert len(message) < 400
 
 

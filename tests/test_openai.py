@@ -640,9 +640,12 @@ def test_no_key_and_a_blank_key_send_no_authorization(monkeypatch: pytest.Monkey
 
 
 def test_the_key_is_in_no_repr() -> None:
-    p = openai.provider(api_key=SECRET, base_url="http://u:pw-SECRET-2@gw.example/v1")
+    # one provider each: a URL's password and a key together are refused (#47)
+    keyed = openai.provider(api_key=SECRET, base_url="http://gw.example/v1")
+    p = openai.provider(base_url="http://u:pw-SECRET-2@gw.example/v1")
     key = APIKey.of(SECRET)
-    shown = repr(p) + str(p) + repr(key) + str(key) + repr(p._codec) + p.endpoint.label
+    shown = repr(keyed) + str(keyed) + repr(key) + str(key) + repr(keyed._codec)
+    shown += repr(p) + str(p) + repr(p._codec) + p.endpoint.label
     assert SECRET not in shown
     assert "pw-SECRET-2" not in shown
 

@@ -599,6 +599,7 @@ async def test_pool_from_config_reads_the_redis_switch(
             assert keys == [
                 "vaelii:pool:{switch}:epoch",
                 f"vaelii:pool:{{switch}}:lease:{a.url}",
+                "vaelii:pool:{switch}:limits",  # each host's limit, shared (#47)
             ]
         monkeypatch.delenv("VAELII_POOL_REDIS_URL")
         async with await pool_from_config() as p:

@@ -209,6 +209,7 @@ MODULES = [
     "vaelii_llm._pool",
     "vaelii_llm._vote",
     "vaelii_llm._redis_slots",
+    "vaelii_llm._redis_limits",
     "vaelii_llm._slots",
     "vaelii_llm.engine",
     "vaelii_llm.tools",

@@ -764,7 +764,7 @@ def test_public_surfaces_are_frozen() -> None:
         ],
         "sessions": ["Gate", "LoopSessions", "create_session", "probe_session"],
         "boundary": ["DEFAULT_MAX_BODY_BYTES", "decode_json"],
-        "withheld": ["withhold"],
+        "withheld": ["sent_rule", "withhold"],
         "send": ["cut", "drain", "open_stream", "request_json"],
     }
     assert timers.__all__ == ["timeout_at"]

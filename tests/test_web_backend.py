@@ -14,7 +14,9 @@ import os
 import re
 import resource
 import signal
+import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,7 +30,7 @@ from fake_ollama import FakeOllama, chunk, final
 from kb_model import ANSWER, GOAL, NAMES, QUESTION, KBModel, ollama_reader
 from loopback import refused_url
 
-from vaelii_llm import Provider
+from vaelii_llm import Provider, ProviderBase, Request, Response, StreamItem, TextDelta
 from vaelii_llm.providers import ollama
 
 PATH = Path(__file__).resolve().parent.parent / "examples" / "web_backend.py"
@@ -554,8 +556,9 @@ async def test_a_registered_backend_that_cannot_answer_is_named_with_its_own_rea
     module.unavailable_reason = unavailable_reason  # type: ignore[attr-defined]
     module.available = available  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, module.__name__, module)
+    # an entry monkeypatch takes away afterwards, replaced on purpose (#47)
     monkeypatch.setitem(_backends.REGISTRY, "testkind", _backends.REGISTRY["stub"])
-    providers.register(providers.Backend(kind="testkind", module=module.__name__))
+    providers.register(providers.Backend(kind="testkind", module=module.__name__), replace=True)
     monkeypatch.setenv("VAELII_LLM_PROVIDER", "testkind")
     async for served in serving(web_backend.configured_provider)():
         status, body = await served.post("/ask", {"question": "Who?"})
@@ -712,3 +715,75 @@ async def test_this_servers_own_origin_and_loopback_names_are_served() -> None:
             ) as resp:
                 assert resp.status == 200, headers
     assert len(model.requests()) == len(own)
+
+
+# -- issue #47 item 5: a client of /ask/stream that never reads is dropped ----------------
+
+
+class Endless(ProviderBase):
+    """A model that talks without end, in 4 KiB deltas, counting its live turns."""
+
+    def __init__(self) -> None:
+        self.live = 0
+        self.began = 0
+
+    async def complete(self, request: Request) -> Response:
+        raise AssertionError("only streamed")
+
+    async def stream(self, request: Request, *, deltas: bool = False) -> AsyncIterator[StreamItem]:
+        self.live += 1
+        self.began += 1
+        try:
+            while True:
+                yield TextDelta(index=0, text="x" * 4096)
+                await asyncio.sleep(0.001)
+        finally:
+            self.live -= 1
+
+
+CLIENTS = 50
+NEVER_READS = b"POST /ask/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+
+
+async def test_a_stream_client_that_never_reads_is_dropped_and_its_turn_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Clients that post a question and never read: main held each one's turn,
+    and what was queued for it, until the turn's deadline (300 of them: 43 → 409
+    MiB in 18 s); each is now dropped once the socket is full and the write
+    bound passes."""
+    # the bound, shortened to test it (raising=False: main has none, and fails below)
+    monkeypatch.setattr(web_backend, "WRITE_TIMEOUT_S", 0.5, raising=False)
+    model = Endless()
+
+    async def open_model() -> Provider:
+        return model
+
+    app = web_backend.make_app(open_model)
+    runner, server = await web_backend.start(app, "127.0.0.1", 0, max_connections=2 * CLIENTS)
+    host, port = server.sockets[0].getsockname()[:2]
+    body = json.dumps({"question": QUESTION, "timeout_ms": 600_000}).encode()
+    head = NEVER_READS + b"Content-Length: %d\r\n\r\n" % len(body)
+    writers = []
+    try:
+        for _ in range(CLIENTS):
+            _reader, writer = await asyncio.open_connection(host, port)
+            writer.transport.set_write_buffer_limits(0)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # reads nothing
+            writer.write(head + body)
+            writers.append(writer)
+        async with asyncio.timeout(60):
+            while model.began < CLIENTS:  # noqa: ASYNC110 - a count, polled
+                await asyncio.sleep(0.05)
+        began = time.monotonic()
+        async with asyncio.timeout(30):  # main: the turns' own 600 s deadline
+            while model.live:  # noqa: ASYNC110 - a count, polled
+                await asyncio.sleep(0.05)
+        print(f"{CLIENTS} stalled clients dropped in {time.monotonic() - began:.2f} s")
+        assert not app[web_backend.GUARD].open
+    finally:
+        for writer in writers:
+            writer.close()
+        server.close()
+        await runner.cleanup()

@@ -227,6 +227,45 @@ class Usage(Struct, frozen=True, kw_only=True, omit_defaults=True, repr_omit_def
     extra: dict[str, Any] | None = None
 
 
+MAX_TOKEN_COUNT: Final = 10**9
+"""The largest token count a far end may report for one turn: far past any
+context window, and small enough that a run's sum cannot overflow a 64-bit
+counter in a span or a metric."""
+MAX_DURATION_NS: Final = 2**63 - 1
+"""The largest duration (ns) a far end may report: a signed 64-bit integer,
+what Ollama's own counters hold."""
+_TOKEN_FIELDS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "prompt_eval_count",
+    "eval_count",
+)
+_DURATION_FIELDS: Final = (
+    "total_duration",
+    "load_duration",
+    "prompt_eval_duration",
+    "eval_duration",
+)
+
+
+def usage_fault(usage: Usage | None) -> str | None:
+    """What is wrong with counts a far end reported (None when nothing is):
+    a count below zero or past :data:`MAX_TOKEN_COUNT`, a duration below zero
+    or past :data:`MAX_DURATION_NS`. A budget summing counts is only as good
+    as the counts, so a backend refuses such a turn rather than pass it on."""
+    if usage is None:
+        return None
+    for fields, most in ((_TOKEN_FIELDS, MAX_TOKEN_COUNT), (_DURATION_FIELDS, MAX_DURATION_NS)):
+        for name in fields:
+            value = getattr(usage, name)
+            if value is not None and not 0 <= value <= most:
+                shown = value if abs(value) < 10**24 else "a number of 25 digits or more"
+                return f"reported a usage whose {name} is {shown}, outside 0 to {most}"
+    return None
+
+
 CacheTTL = Literal["5m", "1h"]
 """How long the far end keeps a cached prefix: the Messages API's two lifetimes."""
 

@@ -74,6 +74,7 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test extra
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
     ) from exc
 
+from vaelii_llm._redis_limits import AGREE, Limits
 from vaelii_llm._slots import POLL_S, POOL_LABEL, Ledger, Spread
 from vaelii_llm.config import hide_userinfo
 from vaelii_llm.errors import LLMClosed, LLMPoolTimeout, LLMUnreachable, excerpt
@@ -390,6 +391,7 @@ class RedisSlots:
         self._cool_keys = tuple(f"{prefix}:cool:{host}" for host in hosts)
         self._freed_key = f"{prefix}:freed"
         self._epoch_key = f"{prefix}:epoch"
+        self._limits = Limits(f"{prefix}:limits", hosts, slots, lease_ttl_ms)
         self._slots = tuple(slots)
         self._ttl_ms = lease_ttl_ms
         self._cooldown_ms = cooldown_ms
@@ -535,6 +537,9 @@ class RedisSlots:
         deadline = loop.time() + book.acquire_timeout_ms / 1000
         answered = False
         try:
+            await self._agree_limits(
+                deadline if book.acquire_timeout_ms else loop.time() + STEP_BUDGET_S
+            )
             if book.waiting == 0:
                 # With no timeout, one try, bounded by the script's own budget.
                 until = deadline if book.acquire_timeout_ms else loop.time() + STEP_BUDGET_S
@@ -567,6 +572,30 @@ class RedisSlots:
                 bound = f"the pool's {waited} ms" if waited else f"{STEP_BUDGET_S:g} s"
                 raise LLMUnreachable(self.label, f"no answer inside {bound}") from exc
             raise LLMPoolTimeout(POOL_LABEL, book.acquire_timeout_ms) from exc
+
+    async def _agree_limits(self, until: float) -> None:
+        """This pool's limits checked against those every process sharing it
+        recorded (:mod:`vaelii_llm._redis_limits`); LLMClosed when the pool
+        closed while the check waited."""
+
+        async def run(keys: list[str], args: list[str | int]) -> Any:
+            # on the client as it is now: one it did not expect is made again
+            script = self._redis().register_script(AGREE)
+            try:
+                return await self._call(script(keys=keys, args=args))
+            except LLMUnreachable as exc:
+                if isinstance(exc.__cause__, NoScriptError):
+                    return None  # a Redis that will not run it even once loaded
+                raise
+
+        try:
+            await self._limits.check(run, self._spawn, until)
+        except (LLMUnreachable, asyncio.CancelledError):
+            # the close cut the check (its task cancelled, or its client closed)
+            task = asyncio.current_task()
+            if self._book.closed and (task is None or not task.cancelling()):
+                raise LLMClosed(POOL_LABEL, waited=True) from None
+            raise
 
     async def _take_one(self, prefs: str, until: float = math.inf) -> tuple[int, str]:
         asked = self.take(prefs, until)

@@ -276,7 +276,43 @@ def _environ_get() -> Callable[[str], str | None]:
     return get
 
 
-_getenv: Final = _environ_get()
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""What no switch value may hold once trimmed: C0 and C1 controls, DEL, the
+Unicode line separators and the direction overrides. A newline in a URL would
+be printed as a line of its own (a forged ``why: all good``), an escape would
+drive the terminal."""
+
+
+def _checked(get: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """``get``, refusing a value that holds a :data:`_CONTROL` character once
+    trimmed (the stray CR/LF a .env file leaves at an end is trimmed, not
+    refused) with a ValueError naming the variable, never quoting the value:
+    the one check every switch's value passes, wherever it is read. A
+    credential is left to the check that makes it a header
+    (:class:`~vaelii_llm.errors.LLMBadCredential`, naming the header)."""
+    passed: dict[str, str] = {}  # the value each name last had when it passed
+
+    def checked(name: str) -> str | None:
+        value = get(name)
+        if value is None or passed.get(name) == value:
+            return value
+        switch = _BY_NAME.get(name)
+        if switch is not None and switch.secret:  # refused as it becomes a header, naming it
+            return value
+        found = _CONTROL.search(value.strip())
+        if found is not None:
+            raise ValueError(
+                f"{name} holds a control character (U+{ord(found.group()):04X}) at character "
+                f"{found.start() + 1}; a switch's value is one line of printable text "
+                "(value withheld)"
+            )
+        passed[name] = value
+        return value
+
+    return checked
+
+
+_getenv: Final = _checked(_environ_get())
 
 
 def _read(switch: Switch) -> str | None:
@@ -446,15 +482,25 @@ def _userinfo_end(candidate: str, text: str, after: int) -> int:
     return len(candidate)
 
 
+_SECRET_PARAMETER = re.compile(r"(?i)([?&;][\w.-]*(?:pass|pwd|secret|token|key)[\w.-]*=)[^&#\s,]*")
+"""A query parameter whose name says its value is a credential: redis-py's
+documented ``?password=`` (``redis://``, ``unix://``), a ``token=``, an ``api_key=``."""
+
+
 def hide_userinfo(value: str) -> str:
     """``value`` with every ``user:password@`` cut out of the URLs or hosts it
-    names (a comma-separated host list included), for messages and displays."""
+    names (a comma-separated host list included), and the value of every query
+    parameter naming a credential (:data:`_SECRET_PARAMETER`) withheld, for
+    messages and displays."""
 
     def cut(found: re.Match[str]) -> str:
         lead, candidate = (found[1], found[2]) if found[1] else (found[3], found[4])
         return lead + candidate[_userinfo_end(candidate, value, found.end()) :]
 
-    return _USERINFO.sub(cut, value)
+    shown = _USERINFO.sub(cut, value)
+    if "=" in shown:
+        shown = _SECRET_PARAMETER.sub(r"\1<withheld>", shown)
+    return shown
 
 
 def userinfo(url: str) -> str | None:

@@ -11,7 +11,7 @@ import re
 import ssl as _ssl
 import sys
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -66,6 +66,33 @@ _BAD_HEADER_NAME: Final = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 log = logging.getLogger("vaelii_llm.transport")
 
 
+_SHOWN_VALUE_CHARS: Final = 256
+"""The longest response header value a caller is shown, cut past this with
+``…``. A request id or a rate-limit figure is tens of characters; a far end
+sending kilobytes there is sending something else."""
+_SHOWN_HEADERS_CHARS: Final = 2048
+"""What all the shown headers of one answer may add up to (names and values):
+enough for every rate-limit header a hosted API sends, so a far end cannot
+make each Response and error carry its own megabyte."""
+_UNSHOWN_CHARS: Final = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+"""Dropped from a shown header value: C0 and C1 controls (a terminal's escape
+and bell among them), DEL, and the Unicode separators and direction marks that
+rewrite how a line reads."""
+
+
+def shown_header(value: str, withheld: Callable[[str], str] | None = None) -> str:
+    """A far end's header value as a caller may see it: its control
+    characters dropped, the credentials ``withheld`` names replaced (after the
+    drop, so a control character cannot hide an echoed key), cut at
+    :data:`_SHOWN_VALUE_CHARS`."""
+    value = _UNSHOWN_CHARS.sub("", value)
+    if withheld is not None:
+        value = withheld(value)
+    if len(value) > _SHOWN_VALUE_CHARS:
+        value = value[:_SHOWN_VALUE_CHARS] + "…"
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Headers:
     """The response headers a backend hands on to callers: its request id's
@@ -77,15 +104,26 @@ class Headers:
     names: frozenset[str] = frozenset()
     prefixes: tuple[str, ...] = ()
 
-    def read(self, raw: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
-        """The request id and the allow-listed headers of ``raw``, names lowercased."""
+    def read(
+        self, raw: Mapping[str, str], withheld: Callable[[str], str] | None = None
+    ) -> tuple[str | None, dict[str, str]]:
+        """The request id and the allow-listed headers of ``raw``, names
+        lowercased, each value as :func:`shown_header` makes it (``withheld``
+        replacing what the request sent), past :data:`_SHOWN_HEADERS_CHARS`
+        in all the rest left out."""
         names, prefixes = self.names, self.prefixes
         kept = {}
+        room = _SHOWN_HEADERS_CHARS
         for name, value in raw.items():
             low = name.lower()
-            if low in names or low.startswith(prefixes):
-                kept[low] = value
-        return (raw.get(self.request_id) if self.request_id else None), kept
+            if (low in names or low.startswith(prefixes)) and low not in kept:
+                shown = shown_header(value, withheld)
+                room -= len(low) + len(shown)
+                if room < 0:
+                    break
+                kept[low] = shown
+        found = raw.get(self.request_id) if self.request_id else None
+        return (None if found is None else shown_header(found, withheld) or None), kept
 
 
 NO_HEADERS: Final = Headers()

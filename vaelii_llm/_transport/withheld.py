@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, NamedTuple
 from urllib.parse import quote, quote_plus, unquote
 
@@ -30,7 +30,7 @@ from yarl import URL
 
 from vaelii_llm.config import userinfo
 
-__all__ = ["withhold"]
+__all__ = ["sent_rule", "withhold"]
 
 _SHOWN_HEADERS: Final = frozenset(
     {
@@ -144,6 +144,11 @@ class _Withheld:
             for name, value in list(shown.items()):
                 if isinstance(value, str):
                     shown[name] = self.text(value)
+                elif type(value) is dict and value:  # a far end's headers (LLMApiError's)
+                    shown[name] = {
+                        key: self.text(item) if isinstance(item, str) else item
+                        for key, item in value.items()
+                    }
 
     def _arg(self, arg: object) -> object:
         if isinstance(arg, str):
@@ -249,6 +254,24 @@ def _withheld(
     return _Withheld(found)
 
 
+def sent_rule(
+    session: aiohttp.ClientSession, headers: Mapping[str, str] | None, url: str
+) -> Callable[[str], str]:
+    """What withholds, in a text, every credential a request sent (``headers``
+    and ``session``'s own, the user info of ``url`` and of the session's proxy,
+    the session's ``auth``): for what a far end hands back outside an error
+    (the headers of a 200)."""
+    return _sent(session, headers, url).text
+
+
+def _sent(session: aiohttp.ClientSession, headers: Mapping[str, str] | None, url: str) -> _Withheld:
+    return _withheld(
+        (session.headers, headers),
+        (url, getattr(session, "_default_proxy", None)),
+        (session.auth, getattr(session, "_default_proxy_auth", None)),
+    )
+
+
 def withhold(
     exc: BaseException, session: aiohttp.ClientSession, headers: Mapping[str, str] | None, url: str
 ) -> None:
@@ -258,8 +281,4 @@ def withhold(
     far-end text (a body, an excerpt, an error event) goes through here
     before it is raised: for the transport's own requests :class:`_Boundary`
     does it; a backend does it for what its codec raises from a body."""
-    _withheld(
-        (session.headers, headers),
-        (url, getattr(session, "_default_proxy", None)),
-        (session.auth, getattr(session, "_default_proxy_auth", None)),
-    ).error(exc)
+    _sent(session, headers, url).error(exc)

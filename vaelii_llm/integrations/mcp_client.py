@@ -18,13 +18,19 @@ Each call keeps the guarantees the KB's own tools give:
   ``mcp-timeout: …``, ``mcp-server-gone: …``; a tool's own ``isError`` text as
   the server wrote it);
 * bounded: the text is cut at ``max_result_chars`` with the KB tools' marker
-  (:func:`vaelii_llm._edn.cut`, the one bound both use);
+  (:func:`vaelii_llm._edn.cut`, the one bound both use), and no message from
+  the server is read past :data:`_MAX_MESSAGE_BYTES` (a stdio line ends the
+  session, an HTTP JSON answer fails the call);
 * a per-call deadline (``call_timeout``): a hung tool is an error result after
   it and the session stays usable (the request is cancelled on the server);
 * a server that dies is reported so (:attr:`McpToolset.gone`, with its exit
   status), and every later call answers the same error at once; an input the
   model sent nested too deep or not JSON is a ``bad-input`` result, never a
   server gone.
+
+Closing the toolset stops a stdio server's whole process group, helpers it left
+behind included. ``start_timeout`` bounds the whole start: the handshake and
+every page of the tool list.
 
 What reaches the model is bounded too: a tool name outside the providers' grammar
 is renamed (:func:`_fitted_name`), and a tool list spelling over
@@ -57,6 +63,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 import anyio
+import httpx2
 import mcp.types as types
 from anyio.abc import Process
 from mcp import Client
@@ -101,6 +108,13 @@ _MAX_SHOWN_COMMAND: Final = 80
 _STDERR_TAIL_BYTES: Final = 8192
 """The most of a child's stderr kept (its last bytes): an excerpt of it goes in
 the error when the server fails; the rest is read and dropped, never shown."""
+
+_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+"""The most one message from a server may take: a stdio line, an HTTP JSON
+body, an SSE event. What reaches the model is cut to ``max_result_chars`` and
+an image is described, not shown, so a bigger message carries nothing the model
+would see; and a message is parsed into objects several times its size, so an
+endless line or a page of a million tools must stop here, not at the memory's end."""
 
 _EXIT_WAIT_S: Final = 1.0
 """How long a dead server's exit status is waited for, to name it in the error."""
@@ -173,20 +187,29 @@ def _fitted_name(name: str) -> str:
     return f"{kept}_{digest}"
 
 
-class _Withholding(logging.Filter):
-    """Rewrites a log record of the HTTP client whose text holds a credential
-    the toolset sends (a header a server echoed), by the transport's one rule."""
+_RULES: list[Any] = []
+"""The withholding rules of the HTTP toolsets open now, one each."""
 
-    def __init__(self, rule: Any) -> None:
-        super().__init__()
-        self.rule = rule
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        shown = self.rule.text(text)
-        if shown != text:
-            record.msg, record.args = shown, None
-        return True
+def _withheld_records(make: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    """A log record factory over ``make`` that rewrites a record of the HTTP
+    client (:data:`_HTTP_LOGGERS`) whose text holds a credential an open
+    toolset sends, by the transport's one rule. A factory, not a filter: the
+    client makes some of its loggers on its first request, after the toolset
+    opened, and a filter reaches only the loggers that exist."""
+
+    def made(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        if _RULES and record.name.split(".", 1)[0].rstrip("0123456789") in _HTTP_LOGGERS:
+            text = shown = record.getMessage()
+            for rule in _RULES.copy():  # another thread may log while one closes
+                shown = rule.text(shown)
+            if shown != text:
+                record.msg, record.args = shown, None
+        return record
+
+    made.withholds = True  # type: ignore[attr-defined]
+    return made
 
 
 def _size(data: str) -> int:
@@ -244,6 +267,7 @@ class _Child:
         self.exited: int | None = None  # its exit status, once it exited on its own
         self.late = False  # it had not listed its tools by the start deadline
         self.broke: str | None = None  # what a task carrying the session raised
+        self.overlong = False  # it wrote a line past _MAX_MESSAGE_BYTES
         self._listed = anyio.Event()
         self._tail = bytearray()
 
@@ -292,6 +316,8 @@ class _Child:
         if len(said) > EXCERPT_CHARS:  # its end: where a traceback says what failed
             said = "…" + said[-EXCERPT_CHARS:]
         parts = [] if self.exited is None else [f"it exited with status {self.exited}"]
+        if self.overlong:
+            parts.insert(0, f"it wrote a line over {_MAX_MESSAGE_BYTES} bytes")
         if said:
             parts.append(f"its stderr: {said}")
         return "".join(f"; {part}" for part in parts)
@@ -332,12 +358,15 @@ async def _stdio(
     async def reading() -> None:
         assert process.stdout is not None
         try:
-            async with to_session, aclosing(_lines(process.stdout)) as lines:
-                async for line in lines:
-                    item = child.read(line)
-                    if item is None:
-                        break  # no MCP server: the session sees the end now
-                    await to_session.send(item)
+            try:
+                async with to_session, aclosing(_lines(process.stdout)) as lines:
+                    async for line in lines:
+                        item = child.read(line)
+                        if item is None:
+                            break  # no MCP server: the session sees the end now
+                        await to_session.send(item)
+            except _Overlong:  # the session sees the end now, and is told why
+                child.overlong = True
             async for _ in process.stdout:  # what is left, dropped: it must not block
                 pass
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
@@ -387,24 +416,37 @@ async def _carried(job: Callable[[], Awaitable[None]], child: _Child, session: A
         await session.aclose()
 
 
-async def _lines(stream: Any) -> AsyncGenerator[bytes, None]:
+class _Overlong(Exception):
+    """A server's line passed :data:`_MAX_MESSAGE_BYTES` before its newline."""
+
+
+async def _lines(stream: Any, most: int = _MAX_MESSAGE_BYTES) -> AsyncGenerator[bytes, None]:
     """The lines of a byte stream that hold more than whitespace, without their
-    newline (a long one is joined once, not rebuilt per chunk)."""
+    newline (a long one is joined once, not rebuilt per chunk); :class:`_Overlong`
+    once a line passes ``most`` bytes, with what it held so far let go."""
     parts: list[bytes] = []
+    held = 0
     async for chunk in stream:
         *lines, rest = chunk.split(b"\n")
         if lines:
-            lines[0], parts = b"".join([*parts, lines[0]]), []
+            lines[0], parts, held = b"".join([*parts, lines[0]]), [], 0
         for line in lines:
+            if len(line) > most:
+                raise _Overlong
             if line.strip():
                 yield line
         if rest:
+            held += len(rest)
+            if held > most:
+                parts.clear()
+                raise _Overlong
             parts.append(rest)
 
 
 async def _stop(process: Process, child: _Child, posix: bool) -> None:
     """Stop the child: a moment to exit if it is already ending, its stdin closed,
-    then terminated and killed (its whole group on POSIX), each after
+    then terminated and killed (its whole group on POSIX, what the child left
+    of it too), each after
     :data:`_STOP_GRACE_S` (terminated at once if it proved no MCP server or never
     started: it is owed no graceful end)."""
     if child.ended:
@@ -420,7 +462,7 @@ async def _stop(process: Process, child: _Child, posix: bool) -> None:
         with anyio.move_on_after(grace):
             await process.wait()
         if process.returncode is not None or how is None:
-            return
+            break
         grace = _STOP_GRACE_S
         try:
             if posix:
@@ -429,6 +471,26 @@ async def _stop(process: Process, child: _Child, posix: bool) -> None:
                 process.terminate()
         except (ProcessLookupError, PermissionError):
             pass
+    if posix:
+        await _stop_group(process.pid)
+
+
+async def _stop_group(group: int) -> None:
+    """Stop what is left of the child's process group once the child is gone
+    (a helper it started outlives it otherwise): terminated, then killed after
+    :data:`_STOP_GRACE_S`. The group's id is not reused while one member lives."""
+    for how in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(group, how)
+        except (ProcessLookupError, PermissionError):
+            return
+        with anyio.move_on_after(_STOP_GRACE_S):
+            while True:
+                await anyio.sleep(0.02)
+                try:
+                    os.killpg(group, 0)
+                except (ProcessLookupError, PermissionError):
+                    return
 
 
 class McpToolset:
@@ -471,7 +533,7 @@ class McpToolset:
         self._broke: str | None = None  # why the session's own tasks ended it
         self._listed: list[ToolSchema] = []
         self._names: dict[str, str] = {}  # a name as listed -> the server's own
-        self._log_filter: _Withholding | None = None
+        self._log_rule: Any = None  # this toolset's entry in _RULES
         self._child: _Child | None = None
 
     @classmethod
@@ -550,13 +612,16 @@ class McpToolset:
         and the session (each call then says why), never a caller's task, and
         any task may close it."""
         stack = AsyncExitStack()
+        began = anyio.current_time()
         try:
-            # the client's own read timeout bounds the handshake and the listing: a
-            # cancel scope around them would wrap the client's task group
+            # the client's own read timeout bounds the handshake: a cancel scope
+            # around it would wrap the client's task group
             client = await stack.enter_async_context(
                 Client(await self._transport(stack), read_timeout_seconds=self.start_timeout)
             )
-            listed = await self._list(client)
+            # the listing, every page, in what is left of the start's budget
+            with anyio.fail_after(max(0.0, began + self.start_timeout - anyio.current_time())):
+                listed = await self._list(client)
         except BaseException as exc:
             await _quietly(stack)
             opened.set_result(exc)
@@ -623,19 +688,21 @@ class McpToolset:
         """Keep the headers' credentials out of the HTTP client's log lines (a
         server echoing one in a response header would put it in httpcore's
         DEBUG line), from the session's opening to its close."""
-        held, self._log_filter = self._log_filter, None
+        held, self._log_rule = self._log_rule, None
         if held is not None:
-            for logger in _http_loggers():
-                logger.removeFilter(held)
+            with suppress(ValueError):
+                _RULES.remove(held)
         if not on or not isinstance(self.server, str):
             return
         from vaelii_llm._transport.withheld import _withheld  # the transport's one rule
 
         rule = _withheld([self.headers], [self.server])
         if rule:
-            self._log_filter = _Withholding(rule)
-            for logger in _http_loggers():
-                logger.addFilter(self._log_filter)
+            current = logging.getLogRecordFactory()
+            if not getattr(current, "withholds", False):  # installed once, a pass-through when idle
+                logging.setLogRecordFactory(_withheld_records(current))
+            self._log_rule = rule
+            _RULES.append(rule)
 
     async def _transport(self, stack: AsyncExitStack) -> Any:
         server = self.server
@@ -646,6 +713,7 @@ class McpToolset:
             http = await stack.enter_async_context(
                 create_mcp_http_client(headers=self.headers or None)
             )
+            http.event_hooks["response"].append(_bounded_json)
             return streamable_http_client(server, http_client=http)
         return server  # an in-process mcp server: Client connects to it directly
 
@@ -758,6 +826,8 @@ class McpToolset:
         if runner is not None and not runner.done():  # it may be ending the session now
             await asyncio.wait({runner}, timeout=_EXIT_WAIT_S)
         child = self._child
+        if child is not None and child.overlong:
+            return f"the MCP server {server!r} was cut off{child.why()}"
         broke = child.broke if child is not None and child.broke else self._broke
         if broke is not None:
             return f"the session with the MCP server {server!r} broke in this client: {broke}"
@@ -775,6 +845,39 @@ class McpToolset:
         return ToolResult(ok=False, error=_edn.cut(message, self.max_result_chars).text)
 
 
+async def _bounded_json(response: Any) -> None:
+    """An HTTP answer's JSON body, read by ``mcp`` whole, bounded at
+    :data:`_MAX_MESSAGE_BYTES` as it is read (an SSE body is bounded per event
+    by ``mcp`` itself): past it, the read fails as a broken stream, which
+    ``mcp`` answers the call with as a parse error, the rest unread."""
+    if response.headers.get("content-type", "").lower().startswith("application/json"):
+        response.stream = _BoundedBody(response.stream, response.headers.get("content-length"))
+
+
+class _BoundedBody(httpx2.AsyncByteStream):
+    """A response body that raises ``httpx2.StreamError`` once it is announced
+    or read past :data:`_MAX_MESSAGE_BYTES`."""
+
+    def __init__(self, stream: Any, announced: str | None) -> None:
+        self._stream = stream
+        self._announced = int(announced) if announced and announced.isdecimal() else 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        if self._announced <= _MAX_MESSAGE_BYTES:
+            async for chunk in self._stream:
+                read += len(chunk)
+                if read > _MAX_MESSAGE_BYTES:
+                    break
+                yield chunk
+            else:
+                return
+        raise httpx2.StreamError(f"the server's answer passed {_MAX_MESSAGE_BYTES} bytes")
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 def _default_name(server: Any) -> str:
     if isinstance(server, StdioServerParameters):
         return _shown_command(server)
@@ -784,16 +887,6 @@ def _default_name(server: Any) -> str:
         parts = urlsplit(server)
         return (parts.hostname or server) + (f":{parts.port}" if parts.port else "")
     return str(getattr(server, "name", None) or type(server).__name__)
-
-
-def _http_loggers() -> list[logging.Logger]:
-    """The HTTP client's loggers (:data:`_HTTP_LOGGERS`), as its modules made them."""
-    return [
-        logger
-        for name, logger in list(logging.root.manager.loggerDict.items())
-        if isinstance(logger, logging.Logger)
-        and name.split(".", 1)[0].rstrip("0123456789") in _HTTP_LOGGERS
-    ]
 
 
 def _shown_command(params: StdioServerParameters) -> str:

@@ -19,6 +19,7 @@ per-sentex Python work beyond rebuilding one dict entry per index key.
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import sys
@@ -152,17 +153,20 @@ def load_edn(path_or_text: str | os.PathLike[str], into: KB | None = None) -> KB
             data = read_regular(p, MAX_EDN_FILE_BYTES, "a KB file")
         except FileRefused as exc:
             raise EngineRefusal("bad-path", str(exc)) from None
+        # the mark some editors open a UTF-8 file with says only that: skipped
+        skip = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
         try:
-            text = data.decode("utf-8")
+            text = data[skip:].decode("utf-8")
         except UnicodeDecodeError as exc:
-            where = _line_col(data, exc.start)
+            at = exc.start + skip
+            where = _line_col(data, at)
             raise EngineRefusal(
                 "malformed-sentence",
-                f"{p} is not UTF-8 text: byte 0x{data[exc.start]:02x} at {where}; save it as UTF-8",
+                f"{p} is not UTF-8 text: byte 0x{data[at]:02x} at {where}; save it as UTF-8",
             ) from None
         origin = str(p)
     else:
-        text = str(path_or_text)
+        text = str(path_or_text).removeprefix("\ufeff")  # a byte-order mark, decoded
         origin = "the EDN text"
     return _load_forms(_read_forms(text, origin), origin, into)
 

@@ -33,12 +33,14 @@ credential) and the stub built from ``opts["stub"]`` answers instead.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
 from vaelii_llm import config
 from vaelii_llm._backends import REGISTRY, STUB, Backend, Option, record
@@ -58,8 +60,17 @@ __all__ = [
 
 log = logging.getLogger("vaelii_llm.providers")
 
+PROBE_TIMEOUT_S: Final = 5.0
+"""The longest any backend's probe (``available``, ``unavailable_reason``) is
+waited for before it counts as "no": past the built-ins' own probe deadlines,
+so it only ever stops a registered one that would never return."""
 
-def register(backend: Backend) -> None:
+_KIND: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+"""What a registered kind is: a short word a variable, an option and a status
+line can carry."""
+
+
+def register(backend: Backend, *, replace: bool = False) -> None:
     """Make ``backend.kind`` name the backend its record describes, as the
     built-in kinds are described: selection, the vote pool and the command
     read the same record. Its options join the bag from now on.
@@ -68,11 +79,29 @@ def register(backend: Backend) -> None:
     available`` (and ``generation_provider``, ``async warm`` and ``async
     unavailable_reason`` where it has them); each receives only the options
     whose :class:`Option` record names it. The kind is read as a configured
-    one is (trimmed, lower case).
+    one is (trimmed, lower case), and must then be a short word
+    (:data:`_KIND`); ``stub`` is refused. A kind already registered, a
+    built-in one included, is replaced only with ``replace=True``: a plug-in
+    that silently took ``anthropic`` would be handed that backend's
+    credential. Its probes are bounded (:data:`PROBE_TIMEOUT_S`) as the
+    built-ins' are.
     """
     if not isinstance(backend, Backend):
         raise TypeError(f"register takes a providers.Backend, not {type(backend).__name__}")
     chosen_as = config.provider_kind(backend.kind)
+    if not _KIND.fullmatch(chosen_as):
+        shown = repr(chosen_as) if len(chosen_as) <= 40 else f"{len(chosen_as)} characters"
+        raise ValueError(
+            f"a provider kind is a lowercase letter, then up to 31 letters, digits, "
+            f"'-' or '_'; got {shown}"
+        )
+    if chosen_as == STUB:
+        raise ValueError("the kind 'stub' is the fallback every selection keeps; choose another")
+    if chosen_as in REGISTRY and not replace:
+        raise ValueError(
+            f"the kind {chosen_as!r} is already registered; pass replace=True to replace it "
+            "(it would receive what that backend is configured with, its credential included)"
+        )
     if chosen_as != backend.kind:
         backend = dataclasses.replace(backend, kind=chosen_as)
     REGISTRY[chosen_as] = backend
@@ -107,10 +136,26 @@ def _fallback(opts: Mapping[str, Any]) -> Provider:
 
 
 async def _probe(backend: Backend, module: ModuleType, opts: Mapping[str, Any]) -> bool:
+    """What ``backend``'s probe says, False when it raised or passed
+    :data:`PROBE_TIMEOUT_S`."""
+    return await _refusal(backend, module, opts) is None
+
+
+async def _refusal(backend: Backend, module: ModuleType, opts: Mapping[str, Any]) -> str | None:
+    """None when ``backend``'s probe says yes; else why it did not when it
+    passed :data:`PROBE_TIMEOUT_S` (so that is not waited for twice), or ``""``."""
     try:
-        return bool(await module.available(**_for(backend, "available", opts)))
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            said = bool(await module.available(**_for(backend, "available", opts)))
+    except TimeoutError:
+        return _unanswered(backend)
     except Exception:
-        return False
+        return ""
+    return None if said else ""
+
+
+def _unanswered(backend: Backend) -> str:
+    return f"{backend.kind}'s probe did not answer in {PROBE_TIMEOUT_S:g} s"
 
 
 async def available(kind: str | None = None, **opts: Any) -> bool:
@@ -147,7 +192,10 @@ async def _reason(backend: Backend, module: ModuleType, opts: Mapping[str, Any])
             return None
         return f"{backend.kind} says it cannot answer now (its available() probe said no)"
     try:
-        reason: str | None = await explain(**_for(backend, "available", opts))
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            reason: str | None = await explain(**_for(backend, "available", opts))
+    except TimeoutError:
+        return _unanswered(backend)
     except Exception as exc:  # a probe that raised is a probe that said no
         return f"{backend.kind}'s probe failed ({type(exc).__name__})"
     return reason
@@ -167,8 +215,9 @@ async def _build(kind: str | None, constructor: str, opts: Mapping[str, Any]) ->
     if backend.kind == STUB:
         return _fallback(opts)
     module = importlib.import_module(backend.module)
-    if not await _probe(backend, module, opts):
-        why = await _reason(backend, module, opts) or "its probe said no"
+    refused = await _refusal(backend, module, opts)
+    if refused is not None:
+        why = refused or await _reason(backend, module, opts) or "its probe said no"
         log.warning("provider %s cannot answer (%s); the stub answers instead", backend.kind, why)
         return _fallback(opts)
     if not hasattr(module, constructor):

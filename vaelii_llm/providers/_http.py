@@ -99,7 +99,7 @@ import aiohttp
 import msgspec
 
 from vaelii_llm import telemetry
-from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem
+from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem, usage_fault
 from vaelii_llm._transport.send import cut, drain, open_stream, request_json
 from vaelii_llm._transport.sessions import Gate, LoopSessions, create_session
 from vaelii_llm._transport.settings import (
@@ -112,8 +112,15 @@ from vaelii_llm._transport.settings import (
     SSLOption,
     checked_headers,
 )
-from vaelii_llm._transport.withheld import withhold
-from vaelii_llm.errors import LLMApiError, LLMClosed, LLMError, LLMUnreachable, LLMUnsupported
+from vaelii_llm._transport.withheld import sent_rule, withhold
+from vaelii_llm.errors import (
+    LLMApiError,
+    LLMBadResponse,
+    LLMClosed,
+    LLMError,
+    LLMUnreachable,
+    LLMUnsupported,
+)
 
 __all__ = [
     "DRAIN_S",
@@ -336,6 +343,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._shared_headers: Mapping[str, str] | None = None  # on a caller's session
         self._closed = False
         self._inflight: set[aiohttp.ClientResponse] = set()  # bodies being read, cut by aclose
+        self._shown_rules: dict[tuple[Any, ...], Callable[[str], str]] = {}  # _header_rule's
         telemetry.on_build()
 
     @property
@@ -376,6 +384,20 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         if not turn:
             return shared
         return {**shared, **turn}
+
+    def _header_rule(
+        self, session: aiohttp.ClientSession, headers: Mapping[str, str] | None, url: str
+    ) -> Callable[[str], str]:
+        """What withholds the credentials a turn sent from the headers its 200
+        hands on: made once for each session, headers and URL the provider's
+        turns use (a turn repeats them), so a small turn does not pay for it."""
+        key = (session, None if headers is None else tuple(headers.items()), url)
+        rule = self._shown_rules.get(key)
+        if rule is None:
+            if len(self._shown_rules) >= _SHOWN_RULES_KEPT:
+                self._shown_rules.clear()
+            rule = self._shown_rules[key] = sent_rule(session, headers, url)
+        return rule
 
     async def _credential(self) -> Any:
         """The credential step's answer (None with no step); LLMClosed when
@@ -444,12 +466,15 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 seen=seen,
             )
             result = finish(parsed)
+            if isinstance(result, Response):
+                _check_usage(result, codec.endpoint)
             if seen and isinstance(result, Response):
-                return _with_headers(result, codec.endpoint, seen[0])  # type: ignore[return-value]
+                shown = self._header_rule(session, headers, url)
+                return _with_headers(result, codec.endpoint, seen[0], shown)  # type: ignore[return-value]
             return result
         except LLMError as exc:
-            withhold(exc, session, headers, url)
             _answered_in(exc, codec.endpoint, seen[0] if seen else None)
+            withhold(exc, session, headers, url)  # the answer's headers too
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
@@ -526,11 +551,13 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 for item in assembler.feed(decoder.feed(b"")):
                     yield item
             result = assembler.result()
+            _check_usage(result, codec.endpoint)
             if codec.endpoint.headers is not NO_HEADERS:
-                result = _with_headers(result, codec.endpoint, chunks.headers)
+                shown = self._header_rule(session, headers, codec.url)
+                result = _with_headers(result, codec.endpoint, chunks.headers, shown)
         except LLMError as exc:
-            withhold(exc, session, headers, codec.url)
             _answered_in(exc, codec.endpoint, answer)
+            withhold(exc, session, headers, codec.url)  # the answer's headers too
             if self._closed:  # the close cut the turn: that is the news, not the cut
                 raise LLMClosed(codec.endpoint.label) from exc
             raise
@@ -545,6 +572,19 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         await self._sessions.aclose()
 
 
+_SHOWN_RULES_KEPT: Final = 8
+"""Rules :meth:`HTTPProvider._header_rule` keeps: one per loop's session and
+credential in use; past it they are made afresh."""
+
+
+def _check_usage(response: Response, endpoint: Endpoint) -> None:
+    """A turn whose far end reported a count below zero or past any context
+    window is LLMBadResponse: budgets that sum counts must be able to trust them."""
+    fault = usage_fault(response.usage)
+    if fault is not None:
+        raise LLMBadResponse(endpoint.label, fault)
+
+
 def _answered_in(exc: LLMError, endpoint: Endpoint, raw: Mapping[str, str] | None) -> None:
     """An error the far end sent inside a 2xx answer (an ``error`` body or
     event, read by the codec) carries that answer's request id and
@@ -554,7 +594,10 @@ def _answered_in(exc: LLMError, endpoint: Endpoint, raw: Mapping[str, str] | Non
     exc.request_id, exc.headers = endpoint.headers.read(raw)
 
 
-def _with_headers(response: Response, endpoint: Endpoint, raw: Mapping[str, str]) -> Response:
-    """``response`` with the request id and the allow-listed headers of ``raw``."""
-    request_id, kept = endpoint.headers.read(raw)
+def _with_headers(
+    response: Response, endpoint: Endpoint, raw: Mapping[str, str], shown: Callable[[str], str]
+) -> Response:
+    """``response`` with the request id and the allow-listed headers of
+    ``raw``, what the turn sent withheld by ``shown``."""
+    request_id, kept = endpoint.headers.read(raw, shown)
     return msgspec.structs.replace(response, request_id=request_id, headers=kept or None)

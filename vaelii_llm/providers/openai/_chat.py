@@ -459,6 +459,26 @@ def chat_body(
     return _ENCODER.encode(body)
 
 
+def refuse_two_authorizations(
+    base_url: str, named_by: str, key: APIKey | None, headers: Mapping[str, str] | None
+) -> None:
+    """A base URL carrying ``user:password@`` is sent as a Basic
+    ``Authorization``; a key (or a caller's own ``Authorization`` header) is
+    one too, and a request carries one. The conflict is the configuration's,
+    refused (ValueError naming both, quoting neither) before any I/O, not
+    reported later as the far end unreachable. ``named_by``: where the URL came from."""
+    if not config.userinfo(base_url):
+        return
+    other = None if key is None else ("api_key" if key.source == "explicit" else key.source)
+    if other is None and any(name.lower() == "authorization" for name in headers or {}):
+        other = "the Authorization header in headers"
+    if other is not None:
+        raise ValueError(
+            f"{named_by} carries a user:password@ and {other} is set: both are sent as the "
+            f"Authorization header, and a request carries one; drop one of them"
+        )
+
+
 class ChatCodec:
     """``/chat/completions`` as the shared HTTP skeleton drives it (no I/O here).
 
@@ -479,6 +499,8 @@ class ChatCodec:
         self.endpoint = endpoint(self.base_url)
         self.url = self.base_url + CHAT_PATH
         self.key = APIKey.of(options.get("api_key"))
+        named_by = "base_url" if options.get("base_url") else "OPENAI_BASE_URL"
+        refuse_two_authorizations(self.base_url, named_by, self.key, options.get("headers"))
         self._headers = session_headers(self.key, options.get("headers"))
 
     def session_headers(self) -> Mapping[str, str]:

@@ -18,7 +18,11 @@ from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline
 from vaelii_llm.providers._http import ClientSession, SSLOption, network
-from vaelii_llm.providers.openai._chat import endpoint, session_headers
+from vaelii_llm.providers.openai._chat import (
+    endpoint,
+    refuse_two_authorizations,
+    session_headers,
+)
 from vaelii_llm.providers.openai._key import APIKey
 
 __all__ = ["MODELS_PATH", "MODELS_TIMEOUT_MS", "available", "models", "unavailable_reason"]
@@ -57,6 +61,9 @@ async def models(
     of ``timeout_ms``. Raises the typed error when it cannot answer (a 401 for
     a missing or wrong key is :class:`~vaelii_llm.errors.LLMApiError`)."""
     url = config.openai_base_url(base_url)
+    key = APIKey.of(api_key)
+    named_by = "base_url" if base_url else "OPENAI_BASE_URL"
+    refuse_two_authorizations(url, named_by, key, headers)
     listed = await request_json(
         probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),
         endpoint(url),
@@ -64,7 +71,7 @@ async def models(
         url + MODELS_PATH,
         deadline=Deadline.after_ms(timeout_ms),
         decoder=_MODELS_DECODER,
-        headers=session_headers(APIKey.of(api_key), headers),
+        headers=session_headers(key, headers),
     )
     return [model.id for model in listed.data]
 
