@@ -229,11 +229,11 @@ def test_vote_runs_on_the_stub_with_a_progress_line_per_turn() -> None:
     lines = run_example("vote")
     assert lines[0] == (
         "answering: the scripted stub, not a model "
-        "(a pool spreads over ollama or openai hosts, not 'stub')"
+        "(a pool spreads over a model backend (ollama, anthropic, openai), not 'stub')"
     )
     assert lines[1].startswith("voting over 2 provider token(s)")
     assert [line.split(":")[0] for line in lines[2:5]] == ["  1/3 in", "  2/3 in", "  3/3 in"]
-    assert lines[5] == "verdict: no (votes ('no', 'yes', 'no'), failed 0)"
+    assert lines[5] == "verdict: no  tally: yes 1, no 2  failed: 0 of 3"  # as the command (#48)
 
 
 async def test_vote_runs_over_configured_loopback_hosts() -> None:
@@ -263,7 +263,7 @@ async def test_vote_runs_over_configured_loopback_hosts() -> None:
         "answering: ollama hosts, real models",
         "voting over 3 provider token(s): Is this a test?",
     ]
-    assert lines[-1] == "verdict: yes (votes ('yes', 'yes', 'yes'), failed 0)"
+    assert lines[-1] == "verdict: yes  tally: yes 3, no 0  failed: 0 of 3"
     assert len(server.bodies) == 3
 
 

@@ -212,14 +212,15 @@ BUILTIN: Final = (
         "vaelii_llm.providers.anthropic",
         (
             Option("credential", "str | Credential | None", None, ("provider", "available")),
-            Option("base_url", "str | None", None, ("provider",)),
+            Option("base_url", "str | None", None, ("provider", "available")),
             Option("model", "str | None", None, ("provider",)),
             Option("effort", "str | None", None, ("provider",)),
             Option("headers", "Mapping[str, str] | None", None, ("provider",)),
-            *_network(("provider",), ("provider",)),
+            *_network(("provider", "available"), ("provider",)),
         ),
         host_switch="ANTHROPIC_BASE_URL",
         key_switch="ANTHROPIC_API_KEY",
+        status_lines="vaelii_llm.providers.anthropic._status:status_lines",
     ),
     Backend(
         "openai",
@@ -270,9 +271,9 @@ def nothing_configured() -> str:
 
 def pool_kind(configured: str) -> str:
     """The kind a pool spreads over when given none: the ``configured`` kind
-    where a pool can spread over it, else ``ollama``."""
-    backend = REGISTRY.get(configured)
-    return configured if backend is not None and backend.host_option else "ollama"
+    when it is a registered one other than the stub (over its host list where
+    its record names one, else its one host), else ``ollama``."""
+    return configured if configured in REGISTRY and configured != STUB else "ollama"
 
 
 def pooled() -> tuple[Backend, ...]:

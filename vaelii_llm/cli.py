@@ -59,10 +59,40 @@ def _print_switch(name: str, secret: bool, default: str | None) -> None:
     print(f"{name:32} {shown}")
 
 
+def _checked_kind(explicit: str | None = None, *, hosts: bool = False) -> str:
+    """The kind a command runs, once the switches it reads are checked (no
+    I/O): a kind naming no backend or an unusable URL switch is a bad-switch
+    stop (exit 2) naming the variable; ``hosts``: the pool's host list too."""
+    from vaelii_llm import _switch_check
+
+    kind = config.provider_kind(explicit)
+    named_by = "--provider" if explicit is not None else config._PROVIDER.name
+    why = _switch_check.bad_kind(kind, named_by) or _switch_check.bad_switches(kind)
+    if why is None and hosts:
+        why = _bad_hosts(kind)
+    if why is not None:
+        raise _Stop(2, "bad-switch", why)
+    return kind
+
+
+def _bad_hosts(kind: str) -> str | None:
+    """Why the pool's host list of ``kind`` will not read, naming its variable."""
+    from vaelii_llm import _backends, pool
+
+    switch = _backends.record(kind).hosts_switch
+    if switch is None or config._getenv(switch) is None:
+        return None
+    try:
+        pool.hosts(kind=kind)
+    except errors.LLMBadHosts as exc:
+        return f"{switch} will not read: {exc}"
+    return None
+
+
 async def _status() -> int:
     from vaelii_llm import _backends, providers
 
-    kind = config.provider_kind()
+    kind = _checked_kind()
     reason = await providers.unavailable_reason(kind)
     print(f"configured: {kind}\nanswering:  {'stub' if reason else kind}")
     if reason:
@@ -301,7 +331,7 @@ async def _ask(
     from vaelii_llm import _backends, agent, providers
     from vaelii_llm.providers.stub import StubProvider
 
-    chosen = config.provider_kind(kind)
+    chosen = _checked_kind(kind)
     on_stub = chosen == "stub"
     if on_stub and kind is None and config._read(config._PROVIDER) is None:
         raise _stub_only(_backends.nothing_configured())  # the stub by default, not by choice
@@ -476,16 +506,14 @@ def _vote_progress(so_far: pool.Vote) -> None:
 async def _vote(question: str, votes: int) -> int:
     from vaelii_llm import _backends, pool
 
-    kind = config.provider_kind()
-    if kind not in {backend.kind for backend in _backends.pooled()}:
-        raise _stub_only(
-            "the vote pool is model hosts: set "
-            + ", or ".join(
-                f"VAELII_LLM_PROVIDER={backend.kind} and {backend.hosts_switch}"
-                for backend in _backends.pooled()
-            )
-            + " (host[*n],...)"
+    kind = _checked_kind(hosts=True)
+    if kind == _backends.STUB:
+        reason = (
+            _backends.nothing_configured()
+            if config._read(config._PROVIDER) is None
+            else "the stub has no opinion to count; set VAELII_LLM_PROVIDER to a model backend"
         )
+        raise _stub_only(reason)
     voters = await pool.pool_from_config(kind=kind)
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:
@@ -507,11 +535,13 @@ async def _vote(question: str, votes: int) -> int:
 async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
     """What the pool's hosts say when probed (the first host that cannot
     answer, or the model the hosts lack: each with its next step), else the
-    first failed turn's own typed error."""
+    first failed turn's own typed error. A kind with no host list is its one
+    host, probed as `status` probes it."""
     from vaelii_llm import _backends, pool, providers
 
     backend = _backends.record(kind)
-    assert backend.host_option is not None  # a pooled kind
+    if backend.host_option is None:
+        return await providers.unavailable_reason(kind) or f"{first.type}: {first}"
     lacks = None if backend.missing_model is None else _backends.import_ref(backend.missing_model)
     assert backend.hosts_switch is not None
     by_list = config._getenv(backend.hosts_switch) is not None  # as pool.hosts reads it
@@ -531,6 +561,7 @@ async def _warm() -> int:
     from vaelii_llm import providers
     from vaelii_llm._protocol import Response
 
+    _checked_kind()
     started = time.perf_counter()
     result = await providers.warm()
     took = time.perf_counter() - started
@@ -657,10 +688,12 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "vote",
         "a majority yes/no vote over the pool",
-        "Ask a yes/no question several times over the configured backend's\n"
-        "hosts (its hosts switch, else its host) and print the verdict.\n"
+        "Ask a yes/no question several times over the configured backend and\n"
+        "print the verdict. It runs on every model backend: over its hosts switch\n"
+        "where it has one (VAELII_OLLAMA_HOSTS, VAELII_OPENAI_HOSTS), else on its one\n"
+        "host (the Messages API's ANTHROPIC_BASE_URL too).\n"
         "Exit 0 with a verdict, 1 when every turn failed (with the first\n"
-        "turn's reason), 2 when the backend is not one with hosts.",
+        "turn's reason), 2 when only the stub could answer (nothing configured).",
     )
     vote.add_argument("question")
     vote.add_argument(
@@ -674,6 +707,8 @@ def build_parser() -> argparse.ArgumentParser:
         "first real turn does not wait for the load; prints how long the load took.",
     )
     _add_mcp_parser(commands)
+    for sub in commands.choices.values():  # a subcommand's stray argument shows its usage
+        sub.set_defaults(usage_of=sub)
     return parser
 
 
@@ -726,7 +761,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     and its status; ``ask --json`` also prints it as a JSON object on stdout.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, strays = parser.parse_known_args(argv)
+    if strays:  # argparse would print the top level's usage; the subcommand's says more
+        chosen: argparse.ArgumentParser = getattr(args, "usage_of", parser)
+        chosen.error(f"unrecognized arguments: {' '.join(strays)}")
     try:
         status = _run(args)
     except _Stop as exc:

@@ -1,0 +1,238 @@
+"""The command as a new user met it in round three (issue #48), run as the
+installed ``vaelii-llm`` in a subprocess: the Messages API wire answers
+``status``, ``ask`` and ``vote`` as the other backends do, a bad switch value
+is named before any I/O, and a subcommand's stray argument shows that
+subcommand's usage. Loopback fakes (tests/anthropic_fake.py) and ports nobody
+listens on stand in for the user's machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from anthropic_fake import FakeMessagesAPI, generate
+from loopback import refused_url, serve
+
+SECRET = "sk-ant-round-three-SECRET"
+
+
+def command() -> list[str]:
+    """The installed console script beside this interpreter (else the module)."""
+    script = Path(sys.executable).with_name("vaelii-llm")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("vaelii-llm")
+    return [found] if found else [sys.executable, "-m", "vaelii_llm.cli"]
+
+
+def clean_env(**env: str) -> dict[str, str]:
+    kept = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VAELII_", "ANTHROPIC_", "OLLAMA_", "OPENAI_"))
+    }
+    return {**kept, **env}
+
+
+async def run(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    """``vaelii-llm ARGV`` in a subprocess, while this loop serves its fakes."""
+    proc = await asyncio.create_subprocess_exec(
+        *command(),
+        *argv,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+# -- 1. a dead Messages API host: status, ask and vote agree ---------------------------
+
+
+async def test_a_dead_messages_api_host_reads_as_one_that_cannot_answer() -> None:
+    url = refused_url()
+    env = clean_env(
+        VAELII_LLM_PROVIDER="anthropic", ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET
+    )
+    code, out, err = await run(env, "status")
+    lines = out.splitlines()
+    assert (code, err) == (2, "")
+    assert lines[:2] == ["configured: anthropic", "answering:  stub"]
+    assert lines[2].startswith(
+        f"why:        llm-unreachable: the Messages API at {url} is unreachable"
+    )
+    assert lines[2].endswith(
+        "start the server there or point ANTHROPIC_BASE_URL at one that serves /v1/messages"
+    )
+    assert lines[3:] == [f"base URL:   {url}", "model:      claude-opus-5-5"]
+    code, out, err = await run(env, "ask", "Who is afraid of spiders?")
+    assert (code, out) == (2, "")  # as Ollama and the Chat Completions wire: only the stub could
+    assert err.startswith(
+        "stub-only: only the stub can answer: anthropic cannot answer now: llm-unreachable: "
+        f"the Messages API at {url} is unreachable"
+    )
+    code, out, err = await run(env, "vote", "Is a spider an insect?")
+    assert code == 1  # as on the other backends: every turn failed, and the probe says why
+    assert out == "verdict: abstain  tally: yes 0, no 0  failed: 3 of 3\n"
+    assert err.startswith(
+        f"vote-failed: every turn failed: llm-unreachable: the Messages API at {url} is unreachable"
+    )
+    assert SECRET not in out + err
+
+
+async def test_status_on_a_live_messages_api_host_shows_its_base_url_and_model() -> None:
+    async with serve(FakeMessagesAPI().app()) as url:
+        env = clean_env(
+            VAELII_LLM_PROVIDER="anthropic", ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET
+        )
+        code, out, err = await run(env, "status")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "configured: anthropic",
+        "answering:  anthropic",
+        f"base URL:   {url}",
+        "model:      claude-opus-5-5",
+    ]
+
+
+# -- 2. a vote on the Messages API wire -----------------------------------------------
+
+
+def yes_transcript() -> FakeMessagesAPI:
+    transcript = generate(random.Random(48), kinds=["text"], stop_reason="end_turn")
+    transcript.message["content"] = [{"type": "text", "text": "Yes, by this fake."}]
+    return FakeMessagesAPI(transcript=transcript)
+
+
+async def test_vote_runs_on_the_messages_api_host() -> None:
+    fake = yes_transcript()
+    async with serve(fake.app()) as url:
+        env = clean_env(
+            VAELII_LLM_PROVIDER="anthropic", ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET
+        )
+        code, out, err = await run(env, "vote", "Is this a test?", "--votes", "3")
+    assert (code, out, err) == (0, "verdict: yes  tally: yes 3, no 0  failed: 0 of 3\n", "")
+    assert len(fake.seen) == 3
+    assert {seen.headers["x-api-key"] for seen in fake.seen} == {SECRET}
+
+
+async def test_vote_help_says_it_runs_on_every_model_backend() -> None:
+    code, out, _ = await run(clean_env(), "vote", "--help")
+    assert code == 0
+    assert "It runs on every model backend" in out
+    assert "the Messages API's ANTHROPIC_BASE_URL too" in out
+    assert "not one with hosts" not in out
+
+
+# -- 3. a bad switch value is named, exits 2, before any I/O ---------------------------
+
+
+async def test_a_bad_switch_value_is_named_and_nothing_is_sent() -> None:
+    hits: list[str] = []
+
+    async def anything(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.json_response({"data": []})
+
+    async with serve(anything) as url:
+        host_port = url.removeprefix("http://")
+        cases = [
+            (
+                {"VAELII_LLM_PROVIDER": "nonsense"},
+                (
+                    "bad-switch: VAELII_LLM_PROVIDER names no backend (it is 'nonsense'); "
+                    "set it to anthropic, ollama, openai or stub"
+                ),
+            ),
+            (
+                {"VAELII_LLM_PROVIDER": "openai", "OPENAI_BASE_URL": "htp:/bad url"},
+                (
+                    "bad-switch: OPENAI_BASE_URL is not a URL a client can reach: its scheme is "
+                    "'htp', not http or https; set it to http(s)://HOST[:PORT][/PATH]"
+                ),
+            ),
+            (
+                {
+                    "VAELII_LLM_PROVIDER": "openai",
+                    "OPENAI_BASE_URL": f"http://me:{SECRET}@{host_port}/v 1",
+                },
+                (
+                    "bad-switch: OPENAI_BASE_URL is not a URL a client can reach: it holds "
+                    "whitespace; set it to http(s)://HOST[:PORT][/PATH]"
+                ),
+            ),
+            (
+                {"VAELII_LLM_PROVIDER": "anthropic", "ANTHROPIC_BASE_URL": f"{url}:99999"},
+                (
+                    "bad-switch: ANTHROPIC_BASE_URL is not a URL a client can reach: its host or "
+                    "port does not read (a port is a whole number up to 65535); "
+                    "set it to http(s)://HOST[:PORT][/PATH]"
+                ),
+            ),
+            (
+                {"VAELII_LLM_PROVIDER": "ollama", "VAELII_OLLAMA_HOST": "ftp://" + host_port},
+                (
+                    "bad-switch: VAELII_OLLAMA_HOST is not a URL a client can reach: its scheme "
+                    "is 'ftp', not http or https; set it to http(s)://HOST[:PORT][/PATH]"
+                ),
+            ),
+        ]
+        for env, line in cases:
+            for argv in (["status"], ["ask", "q"], ["vote", "q"]):
+                code, out, err = await run(clean_env(**env), *argv)
+                assert (code, out, err) == (2, "", line + "\n"), (env, argv)
+        code, out, err = await run(clean_env(), "ask", "q", "--provider", "Bogus")
+        assert (code, err) == (
+            2,
+            (
+                "bad-switch: --provider names no backend (it is 'bogus'); "
+                "set it to anthropic, ollama, openai or stub\n"
+            ),
+        )
+        code, _, err = await run(
+            clean_env(VAELII_LLM_PROVIDER="openai", VAELII_OPENAI_HOSTS=f"{url}*x"), "vote", "q"
+        )
+        assert (code, err) == (
+            2,
+            (
+                "bad-switch: VAELII_OPENAI_HOSTS will not read: a host's *n must be a whole number "
+                f"of calls: '{url}*x'\n"
+            ),
+        )
+    assert hits == []  # refused before any probe or turn
+
+
+async def test_a_library_caller_is_told_the_variable_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vaelii_llm import providers
+
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "nonsense")
+    with pytest.raises(ValueError, match=r"^VAELII_LLM_PROVIDER names no backend"):
+        await providers.provider()
+
+
+# -- 4. a subcommand's stray argument shows that subcommand's usage --------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["ask", "--bogus", "x"], "usage: vaelii-llm ask "),
+        (["status", "extra"], "usage: vaelii-llm status "),
+        (["call", "kb_query", "{}", "--nope"], "usage: vaelii-llm call "),
+    ],
+)
+async def test_a_stray_argument_shows_the_subcommands_usage(argv: list[str], usage: str) -> None:
+    code, out, err = await run(clean_env(), *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith(usage), err
+    name = argv[0]
+    assert err.splitlines()[-1].startswith(f"vaelii-llm {name}: error: unrecognized arguments: ")
