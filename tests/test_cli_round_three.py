@@ -236,3 +236,32 @@ async def test_a_stray_argument_shows_the_subcommands_usage(argv: list[str], usa
     assert err.startswith(usage), err
     name = argv[0]
     assert err.splitlines()[-1].startswith(f"vaelii-llm {name}: error: unrecognized arguments: ")
+
+
+# -- 9. small things: an empty --kb file, a remote MCP server that is not there -------
+
+
+@pytest.mark.parametrize("text", ["", "  \n;; only a comment\n"])
+async def test_a_kb_file_holding_no_sentence_is_refused(tmp_path: Path, text: str) -> None:
+    empty = tmp_path / "empty.edn"
+    empty.write_text(text)
+    for argv in (
+        ["call", "kb_term_count", "{}", "--kb", str(empty)],
+        ["ask", "q", "--provider", "stub", "--kb", str(empty)],
+    ):
+        code, out, err = await run(clean_env(), *argv)
+        assert (code, out) == (1, ""), argv
+        assert err == (
+            f"bad-kb: {empty} holds no sentence; name an EDN file of sentences, "
+            "e.g. (isa Muffet Spider)\n"
+        )
+
+
+async def test_a_remote_mcp_server_that_is_not_there_is_not_reached_not_started() -> None:
+    url = refused_url() + "/mcp"
+    code, out, err = await run(clean_env(), "tools", "--mcp-http", url)
+    assert (code, out) == (1, "")
+    where = url.removeprefix("http://").removesuffix("/mcp")
+    assert err.startswith(f"mcp-server: the MCP server '{where}' could not be reached: ")
+    assert err.endswith("; is it running at that URL?\n")
+    assert "started" not in err

@@ -88,6 +88,16 @@ def test_the_long_description_holds_no_link_that_breaks_on_an_index_page() -> No
     assert described.splitlines()[:6] == README.splitlines()[:6]  # the two commands as they are
 
 
+def test_the_long_description_keeps_every_code_block_and_link_text_whole() -> None:
+    """A ``[`` in a sample output once opened a link that ended at the next
+    real one, so the index page lost that ``[`` and showed the link's own (#48)."""
+    described = long_description()
+    for block in re.findall(r"```[a-z]*\n.*?```", README, flags=re.S):
+        assert block in described
+    assert "[scripts guide (" not in described
+    assert "scripts guide (`docs/guides/scripts.md` in the source tree) says more" in described
+
+
 def test_the_summary_names_every_wire_the_package_speaks() -> None:
     import tomllib
 

@@ -264,10 +264,21 @@ _Server = tuple[str, str]
 
 def _load_kb(kb_path: str | None) -> Any:
     """The KB ``--kb`` names (the sample without it). It reads a file: a
-    coroutine calls it through ``asyncio.to_thread``."""
+    coroutine calls it through ``asyncio.to_thread``. A file holding no
+    sentence is refused: a model would read an empty KB and say nothing of it."""
     from vaelii_llm import kb
+    from vaelii_llm.kb._reads import sentex_count
 
-    return kb.load_edn(kb_path) if kb_path else kb.sample()
+    if not kb_path:
+        return kb.sample()
+    loaded = kb.load_edn(kb_path)
+    if sentex_count(loaded) == 0:
+        raise _Stop(
+            1,
+            "bad-kb",
+            f"{kb_path} holds no sentence; name an EDN file of sentences, e.g. (isa Muffet Spider)",
+        )
+    return loaded
 
 
 async def _kb_toolset(
