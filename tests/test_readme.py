@@ -60,6 +60,19 @@ def test_the_readme_names_the_docs_command_ci_runs() -> None:
     assert command in (ROOT / ".ci" / "run").read_text()
 
 
+def test_the_docs_lane_silences_the_themes_end_of_life_notice_and_names_its_successor() -> None:
+    """Material for MkDocs prints an end-of-life notice on every build (#48):
+    the lane silences it before it builds, and the development page says why
+    and names the successor."""
+    lane = (ROOT / ".ci" / "run").read_text()
+    build = ".venv/bin/mkdocs build --strict"
+    assert "export NO_MKDOCS_2_WARNING=1" in lane
+    assert lane.index("export NO_MKDOCS_2_WARNING=1") < lane.rindex(f"&& {build}")
+    development = (ROOT / "docs" / "development.md").read_text()
+    assert "NO_MKDOCS_2_WARNING=1" in development
+    assert "Zensical" in development
+
+
 def test_the_readme_links_reach_pages_that_exist() -> None:
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
     local = [link for link in links if "://" not in link]
