@@ -9,6 +9,7 @@ listens on stand in for the user's machine.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import shutil
@@ -265,3 +266,67 @@ async def test_a_remote_mcp_server_that_is_not_there_is_not_reached_not_started(
     assert err.startswith(f"mcp-server: the MCP server '{where}' could not be reached: ")
     assert err.endswith("; is it running at that URL?\n")
     assert "started" not in err
+
+
+# -- 5. tools a far end drops are never dropped silently -------------------------------
+
+NO_TOOLS_PROPS = {
+    "chat_template_caps": {"supports_tools": False, "supports_tool_calls": False},
+    "total_slots": 1,
+}
+"""What llama.cpp's server answers at ``/props`` when its chat template renders no tools."""
+
+
+def no_tools_line(url: str) -> str:
+    return (
+        f"no-tools: the server at {url} renders no tools with its chat template (its /props "
+        "says supports_tools: false), so the model would answer without the KB; start "
+        "llama-server with --jinja and a tool-capable chat template (--chat-template-file), "
+        "or serve a model whose own template renders tools\n"
+    )
+
+
+async def test_a_server_whose_template_renders_no_tools_is_refused_before_a_turn() -> None:
+    from fake_openai import FakeOpenAI
+
+    chat = await FakeOpenAI(props=NO_TOOLS_PROPS).start()
+    messages = FakeMessagesAPI(props=NO_TOOLS_PROPS)
+    try:
+        code, out, err = await run(
+            clean_env(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=chat.base_url), "ask", "q"
+        )
+        assert (code, out, err) == (2, "", no_tools_line(chat.url))
+        assert chat.bodies == []  # no turn was sent
+        async with serve(messages.app()) as url:
+            env = clean_env(
+                VAELII_LLM_PROVIDER="anthropic", ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET
+            )
+            code, out, err = await run(env, "ask", "q")
+        assert (code, out, err) == (2, "", no_tools_line(url))
+        assert messages.seen == []
+    finally:
+        await chat.stop()
+
+
+async def test_an_answer_whose_input_tokens_could_not_hold_the_tools_says_so_once() -> None:
+    """No /props here (a server that does not say): the usage shows it, as
+    llama-server's 74 input tokens for a 29 KB request did."""
+    from fake_openai import FakeOpenAI
+
+    chat = await FakeOpenAI().start()  # every turn reads 31 prompt tokens, tools or not
+    try:
+        env = clean_env(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=chat.base_url)
+        code, out, err = await run(env, "ask", "Who is afraid of spiders?")
+        assert (code, out) == (0, "Hello! How are you today?\n")
+        [line] = err.splitlines()
+        assert line.startswith("tools-ignored: the far end ignored the ")
+        assert "tool(s) it was offered: it read 31 input tokens, where the tools alone" in line
+        assert line.endswith("Ollama: a model with the tools capability)")
+        code, out, err = await run(env, "ask", "Who is afraid of spiders?", "--json")
+        assert code == 0
+        assert err.splitlines() == [line]  # said with --json too, on stderr
+        assert json.loads(out)["answer"] == "Hello! How are you today?"
+        assert len(chat.bodies) == 2
+        assert all(len(body["tools"]) > 20 for body in chat.bodies)
+    finally:
+        await chat.stop()

@@ -176,6 +176,7 @@ MODULES = [
     "vaelii_llm.providers._hosts",
     "vaelii_llm.providers._http",
     "vaelii_llm.providers._turn",
+    "vaelii_llm.providers._props",
     "vaelii_llm.providers.ollama",
     "vaelii_llm.providers.ollama._assemble",
     "vaelii_llm.providers.ollama._chat",

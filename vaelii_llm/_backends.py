@@ -221,6 +221,7 @@ BUILTIN: Final = (
         host_switch="ANTHROPIC_BASE_URL",
         key_switch="ANTHROPIC_API_KEY",
         status_lines="vaelii_llm.providers.anthropic._status:status_lines",
+        cannot_call_tools="vaelii_llm.providers.anthropic._status:cannot_call_tools",
     ),
     Backend(
         "openai",
@@ -241,6 +242,7 @@ BUILTIN: Final = (
         read_host="vaelii_llm.providers._hosts:normalize_base_url",
         default_host="vaelii_llm.config:openai_base_url",
         status_lines="vaelii_llm.providers.openai._status:status_lines",
+        cannot_call_tools="vaelii_llm.providers.openai._status:cannot_call_tools",
     ),
 )
 """The built-in kinds, in the order the configuration table lists them."""

@@ -164,14 +164,18 @@ ASK_EPILOG = """exit status:
   1  a typed error (the model unreachable, a timeout, a bad --kb file, an MCP server
      that would not start or list its tools)
   2  the configured backend cannot answer (nothing configured, unreachable, no credential,
-     a model not there or without tools): only the stub could; or a bad argument
-     (two toolsets offering one tool name among them)
+     a model not there or without tools, a server whose chat template renders no tools):
+     only the stub could; or a bad argument (two toolsets offering one tool name among
+     them) or switch value (bad-switch: the variable and what is wrong with it)
   3  the model refused
   4  the answer was truncated at max_tokens
   5  the turn limit or a budget (--max-tool-calls …) ran out while the model still
      asked for tools
   6  an MCP server died or hung up during the loop (its later calls were error
      results the model read; the answer is printed, then the reason)
+
+A far end that shows it ignored the tools (fewer input tokens than the tools take)
+is said once on stderr, naming the fix: `tools-ignored: ...`.
 """
 
 STATUS_EPILOG = f"""exit status:
@@ -248,6 +252,9 @@ class _AskPrinter:
                 self.mid_line = False
             if isinstance(event, agent.ToolCallStarted):
                 self.out.write(f"-> {event.name} {json.dumps(event.input, ensure_ascii=False)}\n")
+            elif isinstance(event, agent.ToolsIgnored):
+                self.out.flush()
+                _say_ignored(event)
             else:
                 self.out.write(f"   {event.summary}\n")
         self.out.flush()
@@ -256,6 +263,14 @@ class _AskPrinter:
         if self.mid_line:
             self.out.write("\n")
             self.out.flush()
+
+
+def _say_ignored(event: agent.Event) -> None:
+    """The one line on stderr when the far end ignored the tools (``--json`` too)."""
+    from vaelii_llm import agent
+
+    if isinstance(event, agent.ToolsIgnored):
+        print(f"tools-ignored: {event.message}", file=sys.stderr, flush=True)
 
 
 _Server = tuple[str, str]
@@ -375,7 +390,7 @@ async def _ask(
                 max_turns=max_turns,
                 deltas=not as_json,
                 cache=cache,
-                on_event=printer,
+                on_event=_say_ignored if printer is None else printer,
                 max_input_tokens=limits.get("max_input_tokens"),
                 max_output_tokens=limits.get("max_output_tokens"),
                 max_tool_calls=limits.get("max_tool_calls"),

@@ -1,5 +1,6 @@
 """What the command says of a Messages API host beyond its probe: the status
-lines. Named by the Messages API record (:data:`vaelii_llm._backends.BUILTIN`).
+lines, and why a local server's chat template would drop the tools. Named by
+the Messages API record (:data:`vaelii_llm._backends.BUILTIN`).
 """
 
 from __future__ import annotations
@@ -7,9 +8,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from vaelii_llm import config
+from vaelii_llm.providers._props import no_tools_reason
 from vaelii_llm.providers.anthropic._encode import DEFAULT_MODEL
 
-__all__ = ["status_lines"]
+__all__ = ["cannot_call_tools", "status_lines"]
 
 
 async def status_lines(ready: bool) -> AsyncIterator[str]:
@@ -17,3 +19,10 @@ async def status_lines(ready: bool) -> AsyncIterator[str]:
     whether or not the host answers."""
     yield f"base URL:   {config.hide_userinfo(config.anthropic_base_url())}"
     yield f"model:      {DEFAULT_MODEL}"
+
+
+async def cannot_call_tools() -> str | None:
+    """Why the configured host would drop the tools (a llama.cpp server whose
+    template renders none says so at its ``/props``), or None: the hosted API
+    has no ``/props`` and is trusted."""
+    return await no_tools_reason(config.anthropic_base_url())
