@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -330,3 +331,31 @@ async def test_an_answer_whose_input_tokens_could_not_hold_the_tools_says_so_onc
         assert all(len(body["tools"]) > 20 for body in chat.bodies)
     finally:
         await chat.stop()
+
+
+# -- 6. a long wait in `ask` shows on a terminal ---------------------------------------
+
+
+async def test_ask_shows_how_long_it_has_waited_on_a_terminal_and_erases_it() -> None:
+    from fake_ollama import FakeOllama, chunk, final
+    from terminal import run_on_terminal
+
+    server = await FakeOllama(
+        script=lambda body: [chunk(""), chunk("Nobody is."), final()],
+        chunk_delay=1.5,  # a busy server: its first word comes late
+    ).start()
+    try:
+        env = clean_env(
+            VAELII_LLM_PROVIDER="ollama",
+            VAELII_OLLAMA_HOST=server.url,
+            VAELII_OLLAMA_MODEL="llama3.2",
+        )
+        code, out, shown = await run_on_terminal([*command(), "ask", "q"], env)
+        assert (code, out) == (0, "Nobody is.\n"), shown
+        drawn = re.findall(r"\r\x1b\[K([^\r]*)", shown)
+        assert drawn[0] == "waiting for the model: 1 s", shown
+        assert drawn[-1] == ""  # erased before the answer printed
+        piped = await run(env, "ask", "q")
+        assert piped == (0, "Nobody is.\n", "")  # not a terminal: nothing drawn
+    finally:
+        await server.stop()

@@ -105,7 +105,7 @@ def test_the_long_description_keeps_every_code_block_and_link_text_whole() -> No
     """A ``[`` in a sample output once opened a link that ended at the next
     real one, so the index page lost that ``[`` and showed the link's own (#48)."""
     described = long_description()
-    for block in re.findall(r"```[a-z]*\n.*?```", README, flags=re.S):
+    for block in re.findall(r"```[a-z]*\n.*?```", README, flags=re.DOTALL):
         assert block in described
     assert "[scripts guide (" not in described
     assert "scripts guide (`docs/guides/scripts.md` in the source tree) says more" in described

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -265,6 +266,54 @@ class _AskPrinter:
             self.out.flush()
 
 
+class _Waiting:
+    """While the model has said nothing (before its first word, and again after
+    each tool call), one line on a terminal's stderr, redrawn each second with
+    the seconds waited; erased when anything shows, so stdout's lines stay
+    whole. A busy server may take minutes to read a long prompt: the line says
+    the command is not hung. Nothing is drawn when stderr is not a terminal."""
+
+    def __init__(self, err: TextIO) -> None:
+        self.err = err
+        self.since = time.monotonic()
+        self.waiting = True
+        self.drawn = False
+        self.ticker: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.err.isatty():
+            self.ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1)
+            if self.waiting:
+                waited = time.monotonic() - self.since
+                self.err.write(f"\r\x1b[Kwaiting for the model: {waited:.0f} s")
+                self.err.flush()
+                self.drawn = True
+
+    def seen(self, event: agent.Event) -> None:
+        from vaelii_llm import agent
+
+        self.erase()
+        self.waiting = isinstance(event, agent.ToolCallFinished)  # the next turn's wait
+        self.since = time.monotonic()
+
+    def erase(self) -> None:
+        if self.drawn:
+            self.err.write("\r\x1b[K")
+            self.err.flush()
+            self.drawn = False
+
+    async def stop(self) -> None:
+        if self.ticker is not None:
+            self.ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.ticker
+        self.erase()
+
+
 def _say_ignored(event: agent.Event) -> None:
     """The one line on stderr when the far end ignored the tools (``--json`` too)."""
     from vaelii_llm import agent
@@ -381,7 +430,15 @@ async def _ask(
             print(STUB_SAYS, file=sys.stderr)
             model = await stack.enter_async_context(_stub_answer(sources))
         printer = None if as_json else _AskPrinter(sys.stdout)
+        shown: Callable[[agent.Event], None] = _say_ignored if printer is None else printer
+        waiting = _Waiting(sys.stderr)
+
+        def watch(event: agent.Event) -> None:
+            waiting.seen(event)
+            shown(event)
+
         limits = budgets or {}
+        waiting.start()
         try:
             result = await agent.run(
                 model,
@@ -390,13 +447,14 @@ async def _ask(
                 max_turns=max_turns,
                 deltas=not as_json,
                 cache=cache,
-                on_event=_say_ignored if printer is None else printer,
+                on_event=watch,
                 max_input_tokens=limits.get("max_input_tokens"),
                 max_output_tokens=limits.get("max_output_tokens"),
                 max_tool_calls=limits.get("max_tool_calls"),
                 max_tool_calls_per_turn=limits.get("max_tool_calls_per_turn"),
             )
         finally:  # a failure's line on stderr starts on a line of its own
+            await waiting.stop()
             if printer is not None:
                 printer.end()
     if printer is None:
