@@ -357,6 +357,7 @@ class FakeMessagesAPI:
     cache: PromptCache = field(default_factory=PromptCache)
     counted: list[Seen] = field(default_factory=list)  # the count_tokens requests
     props: dict[str, Any] | None = None  # GET /props, as llama.cpp's server answers it
+    models: list[str] | None = None  # GET /v1/models lists these, as a local server does
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -369,6 +370,13 @@ class FakeMessagesAPI:
                 return web.json_response(props)
 
             app.router.add_get("/props", answer_props)
+        if self.models is not None:
+            listed = {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
+
+            async def answer_models(_: web.Request) -> web.Response:
+                return web.json_response(listed)
+
+            app.router.add_get("/v1/models", answer_models)
         return app
 
     def _refusal(self) -> web.Response | None:

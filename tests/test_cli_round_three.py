@@ -119,12 +119,16 @@ async def test_vote_runs_on_the_messages_api_host() -> None:
     fake = yes_transcript()
     async with serve(fake.app()) as url:
         env = clean_env(
-            VAELII_LLM_PROVIDER="anthropic", ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET
+            VAELII_LLM_PROVIDER="anthropic",
+            ANTHROPIC_BASE_URL=url,
+            ANTHROPIC_API_KEY=SECRET,
+            VAELII_ANTHROPIC_MODEL="smollm2",  # a local server's own model (item 8)
         )
         code, out, err = await run(env, "vote", "Is this a test?", "--votes", "3")
     assert (code, out, err) == (0, "verdict: yes  tally: yes 3, no 0  failed: 0 of 3\n", "")
     assert len(fake.seen) == 3
     assert {seen.headers["x-api-key"] for seen in fake.seen} == {SECRET}
+    assert {seen.body["model"] for seen in fake.seen} == {"smollm2"}
 
 
 async def test_vote_help_says_it_runs_on_every_model_backend() -> None:

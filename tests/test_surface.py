@@ -129,6 +129,7 @@ SPEC_DEFAULTS = {
     "ANTHROPIC_API_KEY": None,
     "ANTHROPIC_AUTH_TOKEN": None,
     "ANTHROPIC_BASE_URL": "https://api.anthropic.com",
+    "VAELII_ANTHROPIC_MODEL": None,
     "OPENAI_BASE_URL": "https://api.openai.com/v1",
     "OPENAI_API_KEY": None,
     "VAELII_OPENAI_MODEL": None,
@@ -158,6 +159,7 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
     assert config.openai_base_url() == SPEC_DEFAULTS["OPENAI_BASE_URL"]
     assert config.openai_api_key() is None
     assert config.openai_model() is None
+    assert config.anthropic_model() is None
     assert config.openai_hosts() is None
     assert config.pool_redis_url() is None
 

@@ -219,6 +219,7 @@ BUILTIN: Final = (
             *_network(("provider", "available"), ("provider",)),
         ),
         host_switch="ANTHROPIC_BASE_URL",
+        model_switch="VAELII_ANTHROPIC_MODEL",
         key_switch="ANTHROPIC_API_KEY",
         status_lines="vaelii_llm.providers.anthropic._status:status_lines",
         cannot_call_tools="vaelii_llm.providers.anthropic._status:cannot_call_tools",

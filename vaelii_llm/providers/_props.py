@@ -1,4 +1,5 @@
-"""Whether a llama.cpp server's chat template renders tools: its ``/props``.
+"""What a local server says of itself without a credential: whether its chat
+template renders tools (llama.cpp's ``/props``), and the models it serves.
 
 llama.cpp's ``llama-server`` drops the tools of a request, without a word, when
 the chat template it runs renders none (a small model's own template often
@@ -20,7 +21,7 @@ from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline, Endpoint
 
-__all__ = ["PROPS_TIMEOUT_MS", "no_tools_reason"]
+__all__ = ["PROPS_TIMEOUT_MS", "no_tools_reason", "served_models"]
 
 PROPS_TIMEOUT_MS: Final = 2_000
 """The probe's whole-request deadline: a server answers ``/props`` at once."""
@@ -40,6 +41,35 @@ class _Props(msgspec.Struct, frozen=True):
 
 
 _PROPS_DECODER: Final = msgspec.json.Decoder(_Props)
+
+
+class _Model(msgspec.Struct, frozen=True):
+    id: str
+
+
+class _Models(msgspec.Struct, frozen=True):
+    data: list[_Model]
+
+
+_MODELS_DECODER: Final = msgspec.json.Decoder(_Models)
+
+
+async def served_models(root: str) -> list[str] | None:
+    """The ids ``GET {root}/v1/models`` lists (llama.cpp, vLLM, Ollama and LM
+    Studio all answer it, as the hosted APIs do with a credential), or None
+    when it lists none without one."""
+    try:
+        listed = await request_json(
+            probe_session(url=root),
+            Endpoint(label=f"the server at {config.hide_userinfo(root)}", slug="models"),
+            "GET",
+            root + "/v1/models",
+            deadline=Deadline.after_ms(PROPS_TIMEOUT_MS),
+            decoder=_MODELS_DECODER,
+        )
+    except errors.LLMError:
+        return None
+    return [model.id for model in listed.data]
 
 
 async def no_tools_reason(root: str) -> str | None:

@@ -145,7 +145,8 @@ def provider(
         {"proxy": proxy, "ssl": ssl, "max_connections": max_connections, "session": session}
     )
     url = config.anthropic_base_url(base_url)
-    codec = MessagesCodec(url, model or DEFAULT_MODEL, effort or DEFAULT_EFFORT, headers or {})
+    chosen = config.anthropic_model(model) or DEFAULT_MODEL
+    codec = MessagesCodec(url, chosen, effort or DEFAULT_EFFORT, headers or {})
     step = Credentials(credentials.resolve, credentials.resolve_now(credential))
     return AnthropicProvider(codec, step, reach)
 
