@@ -20,8 +20,9 @@ from vaelii_llm._backends import REGISTRY
 
 __all__ = ["bad_kind", "bad_switches", "url_flaw"]
 
-_WORD: Final = re.compile(r"[A-Za-z][A-Za-z0-9+._-]{0,23}")
-"""What may be quoted of a value: a short plain word (a kind, a scheme)."""
+_WORD: Final = re.compile(r"[A-Za-z][A-Za-z0-9+._-]{0,15}")
+"""What may be quoted of a value: a short plain word (a kind, a scheme),
+shorter than any credential."""
 
 _READ_AS_OLLAMA_READS: Final = frozenset({"VAELII_OLLAMA_HOST", "OLLAMA_HOST"})
 """Host switches read as Ollama reads ``OLLAMA_HOST``: scheme and port optional."""
@@ -49,7 +50,10 @@ def url_flaw(value: str, *, scheme_optional: bool = False) -> str | None:
         if colon and _WORD.fullmatch(scheme) and scheme.lower() not in config.SCHEME_PORTS:
             return f"its scheme is {scheme!r}, not http or https"
         return "it names no scheme (http:// or https://)"
-    if "://" not in text:
+    if "://" not in text:  # read as Ollama reads a host: a bare IPv6 literal bracketed
+        bare = text.split("/", 1)[0]
+        if bare.count(":") > 1 and not bare.startswith("["):
+            text = f"[{bare}]{text[len(bare) :]}"
         text = "http://" + text
     scheme = text.split("://", 1)[0]
     if scheme.lower() not in config.SCHEME_PORTS:
