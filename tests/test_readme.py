@@ -271,6 +271,8 @@ async def test_a_venv_holding_only_the_wheel_answers_ask(
     assert "OpenAI-compatible" in meta.split("\nSummary: ", 1)[1].split("\n", 1)[0]
     assert "Description-Content-Type: text/markdown" in meta
     assert "(`docs/guides/scripts.md` in the source tree)" in meta  # the README, links as paths
+    assert "the\nscripts guide (`docs/guides/scripts.md` in the source tree) says more" in meta
+    assert "   ok: [{:bindings {?who Muffet}" in meta  # a sample's bracket kept (#48)
     assert not re.search(r"\]\((?!https?://|#)", meta)
     venv = tmp_path / "wheel-only"
     code, _, err = await run([python3(), "-m", "venv", str(venv)], clean_env(), tmp_path)
