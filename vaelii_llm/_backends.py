@@ -29,7 +29,6 @@ __all__ = [
     "Option",
     "import_ref",
     "pool_kind",
-    "pooled",
     "record",
 ]
 
@@ -277,8 +276,3 @@ def pool_kind(configured: str) -> str:
     when it is a registered one other than the stub (over its host list where
     its record names one, else its one host), else ``ollama``."""
     return configured if configured in REGISTRY and configured != STUB else "ollama"
-
-
-def pooled() -> tuple[Backend, ...]:
-    """The kinds a pool can spread over, in registration order."""
-    return tuple(backend for backend in REGISTRY.values() if backend.host_option is not None)
