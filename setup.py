@@ -13,8 +13,10 @@ if sys.version_info < (3, 11):  # noqa: UP036 - this file runs on the Python pip
         + ": make the virtual environment with python3.11 or newer"
     )
 
-RELATIVE_LINK = re.compile(r"\[([^\]]+)\]\((?![a-zA-Z][a-zA-Z0-9+.-]*:|#)([^)\s]+)\)")
-"""A Markdown link to a file of the source tree (no scheme, not an anchor)."""
+RELATIVE_LINK = re.compile(r"\[([^\[\]]+)\]\((?![a-zA-Z][a-zA-Z0-9+.-]*:|#)([^)\s]+)\)")
+"""A Markdown link to a file of the source tree (no scheme, not an anchor).
+Its text holds no bracket, so a ``[`` earlier in the page (a sample output's
+``[{...``) never opens it."""
 
 
 def long_description(readme: str) -> str:

@@ -1,4 +1,5 @@
-"""The one line every example that asks a model prints first: which backend answers.
+"""The one line every example that asks a model prints first: which backend
+answers; and :class:`Progress`, the line a long wait shows on a terminal.
 
 Each example imports :func:`who_answers` from here (``python examples/NAME.py``
 puts this directory on the import path), so a new user learns at once whether a
@@ -9,7 +10,13 @@ for every registered kind.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import sys
+import time
+from types import TracebackType
+from typing import TextIO
 
 from vaelii_llm import Provider, config, providers
 from vaelii_llm.providers.stub import StubProvider
@@ -29,3 +36,50 @@ async def who_answers(model: Provider) -> str:
         "answering: the scripted stub, not a model (nothing is configured); "
         "`vaelii-llm status` says what to set"
     )
+
+
+class Progress:
+    """While a turn runs, one line on a terminal's stderr, redrawn each second:
+    the seconds waited, then the tokens counted as they arrive; erased at the
+    end. A busy server can take minutes before its first token, and a silent
+    wait reads as a hang. Nothing is drawn when stderr is not a terminal."""
+
+    def __init__(self, err: TextIO = sys.stderr) -> None:
+        self.err = err
+        self.tokens = 0
+        self.since = time.monotonic()
+        self.drawn = False
+        self.ticker: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Progress:
+        if self.err.isatty():
+            self.ticker = asyncio.get_running_loop().create_task(self._tick())
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.ticker is not None:
+            self.ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.ticker
+        if self.drawn:
+            self.err.write("\r\x1b[K")
+            self.err.flush()
+
+    def token(self) -> None:
+        """One more piece of the answer arrived."""
+        self.tokens += 1
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1)
+            waited = time.monotonic() - self.since
+            line = (
+                f"the model is answering: {waited:.0f} s, {self.tokens} token(s) in"
+                if self.tokens
+                else f"waiting for the model: {waited:.0f} s"
+            )
+            self.err.write(f"\r\x1b[K{line}")
+            self.err.flush()
+            self.drawn = True

@@ -29,7 +29,7 @@ import asyncio
 import sys
 
 import msgspec
-from _answering import who_answers
+from _answering import Progress, who_answers
 
 from vaelii_llm import (
     Block,
@@ -71,7 +71,8 @@ async def tool_loop(
     calls: list[str] = []
     for turn in range(1, max_turns + 1):
         turn_request = msgspec.structs.replace(request, messages=list(messages))
-        response: Response = await model.complete(turn_request)
+        async with Progress():  # a terminal sees how long the turn has taken
+            response: Response = await model.complete(turn_request)
         answer = "".join(b.text for b in response.content if isinstance(b, TextBlock))
         if response.stop_reason == "refusal":
             return answer, "refusal", calls

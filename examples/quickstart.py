@@ -18,7 +18,7 @@ import asyncio
 from contextlib import aclosing
 
 import msgspec
-from _answering import who_answers
+from _answering import Progress, who_answers
 
 from vaelii_llm import (
     Message,
@@ -54,7 +54,8 @@ async def read_loop(model: Provider, base: kb.KB, request: Request, turns: int =
     """Run turns until the model stops asking for tools (or ``turns`` run out)."""
     messages = list(request.messages)
     for _ in range(turns):
-        response = await model.complete(msgspec.structs.replace(request, messages=messages))
+        async with Progress():  # a terminal sees how long the turn has taken
+            response = await model.complete(msgspec.structs.replace(request, messages=messages))
         calls = [block for block in response.content if isinstance(block, ToolUseBlock)]
         if not calls:
             return response

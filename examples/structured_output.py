@@ -8,7 +8,12 @@ into that Struct; an answer that does not match is a ``msgspec.ValidationError``
 naming the field.
 
 The facts come from the KB through a tool call made here, not by the model, so
-one turn is enough. With nothing configured the scripted stub answers a JSON
+one turn is enough. An answer cut at ``max_tokens`` is no whole JSON object:
+the stop reason is checked first, and the example says what happened instead
+of failing to decode it. The turn streams, so a terminal shows how long it has
+waited and, once the answer comes, how many tokens have arrived.
+
+With nothing configured the scripted stub answers a JSON
 text (the first line says which backend answers); set
 ``VAELII_LLM_PROVIDER=ollama`` (an Ollama at ``VAELII_OLLAMA_HOST``), ``anthropic``
 (``ANTHROPIC_API_KEY``) or ``openai`` (a server at ``OPENAI_BASE_URL``) to have
@@ -19,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from contextlib import aclosing
 
 import msgspec
-from _answering import who_answers
+from _answering import Progress, who_answers
 
-from vaelii_llm import Message, Request, TextBlock, kb, providers, tools
+from vaelii_llm import Message, Request, Response, TextBlock, TextDelta, kb, providers, tools
 
 
 class Creature(msgspec.Struct, frozen=True):
@@ -59,21 +65,46 @@ async def describe(term: str) -> Creature:
             )
         ],
         format=SCHEMA,
-        max_tokens=512,
+        max_tokens=MAX_TOKENS,
         timeout_ms=120_000,
     )
     async with await providers.provider(stub={"script": [STUB_ANSWER]}) as model:
-        print(await who_answers(model))
-        response = await model.complete(request)
+        print(await who_answers(model), flush=True)
+        response = None
+        async with Progress() as progress, aclosing(model.stream(request, deltas=True)) as items:
+            async for item in items:
+                if isinstance(item, TextDelta):
+                    progress.token()
+                elif isinstance(item, Response):
+                    response = item
+    assert response is not None  # a stream ends with its Response
+    if response.stop_reason == "max_tokens":
+        raise Cut(
+            f"the answer was cut at max_tokens ({MAX_TOKENS}) before its JSON object closed; "
+            "raise max_tokens, or ask a model that answers more briefly"
+        )
     text = "".join(b.text for b in response.content if isinstance(b, TextBlock))
     return msgspec.json.decode(text, type=Creature)
+
+
+MAX_TOKENS = 512
+
+
+class Cut(Exception):
+    """The answer stopped before it was whole: the message says why and what to do."""
 
 
 async def main() -> int:
     try:
         creature = await describe("Muffet")
+    except Cut as exc:
+        print(exc, file=sys.stderr)
+        return 1
     except msgspec.ValidationError as exc:
         print(f"the answer did not match the schema: {exc}", file=sys.stderr)
+        return 1
+    except msgspec.DecodeError as exc:
+        print(f"the answer is not one JSON object: {exc}", file=sys.stderr)
         return 1
     print(creature)
     return 0

@@ -23,7 +23,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from _answering import who_answers
+from _answering import Progress, who_answers
 
 from vaelii_llm import ImageBlock, Message, Request, TextBlock, errors, providers
 
@@ -45,7 +45,8 @@ async def ask(question: str = QUESTION, image: Path = IMAGE) -> str:
     )
     async with await providers.provider(stub={"script": [STUB_ANSWER]}) as model:
         print(await who_answers(model))
-        response = await model.complete(request)
+        async with Progress():  # a terminal sees how long the turn has taken
+            response = await model.complete(request)
     return "".join(b.text for b in response.content if isinstance(b, TextBlock))
 
 

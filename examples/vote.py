@@ -6,8 +6,9 @@ no, and the majority is the verdict (a tie, or no vote at all, is ``abstain``);
 a turn that failed is counted apart. ``on_vote`` sees the vote so far as each
 turn finishes, so a progress line needs no bookkeeping of its own.
 
-With nothing configured (or a kind whose record names no pool hosts) the
-scripted stub votes. To vote over real hosts, set
+With nothing configured the scripted stub votes. A backend with no host
+list (the Messages API, on any server that serves it) votes on its one host.
+To vote over real hosts, set
 ``VAELII_LLM_PROVIDER=ollama`` and ``VAELII_OLLAMA_HOSTS=http://gpu1:11434*2,http://gpu2:11434``
 (``*n``: calls one host takes at once); without ``VAELII_OLLAMA_HOSTS`` the one
 ``VAELII_OLLAMA_HOST`` votes. A vLLM fleet is ``VAELII_LLM_PROVIDER=openai``
@@ -37,12 +38,12 @@ def show_progress(so_far: pool.Vote) -> None:
 
 async def main(question: str) -> int:
     try:
-        # The configured kind's record says whether a pool spreads over it (each
-        # such kind names its hosts switch), a kind providers.register() added too.
+        # Over the configured kind's hosts switch where its record names one,
+        # else its one host; a kind providers.register() added too.
         voters = await pool.pool_from_config(kind=config.provider_kind())
         print(f"answering: {config.provider_kind()} hosts, real models")
-    except ValueError as not_pooled:  # the stub, or a kind with no hosts (anthropic)
-        print(f"answering: the scripted stub, not a model ({not_pooled})")
+    except ValueError as not_a_model:  # the stub: nothing to spread over
+        print(f"answering: the scripted stub, not a model ({not_a_model})")
         voters = pool.stub_pool(script=STUB_VOTES)
     print(f"voting over {voters.size} provider token(s): {question}")
     request = Request(
@@ -50,7 +51,15 @@ async def main(question: str) -> int:
     )
     async with voters:
         outcome = await pool.vote(voters, request, votes=3, on_vote=show_progress)
-    print(f"verdict: {outcome.verdict} (votes {outcome.votes}, failed {outcome.failed})")
+    # As `vaelii-llm vote` prints it: a turn whose first word was neither yes
+    # nor no is in no tally; a failed one is counted apart, with its reason.
+    tally = outcome.tally
+    print(
+        f"verdict: {outcome.verdict}  tally: yes {tally['yes']}, no {tally['no']}  "
+        f"failed: {outcome.failed} of {outcome.calls}"
+    )
+    if outcome.errors:
+        print(f"first failure: {outcome.errors[0].type}: {outcome.errors[0]}")
     return 0
 
 

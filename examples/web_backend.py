@@ -1,8 +1,9 @@
 """An async web backend: an aiohttp.web app that answers questions over the KB.
 
 Run ``python examples/web_backend.py [--host 127.0.0.1] --port 8080`` (``--port 0``
-takes a free port; the address is printed), then open http://localhost:8080/ in a
-browser: type a question and watch the tool calls and the answer stream in. Or::
+takes a free port; the address is printed, then which backend and model
+answer), then open http://localhost:8080/ in a browser: type a question and
+watch the tool calls and the answer stream in, and who answered it. Or::
 
     curl -s localhost:8080/ask -d '{"question": "Who is Miss Muffet afraid of?"}'
     curl -sN localhost:8080/ask/stream -d '{"question": "Who is Miss Muffet afraid of?"}'
@@ -17,12 +18,15 @@ What it shows:
   within one event loop, and a slow turn holds only its own request;
 * ``POST /ask`` with ``{"question": str, "timeout_ms": int?}`` runs the tool loop
   (:func:`vaelii_llm.agent.run`) and answers ``{"answer", "tool_calls",
-  "stop_reason", "usage"}`` (with ``stopped`` and ``turns``);
+  "stop_reason", "usage"}`` (with ``stopped``, ``turns`` and ``answered_by``:
+  the backend and model, or the scripted stub);
 * ``POST /ask/stream`` answers ``text/event-stream``: a ``tool_call`` and a
   ``tool_result`` event per call (before them, a ``tool_input`` event per
   piece of the call's arguments as the model writes them, on a backend that
-  streams them), a ``text`` event per delta, then ``final``
-  (the same object ``/ask`` answers), or ``error`` if the model fails midway;
+  streams them), a ``text`` event per delta, a ``tools_ignored`` event when
+  the far end shows it read the prompt without the tools (the page says so and
+  names the fix), then ``final`` (the same object ``/ask`` answers), or
+  ``error`` if the model fails midway;
 * errors as JSON, never a traceback page: a body that is not exactly
   ``{"question": str, "timeout_ms": int?}`` (empty, not JSON, a missing
   ``question``, a field it does not take, nesting of any depth where a string
@@ -49,9 +53,10 @@ What it shows:
   buffers are full and :data:`WRITE_TIMEOUT_S` has passed, and its turn ended,
   so it holds no more than those buffers.
 
-With nothing configured the scripted stub answers every question with a line
-saying so. Set ``VAELII_LLM_PROVIDER`` before starting it to serve a real model:
-``ollama`` (an Ollama at ``VAELII_OLLAMA_HOST``, a model with tools in
+With nothing configured, or the stub named (``VAELII_LLM_PROVIDER=stub``),
+the scripted stub answers every question with a line saying which. Set
+``VAELII_LLM_PROVIDER`` before starting it to serve a real model: ``ollama``
+(an Ollama at ``VAELII_OLLAMA_HOST``, a model with tools in
 ``VAELII_OLLAMA_MODEL``), ``anthropic`` (``ANTHROPIC_API_KEY``) or ``openai``
 (a server at ``OPENAI_BASE_URL``); ``vaelii-llm config`` lists every kind's
 switches. A configured backend that cannot answer at start is logged once with
@@ -66,6 +71,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -83,6 +89,11 @@ log = logging.getLogger("web_backend")
 STUB_ANSWER = (
     "No model is configured: set VAELII_LLM_PROVIDER and restart "
     "(`vaelii-llm status` says which backend answers)."
+)
+STUB_NAMED_ANSWER = (
+    "The scripted stub answers, as VAELII_LLM_PROVIDER=stub asks: no model read the "
+    "question. Set VAELII_LLM_PROVIDER to ollama, anthropic or openai and restart to "
+    "serve a model."
 )
 DEFAULT_TIMEOUT_MS = 60_000
 MAX_BODY_BYTES: Final = 64 * 1024
@@ -106,6 +117,8 @@ PROVIDER = web.AppKey("provider", Provider)
 NO_MODEL = web.AppKey("no_model", str)
 """Why the configured backend cannot answer, when it could not at start."""
 TOOLSET = web.AppKey("toolset", tools.Toolset)
+ANSWERED_BY = web.AppKey("answered_by", str)
+"""Who answers the app's questions: the backend and its model, or the stub."""
 
 
 class AskBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -132,11 +145,29 @@ async def configured_provider() -> Provider:
         reason = await providers.unavailable_reason(kind)
         if reason is not None:
             raise NoModel(f"{kind} cannot answer: {reason}")
-    model = await providers.provider(kind, stub={"default": STUB_ANSWER})
+    said = STUB_NAMED_ANSWER if stub_named() else STUB_ANSWER
+    model = await providers.provider(kind, stub={"default": said})
     if kind != "stub" and isinstance(model, StubProvider):  # it went away since the probe
         await model.aclose()
         raise NoModel(f"{kind} stopped answering at start; `vaelii-llm status` checks")
     return model
+
+
+def stub_named() -> bool:
+    """Whether the stub answers because it was named, not for want of a kind."""
+    return config.provider_kind() == "stub" and bool(
+        os.environ.get("VAELII_LLM_PROVIDER", "").strip()
+    )
+
+
+def answered_by(model: Provider) -> str:
+    """Who answers: the configured backend and its model, or the scripted
+    stub and why it answers (printed at start and shown with each answer)."""
+    if isinstance(model, StubProvider):
+        why = "named as the provider" if stub_named() else "nothing is configured"
+        return f"the scripted stub, not a model ({why})"
+    name = getattr(model, "model", None)
+    return f"{config.provider_kind()} ({name or 'the model the server chooses'})"
 
 
 def error_body(status: int, kind: str, message: str) -> web.Response:
@@ -304,7 +335,12 @@ async def ask(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
     app = request.app
     result = await agent.run(model_of(app), app[TOOLSET], first_request(app, body))
-    return web.json_response(result.summary())
+    return web.json_response(summary(app, result))
+
+
+def summary(app: web.Application, result: agent.AgentResult) -> dict[str, Any]:
+    """What ``/ask`` answers and ``final`` carries: the loop's summary and who answered."""
+    return {**result.summary(), "answered_by": app[ANSWERED_BY]}
 
 
 def sse(event: str, data: Any) -> bytes:
@@ -327,7 +363,7 @@ async def ask_stream(request: web.Request) -> web.StreamResponse:
                     bound_buffers(request)
                     await response.prepare(request)
                 if isinstance(item, agent.AgentResult):
-                    await sent(request, response, sse("final", item.summary()))
+                    await sent(request, response, sse("final", summary(app, item)))
                 else:
                     await sent(request, response, sse(item.type, item))
         except errors.LLMError as exc:
@@ -394,6 +430,7 @@ PAGE = """<!doctype html>
   #answer { white-space: pre-wrap; font-size: 1.1rem; min-height: 1.5rem; }
   #status { color: #666; font-size: 13px; }
   #status.error { color: #b00020; }
+  #notice { color: #b00020; font-size: 14px; }
 </style>
 </head>
 <body>
@@ -405,6 +442,7 @@ PAGE = """<!doctype html>
 </form>
 <ul id="calls"></ul>
 <div id="answer" aria-live="polite"></div>
+<p id="notice" role="alert"></p>
 <p id="status"></p>
 <script>
 "use strict";
@@ -412,6 +450,7 @@ const form = document.getElementById("ask");
 const calls = document.getElementById("calls");
 const answer = document.getElementById("answer");
 const statusLine = document.getElementById("status");
+const notice = document.getElementById("notice");
 
 function say(text, isError) {
   statusLine.textContent = text;
@@ -431,8 +470,11 @@ function show(event, data) {
     calls.append(item);
   } else if (event === "text") {
     answer.textContent += data.text;
+  } else if (event === "tools_ignored") {
+    notice.textContent = data.message;
   } else if (event === "final") {
-    say("done: " + data.stopped + " after " + data.turns + " turn(s)", data.stopped !== "answered");
+    say("done: " + data.stopped + " after " + data.turns + " turn(s), by " + data.answered_by,
+        data.stopped !== "answered");
   } else if (event === "error") {
     say(data.error + ": " + data.message, true);
   }
@@ -441,6 +483,7 @@ function show(event, data) {
 async function ask(question) {
   calls.replaceChildren();
   answer.textContent = "";
+  notice.textContent = "";
   say("asking...", false);
   const response = await fetch("/ask/stream", {
     method: "POST",
@@ -482,7 +525,8 @@ form.addEventListener("submit", (submitted) => {
 </html>
 """
 """The page ``GET /`` serves: a question box that posts to ``/ask/stream`` and
-draws each tool call, each result and the answer's text as their events arrive."""
+draws each tool call, each result and the answer's text as their events arrive,
+a far end's ignored tools as a notice, and who answered with the last line."""
 
 
 async def page(request: web.Request) -> web.StreamResponse:
@@ -511,6 +555,7 @@ def make_app(
             return
         async with model:
             app[PROVIDER] = model
+            app[ANSWERED_BY] = answered_by(model)
             yield
 
     app.cleanup_ctx.append(hold_provider)
@@ -676,6 +721,11 @@ async def serve(
     try:
         bound_host, bound_port = server.sockets[0].getsockname()[:2]
         print(f"listening on http://{bound_host}:{bound_port}", flush=True)
+        app = runner.app
+        if ANSWERED_BY in app:
+            print(f"answering: {app[ANSWERED_BY]}", flush=True)
+        else:  # its reason was logged as the provider was opened
+            print(f"answering: no model, so every question is a 503: {app[NO_MODEL]}", flush=True)
         await asyncio.Event().wait()
     finally:
         server.close()

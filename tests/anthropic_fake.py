@@ -356,11 +356,27 @@ class FakeMessagesAPI:
     caching: bool = False  # honour cache_control (PromptCache) in the usage answered
     cache: PromptCache = field(default_factory=PromptCache)
     counted: list[Seen] = field(default_factory=list)  # the count_tokens requests
+    props: dict[str, Any] | None = None  # GET /props, as llama.cpp's server answers it
+    models: list[str] | None = None  # GET /v1/models lists these, as a local server does
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/messages", self.handle)
         app.router.add_post("/v1/messages/count_tokens", self.count)
+        if self.props is not None:
+            props = self.props
+
+            async def answer_props(_: web.Request) -> web.Response:
+                return web.json_response(props)
+
+            app.router.add_get("/props", answer_props)
+        if self.models is not None:
+            listed = {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
+
+            async def answer_models(_: web.Request) -> web.Response:
+                return web.json_response(listed)
+
+            app.router.add_get("/v1/models", answer_models)
         return app
 
     def _refusal(self) -> web.Response | None:

@@ -38,8 +38,20 @@ BACKEND_FILE = "my_package/my_backend.py"
 FIRST_COMMANDS = 0  # the README's first block
 
 ShellKind = Literal[
-    "first-commands", "activation", "ask", "serve", "curl", "redis", "bench", "lines"
+    "first-commands",
+    "activation",
+    "ask",
+    "serve",
+    "curl",
+    "redis",
+    "bench",
+    "local-messages",
+    "lines",
 ]
+
+LOCAL_MESSAGES = "ANTHROPIC_BASE_URL=http://127.0.0.1:8080"
+"""The block pointing the Messages API backend at a local server: run against
+a loopback one, its port the one substitution."""
 
 
 def page_names(root: Path = ROOT) -> list[str]:
@@ -93,6 +105,8 @@ def shell_kind(page: str, n: int, body: str) -> ShellKind:
         return "redis"  # checked against the extra and the switch by test_pool_redis.py
     if BENCH_BLOCK in body:
         return "bench"  # minutes of benchmarks: checked to name real scripts
+    if LOCAL_MESSAGES in body:
+        return "local-messages"
     return "lines"
 
 
@@ -194,6 +208,16 @@ class Pages:
         code, out, err = await self.sh(body, VAELII_OLLAMA_HOST=self.ollama.url)
         assert (code, err) == (0, "")
         assert out == shown.group("body")
+
+    async def local_messages_block(self, port: int) -> None:
+        """The local Messages API block, run against a server at ``port``,
+        prints the block after it (``8080`` read as ``port`` in both)."""
+        [(page, n, body)] = self.shell_blocks("local-messages")
+        shown = list(BLOCK.finditer(self.pages[page]))[n + 1]
+        assert shown.group("lang") == "text"
+        code, out, err = await self.sh(body.replace("8080", str(port)))
+        assert (code, err) == (0, "")
+        assert out == shown.group("body").replace("8080", str(port))
 
     async def web_blocks(self) -> tuple[str, str]:
         [(_, _, serve)] = self.shell_blocks("serve")

@@ -20,7 +20,8 @@ The chunk shapes follow each server's own:
 * ``"llamacpp"``: reasoning as ``reasoning_content``, no usage chunk: the
   usage and ``timings`` ride on the finish chunk.
 
-``GET /v1/models`` lists :data:`MODELS`; a ``Bearer`` key other than
+``GET /v1/models`` lists :data:`MODELS`, and ``GET /props`` answers ``props``
+when given (llama.cpp's server's own, ``chat_template_caps`` in it); a ``Bearer`` key other than
 ``key`` (when set) is a 401 with OpenAI's error body. ``mode`` switches on a
 hostile behaviour (the :class:`FakeOpenAI` docstring).
 
@@ -269,6 +270,8 @@ class FakeOpenAI:
     cache: bool = False
     """Encode each transcript once (by identity), for the benchmark."""
     url: str = ""
+    props: dict[str, Any] | None = None
+    """What ``GET /props`` answers, as llama.cpp's server does (None: no such route)."""
     _encoded: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
     _disconnected: asyncio.Event | None = None
@@ -281,6 +284,8 @@ class FakeOpenAI:
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        if self.props is not None:
+            app.router.add_get("/props", self._props)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -315,6 +320,10 @@ class FakeOpenAI:
             }
             return web.json_response({"error": error}, status=401)
         return None
+
+    async def _props(self, request: web.Request) -> web.StreamResponse:
+        self.headers.append(dict(request.headers))
+        return web.json_response(self.props)
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         refused = self._refused(request)

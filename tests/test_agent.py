@@ -6,6 +6,7 @@ import json
 from contextlib import aclosing
 from typing import Any
 
+import msgspec
 import pytest
 
 from vaelii_llm import agent, errors, kb, tools
@@ -300,3 +301,57 @@ async def test_a_budget_that_is_no_whole_number_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match=name):
         await agent.run(stub.provider(script=["x"]), toolset, "q", **{name: value})
+
+
+# -- #48 item 5: a far end that ignored the tools is said once ------------------------
+
+
+def answering(text: str, **usage: int) -> Response:
+    return Response(content=[TextBlock(text=text)], stop_reason="end_turn", usage=Usage(**usage))
+
+
+async def collected(model: Any, toolset: tools.Toolset) -> list[Any]:
+    async with aclosing(agent.events(model, toolset, "Who is afraid of spiders?")) as items:
+        return [item async for item in items]
+
+
+async def test_input_tokens_that_could_not_hold_the_tools_are_said_once(
+    toolset: tools.Toolset,
+) -> None:
+    """llama-server with SmolLM2's own template read 74 input tokens of a
+    request offering every KB tool: the model answered without them."""
+    model = stub.provider(
+        script=[asking(1, input_tokens=74), answering("Nobody.", input_tokens=80)]
+    )
+    seen = await collected(model, toolset)
+    ignored = [item for item in seen if isinstance(item, agent.ToolsIgnored)]
+    assert len(ignored) == 1  # once, though both turns read too few
+    floor = len(msgspec.json.encode(toolset.schemas())) // agent.BYTES_PER_TOKEN_CEILING
+    assert ignored[0] == agent.ToolsIgnored(
+        turn=1,
+        input_tokens=74,
+        tools_floor=floor,
+        message=(
+            f"the far end ignored the {len(toolset.schemas())} tool(s) it was offered: it read "
+            f"74 input tokens, where the tools alone take at least {floor}, so the answer does "
+            f"not come from them; {agent.TOOLS_FIX}"
+        ),
+    )
+    assert ignored[0].type == "tools_ignored"
+    assert isinstance(seen[-1], agent.AgentResult)
+    assert seen[-1].answer == "Nobody."
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"input_tokens": 9000},  # the tools were read
+        {},  # a far end that counts nothing
+        {"input_tokens": 74, "prompt_eval_count": 74},  # Ollama's own count is not read
+    ],
+)
+async def test_no_word_when_the_tools_were_read_or_nothing_is_known(
+    toolset: tools.Toolset, usage: dict[str, int]
+) -> None:
+    seen = await collected(stub.provider(script=[answering("Muffet.", **usage)]), toolset)
+    assert not [item for item in seen if isinstance(item, agent.ToolsIgnored)]

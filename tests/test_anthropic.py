@@ -22,6 +22,7 @@ from anthropic_fake import FakeMessagesAPI, Seen, Transcript, frame, generate
 from conftest import MockedResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loopback import refused_url
 from yarl import URL
 
 from vaelii_llm import providers
@@ -127,6 +128,8 @@ def mocked(t: Transcript) -> Iterator[Callable[[], list[Seen]]]:
 
     with aioresponses() as mock:
         mock.post(url, callback=answer, repeat=True, response_class=MockedResponse)
+        # the reachability probe selection sends first: any answer will do
+        mock.get(BASE + "/v1/models", status=404, repeat=True, response_class=MockedResponse)
         yield lambda: [
             Seen(dict(call.kwargs["headers"]), msgspec.json.decode(call.kwargs["data"]))
             for call in mock.requests.get(("POST", URL(url)), [])
@@ -796,12 +799,24 @@ async def test_cancelled_turn_kills_hung_ant(bin_dir: Path, tmp_path: Path) -> N
 
 
 async def test_selection_wiring() -> None:
+    """A credential and a host that answers HTTP (any status: the fake has no
+    /v1/models) make the Messages API available; a dead host does not (#48)."""
     assert await providers.available("anthropic") is False
-    assert await providers.available("anthropic", credential=SECRET) is True
-    built = await providers.provider("anthropic", credential=SECRET, base_url="http://127.0.0.1:9")
-    async with built:
-        assert isinstance(built, AnthropicProvider)
-        assert SECRET not in repr(built)
+    async with serving(FakeMessagesAPI()) as url:
+        assert await providers.available("anthropic", credential=SECRET, base_url=url) is True
+        built = await providers.provider("anthropic", credential=SECRET, base_url=url)
+        async with built:
+            assert isinstance(built, AnthropicProvider)
+            assert SECRET not in repr(built)
+    dead = refused_url()
+    assert await providers.available("anthropic", credential=SECRET, base_url=dead) is False
+    reason = await providers.unavailable_reason("anthropic", credential=SECRET, base_url=dead)
+    assert reason is not None
+    assert reason.startswith(f"llm-unreachable: the Messages API at {dead} is unreachable")
+    assert reason.endswith("point ANTHROPIC_BASE_URL at one that serves /v1/messages")
+    assert SECRET not in reason
+    fallback = await providers.provider("anthropic", credential=SECRET, base_url=dead)
+    assert not isinstance(fallback, AnthropicProvider)
     fallback = await providers.provider("anthropic")
     assert not isinstance(fallback, AnthropicProvider)
 

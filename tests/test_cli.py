@@ -95,7 +95,7 @@ def test_status_and_vote_on_the_stub(
     assert "answering:  stub" in out
     code, out, err = run(capsys, "vote", "Is a spider an insect?")
     assert (code, out) == (2, "")  # as `ask` does: the stub has no opinion to count
-    assert err.startswith("stub-only: only the stub can answer: the vote pool is model hosts")
+    assert err.startswith("stub-only: only the stub can answer: nothing is configured")
 
 
 def test_status_with_nothing_configured_says_what_to_set_naming_every_kind() -> None:
@@ -156,5 +156,5 @@ def test_refusals_print_one_line_not_a_traceback(
     monkeypatch.setenv("VAELII_LLM_PROVIDER", "bogus")
     code, _, err = run(capsys, "status")
     assert code == 2
-    assert err.startswith("error: unknown provider kind 'bogus'")
+    assert err.startswith("bad-switch: VAELII_LLM_PROVIDER names no backend (it is 'bogus')")
     assert "Traceback" not in err

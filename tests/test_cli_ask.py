@@ -218,7 +218,8 @@ async def test_ask_reports_a_refusal_with_its_own_code(
     from loopback import serve
 
     fake = FakeMessagesAPI(
-        transcript=generate(random.Random(7), kinds=["text"], stop_reason="refusal", unknown=False)
+        transcript=generate(random.Random(7), kinds=["text"], stop_reason="refusal", unknown=False),
+        caching=True,  # usage counted from the prompt, the tools in it, as the API counts
     )
     async with serve(fake.app()) as url:
         for name in list(os.environ):

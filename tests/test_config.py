@@ -174,6 +174,7 @@ SET_TO = {
     "OPENAI_BASE_URL": ("http://gpu1:8000/v1/", "http://gpu1:8000/v1"),
     "OPENAI_API_KEY": (" sk-o\r\n", "sk-o"),
     "VAELII_OPENAI_MODEL": ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),
+    "VAELII_ANTHROPIC_MODEL": ("smollm2", "smollm2"),
     "VAELII_OPENAI_HOSTS": ("gpu1:8000*4,gpu2:8000", "gpu1:8000*4,gpu2:8000"),
     "VAELII_PROMPT_CACHE": ("No", False),
     "VAELII_LLM_LIVE": ("yes", True),

@@ -119,13 +119,27 @@ async def test_every_shell_line_runs(here: Pages, page: str) -> None:
 
 def test_the_special_shell_blocks_are_each_shown_once(here: Pages) -> None:
     """The blocks run by their own tests below (or by .ci/run and test_pool_redis)."""
-    for kind in ("first-commands", "activation", "ask", "serve", "curl", "redis"):
+    for kind in ("first-commands", "activation", "ask", "serve", "curl", "redis", "local-messages"):
         assert len(here.shell_blocks(kind)) == 1, kind
     assert here.json_blocks() >= 1
 
 
 async def test_the_ask_block_prints_what_the_page_shows(here: Pages) -> None:
     await here.ask_block()
+
+
+async def test_the_local_messages_api_block_prints_the_status_the_page_shows(
+    here: Pages,
+) -> None:
+    """#48 item 8: a llama.cpp server on loopback (the Messages API, /v1/models, /props)."""
+    from anthropic_fake import FakeMessagesAPI
+    from loopback import serve
+
+    llama = FakeMessagesAPI(
+        models=["smollm2"], props={"chat_template_caps": {"supports_tools": True}}
+    )
+    async with serve(llama.app()) as url:
+        await here.local_messages_block(int(url.rsplit(":", 1)[1]))
 
 
 @pytest.mark.usefixtures("ctrl_c_reaches_children")

@@ -229,11 +229,11 @@ def test_vote_runs_on_the_stub_with_a_progress_line_per_turn() -> None:
     lines = run_example("vote")
     assert lines[0] == (
         "answering: the scripted stub, not a model "
-        "(a pool spreads over ollama or openai hosts, not 'stub')"
+        "(a pool spreads over a model backend (ollama, anthropic, openai), not 'stub')"
     )
     assert lines[1].startswith("voting over 2 provider token(s)")
     assert [line.split(":")[0] for line in lines[2:5]] == ["  1/3 in", "  2/3 in", "  3/3 in"]
-    assert lines[5] == "verdict: no (votes ('no', 'yes', 'no'), failed 0)"
+    assert lines[5] == "verdict: no  tally: yes 1, no 2  failed: 0 of 3"  # as the command (#48)
 
 
 async def test_vote_runs_over_configured_loopback_hosts() -> None:
@@ -263,7 +263,7 @@ async def test_vote_runs_over_configured_loopback_hosts() -> None:
         "answering: ollama hosts, real models",
         "voting over 3 provider token(s): Is this a test?",
     ]
-    assert lines[-1] == "verdict: yes (votes ('yes', 'yes', 'yes'), failed 0)"
+    assert lines[-1] == "verdict: yes  tally: yes 3, no 0  failed: 0 of 3"
     assert len(server.bodies) == 3
 
 
@@ -431,3 +431,63 @@ def test_an_example_without_its_extra_prints_the_install_hint_and_exits_2(
         f"this example needs the {extra} extra: pip install 'vaelii-llm[{extra}]'"
     )
     assert "Traceback" not in done.stderr
+
+
+# -- #48 item 6: structured output cut at max_tokens, and a long wait on a terminal ----
+
+
+async def test_structured_output_cut_at_max_tokens_says_so_and_exits_1() -> None:
+    """A busy server's answer stopped at max_tokens is no whole JSON object:
+    the example reads the stop reason first, never msgspec's DecodeError."""
+    from fake_ollama import FakeOllama, chunk, final
+
+    server = await FakeOllama(
+        script=lambda body: [
+            chunk('{"name": "Muffet", "types": ["Anim'),
+            final(done_reason="length"),
+        ]
+    ).start()
+    try:
+        env = {**stub_env(), "VAELII_LLM_PROVIDER": "ollama", "VAELII_OLLAMA_HOST": server.url}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(EXAMPLES / "structured_output.py"),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await server.stop()
+    assert proc.returncode == 1
+    assert out.decode() == "answering: ollama, a real model\n"
+    assert err.decode() == (
+        "the answer was cut at max_tokens (512) before its JSON object closed; "
+        "raise max_tokens, or ask a model that answers more briefly\n"
+    )
+
+
+async def test_structured_output_shows_its_wait_then_the_tokens_on_a_terminal() -> None:
+    from fake_ollama import FakeOllama, chunk, final
+    from terminal import run_on_terminal
+
+    answer = json.loads(load_example("structured_output").STUB_ANSWER)
+    text = json.dumps(answer)
+    server = await FakeOllama(
+        script=lambda body: [chunk(""), chunk(text[:20]), chunk(text[20:]), final()],
+        chunk_delay=1.5,  # a server slow to begin, then slow to go on
+    ).start()
+    try:
+        env = {**stub_env(), "VAELII_LLM_PROVIDER": "ollama", "VAELII_OLLAMA_HOST": server.url}
+        code, out, shown = await run_on_terminal(
+            [sys.executable, str(EXAMPLES / "structured_output.py")], env
+        )
+    finally:
+        await server.stop()
+    assert code == 0, shown
+    assert out.splitlines()[1].startswith("Creature(name='Muffet'")
+    # redrawn each second: the wait first, then the tokens as they come
+    drawn = re.findall(r"\r\x1b\[K([^\r]*)", shown)
+    assert drawn[0] == "waiting for the model: 1 s", drawn
+    assert re.fullmatch(r"the model is answering: \d+ s, [12] token\(s\) in", drawn[-2]), drawn
+    assert drawn[-1] == ""  # erased: the terminal is left clean

@@ -28,7 +28,7 @@ EXPORTS: dict[str, str] = {
     ),
     "vaelii_llm.agent": (
         "AgentResult Event Stopped TextArrived ToolCall ToolCallFinished ToolCallStarted "
-        "ToolInputArrived "
+        "ToolInputArrived ToolsIgnored "
         "events request run together"
     ),
     "vaelii_llm.cli": "main",

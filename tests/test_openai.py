@@ -951,8 +951,10 @@ async def test_a_vote_spreads_over_a_fleet_of_openai_hosts(monkeypatch: pytest.M
         assert {b["model"] for f in fleet for b in f.bodies} == {MODEL}
         with pytest.raises(errors.LLMBadHosts, match="VAELII_OPENAI_HOSTS"):
             await pool.pool_from_config("", kind="openai")
-        with pytest.raises(ValueError, match="ollama or openai"):
+        with pytest.raises(ValueError, match="names no pool hosts; it votes on its one host"):
             await pool.pool_from_config(hosts, kind="anthropic")
+        with pytest.raises(ValueError, match="not 'stub'"):
+            await pool.pool_from_config(hosts, kind="stub")
     finally:
         for server in fleet:
             await server.stop()

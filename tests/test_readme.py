@@ -60,6 +60,19 @@ def test_the_readme_names_the_docs_command_ci_runs() -> None:
     assert command in (ROOT / ".ci" / "run").read_text()
 
 
+def test_the_docs_lane_silences_the_themes_end_of_life_notice_and_names_its_successor() -> None:
+    """Material for MkDocs prints an end-of-life notice on every build (#48):
+    the lane silences it before it builds, and the development page says why
+    and names the successor."""
+    lane = (ROOT / ".ci" / "run").read_text()
+    build = ".venv/bin/mkdocs build --strict"
+    assert "export NO_MKDOCS_2_WARNING=1" in lane
+    assert lane.index("export NO_MKDOCS_2_WARNING=1") < lane.rindex(f"&& {build}")
+    development = (ROOT / "docs" / "development.md").read_text()
+    assert "NO_MKDOCS_2_WARNING=1" in development
+    assert "Zensical" in development
+
+
 def test_the_readme_links_reach_pages_that_exist() -> None:
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
     local = [link for link in links if "://" not in link]
@@ -86,6 +99,16 @@ def test_the_long_description_holds_no_link_that_breaks_on_an_index_page() -> No
     for path in relative:  # each one is named as a path of the source tree instead
         assert f"(`{path}` in the source tree)" in described or f"(`{path}#" in described
     assert described.splitlines()[:6] == README.splitlines()[:6]  # the two commands as they are
+
+
+def test_the_long_description_keeps_every_code_block_and_link_text_whole() -> None:
+    """A ``[`` in a sample output once opened a link that ended at the next
+    real one, so the index page lost that ``[`` and showed the link's own (#48)."""
+    described = long_description()
+    for block in re.findall(r"```[a-z]*\n.*?```", README, flags=re.DOTALL):
+        assert block in described
+    assert "[scripts guide (" not in described
+    assert "scripts guide (`docs/guides/scripts.md` in the source tree) says more" in described
 
 
 def test_the_summary_names_every_wire_the_package_speaks() -> None:
@@ -248,6 +271,8 @@ async def test_a_venv_holding_only_the_wheel_answers_ask(
     assert "OpenAI-compatible" in meta.split("\nSummary: ", 1)[1].split("\n", 1)[0]
     assert "Description-Content-Type: text/markdown" in meta
     assert "(`docs/guides/scripts.md` in the source tree)" in meta  # the README, links as paths
+    assert "the\nscripts guide (`docs/guides/scripts.md` in the source tree) says more" in meta
+    assert "   ok: [{:bindings {?who Muffet}" in meta  # a sample's bracket kept (#48)
     assert not re.search(r"\]\((?!https?://|#)", meta)
     venv = tmp_path / "wheel-only"
     code, _, err = await run([python3(), "-m", "venv", str(venv)], clean_env(), tmp_path)

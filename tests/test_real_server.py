@@ -400,3 +400,54 @@ async def test_the_agent_loop_makes_a_real_tool_call_and_reads_its_result(
     assert "ToolCallFinished" in seen
     if deltas:
         assert "ToolInputArrived" in seen
+
+
+# -- #48 item 5: SmolLM2's own template renders no tools; nothing drops them silently --
+
+
+async def test_a_template_that_renders_no_tools_is_said_not_answered_around(
+    server: LlamaServer,
+) -> None:
+    """The default server runs SmolLM2's own chat template, which renders no
+    tools: its /props says so, `ask` refuses before a turn on both wires, and
+    the agent loop, sent every KB tool anyway, says once that they were ignored."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(server.base + "/props") as answered,
+    ):
+        props = await answered.json()
+    assert props["chat_template_caps"]["supports_tools"] is False
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VAELII_", "ANTHROPIC_", "OPENAI_", "OLLAMA_"))
+    }
+    for wire, switches in {
+        "openai": {"OPENAI_BASE_URL": server.base + "/v1"},
+        "anthropic": {"ANTHROPIC_BASE_URL": server.base, "ANTHROPIC_API_KEY": "sk-none"},
+    }.items():
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "vaelii_llm.cli", "ask", "Who is Miss Muffet afraid of?"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "VAELII_LLM_PROVIDER": wire, **switches},
+        )
+        assert done.returncode == 2, (wire, done.stderr)
+        assert done.stdout == ""
+        assert done.stderr.startswith(
+            f"no-tools: the server at {server.base} renders no tools with its chat template"
+        ), (wire, done.stderr)
+
+    toolset = tools.Toolset(kb.sample())
+    for wire in WIRES:
+        seen: list[agent.Event] = []
+        first = agent.request("Who is Miss Muffet afraid of?", toolset, max_tokens=32)
+        async with WIRES[wire](server.base) as model:
+            result = await agent.run(model, toolset, first, on_event=seen.append)
+        ignored = [event for event in seen if isinstance(event, agent.ToolsIgnored)]
+        assert len(ignored) == 1, (wire, seen)
+        assert ignored[0].input_tokens < ignored[0].tools_floor
+        assert result.tool_calls == []

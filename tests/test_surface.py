@@ -129,6 +129,7 @@ SPEC_DEFAULTS = {
     "ANTHROPIC_API_KEY": None,
     "ANTHROPIC_AUTH_TOKEN": None,
     "ANTHROPIC_BASE_URL": "https://api.anthropic.com",
+    "VAELII_ANTHROPIC_MODEL": None,
     "OPENAI_BASE_URL": "https://api.openai.com/v1",
     "OPENAI_API_KEY": None,
     "VAELII_OPENAI_MODEL": None,
@@ -158,6 +159,7 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
     assert config.openai_base_url() == SPEC_DEFAULTS["OPENAI_BASE_URL"]
     assert config.openai_api_key() is None
     assert config.openai_model() is None
+    assert config.anthropic_model() is None
     assert config.openai_hosts() is None
     assert config.pool_redis_url() is None
 
@@ -170,11 +172,13 @@ MODULES = [
     "vaelii_llm._files",
     "vaelii_llm.errors",
     "vaelii_llm.config",
+    "vaelii_llm._switch_check",
     "vaelii_llm.providers",
     "vaelii_llm.providers.stub",
     "vaelii_llm.providers._hosts",
     "vaelii_llm.providers._http",
     "vaelii_llm.providers._turn",
+    "vaelii_llm.providers._props",
     "vaelii_llm.providers.ollama",
     "vaelii_llm.providers.ollama._assemble",
     "vaelii_llm.providers.ollama._chat",
@@ -187,6 +191,7 @@ MODULES = [
     "vaelii_llm.providers.anthropic._credentials",
     "vaelii_llm.providers.anthropic._decode",
     "vaelii_llm.providers.anthropic._encode",
+    "vaelii_llm.providers.anthropic._status",
     "vaelii_llm.providers.anthropic._stream",
     "vaelii_llm.providers.openai",
     "vaelii_llm.providers.openai._assemble",

@@ -787,3 +787,90 @@ async def test_a_stream_client_that_never_reads_is_dropped_and_its_turn_ended(
             writer.close()
         server.close()
         await runner.cleanup()
+
+
+# -- #48 item 7: who answers, said at start and with each answer -----------------------
+
+
+async def example_lines(env: dict[str, str]) -> tuple[list[str], dict[str, Any], str]:
+    """The example's first two stdout lines, its /ask answer and its stream's text."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(PATH),
+        "--port",
+        "0",
+        env={**_example_env(), **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [
+            (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().rstrip("\n")
+            for _ in range(2)
+        ]
+        url = lines[0].split()[-1]
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url + "/ask", json={"question": QUESTION}) as resp:
+                assert resp.status == 200
+                got = await resp.json()
+            async with session.post(url + "/ask/stream", json={"question": QUESTION}) as resp:
+                streamed = await resp.text()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.communicate(), 60)
+    return lines, got, streamed
+
+
+@pytest.mark.usefixtures("ctrl_c_reaches_children")  # it ends the example with Ctrl-C
+async def test_the_stub_named_says_it_is_the_stub_named_not_that_nothing_is_set() -> None:
+    lines, got, streamed = await example_lines({"VAELII_LLM_PROVIDER": "stub"})
+    who = "the scripted stub, not a model (named as the provider)"
+    assert lines[1] == f"answering: {who}"
+    assert got["answer"] == web_backend.STUB_NAMED_ANSWER
+    assert "No model is configured" not in got["answer"]
+    assert got["answered_by"] == who
+    [(_, final_event)] = [e for e in parse_sse(streamed) if e[0] == "final"]
+    assert final_event["answered_by"] == who
+    lines, got, _ = await example_lines({})
+    assert lines[1] == "answering: the scripted stub, not a model (nothing is configured)"
+    assert got["answer"] == web_backend.STUB_ANSWER
+
+
+@pytest.mark.usefixtures("ctrl_c_reaches_children")  # it ends the example with Ctrl-C
+async def test_the_backend_and_model_that_answer_are_said_at_start_and_with_each_answer() -> None:
+    fake = await FakeOllama(script=ollama_reader).start()
+    try:
+        env = {
+            "VAELII_LLM_PROVIDER": "ollama",
+            "VAELII_OLLAMA_HOST": fake.url,
+            "VAELII_OLLAMA_MODEL": "llama3.2",
+        }
+        lines, got, streamed = await example_lines(env)
+    finally:
+        await fake.stop()
+    assert lines[1] == "answering: ollama (llama3.2)"
+    assert (got["answer"], got["answered_by"]) == (ANSWER, "ollama (llama3.2)")
+    [(_, final_event)] = [e for e in parse_sse(streamed) if e[0] == "final"]
+    assert final_event["answered_by"] == "ollama (llama3.2)"
+
+
+async def test_tools_the_far_end_ignored_are_an_event_of_the_stream() -> None:
+    from vaelii_llm import Response, TextBlock, Usage
+    from vaelii_llm.providers import stub
+
+    async def open_model() -> Provider:
+        said = Response(
+            content=[TextBlock(text="Nobody.")],
+            stop_reason="end_turn",
+            usage=Usage(input_tokens=74),
+        )
+        return stub.provider(script=[said])
+
+    async for served in serving(open_model)():
+        status, events = await served.events({"question": QUESTION})
+    assert status == 200
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["text", "tools_ignored", "final"]
+    assert events[1][1]["message"].startswith("the far end ignored the ")
+    assert events[1][1]["input_tokens"] == 74

@@ -46,9 +46,13 @@ CHROMIUM_FLAGS = (
 class HeldAnswer(ProviderBase):
     """The real Ollama provider, whose turn after a tool result waits for :attr:`gate`."""
 
-    def __init__(self, inner: Provider) -> None:
+    def __init__(self, inner: ollama.OllamaProvider) -> None:
         self.inner = inner
         self.gate = asyncio.Event()
+
+    @property
+    def model(self) -> str:
+        return self.inner.model  # who answers, as the page shows it
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -84,7 +88,8 @@ def browser_binaries() -> tuple[str, str]:
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[str, HeldAnswer]]:
+async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[str, HeldAnswer]]:
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "ollama")  # the kind the app serves
     fake = await FakeOllama(script=ollama_reader).start()
     held = HeldAnswer(ollama.provider(host=fake.url, model="llama3.2"))
 
@@ -164,7 +169,7 @@ async def test_a_question_typed_into_the_page_shows_the_call_then_the_streamed_a
     assert seen["before"]["answer"] == ""  # the call is on the page before any answer
     assert seen["before"]["status"] == "asking..."
     assert seen["answer"] == ANSWER
-    assert seen["status"] == "done: answered after 2 turn(s)"
+    assert seen["status"] == "done: answered after 2 turn(s), by ollama (llama3.2)"
     assert seen["errors"] == []
     assert shot.read_bytes().startswith(b"\x89PNG")
 
@@ -201,3 +206,72 @@ async def test_the_page_says_why_when_the_configured_backend_cannot_answer(
     finally:
         await server.close()
     assert seen == {"status": f"no-model: {reason}", "class": "error"}
+
+
+async def ask_on_the_page(app: Any, tmp_path: Path) -> dict[str, str]:
+    """Serve ``app``, ask the page's default question, and read what it shows."""
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    url = str(server.make_url("")).rstrip("/")
+
+    def drive() -> dict[str, str]:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        browser = open_browser(tmp_path)
+        try:
+            browser.get(url + "/")
+            browser.find_element(By.ID, "send").click()
+            status = browser.find_element(By.ID, "status")
+            WebDriverWait(browser, 60).until(lambda b: status.text.startswith("done"))
+            return {
+                "answer": browser.find_element(By.ID, "answer").text,
+                "notice": browser.find_element(By.ID, "notice").text,
+                "status": status.text,
+            }
+        finally:
+            browser.quit()
+
+    try:
+        return await asyncio.to_thread(drive)
+    finally:
+        await server.close()
+
+
+async def test_the_stub_named_is_shown_as_the_stub_named_and_who_answered(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """#48 item 7: with VAELII_LLM_PROVIDER=stub the page said "No model is
+    configured: set VAELII_LLM_PROVIDER" (it was set) and nothing of who answered."""
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "stub")
+    seen = await ask_on_the_page(web_backend.make_app(), tmp_path)
+    assert seen == {
+        "answer": web_backend.STUB_NAMED_ANSWER,
+        "notice": "",
+        "status": "done: answered after 1 turn(s), by the scripted stub, not a model "
+        "(named as the provider)",
+    }
+
+
+async def test_the_page_says_when_the_far_end_ignored_the_tools(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """#48 item 5: a far end that read the prompt without the tools (74 input
+    tokens, as llama-server with SmolLM2's own template) is said on the page."""
+    from vaelii_llm import TextBlock, Usage
+    from vaelii_llm.providers import stub
+
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "stub")
+
+    async def open_model() -> Provider:
+        said = Response(
+            content=[TextBlock(text="Nobody.")],
+            stop_reason="end_turn",
+            usage=Usage(input_tokens=74),
+        )
+        return stub.provider(script=[said])
+
+    seen = await ask_on_the_page(web_backend.make_app(open_model), tmp_path)
+    assert seen["answer"] == "Nobody."
+    assert seen["notice"].startswith("the far end ignored the ")
+    assert seen["notice"].endswith("Ollama: a model with the tools capability)")

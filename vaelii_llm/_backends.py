@@ -29,7 +29,6 @@ __all__ = [
     "Option",
     "import_ref",
     "pool_kind",
-    "pooled",
     "record",
 ]
 
@@ -212,14 +211,17 @@ BUILTIN: Final = (
         "vaelii_llm.providers.anthropic",
         (
             Option("credential", "str | Credential | None", None, ("provider", "available")),
-            Option("base_url", "str | None", None, ("provider",)),
+            Option("base_url", "str | None", None, ("provider", "available")),
             Option("model", "str | None", None, ("provider",)),
             Option("effort", "str | None", None, ("provider",)),
             Option("headers", "Mapping[str, str] | None", None, ("provider",)),
-            *_network(("provider",), ("provider",)),
+            *_network(("provider", "available"), ("provider",)),
         ),
         host_switch="ANTHROPIC_BASE_URL",
+        model_switch="VAELII_ANTHROPIC_MODEL",
         key_switch="ANTHROPIC_API_KEY",
+        status_lines="vaelii_llm.providers.anthropic._status:status_lines",
+        cannot_call_tools="vaelii_llm.providers.anthropic._status:cannot_call_tools",
     ),
     Backend(
         "openai",
@@ -240,6 +242,7 @@ BUILTIN: Final = (
         read_host="vaelii_llm.providers._hosts:normalize_base_url",
         default_host="vaelii_llm.config:openai_base_url",
         status_lines="vaelii_llm.providers.openai._status:status_lines",
+        cannot_call_tools="vaelii_llm.providers.openai._status:cannot_call_tools",
     ),
 )
 """The built-in kinds, in the order the configuration table lists them."""
@@ -270,11 +273,6 @@ def nothing_configured() -> str:
 
 def pool_kind(configured: str) -> str:
     """The kind a pool spreads over when given none: the ``configured`` kind
-    where a pool can spread over it, else ``ollama``."""
-    backend = REGISTRY.get(configured)
-    return configured if backend is not None and backend.host_option else "ollama"
-
-
-def pooled() -> tuple[Backend, ...]:
-    """The kinds a pool can spread over, in registration order."""
-    return tuple(backend for backend in REGISTRY.values() if backend.host_option is not None)
+    when it is a registered one other than the stub (over its host list where
+    its record names one, else its one host), else ``ollama``."""
+    return configured if configured in REGISTRY and configured != STUB else "ollama"

@@ -34,9 +34,18 @@ refused before the first turn, naming both; :func:`vaelii_llm.tools.prefixed`
 renames one set's tools to resolve it.
 
 :func:`events` yields what a watcher wants while it runs (:class:`ToolCallStarted`,
-:class:`ToolCallFinished`, :class:`TextArrived`, :class:`ToolInputArrived`) and
-then the :class:`AgentResult`; :func:`run` drives the same generator and returns
-the result.
+:class:`ToolCallFinished`, :class:`TextArrived`, :class:`ToolInputArrived`,
+:class:`ToolsIgnored`) and then the :class:`AgentResult`; :func:`run` drives
+the same generator and returns the result.
+
+A far end may drop the tools without a word (a chat template that renders
+none: llama.cpp's server with a model's own template), and the model then
+answers without the KB. When a turn that offered tools reports fewer input
+tokens than the tools' own text could take (:data:`BYTES_PER_TOKEN_CEILING`),
+the loop says so once, as a :class:`ToolsIgnored` event naming the fix. It
+is a lower bound, so only a clear drop is reported; Ollama's own count is not
+read (its host may count only the part of the prompt it did not cache, and
+Ollama refuses tools a model cannot take with an error of its own).
 
 The loop resends its tools and system prompt every turn, byte for byte, so it
 marks them as a cached prefix (:data:`CACHE`): on the Messages API every turn
@@ -85,6 +94,7 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "ToolInputArrived",
+    "ToolsIgnored",
     "events",
     "request",
     "run",
@@ -174,7 +184,50 @@ class ToolInputArrived(msgspec.Struct, frozen=True, kw_only=True):
     partial_json: str
 
 
-Event = ToolCallStarted | ToolCallFinished | TextArrived | ToolInputArrived
+class ToolsIgnored(msgspec.Struct, frozen=True, kw_only=True):
+    """The far end read the turn's prompt without the tools it was offered
+    (its input tokens could not hold them), so the answer does not come from
+    them; ``message`` says so and names the fix. Yielded once per run."""
+
+    type: ClassVar[str] = "tools_ignored"
+    turn: int
+    input_tokens: int
+    tools_floor: int
+    message: str
+
+
+Event = ToolCallStarted | ToolCallFinished | TextArrived | ToolInputArrived | ToolsIgnored
+
+BYTES_PER_TOKEN_CEILING = 8
+"""More bytes of JSON than any tokenizer puts in one token (they average three
+to four), so the tools' JSON length over it is fewer tokens than the tools take."""
+
+TOOLS_FIX = (
+    "use a model or chat template that renders tools (llama.cpp's server: --jinja "
+    "with a tool-capable --chat-template-file; Ollama: a model with the tools capability)"
+)
+"""The next step a :class:`ToolsIgnored` names."""
+
+
+def tools_ignored(request: Request, usage: Usage, turn: int) -> ToolsIgnored | None:
+    """A :class:`ToolsIgnored` when ``usage`` shows the far end read fewer
+    input tokens than ``request``'s tools take alone, else None (no tools, no
+    count, or Ollama's count, which is not read: see the module docstring)."""
+    if not request.tools or usage.input_tokens is None or usage.prompt_eval_count is not None:
+        return None
+    floor = len(msgspec.json.encode(request.tools)) // BYTES_PER_TOKEN_CEILING
+    if usage.input_tokens >= floor:
+        return None
+    return ToolsIgnored(
+        turn=turn,
+        input_tokens=usage.input_tokens,
+        tools_floor=floor,
+        message=(
+            f"the far end ignored the {len(request.tools)} tool(s) it was offered: it read "
+            f"{usage.input_tokens} input tokens, where the tools alone take at least {floor}, "
+            f"so the answer does not come from them; {TOOLS_FIX}"
+        ),
+    )
 
 
 class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -409,6 +462,7 @@ async def events(
     calls: list[ToolCall] = []
     usage = Usage()
     turn = 0
+    ignored_said = False
     while True:
         turn += 1
         response: Response | None = None
@@ -422,6 +476,11 @@ async def events(
                     yield item
         if response is None:  # a Provider whose stream ended without its Response
             raise RuntimeError("the provider's stream ended without a Response")
+        if not ignored_said:
+            ignored = tools_ignored(first, response.usage, turn)
+            if ignored is not None:
+                ignored_said = True
+                yield ignored
         usage = _add(usage, response.usage)
         messages.append(Message(role="assistant", content=list(response.content)))
         uses = [block for block in response.content if isinstance(block, ToolUseBlock)]

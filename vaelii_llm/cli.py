@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -59,10 +60,40 @@ def _print_switch(name: str, secret: bool, default: str | None) -> None:
     print(f"{name:32} {shown}")
 
 
+def _checked_kind(explicit: str | None = None, *, hosts: bool = False) -> str:
+    """The kind a command runs, once the switches it reads are checked (no
+    I/O): a kind naming no backend or an unusable URL switch is a bad-switch
+    stop (exit 2) naming the variable; ``hosts``: the pool's host list too."""
+    from vaelii_llm import _switch_check
+
+    kind = config.provider_kind(explicit)
+    named_by = "--provider" if explicit is not None else config._PROVIDER.name
+    why = _switch_check.bad_kind(kind, named_by) or _switch_check.bad_switches(kind)
+    if why is None and hosts:
+        why = _bad_hosts(kind)
+    if why is not None:
+        raise _Stop(2, "bad-switch", why)
+    return kind
+
+
+def _bad_hosts(kind: str) -> str | None:
+    """Why the pool's host list of ``kind`` will not read, naming its variable."""
+    from vaelii_llm import _backends, pool
+
+    switch = _backends.record(kind).hosts_switch
+    if switch is None or config._getenv(switch) is None:
+        return None
+    try:
+        pool.hosts(kind=kind)
+    except errors.LLMBadHosts as exc:
+        return f"{switch} will not read: {exc}"
+    return None
+
+
 async def _status() -> int:
     from vaelii_llm import _backends, providers
 
-    kind = config.provider_kind()
+    kind = _checked_kind()
     reason = await providers.unavailable_reason(kind)
     print(f"configured: {kind}\nanswering:  {'stub' if reason else kind}")
     if reason:
@@ -134,14 +165,18 @@ ASK_EPILOG = """exit status:
   1  a typed error (the model unreachable, a timeout, a bad --kb file, an MCP server
      that would not start or list its tools)
   2  the configured backend cannot answer (nothing configured, unreachable, no credential,
-     a model not there or without tools): only the stub could; or a bad argument
-     (two toolsets offering one tool name among them)
+     a model not there or without tools, a server whose chat template renders no tools):
+     only the stub could; or a bad argument (two toolsets offering one tool name among
+     them) or switch value (bad-switch: the variable and what is wrong with it)
   3  the model refused
   4  the answer was truncated at max_tokens
   5  the turn limit or a budget (--max-tool-calls …) ran out while the model still
      asked for tools
   6  an MCP server died or hung up during the loop (its later calls were error
      results the model read; the answer is printed, then the reason)
+
+A far end that shows it ignored the tools (fewer input tokens than the tools take)
+is said once on stderr, naming the fix: `tools-ignored: ...`.
 """
 
 STATUS_EPILOG = f"""exit status:
@@ -218,6 +253,9 @@ class _AskPrinter:
                 self.mid_line = False
             if isinstance(event, agent.ToolCallStarted):
                 self.out.write(f"-> {event.name} {json.dumps(event.input, ensure_ascii=False)}\n")
+            elif isinstance(event, agent.ToolsIgnored):
+                self.out.flush()
+                _say_ignored(event)
             else:
                 self.out.write(f"   {event.summary}\n")
         self.out.flush()
@@ -228,16 +266,83 @@ class _AskPrinter:
             self.out.flush()
 
 
+class _Waiting:
+    """While the model has said nothing (before its first word, and again after
+    each tool call), one line on a terminal's stderr, redrawn each second with
+    the seconds waited; erased when anything shows, so stdout's lines stay
+    whole. A busy server may take minutes to read a long prompt: the line says
+    the command is not hung. Nothing is drawn when stderr is not a terminal."""
+
+    def __init__(self, err: TextIO) -> None:
+        self.err = err
+        self.since = time.monotonic()
+        self.waiting = True
+        self.drawn = False
+        self.ticker: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.err.isatty():
+            self.ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1)
+            if self.waiting:
+                waited = time.monotonic() - self.since
+                self.err.write(f"\r\x1b[Kwaiting for the model: {waited:.0f} s")
+                self.err.flush()
+                self.drawn = True
+
+    def seen(self, event: agent.Event) -> None:
+        from vaelii_llm import agent
+
+        self.erase()
+        self.waiting = isinstance(event, agent.ToolCallFinished)  # the next turn's wait
+        self.since = time.monotonic()
+
+    def erase(self) -> None:
+        if self.drawn:
+            self.err.write("\r\x1b[K")
+            self.err.flush()
+            self.drawn = False
+
+    async def stop(self) -> None:
+        if self.ticker is not None:
+            self.ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.ticker
+        self.erase()
+
+
+def _say_ignored(event: agent.Event) -> None:
+    """The one line on stderr when the far end ignored the tools (``--json`` too)."""
+    from vaelii_llm import agent
+
+    if isinstance(event, agent.ToolsIgnored):
+        print(f"tools-ignored: {event.message}", file=sys.stderr, flush=True)
+
+
 _Server = tuple[str, str]
 """An MCP server named on the command line: ``("stdio", COMMAND)`` or ``("http", URL)``."""
 
 
 def _load_kb(kb_path: str | None) -> Any:
     """The KB ``--kb`` names (the sample without it). It reads a file: a
-    coroutine calls it through ``asyncio.to_thread``."""
+    coroutine calls it through ``asyncio.to_thread``. A file holding no
+    sentence is refused: a model would read an empty KB and say nothing of it."""
     from vaelii_llm import kb
+    from vaelii_llm.kb._reads import sentex_count
 
-    return kb.load_edn(kb_path) if kb_path else kb.sample()
+    if not kb_path:
+        return kb.sample()
+    loaded = kb.load_edn(kb_path)
+    if sentex_count(loaded) == 0:
+        raise _Stop(
+            1,
+            "bad-kb",
+            f"{kb_path} holds no sentence; name an EDN file of sentences, e.g. (isa Muffet Spider)",
+        )
+    return loaded
 
 
 async def _kb_toolset(
@@ -301,7 +406,7 @@ async def _ask(
     from vaelii_llm import _backends, agent, providers
     from vaelii_llm.providers.stub import StubProvider
 
-    chosen = config.provider_kind(kind)
+    chosen = _checked_kind(kind)
     on_stub = chosen == "stub"
     if on_stub and kind is None and config._read(config._PROVIDER) is None:
         raise _stub_only(_backends.nothing_configured())  # the stub by default, not by choice
@@ -325,7 +430,15 @@ async def _ask(
             print(STUB_SAYS, file=sys.stderr)
             model = await stack.enter_async_context(_stub_answer(sources))
         printer = None if as_json else _AskPrinter(sys.stdout)
+        shown: Callable[[agent.Event], None] = _say_ignored if printer is None else printer
+        waiting = _Waiting(sys.stderr)
+
+        def watch(event: agent.Event) -> None:
+            waiting.seen(event)
+            shown(event)
+
         limits = budgets or {}
+        waiting.start()
         try:
             result = await agent.run(
                 model,
@@ -334,13 +447,14 @@ async def _ask(
                 max_turns=max_turns,
                 deltas=not as_json,
                 cache=cache,
-                on_event=printer,
+                on_event=watch,
                 max_input_tokens=limits.get("max_input_tokens"),
                 max_output_tokens=limits.get("max_output_tokens"),
                 max_tool_calls=limits.get("max_tool_calls"),
                 max_tool_calls_per_turn=limits.get("max_tool_calls_per_turn"),
             )
         finally:  # a failure's line on stderr starts on a line of its own
+            await waiting.stop()
             if printer is not None:
                 printer.end()
     if printer is None:
@@ -476,16 +590,14 @@ def _vote_progress(so_far: pool.Vote) -> None:
 async def _vote(question: str, votes: int) -> int:
     from vaelii_llm import _backends, pool
 
-    kind = config.provider_kind()
-    if kind not in {backend.kind for backend in _backends.pooled()}:
-        raise _stub_only(
-            "the vote pool is model hosts: set "
-            + ", or ".join(
-                f"VAELII_LLM_PROVIDER={backend.kind} and {backend.hosts_switch}"
-                for backend in _backends.pooled()
-            )
-            + " (host[*n],...)"
+    kind = _checked_kind(hosts=True)
+    if kind == _backends.STUB:
+        reason = (
+            _backends.nothing_configured()
+            if config._read(config._PROVIDER) is None
+            else "the stub has no opinion to count; set VAELII_LLM_PROVIDER to a model backend"
         )
+        raise _stub_only(reason)
     voters = await pool.pool_from_config(kind=kind)
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:
@@ -507,11 +619,13 @@ async def _vote(question: str, votes: int) -> int:
 async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
     """What the pool's hosts say when probed (the first host that cannot
     answer, or the model the hosts lack: each with its next step), else the
-    first failed turn's own typed error."""
+    first failed turn's own typed error. A kind with no host list is its one
+    host, probed as `status` probes it."""
     from vaelii_llm import _backends, pool, providers
 
     backend = _backends.record(kind)
-    assert backend.host_option is not None  # a pooled kind
+    if backend.host_option is None:
+        return await providers.unavailable_reason(kind) or f"{first.type}: {first}"
     lacks = None if backend.missing_model is None else _backends.import_ref(backend.missing_model)
     assert backend.hosts_switch is not None
     by_list = config._getenv(backend.hosts_switch) is not None  # as pool.hosts reads it
@@ -531,6 +645,7 @@ async def _warm() -> int:
     from vaelii_llm import providers
     from vaelii_llm._protocol import Response
 
+    _checked_kind()
     started = time.perf_counter()
     result = await providers.warm()
     took = time.perf_counter() - started
@@ -657,10 +772,12 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "vote",
         "a majority yes/no vote over the pool",
-        "Ask a yes/no question several times over the configured backend's\n"
-        "hosts (its hosts switch, else its host) and print the verdict.\n"
+        "Ask a yes/no question several times over the configured backend and\n"
+        "print the verdict. It runs on every model backend: over its hosts switch\n"
+        "where it has one (VAELII_OLLAMA_HOSTS, VAELII_OPENAI_HOSTS), else on its one\n"
+        "host (the Messages API's ANTHROPIC_BASE_URL too).\n"
         "Exit 0 with a verdict, 1 when every turn failed (with the first\n"
-        "turn's reason), 2 when the backend is not one with hosts.",
+        "turn's reason), 2 when only the stub could answer (nothing configured).",
     )
     vote.add_argument("question")
     vote.add_argument(
@@ -674,6 +791,8 @@ def build_parser() -> argparse.ArgumentParser:
         "first real turn does not wait for the load; prints how long the load took.",
     )
     _add_mcp_parser(commands)
+    for sub in commands.choices.values():  # a subcommand's stray argument shows its usage
+        sub.set_defaults(usage_of=sub)
     return parser
 
 
@@ -726,7 +845,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     and its status; ``ask --json`` also prints it as a JSON object on stdout.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, strays = parser.parse_known_args(argv)
+    if strays:  # argparse would print the top level's usage; the subcommand's says more
+        chosen: argparse.ArgumentParser = getattr(args, "usage_of", parser)
+        chosen.error(f"unrecognized arguments: {' '.join(strays)}")
     try:
         status = _run(args)
     except _Stop as exc:

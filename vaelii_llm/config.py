@@ -149,6 +149,14 @@ _ANTHROPIC_BASE_URL = Switch(
     DEFAULT_ANTHROPIC_BASE_URL,
     "The host the Messages API backend calls.",
 )
+_ANTHROPIC_MODEL = Switch(
+    "VAELII_ANTHROPIC_MODEL",
+    "anthropic_model",
+    "a model name the host serves (a local server: the one it loaded)",
+    None,
+    "The model a Messages API turn names (unset: the backend's default model; "
+    "llama.cpp's server answers with its one model whatever is named).",
+)
 _OPENAI_BASE_URL = Switch(
     "OPENAI_BASE_URL",
     "openai_base_url",
@@ -221,6 +229,7 @@ SWITCHES: tuple[Switch, ...] = (
     _ANTHROPIC_API_KEY,
     _ANTHROPIC_AUTH_TOKEN,
     _ANTHROPIC_BASE_URL,
+    _ANTHROPIC_MODEL,
     _OPENAI_BASE_URL,
     _OPENAI_API_KEY,
     _OPENAI_MODEL,
@@ -420,6 +429,11 @@ def anthropic_base_url(explicit: str | None = None) -> str:
     """The Messages API base URL, without a trailing slash."""
     value = explicit or _read(_ANTHROPIC_BASE_URL) or DEFAULT_ANTHROPIC_BASE_URL
     return value.rstrip("/")
+
+
+def anthropic_model(explicit: str | None = None) -> str | None:
+    """The model a Messages API turn names; None: the backend's default."""
+    return explicit or _read(_ANTHROPIC_MODEL)
 
 
 def openai_base_url(explicit: str | None = None) -> str:

@@ -13,6 +13,8 @@ cancellation included.
 backend (a vLLM fleet), ``VAELII_OPENAI_HOSTS`` in the same grammar: a vote's
 turns go to distinct hosts where it can, among free hosts to the least busy,
 and a host whose call was unreachable is passed over for a short cool-down.
+A backend with no host list (the Messages API, on any server that serves
+it) votes on its one configured host.
 ``VAELII_POOL_REDIS_URL`` keeps the ``n`` slots of each host in Redis, shared
 by every worker process (the ``redis`` extra). :func:`stub_pool` is a pool of
 one stub provider, for tests.
@@ -26,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from vaelii_llm import config
-from vaelii_llm._backends import REGISTRY, pool_kind, pooled
+from vaelii_llm._backends import REGISTRY, STUB, pool_kind
 from vaelii_llm._pool import (
     DEFAULT_ACQUIRE_TIMEOUT_MS,
     DEFAULT_COOLDOWN_MS,
@@ -37,7 +39,7 @@ from vaelii_llm._pool import (
 from vaelii_llm._protocol import Provider
 from vaelii_llm._vote import ASK_YES_NO, Vote, read_yes_no, vote
 from vaelii_llm.errors import LLMBadHosts
-from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST, hosts
+from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST, Host, hosts
 from vaelii_llm.providers.stub import Entry, StubProvider
 
 __all__ = [
@@ -65,11 +67,13 @@ async def pool_from_config(
 ) -> Pool[Any]:
     """A pool of providers over :func:`hosts`, one provider per entry.
 
-    ``kind`` is a kind whose record names pool hosts: ``"ollama"`` (Ollama
+    ``kind`` is any registered kind but the stub: ``"ollama"`` (Ollama
     hosts, ``VAELII_OLLAMA_HOSTS``), ``"openai"`` (OpenAI-compatible base URLs,
-    ``VAELII_OPENAI_HOSTS``, each provider with the configured key), or one
-    :func:`vaelii_llm.providers.register` added; None: the configured kind
-    where a pool can spread over it, else ``ollama``. An entry's ``n``
+    ``VAELII_OPENAI_HOSTS``, each provider with the configured key), one
+    :func:`vaelii_llm.providers.register` added, or a kind whose record names
+    no host list (``"anthropic"``: any server of the Messages API), which is
+    its one configured provider held as the default ``n`` tokens; None: the
+    configured kind, or ``ollama`` when that is the stub. An entry's ``n``
     becomes ``n`` tokens of that entry's provider. ``model`` (None: the
     configured model) is passed to every provider. ``redis_url`` (None:
     ``VAELII_POOL_REDIS_URL``, read now; unset: slots in this process) shares
@@ -84,23 +88,29 @@ async def pool_from_config(
     if kind is None:
         kind = pool_kind(config.provider_kind())
     backend = REGISTRY.get(kind)
-    if backend is None or backend.host_option is None:
-        kinds = " or ".join(known.kind for known in pooled())
-        raise ValueError(f"a pool spreads over {kinds} hosts, not {kind!r}")
-    entries = hosts(explicit, kind=kind)
+    if backend is None or backend.kind == STUB:
+        kinds = ", ".join(known.kind for known in REGISTRY.values() if known.kind != STUB)
+        raise ValueError(f"a pool spreads over a model backend ({kinds}), not {kind!r}")
+    at = backend.host_option
+    if at is None:  # no host list: the one configured host
+        if explicit is not None:
+            raise ValueError(f"provider {kind!r} names no pool hosts; it votes on its one host")
+        entries = [Host("", DEFAULT_CALLS_PER_HOST)]
+    else:
+        entries = hosts(explicit, kind=kind)
     if not entries:
         raise LLMBadHosts(
             f"{backend.hosts_switch} is blank: no hosts, so every vote would wait out "
             "its acquire timeout"
         )
     build: Callable[..., Provider] = importlib.import_module(backend.module).provider
-    at = backend.host_option
     opts: dict[str, Any] = {} if model is None else {"model": model}
     built: list[Provider] = []
     tokens: list[Provider] = []
     try:
         for entry in entries:
-            provider = build(**{at: entry.url}, **opts)
+            where = {} if at is None else {at: entry.url}
+            provider = build(**where, **opts)
             built.append(provider)
             tokens.extend([provider] * entry.calls)
         return Pool(

@@ -656,15 +656,21 @@ class McpToolset:
             return McpServerError(
                 f"the MCP server {self.name!r} ended before it listed its tools{why}"
             )
+        # a server over HTTP runs elsewhere: it is reached, not started
+        remote = self._child is None
         if child.late or _timed_out(exc):
             return McpServerError(
-                f"the MCP server {self.name!r} did not start and list its tools "
+                f"the MCP server {self.name!r} did not "
+                f"{'answer' if remote else 'start'} and list its tools "
                 f"in {self.start_timeout:g} s{why}"
             )
         if isinstance(exc, Exception | BaseExceptionGroup) and not _cancelled(exc):
-            return McpServerError(
-                f"the MCP server {self.name!r} could not be started: {_reason(exc)}{why}"
+            failed = (
+                f"could not be reached: {_reason(exc)}; is it running at that URL?"
+                if remote
+                else f"could not be started: {_reason(exc)}"
             )
+            return McpServerError(f"the MCP server {self.name!r} {failed}{why}")
         return exc
 
     async def __aexit__(

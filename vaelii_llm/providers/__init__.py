@@ -112,6 +112,12 @@ def _chosen(kind: str | None, opts: Iterable[str]) -> Backend:
     registered kind's declared options (a misspelt option is the caller's bug,
     refused before any probe, not a reason to fall back)."""
     chosen = config.provider_kind(kind)
+    if kind is None:  # a kind naming no backend is refused by its variable's name
+        from vaelii_llm._switch_check import bad_kind
+
+        why = bad_kind(chosen, config._PROVIDER.name)
+        if why is not None:
+            raise ValueError(why)
     backend = record(chosen)
     unknown = set(opts).difference({STUB}, *(known.names for known in REGISTRY.values()))
     if unknown:

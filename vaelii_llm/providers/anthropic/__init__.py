@@ -33,6 +33,13 @@ Credentials
     credential appears in no message, log line or repr. Details:
     :mod:`._credentials`.
 
+Availability
+    A credential must be found and the base URL must answer HTTP: a
+    ``GET /v1/models`` probe under :data:`PROBE_TIMEOUT_MS` (any status, a
+    401 or 404 included, is an answer; no credential is sent with it), so a
+    dead local server reads as one that cannot answer, as on the other HTTP
+    backends.
+
 There is no retry: a 429 or 529 is an ``LLMApiError`` carrying its status.
 The session, the closed state, the credential step, the turn and the stream
 pump are the shared skeleton's (:mod:`vaelii_llm.providers._http`).
@@ -42,10 +49,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
-from vaelii_llm import config
-from vaelii_llm._transport.settings import DEFAULT_NETWORK, Network
+import msgspec
+
+from vaelii_llm import config, errors
+from vaelii_llm._transport.send import request_json
+from vaelii_llm._transport.sessions import probe_session
+from vaelii_llm._transport.settings import DEFAULT_NETWORK, Deadline, Network
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
 from vaelii_llm.providers._http import (
@@ -56,7 +67,7 @@ from vaelii_llm.providers._http import (
     network,
 )
 from vaelii_llm.providers.anthropic import _credentials as credentials
-from vaelii_llm.providers.anthropic._codec import MessagesCodec
+from vaelii_llm.providers.anthropic._codec import MessagesCodec, endpoint
 from vaelii_llm.providers.anthropic._credentials import Credential
 from vaelii_llm.providers.anthropic._encode import DEFAULT_EFFORT, DEFAULT_MODEL
 
@@ -71,6 +82,13 @@ __all__ = [
 ]
 
 log = logging.getLogger("vaelii_llm.providers.anthropic")
+
+PROBE_PATH: Final = "/v1/models"
+PROBE_TIMEOUT_MS: Final = 2_000
+"""The reachability probe's whole-request deadline, connection included: a
+server that is up answers an HTTP request in milliseconds, whatever it says."""
+
+_ANY_JSON: Final = msgspec.json.Decoder()
 
 
 class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
@@ -127,7 +145,8 @@ def provider(
         {"proxy": proxy, "ssl": ssl, "max_connections": max_connections, "session": session}
     )
     url = config.anthropic_base_url(base_url)
-    codec = MessagesCodec(url, model or DEFAULT_MODEL, effort or DEFAULT_EFFORT, headers or {})
+    chosen = config.anthropic_model(model) or DEFAULT_MODEL
+    codec = MessagesCodec(url, chosen, effort or DEFAULT_EFFORT, headers or {})
     step = Credentials(credentials.resolve, credentials.resolve_now(credential))
     return AnthropicProvider(codec, step, reach)
 
@@ -143,22 +162,69 @@ async def _missing(
     return None
 
 
-async def unavailable_reason(credential: str | Credential | None = None) -> str | None:
-    """None when a credential can be found (see :func:`available`), else one
-    line saying what is missing or unusable and what to set; never the value."""
-    missing = await _missing(credential)
-    if missing is None:
+async def _silent(
+    base_url: str | None, proxy: str | None, ssl: SSLOption, session: ClientSession | None
+) -> errors.LLMUnreachable | errors.LLMTimeout | None:
+    """Why the host at ``base_url`` gave no HTTP answer (unreachable, or
+    silent past :data:`PROBE_TIMEOUT_MS`), or None when it answered anything."""
+    url = config.anthropic_base_url(base_url)
+    try:
+        await request_json(
+            probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),
+            endpoint(url),
+            "GET",
+            url + PROBE_PATH,
+            deadline=Deadline.after_ms(PROBE_TIMEOUT_MS),
+            decoder=_ANY_JSON,
+        )
+    except (errors.LLMUnreachable, errors.LLMTimeout) as exc:
+        return exc
+    except errors.LLMError:  # a status or a body that is not JSON: it answers
         return None
+    return None
+
+
+async def unavailable_reason(
+    credential: str | Credential | None = None,
+    base_url: str | None = None,
+    *,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    session: ClientSession | None = None,
+) -> str | None:
+    """None when a credential can be found and the host answers (see
+    :func:`available`), else one line saying what is missing, unusable or
+    silent and what to do; never a credential's value."""
+    missing = await _missing(credential)
     if isinstance(missing, LLMBadCredential):
         return f"{missing.type}: {missing}; set it again without that character (a pasted newline?)"
-    return f"{missing.type}: {missing}; set ANTHROPIC_API_KEY or run `ant auth login`"
+    if missing is not None:
+        return f"{missing.type}: {missing}; set ANTHROPIC_API_KEY or run `ant auth login`"
+    silent = await _silent(base_url, proxy, ssl, session)
+    if silent is None:
+        return None
+    return (
+        f"{silent.type}: {silent}; start the server there or point ANTHROPIC_BASE_URL at one "
+        "that serves /v1/messages"
+    )
 
 
-async def available(credential: str | Credential | None = None) -> bool:
-    """Whether a credential can be found: the explicit one, the environment's,
-    or the ``ant`` CLI's. An unusable credential (a control character) answers
-    False and is logged at WARNING naming its header, never its value."""
+async def available(
+    credential: str | Credential | None = None,
+    base_url: str | None = None,
+    *,
+    proxy: str | None = None,
+    ssl: SSLOption = None,
+    session: ClientSession | None = None,
+) -> bool:
+    """Whether a credential can be found (the explicit one, the environment's,
+    or the ``ant`` CLI's) and the host at ``base_url`` (default
+    ``ANTHROPIC_BASE_URL``) answers HTTP within :data:`PROBE_TIMEOUT_MS`.
+    An unusable credential (a control character) answers False and is logged
+    at WARNING naming its header, never its value."""
     missing = await _missing(credential)
     if isinstance(missing, LLMBadCredential):
         log.warning("the Messages API credential is unusable: %s", missing)
-    return missing is None
+    if missing is not None:
+        return False
+    return await _silent(base_url, proxy, ssl, session) is None

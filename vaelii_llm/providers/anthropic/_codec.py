@@ -29,7 +29,7 @@ from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER, from_parsed, n
 from vaelii_llm.providers.anthropic._encode import betas, build_body, count_body
 from vaelii_llm.providers.anthropic._stream import StreamAssembler
 
-__all__ = ["API_VERSION", "MessagesCodec"]
+__all__ = ["API_VERSION", "MessagesCodec", "endpoint"]
 
 API_VERSION: Final = "2023-06-01"
 """The ``anthropic-version`` header: the version the API's published history names."""
@@ -39,6 +39,15 @@ HEADERS: Final = Headers(
     request_id="request-id", names=frozenset({"retry-after"}), prefixes=("anthropic-ratelimit-",)
 )
 """What callers see of the Messages API's response headers."""
+
+
+def endpoint(base_url: str) -> Endpoint:
+    """The far end at ``base_url`` as messages name it (a ``user:password@`` cut)."""
+    return Endpoint(
+        label=f"the Messages API at {config.hide_userinfo(base_url)}",
+        slug="anthropic",
+        headers=HEADERS,
+    )
 
 
 class MessagesCodec:
@@ -58,9 +67,7 @@ class MessagesCodec:
         self._session_headers = with_json_content_type(
             {"anthropic-version": API_VERSION, **headers}
         )
-        self.endpoint = Endpoint(
-            label=f"the Messages API at {self.shown_url}", slug="anthropic", headers=HEADERS
-        )
+        self.endpoint = endpoint(base_url)
         # The turn headers for (streamed, fallbacks dropped), built once each
         # for the credential they were built with.
         self._turn_headers: dict[tuple[bool, bool], Mapping[str, str]] = {}

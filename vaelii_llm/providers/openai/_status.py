@@ -1,5 +1,6 @@
 """What the command says of an OpenAI-compatible server beyond its probe: the
-status lines. Named by the OpenAI record (:data:`vaelii_llm._backends.BUILTIN`).
+status lines, and why its chat template would drop the tools. Named by the
+OpenAI record (:data:`vaelii_llm._backends.BUILTIN`).
 """
 
 from __future__ import annotations
@@ -7,9 +8,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from vaelii_llm import config
+from vaelii_llm.providers._hosts import DEFAULT_OPENAI_PATH
+from vaelii_llm.providers._props import no_tools_reason
 from vaelii_llm.providers.openai._probes import models
 
-__all__ = ["status_lines"]
+__all__ = ["cannot_call_tools", "status_lines"]
 
 
 async def status_lines(ready: bool) -> AsyncIterator[str]:
@@ -23,3 +26,9 @@ async def status_lines(ready: bool) -> AsyncIterator[str]:
     yield f"served:     {', '.join(served) if served else '(none listed)'}"
     if chosen is not None and chosen not in served:
         yield f"warning:    {chosen!r} is not among the served models"
+
+
+async def cannot_call_tools() -> str | None:
+    """Why the configured server would drop the tools (a llama.cpp server whose
+    template renders none says so at its ``/props``, beside its ``/v1``), or None."""
+    return await no_tools_reason(config.openai_base_url().removesuffix(DEFAULT_OPENAI_PATH))
