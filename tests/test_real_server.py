@@ -409,8 +409,9 @@ async def test_a_template_that_renders_no_tools_is_said_not_answered_around(
     server: LlamaServer,
 ) -> None:
     """The default server runs SmolLM2's own chat template, which renders no
-    tools: its /props says so, `ask` refuses before a turn on both wires, and
-    the agent loop, sent every KB tool anyway, says once that they were ignored."""
+    tools: its /props says so, `ask` says so once before the turn on both wires
+    (and the model still answers), and the agent loop, sent every KB tool
+    anyway, says once that they were ignored."""
     async with (
         aiohttp.ClientSession() as session,
         session.get(server.base + "/props") as answered,
@@ -435,11 +436,12 @@ async def test_a_template_that_renders_no_tools_is_said_not_answered_around(
             timeout=120,
             env={**env, "VAELII_LLM_PROVIDER": wire, **switches},
         )
-        assert done.returncode == 2, (wire, done.stderr)
-        assert done.stdout == ""
+        assert done.returncode == 0, (wire, done.stderr)
+        assert done.stdout.strip(), wire  # answered, without the KB
         assert done.stderr.startswith(
             f"no-tools: the server at {server.base} renders no tools with its chat template"
         ), (wire, done.stderr)
+        assert "tools-ignored" not in done.stderr  # said once
 
     toolset = tools.Toolset(kb.sample())
     for wire in WIRES:
