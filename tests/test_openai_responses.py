@@ -7,9 +7,10 @@ import asyncio
 import json
 import logging
 import random
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from typing import Any, get_args
 
+import msgspec
 import pytest
 from deltas_check import assert_deltas_make_the_blocks
 from fake_openai import json_value, split, words
@@ -22,6 +23,8 @@ from fake_openai_responses import (
     Turn,
     sse,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vaelii_llm import errors, providers
 from vaelii_llm._protocol import (
@@ -576,3 +579,50 @@ async def test_a_vote_spreads_over_two_servers_on_this_wire(
     assert len(one.bodies) + len(two.bodies) == 4
     assert one.bodies
     assert two.bodies
+
+
+# ---------------------------------------------------------------- hostile events
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.sampled_from(["type", "text", "call_id"]), st.text(max_size=4), max_size=2),
+)
+
+
+def _mutated(event: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
+    """``event`` with one field at any depth replaced by any JSON value."""
+    out = json.loads(json.dumps(event))
+    node: Any = out
+    while True:
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        if not keys:
+            return out
+        key = data.draw(st.sampled_from(keys))
+        child = node[key]
+        if isinstance(child, dict | list) and child and data.draw(st.booleans()):
+            node = child
+            continue
+        node[key] = data.draw(_VALUES)
+        return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**6), data=st.data())
+def test_a_hostile_event_raises_only_a_typed_error(seed: int, data: st.DataObject) -> None:
+    turn = random_turn(random.Random(seed))
+    events = turn.events()
+    at = data.draw(st.integers(0, len(events) - 1))
+    events[at] = _mutated(events[at], data)
+    for deltas in (False, True):
+        with suppress(errors.LLMError):
+            streamed(sse(events), deltas=deltas)
+    try:
+        response_of(WHOLE_DECODER.decode(json.dumps(_mutated(turn.response(), data)).encode()))
+    except errors.LLMError:
+        pass
+    except msgspec.ValidationError:
+        pass  # the skeleton's typed decoder: a refusal the transport maps (tested there)
