@@ -301,21 +301,40 @@ def response_of(parsed: Whole, label: str = "the Responses API") -> Response:
 
 
 class _Open:
-    """An output item begun and not done: where its block goes, and for a
-    call whether its start was handed over."""
+    """An output item begun and not done: where its block goes, whether a
+    call's start was handed over, and its pieces so far (read only when the
+    stream ends with the item never done and the final response listing none)."""
 
-    __slots__ = ("call_id", "name", "position", "started", "summary")
+    __slots__ = ("item", "pieces", "position", "started", "summary")
 
     def __init__(self, position: int, item: dict[str, Any] | None) -> None:
         self.position = position
-        self.call_id: str | None = None
-        self.name: str | None = None
+        self.item = item if item is not None else {}
         self.started = False
         self.summary = 0  # the summary part the thinking deltas are in
-        if item is not None and item.get("type") == "function_call":
-            call_id, name = item.get("call_id"), item.get("name")
-            self.call_id = call_id if type(call_id) is str and call_id else None
-            self.name = name if type(name) is str and name else None
+        self.pieces: list[str] = []
+
+    @property
+    def call(self) -> tuple[str, str] | None:
+        """A function call's ``call_id`` and name, once both are known."""
+        item = self.item
+        call_id, name = item.get("call_id"), item.get("name")
+        if item.get("type") == "function_call" and type(call_id) is str and type(name) is str:
+            return (call_id, name) if call_id and name else None
+        return None
+
+    def unfinished(self) -> dict[str, Any]:
+        """The item as its pieces make it, marked ``incomplete``."""
+        item, joined = self.item, "".join(self.pieces)
+        kind = item.get("type")
+        if kind == "function_call":
+            return {**item, "arguments": joined, "status": "incomplete"}
+        if kind == "reasoning":
+            return {**item, "summary": [{"type": "summary_text", "text": joined}]}
+        if kind == "message" or (not item and joined):
+            content = [{"type": "output_text", "text": joined}]
+            return {"type": "message", **item, "content": content, "status": "incomplete"}
+        return item
 
 
 class EventAssembler:
@@ -382,17 +401,20 @@ class EventAssembler:
         kind = parsed.type
         out: list[StreamItem] = []
         if kind == "response.output_text.delta" or kind in _THINKING_DELTAS:
-            if self._deltas and parsed.delta:
+            if parsed.delta:
                 self._prose(parsed, out)
         elif kind == "response.function_call_arguments.delta":
-            if self._deltas and parsed.delta:
+            if parsed.delta:
                 begun = self._begun(parsed.output_index, None)
+                begun.pieces.append(parsed.delta)
                 if begun.started:
                     out.append(ToolInputDelta(index=begun.position, partial_json=parsed.delta))
         elif kind == "response.output_item.added":
             begun = self._begun(parsed.output_index, parsed.item)
-            if self._deltas and begun.call_id and begun.name:
-                self._start(begun, out)
+            call = begun.call
+            if self._deltas and call is not None:
+                begun.started = True
+                out.append(ToolUseStart(index=begun.position, id=call[0], name=call[1]))
         elif kind == "response.output_item.done":
             self._done(parsed, out)
         elif kind in _TERMINAL:
@@ -418,25 +440,25 @@ class EventAssembler:
         begun = self._open.get(key)
         if begun is None:
             begun = self._open[key] = _Open(len(self._blocks) + len(self._open), item)
+        elif item is not None and not begun.item:
+            begun.item = item
         return begun
 
     def _prose(self, parsed: _Event, out: list[StreamItem]) -> None:
         begun = self._begun(parsed.output_index, None)
         piece = parsed.delta or ""
         if parsed.type == "response.output_text.delta":
-            out.append(TextDelta(index=begun.position, text=piece))
+            begun.pieces.append(piece)
+            if self._deltas:
+                out.append(TextDelta(index=begun.position, text=piece))
             return
         summary = parsed.summary_index or 0
         if summary > begun.summary:
             begun.summary = summary
             piece = SUMMARY_JOIN + piece
-        out.append(ThinkingDelta(index=begun.position, thinking=piece))
-
-    def _start(self, begun: _Open, out: list[StreamItem]) -> None:
-        begun.started = True
-        out.append(
-            ToolUseStart(index=begun.position, id=begun.call_id or "", name=begun.name or "")
-        )
+        begun.pieces.append(piece)
+        if self._deltas:
+            out.append(ThinkingDelta(index=begun.position, thinking=piece))
 
     def _done(self, parsed: _Event, out: list[StreamItem]) -> None:
         item = parsed.item
@@ -461,11 +483,15 @@ class EventAssembler:
     def _finish(self, response: Whole | None, data: bytes, out: list[StreamItem]) -> None:
         if response is None:
             raise errors.LLMBadResponse(self._label, "ended its stream with no response", data)
-        if not self._blocks and response.output:
+        if response.output and not self._blocks:
             # A server that listed its items only in the final response.
             content = _all_blocks(response.output, self._refusal, self._label)
-            self._blocks.extend(content)
-            out.extend(content)
+        else:  # items never done, the response listing none: what their pieces made
+            unfinished = [self._open[key].unfinished() for key in sorted(self._open)]
+            content = _all_blocks(unfinished, self._refusal, self._label)
+        self._open.clear()
+        self._blocks.extend(content)
+        out.extend(content)
         self._end = response
 
     def result(self) -> Response:
