@@ -626,3 +626,19 @@ def test_a_hostile_event_raises_only_a_typed_error(seed: int, data: st.DataObjec
         pass
     except msgspec.ValidationError:
         pass  # the skeleton's typed decoder: a refusal the transport maps (tested there)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_text_delta_quick_step_hands_over_what_the_one_rule_does(seed: int) -> None:
+    """A frame named ``response.output_text.delta`` takes the quick step; the
+    same frames unnamed (a server that writes no ``event:`` line) take the
+    rule for any event: both hand over the same items, with deltas or not."""
+    rng = random.Random(seed)
+    events = random_turn(rng).events()
+    named = sse(events)
+    unnamed = b"".join(
+        line + b"\n" for line in named.split(b"\n") if not line.startswith(b"event:")
+    )
+    cuts = [rng.randrange(len(unnamed) + 1) for _ in range(rng.randint(0, 8))]
+    for deltas in (False, True):
+        assert streamed(named, cuts, deltas=deltas) == streamed(unnamed, cuts, deltas=deltas)

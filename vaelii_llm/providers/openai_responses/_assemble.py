@@ -51,7 +51,7 @@ and usage. A server that lists its items only there has them read from it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import jiter
 import msgspec
@@ -120,7 +120,17 @@ class _Event(msgspec.Struct, frozen=True, gc=False):
     error: Any = None
 
 
+class _TextDeltaEvent(msgspec.Struct, frozen=True, gc=False):
+    """A ``response.output_text.delta``: nearly every event of a turn."""
+
+    type: Literal["response.output_text.delta"]
+    delta: str
+    output_index: int
+
+
 _EVENT_DECODER: Final = msgspec.json.Decoder(_Event)
+_TEXT_DELTA_DECODER: Final = msgspec.json.Decoder(_TextDeltaEvent)
+_TEXT_DELTA: Final = b"response.output_text.delta"
 _ANY_JSON: Final = msgspec.json.Decoder()
 _ENCODER: Final = msgspec.json.Encoder()
 
@@ -380,10 +390,35 @@ class EventAssembler:
         return self._end is not None
 
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
-        """Apply each frame in order; hand back what they completed."""
+        """Apply each frame in order; hand back what they completed.
+
+        A frame named ``response.output_text.delta`` is read by a decoder
+        whose types admit that event alone, and its piece appended to the
+        item it continues with no other test; any other frame, or one that
+        decoder refuses, is decoded whole and applied by :meth:`_frame`.
+        """
+        decode_text = _TEXT_DELTA_DECODER.decode
+        deltas = self._deltas
+        last: _Open | None = None  # the item the last text piece went to
+        last_index = -2  # its output_index (-1 stands for none sent)
         for event, data in frames:
             if self._end is not None:
                 continue  # after the end nothing counts (the pump stops reading)
+            if event == _TEXT_DELTA:
+                try:
+                    text = decode_text(data)
+                except Exception:  # not the plain event: read whole below
+                    pass
+                else:
+                    piece = text.delta
+                    begun = last
+                    if begun is None or text.output_index != last_index:
+                        last_index = text.output_index
+                        begun = last = self._begun(last_index, None)
+                    begun.pieces.append(piece)
+                    if deltas and piece:
+                        yield TextDelta(index=begun.position, text=piece)
+                    continue
             yield from self._frame(event, data)
 
     def _frame(self, event: bytes, data: bytes) -> list[StreamItem]:
