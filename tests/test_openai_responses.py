@@ -642,3 +642,55 @@ def test_the_text_delta_quick_step_hands_over_what_the_one_rule_does(seed: int) 
     cuts = [rng.randrange(len(unnamed) + 1) for _ in range(rng.randint(0, 8))]
     for deltas in (False, True):
         assert streamed(named, cuts, deltas=deltas) == streamed(unnamed, cuts, deltas=deltas)
+
+
+async def test_the_command_runs_on_this_wire_from_its_record_alone() -> None:
+    """``status``, ``ask`` and ``vote`` on kind ``openai-responses``: the
+    command reads the record, so nothing in it names this backend."""
+    import os
+    import subprocess
+    import sys
+
+    def yes(_body: dict[str, Any]) -> Turn:
+        return Turn(items=[Item("message", ["Yes", "."])])
+
+    async with FakeResponses(script=yes) as server:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("VAELII_", "OPENAI_"))},
+            "VAELII_LLM_PROVIDER": "openai-responses",
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_API_KEY": SECRET,
+        }
+
+        def command(*argv: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "vaelii_llm.cli", *argv],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+                check=False,
+            )
+
+        status, asked, voted, config = await asyncio.gather(
+            *(
+                asyncio.to_thread(command, *argv)
+                for argv in (
+                    ["status"],
+                    ["ask", "Is fire hot?"],
+                    ["vote", "Is fire hot?"],
+                    ["config"],
+                )
+            )
+        )
+    for done in (status, asked, voted, config):
+        assert done.returncode == 0, done.stderr
+        assert SECRET not in done.stdout + done.stderr
+    assert status.stdout.splitlines()[:2] == [
+        "configured: openai-responses",
+        "answering:  openai-responses",
+    ]
+    assert f"served:     {MODEL}" in status.stdout
+    assert asked.stdout.strip().endswith("Yes.")
+    assert voted.stdout.split()[:2] == ["verdict:", "yes"]
+    assert all(body["store"] is False for body in server.bodies)
