@@ -694,3 +694,70 @@ async def test_the_command_runs_on_this_wire_from_its_record_alone() -> None:
     assert asked.stdout.strip().endswith("Yes.")
     assert voted.stdout.split()[:2] == ["verdict:", "yes"]
     assert all(body["store"] is False for body in server.bodies)
+
+
+def test_the_function_calling_guides_streamed_calls_read_as_two_tool_uses() -> None:
+    # The streamed function call of OpenAI's function calling guide ("Streaming",
+    # developers.openai.com/api/docs/guides/function-calling): events carrying
+    # response_id and no sequence_number, items with no status; the second,
+    # parallel call and the response.completed that ends the turn are ours.
+    def call(n: int, city: str, pieces: list[str]) -> list[dict[str, Any]]:
+        at = {"response_id": "resp_1234xyz", "output_index": n}
+        item = {
+            "type": "function_call",
+            "id": f"fc_{n}",
+            "call_id": f"call_{n}",
+            "name": "get_weather",
+            "arguments": "",
+        }
+        whole_args = "".join(pieces)
+        assert json.loads(whole_args) == {"location": city}
+        return [
+            {"type": "response.output_item.added", **at, "item": item},
+            *(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    **at,
+                    "item_id": f"fc_{n}",
+                    "delta": piece,
+                }
+                for piece in pieces
+            ),
+            {
+                "type": "response.function_call_arguments.done",
+                **at,
+                "item_id": f"fc_{n}",
+                "arguments": whole_args,
+            },
+            {"type": "response.output_item.done", **at, "item": {**item, "arguments": whole_args}},
+        ]
+
+    events = [
+        *call(0, "Paris, France", ['{"', "location", '":"', "Paris", ",", " France", '"}']),
+        *call(1, "Bogotá, Colombia", ['{"location":"Bogot', 'á, Colombia"}']),
+    ]
+    final = {
+        "id": "resp_1234xyz",
+        "status": "completed",
+        "model": "gpt-4.1",
+        "output": [e["item"] for e in events if e["type"] == "response.output_item.done"],
+    }
+    events.append({"type": "response.completed", "response": final})
+    data = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
+    for deltas in (False, True):
+        items = streamed(data, deltas=deltas)
+        response = items[-1]
+        assert [(b.id, b.input) for b in response.content] == [
+            ("call_0", {"location": "Paris, France"}),
+            ("call_1", {"location": "Bogotá, Colombia"}),
+        ]
+        assert response.stop_reason == "tool_use"
+        assert response == whole_of(final)
+        if deltas:
+            assert_deltas_make_the_blocks(
+                [i for i in items if isinstance(i, DELTAS)], response.content
+            )
+
+
+def whole_of(response: dict[str, Any]) -> Response:
+    return response_of(WHOLE_DECODER.decode(json.dumps(response).encode()))
