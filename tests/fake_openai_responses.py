@@ -17,7 +17,8 @@ the whole answer is. ``POST /v1/responses/input_tokens`` answers
 and OpenAI's ``x-ratelimit-*`` headers. ``mode`` switches on a hostile
 behaviour (the :class:`FakeResponses` docstring).
 
-Used by tests/test_openai_responses.py.
+Used by tests/test_openai_responses.py, tests/test_neutral_loop.py, tests/test_providers.py,
+tests/test_http_skeleton.py and tests/bench/bench_responses.py.
 """
 
 from __future__ import annotations
