@@ -761,3 +761,15 @@ def test_the_function_calling_guides_streamed_calls_read_as_two_tool_uses() -> N
 
 def whole_of(response: dict[str, Any]) -> Response:
     return response_of(WHOLE_DECODER.decode(json.dumps(response).encode()))
+
+
+def test_a_document_by_url_is_an_input_file_naming_it() -> None:
+    # Chat Completions' file part takes bytes only; this wire's input_file takes a URL.
+    by_url = DocumentBlock(url="https://example.com/a.pdf", media_type="application/pdf")
+    items = body_of(Request(messages=[Message(role="user", content=[by_url])]))["input"]
+    assert items == [
+        {
+            "role": "user",
+            "content": [{"type": "input_file", "file_url": "https://example.com/a.pdf"}],
+        }
+    ]

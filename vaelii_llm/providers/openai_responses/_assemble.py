@@ -159,9 +159,11 @@ def blocks_of(item: dict[str, Any], refusal: list[str], label: str) -> list[Bloc
     text is appended to ``refusal``."""
     kind = item.get("type")
     if kind == "message":
+        content = item.get("content")
+        parts = content if type(content) is list else []
         refusal.extend(
             p["refusal"]
-            for p in item.get("content") or ()
+            for p in parts
             if type(p) is dict and p.get("type") == "refusal" and type(p.get("refusal")) is str
         )
         text = "".join(_texts(item.get("content"), "output_text"))
