@@ -773,3 +773,20 @@ def test_a_document_by_url_is_an_input_file_naming_it() -> None:
             "content": [{"type": "input_file", "file_url": "https://example.com/a.pdf"}],
         }
     ]
+
+
+@pytest.mark.parametrize("drop", ["argument deltas", "item events"])
+def test_deltas_still_make_the_blocks_when_a_server_sends_fewer_events(drop: str) -> None:
+    """A server that sends a call's arguments only whole (no argument deltas),
+    or lists its items only in the final response (no item events): the
+    blocks are the whole answer's, and the deltas still join to them."""
+    turn = tool_turn()
+    events = turn.events()
+    if drop == "argument deltas":
+        events = [e for e in events if e["type"] != "response.function_call_arguments.delta"]
+    else:
+        events = [e for e in events if not e["type"].startswith("response.output_item.")]
+    items = streamed(sse(events), deltas=True)
+    assert items[-1] == whole(turn)
+    assert [i for i in items[:-1] if not isinstance(i, DELTAS)] == whole(turn).content
+    assert_deltas_make_the_blocks([i for i in items if isinstance(i, DELTAS)], items[-1].content)

@@ -505,30 +505,48 @@ class EventAssembler:
         if item.get("type") == "function_call":
             count_call(self._calls, self._label)
             self._calls += 1
-        made = blocks_of(item, self._refusal, self._label)
-        for block in made:
-            unstarted = begun is None or not begun.started
-            if self._deltas and isinstance(block, ToolUseBlock) and unstarted:
+        for block in blocks_of(item, self._refusal, self._label):
+            self._hand_over(block, begun, out)
+
+    def _hand_over(self, block: Block, begun: _Open | None, out: list[StreamItem]) -> None:
+        """``block``, the next of the turn; with deltas a call's start first
+        when it was not handed over, and what its argument pieces lacked of
+        the arguments it ended with (a server may send none)."""
+        if self._deltas and isinstance(block, ToolUseBlock):
+            found = (block.raw or {}).get("arguments")
+            arguments = found if type(found) is str else ""
+            if begun is None or not begun.started:
                 position = len(self._blocks)
                 out.append(ToolUseStart(index=position, id=block.id, name=block.name))
-                arguments = item.get("arguments")
                 if arguments:
                     out.append(ToolInputDelta(index=position, partial_json=arguments))
-            self._blocks.append(block)
-            out.append(block)
+            else:
+                sent = "".join(begun.pieces)
+                if len(arguments) > len(sent) and arguments.startswith(sent):
+                    rest = arguments[len(sent) :]
+                    out.append(ToolInputDelta(index=begun.position, partial_json=rest))
+        self._blocks.append(block)
+        out.append(block)
 
     def _finish(self, response: Whole | None, data: bytes, out: list[StreamItem]) -> None:
         if response is None:
             raise errors.LLMBadResponse(self._label, "ended its stream with no response", data)
         if response.output and not self._blocks:
             # A server that listed its items only in the final response.
-            content = _all_blocks(response.output, self._refusal, self._label)
+            listed = [(item, self._open.get(n)) for n, item in enumerate(response.output)]
         else:  # items never done, the response listing none: what their pieces made
-            unfinished = [self._open[key].unfinished() for key in sorted(self._open)]
-            content = _all_blocks(unfinished, self._refusal, self._label)
+            listed = [(self._open[n].unfinished(), self._open[n]) for n in sorted(self._open)]
         self._open.clear()
-        self._blocks.extend(content)
-        out.extend(content)
+        for item, begun in listed:
+            if type(item) is not dict:
+                raise errors.LLMBadResponse(
+                    self._label, "answered an output item that is no object"
+                )
+            if item.get("type") == "function_call":
+                count_call(self._calls, self._label)
+                self._calls += 1
+            for block in blocks_of(item, self._refusal, self._label):
+                self._hand_over(block, begun, out)
         self._end = response
 
     def result(self) -> Response:
