@@ -111,7 +111,7 @@ def tool_turn() -> Turn:
 def test_the_body_sends_only_what_is_set_and_store_false() -> None:
     assert body_of(ask(max_tokens=99)) == {
         "model": MODEL,
-        "input": [{"role": "user", "content": "hi"}],
+        "input": [{"type": "message", "role": "user", "content": "hi"}],
         "max_output_tokens": 99,
         "store": False,
     }
@@ -201,9 +201,9 @@ def test_a_tool_turn_goes_back_as_items_in_order_reasoning_encrypted_only() -> N
     )
     request = Request(messages=[Message(role="user", content="q"), assistant, user])
     assert body_of(request)["input"] == [
-        {"role": "user", "content": "q"},
+        {"type": "message", "role": "user", "content": "q"},
         reasoning,
-        {"role": "assistant", "content": "Looking."},
+        {"type": "message", "role": "assistant", "content": "Looking."},
         {
             "type": "function_call",
             "call_id": "c1",
@@ -214,7 +214,7 @@ def test_a_tool_turn_goes_back_as_items_in_order_reasoning_encrypted_only() -> N
         {"type": "web_search_call", "id": "ws_1"},
         {"type": "function_call_output", "call_id": "c1", "output": "(isa Muffet Dog)"},
         {"type": "function_call_output", "call_id": "t2", "output": "ab"},
-        {"role": "user", "content": "Go on."},
+        {"type": "message", "role": "user", "content": "Go on."},
     ]
 
 
@@ -532,7 +532,11 @@ async def test_count_tokens_asks_input_tokens_with_the_turns_input() -> None:
     ):
         assert await p.count_tokens(ask("count me", system="S.")) == 57
     assert server.counted == [
-        {"model": MODEL, "instructions": "S.", "input": [{"role": "user", "content": "count me"}]}
+        {
+            "model": MODEL,
+            "instructions": "S.",
+            "input": [{"type": "message", "role": "user", "content": "count me"}],
+        }
     ]
 
 
@@ -769,6 +773,7 @@ def test_a_document_by_url_is_an_input_file_naming_it() -> None:
     items = body_of(Request(messages=[Message(role="user", content=[by_url])]))["input"]
     assert items == [
         {
+            "type": "message",
             "role": "user",
             "content": [{"type": "input_file", "file_url": "https://example.com/a.pdf"}],
         }

@@ -19,7 +19,9 @@ Refused before sending (:class:`~vaelii_llm.errors.LLMEncode`)
     silently ran past one would not be the turn asked for.
 
 Input items
-    A message whose content is text alone is ``{"role", "content": text}``.
+    A message whose content is text alone is ``{"type": "message", "role",
+    "content": text}`` (llama.cpp's server refuses an assistant message
+    without its ``type``; OpenAI takes it either way).
     A user message's images and documents make its content a list of parts:
     ``input_text``, ``input_image`` (its bytes as a ``data:`` URL, or a URL as
     given), ``input_file`` (a PDF's bytes as ``file_data``; a text document is
@@ -173,7 +175,7 @@ def _user(blocks: list[Block], label: str) -> list[dict[str, Any]]:
         if parts:
             texts_only = all(part["type"] == "input_text" for part in parts)
             content: Any = "".join(p["text"] for p in parts) if texts_only else list(parts)
-            out.append({"role": "user", "content": content})
+            out.append({"type": "message", "role": "user", "content": content})
             parts.clear()
 
     for block in blocks:
@@ -196,7 +198,7 @@ def _user(blocks: list[Block], label: str) -> list[dict[str, Any]]:
             case _:
                 raise unhandled_block(block, label)
     flush()
-    return out or [{"role": "user", "content": ""}]
+    return out or [{"type": "message", "role": "user", "content": ""}]
 
 
 def _call(block: ToolUseBlock) -> dict[str, Any]:
@@ -227,7 +229,7 @@ def _assistant(blocks: list[Block], label: str) -> list[dict[str, Any]]:
 
     def flush() -> None:
         if texts:
-            out.append({"role": "assistant", "content": "".join(texts)})
+            out.append({"type": "message", "role": "assistant", "content": "".join(texts)})
             texts.clear()
 
     for block in blocks:
@@ -261,7 +263,7 @@ def _assistant(blocks: list[Block], label: str) -> list[dict[str, Any]]:
 
 def _items(message: Message, label: str) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
-        return [{"role": message.role, "content": message.content}]
+        return [{"type": "message", "role": message.role, "content": message.content}]
     if message.role == "assistant":
         return _assistant(message.content, label)
     return _user(message.content, label)
