@@ -172,6 +172,7 @@ async def test_one_prompt_reads_the_same_on_both_wires_cached_or_not(server: Lla
     assert seen["openai-responses"][1][0] == seen["openai"][0][0]
     assert (seen["openai"][1][1] or 0) > 0
     assert (seen["anthropic"][1][1] or 0) > 0
+    assert (seen["openai-responses"][1][1] or 0) > 0
 
 
 async def _slots_free_after(server: LlamaServer, seconds: float) -> bool:
