@@ -156,7 +156,7 @@ async def test_a_bad_switch_value_is_named_and_nothing_is_sent() -> None:
                 {"VAELII_LLM_PROVIDER": "nonsense"},
                 (
                     "bad-switch: VAELII_LLM_PROVIDER names no backend (it is 'nonsense'); "
-                    "set it to anthropic, ollama, openai or stub"
+                    "set it to anthropic, ollama, openai, openai-responses or stub"
                 ),
             ),
             (
@@ -201,7 +201,7 @@ async def test_a_bad_switch_value_is_named_and_nothing_is_sent() -> None:
             2,
             (
                 "bad-switch: --provider names no backend (it is 'bogus'); "
-                "set it to anthropic, ollama, openai or stub\n"
+                "set it to anthropic, ollama, openai, openai-responses or stub\n"
             ),
         )
         code, _, err = await run(

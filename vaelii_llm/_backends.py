@@ -244,6 +244,28 @@ BUILTIN: Final = (
         status_lines="vaelii_llm.providers.openai._status:status_lines",
         cannot_call_tools="vaelii_llm.providers.openai._status:cannot_call_tools",
     ),
+    Backend(
+        # The OpenAI backend's server on another path: its switches, probe and status.
+        "openai-responses",
+        "vaelii_llm.providers.openai_responses",
+        (
+            Option("base_url", "str | None", None, ("provider", "available")),
+            Option("api_key", "str | None", None, ("provider", "available")),
+            Option("model", "str | None", None, ("provider",)),
+            Option("headers", "Mapping[str, str] | None", None, ("provider", "available")),
+            Option("store", "bool | None", None, ("provider",)),
+            *_network(("provider", "available"), ("provider",)),
+        ),
+        host_switch="OPENAI_BASE_URL",
+        hosts_switch="VAELII_OPENAI_HOSTS",
+        model_switch="VAELII_OPENAI_MODEL",
+        key_switch="OPENAI_API_KEY",
+        host_option="base_url",
+        read_host="vaelii_llm.providers._hosts:normalize_base_url",
+        default_host="vaelii_llm.config:openai_base_url",
+        status_lines="vaelii_llm.providers.openai._status:status_lines",
+        cannot_call_tools="vaelii_llm.providers.openai._status:cannot_call_tools",
+    ),
 )
 """The built-in kinds, in the order the configuration table lists them."""
 
