@@ -82,7 +82,10 @@ class Backend:
     when the list is unset (unset: none); ``status_lines(ready)``, an async
     iterator of lines, is what ``vaelii-llm status`` prints after its why-line;
     ``async cannot_call_tools() -> str | None`` says why the configured model
-    cannot take tools, before ``ask`` sends them (unset: trusted);
+    cannot take tools, before ``ask`` sends them, which it then refuses (unset:
+    trusted); ``async drops_tools() -> str | None`` says why the configured
+    server would drop them without a word, which ``ask`` says once before the
+    turn, the model answering still (unset: trusted);
     ``async missing_model(host) -> str | None`` says why a pool host that
     answers its probe still cannot answer a vote's turn (unset: it can).
     """
@@ -99,6 +102,7 @@ class Backend:
     default_host: str | None = None
     status_lines: str | None = None
     cannot_call_tools: str | None = None
+    drops_tools: str | None = None
     missing_model: str | None = None
     names: frozenset[str] = field(init=False, repr=False, compare=False)
     _by_entry: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)
@@ -146,6 +150,7 @@ class Backend:
             self.default_host,
             self.status_lines,
             self.cannot_call_tools,
+            self.drops_tools,
             self.missing_model,
         )
         return tuple(ref for ref in found if ref is not None)
@@ -221,7 +226,7 @@ BUILTIN: Final = (
         model_switch="VAELII_ANTHROPIC_MODEL",
         key_switch="ANTHROPIC_API_KEY",
         status_lines="vaelii_llm.providers.anthropic._status:status_lines",
-        cannot_call_tools="vaelii_llm.providers.anthropic._status:cannot_call_tools",
+        drops_tools="vaelii_llm.providers.anthropic._status:drops_tools",
     ),
     Backend(
         "openai",
@@ -242,7 +247,7 @@ BUILTIN: Final = (
         read_host="vaelii_llm.providers._hosts:normalize_base_url",
         default_host="vaelii_llm.config:openai_base_url",
         status_lines="vaelii_llm.providers.openai._status:status_lines",
-        cannot_call_tools="vaelii_llm.providers.openai._status:cannot_call_tools",
+        drops_tools="vaelii_llm.providers.openai._status:drops_tools",
     ),
     Backend(
         # The OpenAI backend's server on another path: its switches, probe and status.
@@ -264,7 +269,7 @@ BUILTIN: Final = (
         read_host="vaelii_llm.providers._hosts:normalize_base_url",
         default_host="vaelii_llm.config:openai_base_url",
         status_lines="vaelii_llm.providers.openai._status:status_lines",
-        cannot_call_tools="vaelii_llm.providers.openai._status:cannot_call_tools",
+        drops_tools="vaelii_llm.providers.openai._status:drops_tools",
     ),
 )
 """The built-in kinds, in the order the configuration table lists them."""

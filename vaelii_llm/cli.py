@@ -419,7 +419,12 @@ async def _ask(
         reason = await providers.unavailable_reason(chosen)
         if reason is not None:
             raise _stub_only(f"{chosen} cannot answer now: {reason}")
-        check = _backends.record(chosen).cannot_call_tools
+        record = _backends.record(chosen)
+        check = record.cannot_call_tools
+        refused = None if check is None else await _backends.import_ref(check)()
+        if refused is not None:
+            raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
+        check = record.drops_tools
         no_tools = None if check is None else await _backends.import_ref(check)()
         if no_tools is not None:  # said once, before the turn; the model still answers
             print(f"no-tools: {no_tools}", file=sys.stderr, flush=True)
