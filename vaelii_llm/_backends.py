@@ -187,6 +187,32 @@ of a 30B model from disk can take minutes. Held here, in the record, so the
 option's default and the function's are one fact
 (:data:`vaelii_llm.providers.ollama._probes.WARM_TIMEOUT_MS` is this)."""
 
+
+def _openai_server_options(*own: Option) -> tuple[Option, ...]:
+    """An OpenAI-compatible server's options, a wire's ``own`` among them."""
+    return (
+        Option("base_url", "str | None", None, ("provider", "available")),
+        Option("api_key", "str | None", None, ("provider", "available")),
+        Option("model", "str | None", None, ("provider",)),
+        Option("headers", "Mapping[str, str] | None", None, ("provider", "available")),
+        *own,
+        *_network(("provider", "available"), ("provider",)),
+    )
+
+
+_OPENAI_SERVER: Final[dict[str, str]] = {
+    "host_switch": "OPENAI_BASE_URL",
+    "hosts_switch": "VAELII_OPENAI_HOSTS",
+    "model_switch": "VAELII_OPENAI_MODEL",
+    "key_switch": "OPENAI_API_KEY",
+    "host_option": "base_url",
+    "read_host": "vaelii_llm.providers._hosts:normalize_base_url",
+    "default_host": "vaelii_llm.config:openai_base_url",
+    "status_lines": "vaelii_llm.providers.openai._status:status_lines",
+    "drops_tools": "vaelii_llm.providers.openai._status:drops_tools",
+}
+"""What both wires of an OpenAI-compatible server read: one server, two paths."""
+
 BUILTIN: Final = (
     Backend(STUB, "vaelii_llm.providers.stub"),
     Backend(
@@ -231,45 +257,15 @@ BUILTIN: Final = (
     Backend(
         "openai",
         "vaelii_llm.providers.openai",
-        (
-            Option("base_url", "str | None", None, ("provider", "available")),
-            Option("api_key", "str | None", None, ("provider", "available")),
-            Option("model", "str | None", None, ("provider",)),
-            Option("headers", "Mapping[str, str] | None", None, ("provider", "available")),
-            Option("max_tokens_field", "str | None", None, ("provider",)),
-            *_network(("provider", "available"), ("provider",)),
-        ),
-        host_switch="OPENAI_BASE_URL",
-        hosts_switch="VAELII_OPENAI_HOSTS",
-        model_switch="VAELII_OPENAI_MODEL",
-        key_switch="OPENAI_API_KEY",
-        host_option="base_url",
-        read_host="vaelii_llm.providers._hosts:normalize_base_url",
-        default_host="vaelii_llm.config:openai_base_url",
-        status_lines="vaelii_llm.providers.openai._status:status_lines",
-        drops_tools="vaelii_llm.providers.openai._status:drops_tools",
+        _openai_server_options(Option("max_tokens_field", "str | None", None, ("provider",))),
+        **_OPENAI_SERVER,
     ),
     Backend(
         # The OpenAI backend's server on another path: its switches, probe and status.
         "openai-responses",
         "vaelii_llm.providers.openai_responses",
-        (
-            Option("base_url", "str | None", None, ("provider", "available")),
-            Option("api_key", "str | None", None, ("provider", "available")),
-            Option("model", "str | None", None, ("provider",)),
-            Option("headers", "Mapping[str, str] | None", None, ("provider", "available")),
-            Option("store", "bool | None", None, ("provider",)),
-            *_network(("provider", "available"), ("provider",)),
-        ),
-        host_switch="OPENAI_BASE_URL",
-        hosts_switch="VAELII_OPENAI_HOSTS",
-        model_switch="VAELII_OPENAI_MODEL",
-        key_switch="OPENAI_API_KEY",
-        host_option="base_url",
-        read_host="vaelii_llm.providers._hosts:normalize_base_url",
-        default_host="vaelii_llm.config:openai_base_url",
-        status_lines="vaelii_llm.providers.openai._status:status_lines",
-        drops_tools="vaelii_llm.providers.openai._status:drops_tools",
+        _openai_server_options(Option("store", "bool | None", None, ("provider",))),
+        **_OPENAI_SERVER,
     ),
 )
 """The built-in kinds, in the order the configuration table lists them."""
