@@ -346,7 +346,7 @@ async def test_a_stream_that_ends_without_its_response_is_an_error(
     otel.enable()
 
     class Truncated(StubProvider):
-        async def _stream(self, request: Request, *, deltas: bool) -> AsyncIterator[Any]:  # type: ignore[override]
+        async def stream(self, request: Request, *, deltas: bool = False) -> AsyncIterator[Any]:  # type: ignore[override]
             yield TextBlock(text="half")
 
     await collect(Truncated(), ASK)
@@ -789,3 +789,168 @@ async def test_a_refused_turns_span_carries_the_far_ends_request_id(otel: Record
     span = otel.one("chat claude-opus-5-5")
     assert span.status.status_code is StatusCode.ERROR
     assert attrs(span)["vaelii_llm.response.request_id"] == "req_123"
+
+
+# --------------------------------------------------------------------------
+# One wrapper: a backend with no telemetry code of its own
+
+
+OWN_BACKEND = '''
+from vaelii_llm._protocol import ProviderBase, Response, TextBlock, Usage, TextDelta
+
+
+class Yonder(ProviderBase):
+    """A provider of its own: no import of telemetry, no span code."""
+
+    def __init__(self, base_url="http://yonder.example:8123/v1", model="yonder-1"):
+        self.base_url = base_url
+        self.model = model
+
+    def _answer(self):
+        return Response(
+            content=[TextBlock(text="Yes.")],
+            stop_reason="end_turn",
+            usage=Usage(input_tokens=5, output_tokens=1),
+            model=self.model,
+        )
+
+    async def complete(self, request):
+        return self._answer()
+
+    async def stream(self, request, *, deltas=False):
+        if deltas:
+            yield TextDelta(index=0, text="Yes.")
+        yield TextBlock(text="Yes.")
+        yield await self.complete(request)  # its own complete: still one turn, one span
+
+
+class Slotted:
+    """A provider class whose instances keep no __dict__."""
+
+    __slots__ = ()
+
+    async def complete(self, request):
+        raise NotImplementedError
+
+    def stream(self, request, *, deltas=False):
+        raise NotImplementedError
+
+
+def provider(base_url="http://yonder.example:8123/v1", model="yonder-1"):
+    return Yonder(base_url, model)
+
+
+def slotted(base_url="http://yonder.example:8123/v1", model="yonder-1"):
+    return Slotted()
+
+
+async def available(base_url="http://yonder.example:8123/v1"):
+    return True
+'''
+
+
+@pytest.fixture
+def yonder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A backend module outside the package, registered for the test only."""
+    from vaelii_llm import _backends, providers
+    from vaelii_llm.providers import Backend, Option
+
+    (tmp_path / "yonder_backend.py").write_text(OWN_BACKEND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    saved = dict(_backends.REGISTRY)
+    providers.register(
+        Backend(
+            "yonder",
+            "yonder_backend",
+            (Option("base_url", "str", None, ("provider", "available")),),
+            host_option="base_url",
+            hosts_switch="YONDER_HOSTS",
+        )
+    )
+    import yonder_backend
+
+    yield yonder_backend
+    _backends.REGISTRY.clear()
+    _backends.REGISTRY.update(saved)
+
+
+def _shape(span: ReadableSpan) -> tuple[str, SpanKind, set[str]]:
+    return span.name.split(" ")[0], span.kind, set(attrs(span))
+
+
+async def test_a_registered_backend_gets_the_built_in_chat_span(
+    otel: Recorded, yonder: Any
+) -> None:
+    from vaelii_llm import providers
+
+    otel.enable()
+    model = await providers.provider("yonder")
+    assert type(model) is yonder.Yonder  # handed out as itself, not a wrapper
+    await model.complete(ASK)
+    async with aclosing(model.stream(ASK, deltas=True)) as items:
+        assert [type(item).__name__ async for item in items] == [
+            "TextDelta",
+            "TextBlock",
+            "Response",
+        ]
+    whole, streamed = otel.finished()
+    assert whole.name == streamed.name == "chat yonder-1"
+    assert attrs(whole)["gen_ai.provider.name"] == "yonder"
+    assert attrs(whole)["server.address"] == "yonder.example"
+    assert attrs(whole)["server.port"] == 8123
+    assert attrs(whole)["gen_ai.response.model"] == "yonder-1"
+    assert attrs(streamed)["gen_ai.request.stream"] is True
+    assert "gen_ai.response.time_to_first_chunk" in attrs(streamed)
+    await stub.provider(script=[await model.complete(ASK)]).complete(ASK)
+    built_in = otel.finished()[-1]
+    assert _shape(whole)[:2] == _shape(built_in)[:2]
+    # The stub has no server; otherwise the span carries the same attributes.
+    assert _shape(whole)[2] - {"server.address", "server.port"} == _shape(built_in)[2]
+    durations = [
+        p.attributes["gen_ai.provider.name"]
+        for _, p in otel.points("gen_ai.client.operation.duration")
+    ]
+    assert sorted(durations) == ["stub", "yonder"]
+
+
+async def test_the_vote_pool_hands_out_a_registered_backend_traced(
+    otel: Recorded, yonder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("YONDER_HOSTS", "http://a.example:1/v1,http://b.example:2/v1")
+    otel.enable()
+    async with await pool.pool_from_config(kind="yonder") as voters:
+        verdict = await pool.vote(voters, ASK)
+    assert verdict.verdict == "yes"
+    chats = [s for s in otel.finished() if s.name == "chat yonder-1"]
+    assert len(chats) == verdict.calls
+    assert {attrs(s)["server.address"] for s in chats} <= {"a.example", "b.example"}
+
+
+async def test_instrumenting_twice_changes_nothing_and_telemetry_can_come_later(
+    otel: Recorded, yonder: Any
+) -> None:
+    built = yonder.provider()
+    assert telemetry.instrument(built, "yonder") is built
+    telemetry.instrument(built, "another-name")  # already instrumented: kept as it was
+    await built.complete(ASK)
+    assert otel.finished() == []  # instrumented while off: nothing recorded
+    otel.enable()
+    await built.complete(ASK)
+    (span,) = otel.finished()
+    assert attrs(span)["gen_ai.provider.name"] == "yonder"
+
+
+async def test_a_provider_without_an_instance_dict(
+    otel: Recorded, yonder: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(TypeError, match="Slotted has none"):
+        telemetry.instrument(yonder.slotted(), "yonder")
+    otel.enable()
+    with caplog.at_level(logging.WARNING, logger="vaelii_llm.telemetry"):
+        handed = telemetry.instrument_built(yonder.slotted(), "yonder")
+        telemetry.instrument_built(yonder.slotted(), "yonder")
+    assert type(handed) is yonder.Slotted  # handed out untraced, never refused
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        "provider yonder (Slotted) has no instance __dict__: its turns are not traced"
+    ]

@@ -27,7 +27,7 @@ import importlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from vaelii_llm import config
+from vaelii_llm import config, telemetry
 from vaelii_llm._backends import REGISTRY, STUB, pool_kind
 from vaelii_llm._pool import (
     DEFAULT_ACQUIRE_TIMEOUT_MS,
@@ -110,7 +110,7 @@ async def pool_from_config(
     try:
         for entry in entries:
             where = {} if at is None else {at: entry.url}
-            provider = build(**where, **opts)
+            provider = telemetry.instrument_built(build(**where, **opts), backend.kind)
             built.append(provider)
             tokens.extend([provider] * entry.calls)
         return Pool(

@@ -1,11 +1,15 @@
 """OpenTelemetry GenAI spans and metrics for turns, tool calls and votes.
 
 Off by default, and free when off: nothing of OpenTelemetry is imported,
-and a turn's hook (in the HTTP skeleton's and the stub's ``complete`` and
-``stream``) reads one module attribute, :data:`active`, and runs the backend's
-own code. :func:`enable` turns it on for every provider, built before or
-after (or ``VAELII_LLM_OTEL=1``, read when a provider is built, which enables
-it on the global OpenTelemetry providers); it needs the ``opentelemetry-api``
+and a turn reads one module attribute, :data:`active`, before it runs the
+backend's own code. Every provider the library hands out goes through one
+wrapper, :func:`instrument`: the built-in backends as they are built, any
+backend (a registered one too) as selection or the vote pool builds it from
+its record; so a backend holds no telemetry code of its own, and a provider
+built by hand from a class of one's own is instrumented by calling it.
+:func:`enable` turns recording on for every provider, built before or after
+(or ``VAELII_LLM_OTEL=1``, read when a provider is built, which enables it on
+the global OpenTelemetry providers); it needs the ``opentelemetry-api``
 package (``vaelii-llm[otel]``). :func:`disable` turns it off for every
 provider; spans already open still end.
 
@@ -13,7 +17,8 @@ What is recorded, after the GenAI semantic conventions:
 
 a turn
     a CLIENT span ``chat {gen_ai.request.model}`` with ``gen_ai.operation.name``
-    ``chat``, ``gen_ai.provider.name`` (``anthropic``, ``ollama``, ``openai``, ``stub``),
+    ``chat``, ``gen_ai.provider.name`` (``anthropic``, ``ollama``, ``openai``, ``stub``;
+    a registered backend's kind),
     ``gen_ai.request.model``/``max_tokens``/``temperature``/``stop_sequences``/
     ``stream``, ``server.address``/``server.port``, and from the
     :class:`~vaelii_llm._protocol.Response` ``gen_ai.response.model`` (the model
@@ -62,6 +67,7 @@ credential, and a server address is the URL's host name with any
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import logging
@@ -75,7 +81,6 @@ from collections.abc import (
     Iterator,
     Mapping,
 )
-from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
@@ -87,6 +92,7 @@ from vaelii_llm._edn import DEFAULT_MAX_CHARS
 from vaelii_llm._protocol import (
     Block,
     Message,
+    Provider,
     RedactedThinkingBlock,
     Request,
     Response,
@@ -105,7 +111,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-__all__ = ["disable", "enable", "enabled"]
+__all__ = ["disable", "enable", "enabled", "instrument"]
 
 log = logging.getLogger("vaelii_llm.telemetry")
 
@@ -192,6 +198,7 @@ _TOKEN_BUCKETS = (
 )
 
 Params = ParamSpec("Params")
+P = TypeVar("P", bound=Provider)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,14 +278,103 @@ _warned = False
 
 
 # --------------------------------------------------------------------------
-# Turns: the hooks the skeleton and the stub call
+# Turns: the one wrapper every provider is handed out in
 
 
-def on_build() -> None:
-    """What building a provider does: when telemetry is off and
-    ``VAELII_LLM_OTEL`` (read here, at the build) asks, enable it on the global
-    OpenTelemetry providers. A missing ``opentelemetry-api`` is a warning,
-    logged once, never a provider that will not build."""
+def instrument(provider: P, name: str, *, url: str | None = None, model: str | None = None) -> P:
+    """``provider`` itself, its ``complete`` and ``stream`` now recording each
+    turn's ``chat`` span and metrics while telemetry is on (:func:`enable`,
+    before or after this call); while it is off a turn reads one module
+    attribute more and runs the backend's own code.
+
+    Every provider the library builds is handed out through here: the
+    built-in backends when they are built, any backend (a registered one
+    too) when selection or the vote pool builds it from its record, so a
+    backend has no telemetry code of its own. Call it on a provider you built
+    yourself from a class of your own. ``name`` is the span's
+    ``gen_ai.provider.name``; ``url`` and ``model`` (default: the provider's
+    own ``base_url`` and ``model`` attributes, where it has them) give the
+    server address and the model a request naming none runs. Instrumenting
+    a provider twice changes nothing. The methods are set on the instance
+    (its type, identity and other attributes are unchanged), which needs
+    an instance ``__dict__``: a class with ``__slots__`` and none is a
+    TypeError, naming it. Also enables telemetry on the global
+    OpenTelemetry providers when ``VAELII_LLM_OTEL`` asks (read here): a
+    missing ``opentelemetry-api`` is then a warning, logged once, never a
+    provider refused.
+    """
+    _enable_from_environment()
+    try:
+        own = vars(provider)
+    except TypeError:
+        raise TypeError(
+            f"telemetry.instrument needs an instance __dict__; {type(provider).__name__} has none"
+        ) from None
+    if _INSTRUMENTED in own:
+        return provider
+    url = url if url is not None else _text(getattr(provider, "base_url", None))
+    model = model if model is not None else _text(getattr(provider, "model", None))
+    target = _target(name, url, model)
+    complete = provider.complete  # bound: the instance now refers to itself through them
+    stream = provider.stream
+
+    async def traced_complete(request: Request) -> Response:
+        state = active
+        if state is None or _turn_of.get() is target:  # off (one attribute read), or nested
+            return await complete(request)
+        return await _complete_in_span(state, target, request, complete(request))
+
+    def traced_stream(
+        request: Request, *, deltas: bool = False
+    ) -> AsyncGenerator[StreamItem, None]:
+        items = stream(request, deltas=deltas)
+        state = active
+        if state is None or _turn_of.get() is target:  # off (one attribute read), or nested
+            return items
+        return _stream_in_span(state, target, request, items)
+
+    traced_complete.__doc__ = complete.__doc__
+    traced_stream.__doc__ = stream.__doc__
+    own.update({_INSTRUMENTED: name, "complete": traced_complete, "stream": traced_stream})
+    return provider
+
+
+def instrument_built(provider: P, kind: str) -> P:
+    """:func:`instrument` for a provider selection or the vote pool built from
+    its backend's record (``kind`` its span name): one whose class keeps no
+    instance ``__dict__`` is handed out untraced, with a warning logged once
+    for its class, rather than refused."""
+    try:
+        return instrument(provider, kind)
+    except TypeError:
+        name = type(provider).__qualname__
+        if name not in _untraceable:
+            _untraceable.add(name)
+            log.warning(
+                "provider %s (%s) has no instance __dict__: its turns are not traced", kind, name
+            )
+        return provider
+
+
+_untraceable: set[str] = set()
+
+_turn_of: contextvars.ContextVar[_Target | None] = contextvars.ContextVar(
+    "vaelii_llm_turn_of", default=None
+)
+"""Whose turn the running code is inside: a backend whose ``stream`` awaits
+its own ``complete`` (or the reverse) makes one turn, one span."""
+
+_INSTRUMENTED: Final = "_vaelii_llm_instrumented"
+"""The instance attribute that marks an instrumented provider (its span name)."""
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _enable_from_environment() -> None:
+    """When telemetry is off and ``VAELII_LLM_OTEL`` (read here, as a provider
+    is built) asks, enable it on the global OpenTelemetry providers."""
     global _warned
     if active is not None or not config.otel_enabled():
         return
@@ -319,64 +415,46 @@ def _target(provider_name: str, url: str | None, model: str | None) -> _Target:
     return _Target(provider_name, model, address, port)
 
 
-async def traced_complete(
-    provider_name: str,
-    url: str | None,
-    model: str | None,
-    request: Request,
-    work: Awaitable[Response],
+async def _complete_in_span(
+    state: _State, target: _Target, request: Request, work: Awaitable[Response]
 ) -> Response:
-    """Await ``work``, one non-streamed turn, inside its ``chat`` span.
-
-    The hook of every provider's ``complete``, called only when :data:`active`
-    is set: ``provider_name`` is the convention's ``gen_ai.provider.name``,
-    ``url`` what the provider calls (None: no server), ``model`` the model a
-    request naming none runs."""
-    state = active
-    if state is None:  # disabled between the check and the call
-        return await work
-    turn = _Turn(state, _target(provider_name, url, model), request, streamed=False)
+    """Await ``work``, one non-streamed turn, inside its ``chat`` span."""
+    turn = _Turn(state, target, request, streamed=False)
     from opentelemetry import trace
 
+    inside = _turn_of.set(target)
     try:
         with trace.use_span(turn.span, record_exception=False, set_status_on_exception=False):
             response = await work
     except BaseException as exc:
         turn.fail(exc)
         raise
+    finally:
+        _turn_of.reset(inside)
     turn.finish(response)
     return response
 
 
-async def traced_stream(
-    provider_name: str,
-    url: str | None,
-    model: str | None,
-    request: Request,
-    items: AsyncGenerator[StreamItem, None],
+async def _stream_in_span(
+    state: _State, target: _Target, request: Request, items: AsyncGenerator[StreamItem, None]
 ) -> AsyncGenerator[StreamItem, None]:
-    """``items``, one streamed turn, inside its ``chat`` span: the hook of every
-    provider's ``stream`` (see :func:`traced_complete`). The span covers the
-    backend's work for each item and the release when the stream closes."""
-    state = active
-    if state is None:
-        async with aclosing(items) as same:
-            async for item in same:
-                yield item
-        return
+    """``items``, one streamed turn, inside its ``chat`` span. The span covers
+    the backend's work for each item and the release when the stream closes."""
     from opentelemetry import context, trace
 
-    turn = _Turn(state, _target(provider_name, url, model), request, streamed=True)
+    turn = _Turn(state, target, request, streamed=True)
     ctx = trace.set_span_in_context(turn.span)
     outcome: BaseException | None = None
     try:
         while True:
             token = context.attach(ctx)  # the backend's work runs inside the span
+            inside = _turn_of.set(target)
             try:
                 item = await anext(items)
             except StopAsyncIteration:
                 break
             finally:
+                _turn_of.reset(inside)
                 context.detach(token)
             turn.saw(item)
             yield item

@@ -4,13 +4,14 @@ without the hooks (the baseline), and on against off.
 Run: ``.venv/bin/python tests/bench/bench_telemetry.py [--rounds 21] [--batch 2000]``
 
 baseline
-    the same path with no hook at all: a provider's ``_complete`` and
-    ``_stream`` (the turn itself, which ``complete`` and ``stream`` run after
-    their one-attribute check), ``Toolset._call`` and ``pool.vote`` through
-    ``__wrapped__`` (the undecorated functions);
+    the same path with no hook at all: the provider class's own ``complete``
+    and ``stream`` (the turn itself, which the instance's instrumented ones
+    run after their one-attribute check), ``Toolset._call`` and ``pool.vote``
+    through ``__wrapped__`` (the undecorated functions);
 off
-    what a caller gets with telemetry off: ``complete`` and ``stream``, the
-    decorated ``Toolset.call`` and ``pool.vote``;
+    what a caller gets with telemetry off: the instance's ``complete`` and
+    ``stream`` (see ``telemetry.instrument``), the decorated ``Toolset.call``
+    and ``pool.vote``;
 on
     the same provider after ``telemetry.enable`` with the real SDK: a tracer
     provider whose processor hands each span to an exporter that drops it, and
@@ -112,11 +113,12 @@ async def drain(items: AsyncGenerator[Any, None]) -> None:
 
 
 async def compare_turns(label: str, provider: Any, rounds: int, batch: int, switch: Switch) -> None:
-    """A turn and a streamed turn: ``complete``/``stream`` (the hook) against
-    ``_complete``/``_stream`` (the same turn with no hook at all)."""
+    """A turn and a streamed turn: the instance's ``complete``/``stream`` (the
+    hook) against its class's (the same turn with no hook at all)."""
+    own = type(provider)
     await compare(
         f"{label} (complete)",
-        lambda: provider._complete(REQUEST),
+        lambda: own.complete(provider, REQUEST),
         lambda: provider.complete(REQUEST),
         rounds,
         batch,
@@ -124,7 +126,7 @@ async def compare_turns(label: str, provider: Any, rounds: int, batch: int, swit
     )
     await compare(
         f"{label} (stream)",
-        lambda: drain(provider._stream(REQUEST, deltas=False)),
+        lambda: drain(own.stream(provider, REQUEST)),
         lambda: drain(provider.stream(REQUEST)),
         rounds,
         batch,

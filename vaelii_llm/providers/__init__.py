@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any, Final
 
-from vaelii_llm import config
+from vaelii_llm import config, telemetry
 from vaelii_llm._backends import REGISTRY, STUB, Backend, Option, record
 from vaelii_llm._protocol import Provider
 
@@ -237,7 +237,7 @@ async def _build(kind: str | None, constructor: str, opts: Mapping[str, Any]) ->
             type(exc).__name__,
         )
         return _fallback(opts)
-    return built
+    return telemetry.instrument_built(built, backend.kind)
 
 
 async def provider(kind: str | None = None, **opts: Any) -> Provider:

@@ -39,15 +39,15 @@ fix made here holds for every backend at once:
   is also a :class:`TokenCounter`, one POST to its counting endpoint by the
   same path as a non-streamed turn (the credential step, the deadline, the
   refusals); for any other, :class:`~vaelii_llm.errors.LLMUnsupported`;
-* the telemetry hook: ``complete`` and ``stream`` read one attribute of
-  :mod:`vaelii_llm.telemetry` and, when it is on, run the turn inside its
-  span (named from the codec's endpoint slug and URL), so ``enable`` and
-  ``disable`` reach every backend, built before or after.
+* the provider handed out through :func:`vaelii_llm.telemetry.instrument`
+  (named from the codec's endpoint slug and URL), as every provider the
+  library builds is: the turn's code here knows nothing of spans.
 
 What a new backend supplies is a :class:`Codec`, no I/O in it:
 
-``endpoint``, ``url``
-    how the far end is named in messages and where turns are POSTed;
+``endpoint``, ``url``, ``model``
+    how the far end is named in messages, where turns are POSTed, and the
+    model a request naming none runs;
 ``session_headers()``
     headers sent on every request of the session (an API version, a gateway's
     own headers);
@@ -233,6 +233,9 @@ class Codec(Protocol[W, B]):
     def url(self) -> str: ...
 
     @property
+    def model(self) -> str | None: ...
+
+    @property
     def whole_decoder(self) -> msgspec.json.Decoder[W]: ...
 
     def session_headers(self) -> Mapping[str, str]: ...
@@ -344,7 +347,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._closed = False
         self._inflight: set[aiohttp.ClientResponse] = set()  # bodies being read, cut by aclose
         self._shown_rules: dict[tuple[Any, ...], Callable[[str], str]] = {}  # _header_rule's
-        telemetry.on_build()
+        telemetry.instrument(self, codec.endpoint.slug, url=codec.url, model=codec.model)
 
     @property
     def closed(self) -> bool:
@@ -414,14 +417,6 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
 
     async def complete(self, request: Request) -> Response:
         """One non-streamed turn under ``request.timeout_ms``, headers and body."""
-        if telemetry.active is None:  # the telemetry hook: off, one attribute read
-            return await self._complete(request)
-        codec = self._codec
-        model = getattr(self, "model", None)
-        work = self._complete(request)
-        return await telemetry.traced_complete(codec.endpoint.slug, codec.url, model, request, work)
-
-    async def _complete(self, request: Request) -> Response:
         codec = self._codec
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
@@ -498,18 +493,12 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         )
         return await self._post(codec.count_url, body, headers, request, _ANY_JSON, codec.count_of)
 
-    def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
+    async def stream(
+        self, request: Request, *, deltas: bool = False
+    ) -> AsyncGenerator[StreamItem, None]:
         """Whole blocks as they close (and, with ``deltas``, the deltas before
         them), then the :class:`Response` ``complete`` would return. The
         turn's budget covers every read of the body."""
-        items = self._stream(request, deltas=deltas)
-        if telemetry.active is None:  # the telemetry hook: off, one attribute read
-            return items
-        codec = self._codec
-        model = getattr(self, "model", None)
-        return telemetry.traced_stream(codec.endpoint.slug, codec.url, model, request, items)
-
-    async def _stream(self, request: Request, *, deltas: bool) -> AsyncGenerator[StreamItem, None]:
         codec = self._codec
         if self._closed:
             raise LLMClosed(codec.endpoint.label)

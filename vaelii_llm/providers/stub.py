@@ -106,7 +106,7 @@ class StubProvider(ProviderBase):
         self._requests: list[Request] = []
         self._tool_ids = 0
         self._closed = False
-        telemetry.on_build()
+        telemetry.instrument(self, "stub", model=MODEL)
 
     async def aclose(self) -> None:
         """Refuse every later turn. Closing twice is harmless."""
@@ -131,22 +131,11 @@ class StubProvider(ProviderBase):
         return None
 
     async def complete(self, request: Request) -> Response:
-        if telemetry.active is None:  # the telemetry hook: off, one attribute read
-            return self._turn(request)
-        return await telemetry.traced_complete(
-            "stub", None, MODEL, request, self._complete(request)
-        )
-
-    async def _complete(self, request: Request) -> Response:
         return self._turn(request)
 
-    def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
-        items = self._stream(request, deltas=deltas)
-        if telemetry.active is None:  # the telemetry hook: off, one attribute read
-            return items
-        return telemetry.traced_stream("stub", None, MODEL, request, items)
-
-    async def _stream(self, request: Request, *, deltas: bool) -> AsyncGenerator[StreamItem, None]:
+    async def stream(
+        self, request: Request, *, deltas: bool = False
+    ) -> AsyncGenerator[StreamItem, None]:
         response = self._turn(request)
         for index, block in enumerate(response.content):
             if deltas:
