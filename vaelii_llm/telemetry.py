@@ -5,8 +5,7 @@ and a turn reads one module attribute, :data:`active`, before it runs the
 backend's own code. Every provider the library hands out goes through one
 wrapper, :func:`instrument`: the built-in backends as they are built, any
 backend (a registered one too) as selection or the vote pool builds it from
-its record; so a backend holds no telemetry code of its own, and a provider
-built by hand from a class of one's own is instrumented by calling it.
+its record; so a backend holds no telemetry code of its own.
 :func:`enable` turns recording on for every provider, built before or after
 (or ``VAELII_LLM_OTEL=1``, read when a provider is built, which enables it on
 the global OpenTelemetry providers); it needs the ``opentelemetry-api``
@@ -111,7 +110,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-__all__ = ["disable", "enable", "enabled", "instrument"]
+__all__ = ["disable", "enable", "enabled"]
 
 log = logging.getLogger("vaelii_llm.telemetry")
 
@@ -290,8 +289,7 @@ def instrument(provider: P, name: str, *, url: str | None = None, model: str | N
     Every provider the library builds is handed out through here: the
     built-in backends when they are built, any backend (a registered one
     too) when selection or the vote pool builds it from its record, so a
-    backend has no telemetry code of its own. Call it on a provider you built
-    yourself from a class of your own. ``name`` is the span's
+    backend has no telemetry code of its own. ``name`` is the span's
     ``gen_ai.provider.name``; ``url`` and ``model`` (default: the provider's
     own ``base_url`` and ``model`` attributes, where it has them) give the
     server address and the model a request naming none runs. Instrumenting
