@@ -234,3 +234,30 @@ async def test_a_block_is_entered_once_and_only_inside_a_task() -> None:
     await asyncio.sleep(0)
     assert len(refused) == 1
     assert "inside a task" in str(refused[0])
+
+
+async def test_a_block_rescheduled_later_outlives_its_first_deadline_and_ends_at_its_new() -> None:
+    """The stall bound's move (#51): the old entry is skipped when the loop
+    timer reaches it; the new one cuts the block. An earlier deadline, or a
+    block no longer running, is left as it was."""
+
+    async def rescheduled() -> None:
+        with timers.timeout_at(now() + NEAR) as timer:
+            timer.reschedule(now() + 3 * NEAR)
+            timer.reschedule(now())  # earlier: ignored
+            await asyncio.sleep(2 * NEAR)  # past the first deadline: still running
+            assert not timer.expired()
+            seen.append(timer)
+            await asyncio.sleep(FAR)
+
+    seen: list[timers.Timeout] = []
+    with pytest.raises(TimeoutError):
+        await rescheduled()
+    assert seen[0].expired()
+    with timers.timeout_at(now() + FAR) as kept:
+        await asyncio.sleep(0)
+    kept.reschedule(now() + 2 * FAR)
+    assert kept.when < now() + 2 * FAR
+    watch = timers._watch(asyncio.get_running_loop())
+    assert watch._handle is None  # nothing of either is left
+    assert not watch._heap

@@ -25,6 +25,8 @@ ends first); the others stay until the heap is more than half such entries,
 then it is rebuilt from the live ones (amortised constant per block); when
 no block is live the heap is emptied and the loop timer cancelled, so an
 idle loop holds no timer of ours, and nothing here keeps a loop alive.
+A block rescheduled later (:meth:`Timeout.reschedule`) pushes a new entry;
+its old one is skipped when the loop timer reaches it.
 """
 
 from __future__ import annotations
@@ -99,6 +101,15 @@ class Timeout:
         ):
             raise TimeoutError("the deadline passed") from exc
 
+    def reschedule(self, when: float) -> None:
+        """Move a running block's deadline later (a stall bound after content
+        arrived): the block's new entry goes on the heap; its old one is
+        skipped when it comes up. A block no longer running, or an earlier
+        deadline, is left as it is."""
+        if self._state == _ENTERED and when > self.when:
+            self.when = when
+            self._watch.push(self)
+
     def _expire(self) -> None:
         """Called at the deadline by the loop's watch, for a block still running."""
         self._state = _EXPIRED
@@ -130,6 +141,10 @@ class _Watch:
         if self._handle is None or when < self._armed:
             self._arm(when)
 
+    def push(self, block: Timeout) -> None:
+        """A live block's later deadline: a new entry (the old one, now stale, is skipped)."""
+        _heappush(self._heap, (block.when, id(block), block))
+
     def left(self) -> None:
         """A block exited before its deadline: its entry goes now if on top, else when swept."""
         self._live -= 1
@@ -141,7 +156,11 @@ class _Watch:
         while heap[0][2]._state != _ENTERED:  # leftovers on top go at once (a live block is below)
             _heappop(heap)
         if len(heap) > _COMPACT_AT and len(heap) > 2 * self._live:
-            self._heap = [entry for entry in self._heap if entry[2]._state == _ENTERED]
+            self._heap = [
+                entry
+                for entry in self._heap
+                if entry[2]._state == _ENTERED and entry[0] == entry[2].when
+            ]
             heapq.heapify(self._heap)
 
     def _arm(self, when: float) -> None:
@@ -161,8 +180,8 @@ class _Watch:
         heap = self._heap
         now = asyncio.get_running_loop().time()
         while heap and (heap[0][0] <= now or heap[0][2]._state != _ENTERED):
-            block = heapq.heappop(heap)[2]
-            if block._state == _ENTERED:
+            when, _, block = heapq.heappop(heap)
+            if block._state == _ENTERED and block.when == when:  # else stale: rescheduled
                 self._live -= 1
                 block._expire()
         if heap:

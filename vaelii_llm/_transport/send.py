@@ -167,6 +167,12 @@ class _Stream:
     never across a handover. A body that keeps flowing past the deadline is
     cut too. Once the body ends, a read fails or the block is left, the
     iterator is exhausted.
+
+    A deadline with ``stall_ms`` bounds each wait by the stall bound too: it
+    starts when the request is sent and again at each :meth:`fresh` (the
+    backend saying content arrived; keep-alives are bytes, not content). It is
+    judged only when a read must wait: bytes already buffered are the far
+    end's, and time the caller spent between reads is not a stall of it.
     """
 
     __slots__ = (
@@ -268,6 +274,17 @@ class _Stream:
             raise
         boundary.received += len(chunk)
         return chunk
+
+    def fresh(self, contents: int, now: float) -> None:
+        """Content arrived at ``now`` (``contents`` pieces of it so far, by
+        the backend's count): the next wait is bounded by the stall bound
+        from then. Only for a turn whose deadline has ``stall_ms``."""
+        self._boundary.fresh(contents, now)
+
+    @property
+    def sent(self) -> float:
+        """When the request was sent (the loop's clock; inside the block)."""
+        return self._boundary.sent_at
 
     def ended(self) -> bool:
         """Whether the body's end has arrived, what is buffered before it read

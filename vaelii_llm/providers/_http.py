@@ -25,7 +25,10 @@ fix made here holds for every backend at once:
   request's whole-turn deadline, its 200 decoded by the codec's typed decoder;
 * the stream pump (:meth:`~HTTPProvider.stream`): the body's bytes into the
   codec's wire decoder, its batches into the codec's assembler, every item
-  the assembler hands back yielded at once; at the terminal event what
+  the assembler hands back yielded at once; a chunk that moved the
+  assembler's :attr:`~Assembler.pieces` is content (anything else a
+  keep-alive): it restarts the request's ``stall_ms`` and times the
+  Response's ``first_chunk_ms`` and ``longest_gap_ms``; at the terminal event what
   follows is drained for at most :data:`DRAIN_S` (the answer is whole,
   so nothing there may delay or spoil it); a body that ends first has the
   decoder's end-of-stream batch fed, then the assembler's verdict.
@@ -216,6 +219,14 @@ class Assembler(Protocol[B_contra]):
 
     def feed(self, batch: B_contra) -> Iterable[StreamItem]:
         """What ``batch`` completed (blocks, and deltas when asked for), in order."""
+        ...
+
+    @property
+    def pieces(self) -> int:
+        """Content taken so far, counted in the wire's own pieces (text,
+        thinking, tool input, the terminal event); a keep-alive adds nothing.
+        The pump reads it after each chunk: a change is content arriving,
+        which restarts the request's ``stall_ms`` and times the gaps."""
         ...
 
     def result(self) -> Response:
@@ -457,7 +468,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 codec.endpoint,
                 "POST",
                 url,
-                deadline=Deadline.after_ms(request.timeout_ms),
+                deadline=Deadline.after_ms(request.timeout_ms, request.stall_ms),
                 decoder=decoder,
                 body=body,
                 headers=headers,
@@ -523,13 +534,14 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         )
         session, gate = self._http()
         answer: Mapping[str, str] | None = None
+        stalling = request.stall_ms is not None
         try:
             async with open_stream(
                 session,
                 codec.endpoint,
                 "POST",
                 codec.url,
-                deadline=Deadline.after_ms(request.timeout_ms),
+                deadline=Deadline.after_ms(request.timeout_ms, request.stall_ms),
                 body=body,
                 headers=headers,
                 inflight=self._inflight,
@@ -539,9 +551,24 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 # made once the connection is had: a turn waiting for one holds less
                 decoder = codec.stream_decoder()
                 assembler = codec.assembler(deltas=deltas)
+                clock = asyncio.get_running_loop().time
+                last = chunks.sent  # when content last came (first: the request sent)
+                first = gap = -1.0
+                seen = 0
                 async for data in chunks:
+                    arrived = clock()
                     for item in assembler.feed(decoder.feed(data)):
                         yield item
+                    pieces = assembler.pieces
+                    if pieces != seen:  # content came in this chunk, not only keep-alives
+                        seen = pieces
+                        if first < 0:
+                            first = arrived - last
+                        elif arrived - last > gap:
+                            gap = arrived - last
+                        last = arrived
+                        if stalling:
+                            chunks.fresh(pieces, arrived)
                     if assembler.finished:
                         # The answer is whole: what follows cannot change it, nor
                         # a far end holding the body open make the caller wait.
@@ -555,6 +582,12 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             if codec.endpoint.headers is not NO_HEADERS:
                 shown = self._header_rule(session, headers, codec.url)
                 result = _with_headers(result, codec.endpoint, chunks.headers, shown)
+            if first >= 0:
+                result = msgspec.structs.replace(
+                    result,
+                    first_chunk_ms=first * 1000,
+                    longest_gap_ms=gap * 1000 if gap >= 0 else None,
+                )
         except LLMError as exc:
             _answered_in(exc, codec.endpoint, answer)
             withhold(exc, session, headers, codec.url)  # the answer's headers too
