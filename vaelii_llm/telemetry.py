@@ -28,8 +28,9 @@ a turn
     seconds, and the first whole block is also an event ``vaelii_llm.first_block``.
 a failure
     the span ends in ERROR with ``error.type`` the refusal's type
-    (``llm-timeout``, ``llm-api-error``…; another exception: its class name)
-    and the exception recorded (its message is bounded and credential-free, as
+    (``llm-timeout``, ``llm-api-error``…; another exception: its class name),
+    a timeout's phase as ``vaelii_llm.timeout.phase`` (``stall`` for a far
+    end that went quiet past the request's ``stall_ms``), and the exception recorded (its message is bounded and credential-free, as
     every refusal's is). A cancelled task sets ``vaelii_llm.cancelled``; a
     stream its caller closed before the final Response sets
     ``vaelii_llm.stream.closed_early``; neither is an error of the far end, so
@@ -46,8 +47,9 @@ a vote
 metrics
     the histograms ``gen_ai.client.operation.duration`` (s),
     ``gen_ai.client.token.usage`` (``{token}``, by ``gen_ai.token.type``) and,
-    for streamed turns, ``gen_ai.client.operation.time_to_first_chunk`` (s),
-    with the convention's attributes and bucket boundaries. A cancelled or
+    for streamed turns, ``gen_ai.client.operation.time_to_first_chunk`` (s)
+    and ``gen_ai.client.operation.time_per_output_chunk`` (s, one point per
+    content item after the first, from the one before), with the convention's attributes and bucket boundaries. A cancelled or
     closed-early turn records no metric: it neither answered nor failed.
 
 Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
@@ -99,7 +101,7 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
-from vaelii_llm.errors import LLMApiError, LLMError
+from vaelii_llm.errors import LLMApiError, LLMError, LLMTimeout
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
@@ -151,7 +153,10 @@ ERROR_TYPE: Final = "error.type"
 METRIC_DURATION: Final = "gen_ai.client.operation.duration"
 METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
 METRIC_TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.operation.time_to_first_chunk"
+METRIC_TIME_PER_OUTPUT_CHUNK: Final = "gen_ai.client.operation.time_per_output_chunk"
 
+TIMEOUT_PHASE: Final = "vaelii_llm.timeout.phase"
+"""Where a turn's budget ran out (``LLMTimeout.phase``: ``stall``, ``body``…)."""
 CANCELLED: Final = "vaelii_llm.cancelled"
 CLOSED_EARLY: Final = "vaelii_llm.stream.closed_early"
 FIRST_BLOCK_EVENT: Final = "vaelii_llm.first_block"
@@ -202,6 +207,7 @@ class _State:
     duration: Histogram
     token_usage: Histogram
     first_chunk: Histogram
+    per_chunk: Histogram
     capture_content: bool
 
 
@@ -250,6 +256,12 @@ def enable(
             METRIC_TIME_TO_FIRST_CHUNK,
             unit="s",
             description="Time to receive the first chunk of a streamed response.",
+            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+        ),
+        per_chunk=meter.create_histogram(
+            METRIC_TIME_PER_OUTPUT_CHUNK,
+            unit="s",
+            description="Time between the chunks of a streamed response after the first.",
             explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
         ),
         capture_content=capture,
@@ -395,7 +407,7 @@ async def traced_stream(
 class _Turn:
     """One turn's span and clock, ended exactly once."""
 
-    __slots__ = ("_attrs", "_block", "_first", "_start", "_state", "response", "span")
+    __slots__ = ("_attrs", "_block", "_first", "_last", "_start", "_state", "response", "span")
 
     def __init__(self, state: _State, target: _Target, request: Request, *, streamed: bool) -> None:
         from opentelemetry.trace import SpanKind
@@ -427,19 +439,25 @@ class _Turn:
         self.span: Span = state.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
         self._start = time.perf_counter()
         self._first: float | None = None
+        self._last = 0.0  # when the last content item came
         self._block = False
         self.response: Response | None = None
 
     def saw(self, item: StreamItem) -> None:
-        """Note a streamed item: the first content item's time, the first whole
-        block's event, the final Response."""
+        """Note a streamed item: the first content item's time, the time from
+        the one before for each later one, the first whole block's event, the
+        final Response."""
         if isinstance(item, Response):
             self.response = item
             return
+        now = time.perf_counter()
         if self._first is None:
-            self._first = time.perf_counter() - self._start
+            self._first = now - self._start
             self.span.set_attribute(RESPONSE_TIME_TO_FIRST_CHUNK, self._first)
             self._state.first_chunk.record(self._first, self._attrs)
+        else:
+            self._state.per_chunk.record(now - self._last, self._attrs)
+        self._last = now
         if not self._block and not isinstance(item, TextDelta | ThinkingDelta | ToolUseStart):
             self.span.add_event(FIRST_BLOCK_EVENT)
             self._block = True
@@ -516,6 +534,8 @@ def _cancelled(exc: BaseException, span: Span) -> bool:
         return True
     kind = _error_type(exc)
     span.set_attribute(ERROR_TYPE, kind)
+    if isinstance(exc, LLMTimeout):
+        span.set_attribute(TIMEOUT_PHASE, exc.phase)
     if isinstance(exc, LLMApiError) and exc.request_id:
         span.set_attribute(REQUEST_ID, exc.request_id)
     span.record_exception(exc)
