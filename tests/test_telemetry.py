@@ -409,10 +409,14 @@ async def test_a_stall_is_the_spans_error_with_its_phase(otel: Recorded) -> None
     otel.enable()
     async with serve(quiet) as url, ollama.provider(host=url) as model:
         request = Request(messages=ASK.messages, stall_ms=300, timeout_ms=30_000)
-        with pytest.raises(LLMTimeout):
+
+        async def drained() -> None:
             async with aclosing(model.stream(request)) as items:
                 async for _ in items:
                     pass
+
+        with pytest.raises(LLMTimeout):
+            await drained()
     [span] = [s for s in otel.finished() if s.name.startswith("chat")]
     assert span.status.status_code is StatusCode.ERROR
     assert attrs(span)["error.type"] == "llm-timeout"

@@ -30,8 +30,9 @@ a failure
     the span ends in ERROR with ``error.type`` the refusal's type
     (``llm-timeout``, ``llm-api-error``…; another exception: its class name),
     a timeout's phase as ``vaelii_llm.timeout.phase`` (``stall`` for a far
-    end that went quiet past the request's ``stall_ms``), and the exception recorded (its message is bounded and credential-free, as
-    every refusal's is). A cancelled task sets ``vaelii_llm.cancelled``; a
+    end that went quiet past the request's ``stall_ms``), and the exception
+    recorded (its message is bounded and credential-free, as every
+    refusal's is). A cancelled task sets ``vaelii_llm.cancelled``; a
     stream its caller closed before the final Response sets
     ``vaelii_llm.stream.closed_early``; neither is an error of the far end, so
     the status stays unset and no ``error.type`` is written.
@@ -49,7 +50,8 @@ metrics
     ``gen_ai.client.token.usage`` (``{token}``, by ``gen_ai.token.type``) and,
     for streamed turns, ``gen_ai.client.operation.time_to_first_chunk`` (s)
     and ``gen_ai.client.operation.time_per_output_chunk`` (s, one point per
-    content item after the first, from the one before), with the convention's attributes and bucket boundaries. A cancelled or
+    content item after the first, from the one before), with the
+    convention's attributes and bucket boundaries. A cancelled or
     closed-early turn records no metric: it neither answered nor failed.
 
 Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
