@@ -314,3 +314,19 @@ async def test_a_stall_bound_that_is_no_whole_positive_number_is_refused(stall_m
     async with spec.make("http://127.0.0.1:9") as provider:
         with pytest.raises(ValueError, match="stall_ms"):
             await provider.complete(ask(stall_ms=stall_ms))
+
+
+async def test_a_votes_turns_take_stall_ms_from_the_request() -> None:
+    from vaelii_llm.pool import Pool, vote
+
+    spec = WIRES["ollama"]
+    request = ask(stall_ms=STALL_MS, timeout_ms=LONG_MS)
+    async with serve(silent(spec)) as url, Pool([spec.make(url)]) as pool:
+        started = time.monotonic()
+        result = await vote(pool, request, votes=2)
+        took = time.monotonic() - started
+    assert result.failed == 2
+    assert [(e.type, getattr(e, "phase", None)) for e in result.errors] == [
+        ("llm-timeout", "stall")
+    ] * 2
+    assert took < 10, took
