@@ -330,3 +330,83 @@ async def test_a_votes_turns_take_stall_ms_from_the_request() -> None:
         ("llm-timeout", "stall")
     ] * 2
     assert took < 10, took
+
+
+_CONTENT: dict[str, list[bytes]] = {
+    "anthropic": [
+        frame(
+            "content_block_start",
+            {"type": "content_block_start", "index": 1, "content_block": _TEXT_BLOCK},
+        ),
+        WIRES["anthropic"].piece("w"),
+        frame("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        frame(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 2,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+            },
+        ),
+        frame(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "thinking_delta", "thinking": "hm"},
+            },
+        ),
+        frame("content_block_stop", {"type": "content_block_stop", "index": 2}),
+        frame(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 3,
+                "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+            },
+        ),
+        frame(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 3,
+                "delta": {"type": "input_json_delta", "partial_json": '{"a"'},
+            },
+        ),
+    ],
+    "openai": [
+        _cc({"reasoning_content": "hm"}),
+        _cc({"content": "w"}),
+        _cc({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": ""}}]}),
+        _cc({"tool_calls": [{"index": 0, "function": {"arguments": '{"a"'}}]}),
+    ],
+    "ollama": [
+        _ndjson(chunk(thinking="hm")),
+        _ndjson(chunk("w")),
+        _ndjson(chunk(tool_calls=[{"function": {"name": "f", "arguments": {"a": 1}}}])),
+    ],
+}
+
+
+@pytest.mark.parametrize("wire", sorted(WIRES))
+def test_thinking_text_and_tool_input_are_content_and_keepalives_are_not(wire: str) -> None:
+    """What the pump counts (sans-IO): every content piece moves the
+    assembler's count, every keep-alive of the wire leaves it."""
+    spec = WIRES[wire]
+    codec = spec.make("http://127.0.0.1:9")._codec
+    decoder, assembler = codec.stream_decoder(), codec.assembler(deltas=False)
+
+    def fed(data: bytes) -> int:
+        list(assembler.feed(decoder.feed(data)))
+        return int(assembler.pieces)
+
+    seen = fed(spec.opening + spec.piece("w"))
+    assert seen >= 1
+    for data in [*spec.keepalives, *spec.keepalives]:
+        assert fed(data) == seen, data
+    for data in _CONTENT[wire]:
+        now = fed(data)
+        assert now > seen, data
+        seen = now
+        for keepalive in spec.keepalives:
+            assert fed(keepalive) == seen, keepalive

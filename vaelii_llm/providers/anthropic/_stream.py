@@ -309,6 +309,7 @@ class StreamAssembler:
                 raise LLMBadResponse(
                     self._label, "streamed a content_block_delta event that will not parse", data
                 ) from exc
+            self._pieces += 1
             index = parsed.index
             if index != last:
                 block = opened.get(index)
@@ -319,7 +320,6 @@ class StreamAssembler:
                 text = delta.text
                 if type(text) is str:  # else _delta refuses it
                     texts.append(text)
-                    self._pieces += 1
                     if deltas:
                         yield TextDelta(index=index, text=text)
                     continue
