@@ -403,6 +403,69 @@ async def test_a_stream_read_to_its_end_hands_its_connection_to_the_next_turn(wi
         assert (len(record.ports), record.connections) == (3, 1), (wire, cap)
 
 
+def opening_then_held(body: bytes, content_type: str, hold: asyncio.Event) -> Body:
+    """The answer's opening (up to its second piece of text), then nothing
+    until ``hold`` is set, then the rest: a reader waits mid-stream."""
+    cut_at = body.index(PIECES[1].encode())
+
+    async def handle(request: web.Request, _record: Counting) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": content_type})
+        await response.prepare(request)
+        await response.write(body[:cut_at])
+        await hold.wait()
+        await response.write(body[cut_at:])
+        await response.write_eof()
+        return response
+
+    return handle
+
+
+@pytest.mark.parametrize("wire", sorted(WIRES))
+@pytest.mark.parametrize("how", ["cancel the reader", "close from another task"])
+async def test_a_stream_ended_from_another_task_ends_at_once_and_frees_its_connection(
+    wire: str, how: str
+) -> None:
+    """The reader waits mid-stream for a far end that sends nothing more.
+    Cancelling the reader's task, or closing its stream from another task,
+    ends the turn at once: the reader's loop ends (cancelled, or with no
+    further item), nothing is checked out, and the next turn is answered on
+    a fresh connection (the cut one closed, never handed on)."""
+    body, content_type, make = WIRES[wire]
+    hold = asyncio.Event()
+    async with counting(opening_then_held(body, content_type, hold)) as (url, record):
+        provider = make(url, 2)
+        try:
+            first = asyncio.Event()
+            seen: list[object] = []
+            items = provider.stream(ask(), deltas=True)
+
+            async def reader() -> None:
+                async for item in items:
+                    seen.append(item)
+                    first.set()
+
+            task = asyncio.create_task(reader())
+            await first.wait()
+            await asyncio.sleep(0.05)  # the reader is waiting for the far end now
+            if how == "cancel the reader":
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            else:
+                await asyncio.wait_for(items.aclose(), 10)
+                await asyncio.wait_for(task, 10)  # its loop ended, no error
+            assert not any(isinstance(item, Response) for item in seen)
+            checked_in(provider)
+            hold.set()
+            assert text(await streamed(provider)) == ANSWER
+            checked_in(provider)
+        finally:
+            hold.set()
+            await provider.aclose()
+    assert record.connections == 2  # the cut one closed; the next turn on a fresh one
+
+
 @pytest.mark.parametrize("wire", sorted(WIRES))
 async def test_a_stream_abandoned_early_is_closed_not_handed_on(wire: str) -> None:
     """A caller who stops after the first delta closes that connection: the

@@ -423,6 +423,35 @@ async def test_a_stall_is_the_spans_error_with_its_phase(otel: Recorded) -> None
     assert attrs(span)["vaelii_llm.timeout.phase"] == "stall"
 
 
+async def test_a_stream_closed_from_another_task_is_closed_early_not_an_error(
+    otel: Recorded,
+) -> None:
+    async def opening(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        await response.write(json.dumps(chunk("Hi")).encode() + b"\n")
+        await asyncio.sleep(3600)
+        return response
+
+    otel.enable()
+    async with serve(opening) as url, ollama.provider(host=url) as model:
+        items = model.stream(ASK, deltas=True)
+        first = asyncio.Event()
+
+        async def reader() -> None:
+            async for _ in items:
+                first.set()
+
+        task = asyncio.create_task(reader())
+        await first.wait()
+        await items.aclose()
+        await task
+    [span] = [s for s in otel.finished() if s.name.startswith("chat")]
+    assert attrs(span)["vaelii_llm.stream.closed_early"] is True
+    assert "error.type" not in attrs(span)
+    assert span.status.status_code is StatusCode.UNSET
+
+
 async def test_a_bug_in_a_backend_is_named_by_its_class(otel: Recorded) -> None:
     otel.enable()
 

@@ -368,10 +368,14 @@ async def traced_stream(
     model: str | None,
     request: Request,
     items: AsyncGenerator[StreamItem, None],
+    *,
+    closed: _Closed | None = None,
 ) -> AsyncGenerator[StreamItem, None]:
     """``items``, one streamed turn, inside its ``chat`` span: the hook of every
     provider's ``stream`` (see :func:`traced_complete`). The span covers the
-    backend's work for each item and the release when the stream closes."""
+    backend's work for each item and the release when the stream closes.
+    ``closed``: says whether a stream that ended without its Response was
+    closed by another task (closed early, not a backend's bug)."""
     state = active
     if state is None:
         async with aclosing(items) as same:
@@ -403,7 +407,16 @@ async def traced_stream(
             await items.aclose()  # the release is part of the turn
         finally:
             context.detach(token)
+            if outcome is None and turn.response is None and closed is not None and closed.closed:
+                outcome = GeneratorExit()  # closed early, from another task
             turn.end(outcome)
+
+
+class _Closed(Protocol):
+    """What says a stream was closed from another task."""
+
+    @property
+    def closed(self) -> bool: ...
 
 
 class _Turn:

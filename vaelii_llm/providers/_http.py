@@ -86,7 +86,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import (
     Any,
     Final,
@@ -134,6 +134,7 @@ __all__ = [
     "HTTPProvider",
     "NetworkOptions",
     "SSLOption",
+    "Stream",
     "TokenCounter",
     "WireDecoder",
     "keyword_signature",
@@ -434,17 +435,20 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
 
     async def _complete(self, request: Request) -> Response:
         codec = self._codec
+        body, headers = await self._prepared(request, stream=False)
+        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
+
+    async def _prepared(
+        self, request: Request, *, stream: bool
+    ) -> tuple[bytes, Mapping[str, str] | None]:
+        """A turn's body and headers (after the credential step); LLMClosed
+        when the provider is closed."""
+        codec = self._codec
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=False)
-        headers = self._headers(
-            codec.headers(
-                request,
-                stream=False,
-                credential=None if self._credentials is None else await self._credential(),
-            )
-        )
-        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
+        body = codec.body(request, stream=stream)
+        credential = None if self._credentials is None else await self._credential()
+        return body, self._headers(codec.headers(request, stream=stream, credential=credential))
 
     async def _post(
         self,
@@ -512,89 +516,82 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
     def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
         """Whole blocks as they close (and, with ``deltas``, the deltas before
         them), then the :class:`Response` ``complete`` would return. The
-        turn's budget covers every read of the body."""
-        items = self._stream(request, deltas=deltas)
-        if telemetry.active is None:  # the telemetry hook: off, one attribute read
-            return items
-        codec = self._codec
-        model = getattr(self, "model", None)
-        return telemetry.traced_stream(codec.endpoint.slug, codec.url, model, request, items)
-
-    async def _stream(self, request: Request, *, deltas: bool) -> AsyncGenerator[StreamItem, None]:
-        codec = self._codec
-        if self._closed:
-            raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=True)
-        headers = self._headers(
-            codec.headers(
-                request,
-                stream=True,
-                credential=None if self._credentials is None else await self._credential(),
+        turn's budget covers every read of the body. Any task may close it
+        (see :class:`Stream`)."""
+        hold = _Hold()
+        items = self._stream(request, deltas=deltas, hold=hold)
+        if telemetry.active is not None:  # the telemetry hook: off, one attribute read
+            codec = self._codec
+            model = getattr(self, "model", None)
+            items = telemetry.traced_stream(
+                codec.endpoint.slug, codec.url, model, request, items, closed=hold
             )
-        )
-        session, gate = self._http()
-        answer: Mapping[str, str] | None = None
-        stalling = request.stall_ms is not None
+        return Stream(items, hold)
+
+    async def _stream(
+        self, request: Request, *, deltas: bool, hold: _Hold
+    ) -> AsyncGenerator[StreamItem, None]:
+        hold.task = asyncio.current_task()
         try:
-            async with open_stream(
-                session,
-                codec.endpoint,
-                "POST",
-                codec.url,
-                deadline=Deadline.after_ms(request.timeout_ms, request.stall_ms),
-                body=body,
-                headers=headers,
-                inflight=self._inflight,
-                gate=gate,
-            ) as chunks:
-                answer = chunks.headers
-                # made once the connection is had: a turn waiting for one holds less
-                decoder = codec.stream_decoder()
-                assembler = codec.assembler(deltas=deltas)
-                clock = asyncio.get_running_loop().time
-                last = chunks.sent  # when content last came (first: the request sent)
-                first = gap = -1.0
-                seen = 0
-                async for data in chunks:
-                    arrived = clock()
-                    for item in assembler.feed(decoder.feed(data)):
+            codec = self._codec
+            body, headers = await self._prepared(request, stream=True)
+            session, gate = self._http()
+            answer: Mapping[str, str] | None = None
+            stalling = request.stall_ms is not None
+            try:
+                async with open_stream(
+                    session,
+                    codec.endpoint,
+                    "POST",
+                    codec.url,
+                    deadline=Deadline.after_ms(request.timeout_ms, request.stall_ms),
+                    body=body,
+                    headers=headers,
+                    inflight=self._inflight,
+                    gate=gate,
+                ) as chunks:
+                    answer = chunks.headers
+                    # made once the connection is had: a turn waiting for one holds less
+                    decoder = codec.stream_decoder()
+                    assembler = codec.assembler(deltas=deltas)
+                    clock = asyncio.get_running_loop().time
+                    pace = _Pace(chunks.sent)
+                    async for data in chunks:
+                        arrived = clock()
+                        for item in assembler.feed(decoder.feed(data)):
+                            yield item
+                        pieces = assembler.pieces
+                        if pieces != pace.seen:  # content came, not only keep-alives
+                            pace.came(pieces, arrived)
+                            if stalling:
+                                chunks.fresh(pieces, arrived)
+                        if assembler.finished:
+                            # The answer is whole: what follows cannot change it, nor
+                            # a far end holding the body open make the caller wait.
+                            await drain(chunks, DRAIN_S)
+                            break
+                if not assembler.finished:
+                    for item in assembler.feed(decoder.feed(b"")):
                         yield item
-                    pieces = assembler.pieces
-                    if pieces != seen:  # content came in this chunk, not only keep-alives
-                        seen = pieces
-                        if first < 0:
-                            first = arrived - last
-                        elif arrived - last > gap:
-                            gap = arrived - last
-                        last = arrived
-                        if stalling:
-                            chunks.fresh(pieces, arrived)
-                    if assembler.finished:
-                        # The answer is whole: what follows cannot change it, nor
-                        # a far end holding the body open make the caller wait.
-                        await drain(chunks, DRAIN_S)
-                        break
-            if not assembler.finished:
-                for item in assembler.feed(decoder.feed(b"")):
-                    yield item
-            result = assembler.result()
-            _check_usage(result, codec.endpoint)
-            if codec.endpoint.headers is not NO_HEADERS:
-                shown = self._header_rule(session, headers, codec.url)
-                result = _with_headers(result, codec.endpoint, chunks.headers, shown)
-            if first >= 0:
-                result = msgspec.structs.replace(
-                    result,
-                    first_chunk_ms=first * 1000,
-                    longest_gap_ms=gap * 1000 if gap >= 0 else None,
-                )
-        except LLMError as exc:
-            _answered_in(exc, codec.endpoint, answer)
-            withhold(exc, session, headers, codec.url)  # the answer's headers too
-            if self._closed:  # the close cut the turn: that is the news, not the cut
-                raise LLMClosed(codec.endpoint.label) from exc
-            raise
-        yield result
+                result = assembler.result()
+                _check_usage(result, codec.endpoint)
+                if codec.endpoint.headers is not NO_HEADERS:
+                    shown = self._header_rule(session, headers, codec.url)
+                    result = _with_headers(result, codec.endpoint, chunks.headers, shown)
+                result = pace.shown(result)
+            except LLMError as exc:
+                _answered_in(exc, codec.endpoint, answer)
+                withhold(exc, session, headers, codec.url)  # the answer's headers too
+                if self._closed:  # the close cut the turn: that is the news, not the cut
+                    raise LLMClosed(codec.endpoint.label) from exc
+                raise
+            yield result
+        except asyncio.CancelledError:
+            # ended by Stream.aclose from another task (not a cancellation of the reader's)
+            if not hold.closed or hold.uncancel():
+                raise
+        finally:
+            hold.ended()
 
     async def aclose(self) -> None:
         """Close the provider's sessions, on every loop it was used from (a
@@ -603,6 +600,112 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._closed = True
         cut(self._inflight)
         await self._sessions.aclose()
+
+
+class _Pace:
+    """When a stream's content came: the Response's ``first_chunk_ms`` (from
+    the request sent) and ``longest_gap_ms`` (between content chunks)."""
+
+    __slots__ = ("first", "gap", "last", "seen")
+
+    def __init__(self, sent: float) -> None:
+        self.last = sent
+        self.first = self.gap = -1.0
+        self.seen = 0  # the assembler's pieces when content last came
+
+    def came(self, pieces: int, arrived: float) -> None:
+        self.seen = pieces
+        waited = arrived - self.last
+        if self.first < 0:
+            self.first = waited
+        elif waited > self.gap:
+            self.gap = waited
+        self.last = arrived
+
+    def shown(self, response: Response) -> Response:
+        if self.first < 0:
+            return response
+        gap = self.gap * 1000 if self.gap >= 0 else None
+        return msgspec.structs.replace(
+            response, first_chunk_ms=self.first * 1000, longest_gap_ms=gap
+        )
+
+
+class _Hold:
+    """What a stream's closer reaches from another task: the task reading it,
+    whether the closer ended it, and the closer's wait for its end."""
+
+    __slots__ = ("_cancelling", "_done", "closed", "task")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None
+        self.closed = False
+        self._done: asyncio.Event | None = None
+        self._cancelling = 0
+
+    def close(self) -> asyncio.Event:
+        """End the reader's wait: its task is cancelled, the pump takes that
+        cancellation back and ends quietly. The event is set at its end."""
+        task = self.task
+        assert task is not None
+        self.closed = True
+        self._cancelling = task.cancelling()
+        done = self._done = asyncio.Event()
+        task.cancel()
+        return done
+
+    def uncancel(self) -> bool:
+        """Take back the closer's cancellation; whether another is pending."""
+        assert self.task is not None
+        return self.task.uncancel() > self._cancelling
+
+    def ended(self) -> None:
+        if self._done is not None:
+            self._done.set()
+
+
+class Stream(AsyncGenerator[StreamItem, None]):
+    """What :meth:`HTTPProvider.stream` returns: the turn's async generator,
+    which any task may close.
+
+    Closed between items (by its reader or any task), it ends as an async
+    generator does. Closed by another task while its reader waits inside it
+    (for a connection, the head, or the next bytes), the wait ends at once:
+    the response is let go (its connection closed, the half-read body never
+    handed on), the reader's loop ends with no further item, and ``aclose``
+    returns once that is done. Cancelling the reader's task instead ends the
+    turn the same way, the cancellation reaching the reader. Items pass
+    straight through: reading costs what the generator costs.
+    """
+
+    __slots__ = ("_hold", "_items")
+
+    def __init__(self, items: AsyncGenerator[StreamItem, None], hold: _Hold) -> None:
+        self._items = items
+        self._hold = hold
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    def __anext__(self) -> Coroutine[Any, Any, StreamItem]:
+        return self._items.__anext__()
+
+    def asend(self, value: None) -> Coroutine[Any, Any, StreamItem]:
+        return self._items.asend(value)
+
+    def athrow(self, *args: Any) -> Coroutine[Any, Any, StreamItem]:
+        return self._items.athrow(*args)
+
+    async def aclose(self) -> None:
+        hold = self._hold
+        if (
+            not self._items.ag_running  # type: ignore[attr-defined]
+            or hold.task is None
+            or hold.task is asyncio.current_task()
+        ):
+            await self._items.aclose()
+            return
+        await hold.close().wait()
 
 
 _SHOWN_RULES_KEPT: Final = 8
