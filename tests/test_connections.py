@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 from anthropic_fake import frame
 from fake_ollama import chunk, final, merged
-from loopback import serve
+from loopback import serve, serve_raw
 
 from vaelii_llm import Message, Request, Response, TextBlock
 from vaelii_llm._transport.sessions import create_session
@@ -523,3 +523,67 @@ async def test_a_failed_turn_gives_its_connection_back() -> None:
             checked_in(provider)
         finally:
             await provider.aclose()
+
+
+# --- a kept connection the far end closed ------------------------------------------------
+
+
+def closing_after_each_answer(body: bytes, content_type: str, record: Counting) -> Any:
+    """A raw far end that answers one request per connection, with its length
+    and no ``Connection: close``, and then closes the connection, as a server
+    dropping an idle kept-alive connection does: the close reaches the client
+    just after the answer, before the loop has seen it."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        record.ports.append(writer.get_extra_info("peername")[1])
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
+            % (content_type.encode(), len(body), body)
+        )
+        await writer.drain()
+        writer.close()
+
+    return handle
+
+
+@pytest.mark.parametrize("wire", sorted(WIRES))
+async def test_a_kept_connection_the_far_end_closed_is_never_sent_on(wire: str) -> None:
+    """Forty streamed turns in a row, each straight after the last, against a
+    far end that closes every connection after its answer: every turn is
+    answered, each on a fresh connection (the closed one is seen before
+    anything is sent on it; nothing is retried)."""
+    body, content_type, make = WIRES[wire]
+    record = Counting()
+    async with serve_raw(closing_after_each_answer(body, content_type, record)) as url:
+        provider = make(url, 1)
+        try:
+            for _ in range(40):
+                assert text(await streamed(provider)) == ANSWER
+            checked_in(provider)
+        finally:
+            await provider.aclose()
+    assert len(record.ports) == len(set(record.ports)) == 40
+
+
+async def test_a_whole_turn_after_a_closed_kept_connection_takes_a_fresh_one() -> None:
+    record = Counting()
+    whole_body = json.dumps(merged([*(chunk(p) for p in PIECES), final()])).encode()
+    async with serve_raw(closing_after_each_answer(whole_body, "application/json", record)) as url:
+        provider = ollama.provider(host=url, max_connections=1)
+        try:
+            for _ in range(40):
+                assert text(await provider.complete(ask())) == ANSWER
+            checked_in(provider)
+        finally:
+            await provider.aclose()
+    assert len(record.ports) == len(set(record.ports)) == 40

@@ -13,10 +13,11 @@ queues a gated turn (it would count the wait against the connect bound).
 from __future__ import annotations
 
 import asyncio
+import select
 import weakref
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import suppress
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 
@@ -73,13 +74,69 @@ def create_session(
             sock_read=None,
             sock_connect=None,
         ),
-        connector=aiohttp.TCPConnector(
+        connector=_FreshConnector(
             limit=0,
             limit_per_host=0 if gated else network.max_connections,
             ssl=_session_ssl(network.ssl),
         ),
         proxy=network.proxy or (env_proxy(url) if url is not None else None),
     )
+
+
+class _FreshConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, which never hands out a kept connection its far
+    end has already closed.
+
+    A server drops an idle kept-alive connection when it likes (its own idle
+    timeout, a request limit, a restart), and the close can be waiting in
+    the kernel, not yet seen by the loop, when the next turn takes that
+    connection: the turn was then written into a closed socket and failed
+    :class:`LLMUnreachable` ("closed the connection before answering", or
+    "can not write request body"). Here the kept connection next in line is
+    checked before anything is sent on it: an idle connection has nothing
+    to read, so one that is readable (the far end's close, or bytes it had no
+    reason to send) is closed and the next one, or a fresh connection, is
+    used. This is not a retry of the turn: the request was never sent on the
+    closed connection. A connection that fails after the request was sent
+    is not retried (the far end may have read it); it fails the turn as before.
+    It reads aiohttp's idle list (``_conns``) and wraps its ``_get``: both
+    private, so ``tests/test_connections.py`` drives it against a far end
+    that closes every connection after its answer. Where ``select.poll`` is
+    missing (Windows) nothing is checked.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        # One poll set per connector (so per loop): it holds one fd at a time.
+        self._readable = select.poll() if hasattr(select, "poll") else None
+
+    async def _get(self, key: Any, traces: list[Any]) -> Any:
+        kept = self._conns.get(key)  # aiohttp's idle connections for the host, oldest first
+        readable = self._readable
+        if kept and readable is not None:
+            for proto, _since in kept:
+                if not _closed_by_far_end(proto, readable):
+                    break
+                proto.close()  # aiohttp's own _get now passes it over
+        return await super()._get(key, traces)
+
+
+def _closed_by_far_end(proto: Any, readable: select.poll) -> bool:
+    """Whether an idle kept connection has anything to read (no wait)."""
+    transport = proto.transport
+    if transport is None or transport.is_closing():
+        return False  # aiohttp passes it over itself
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    fd = sock.fileno()
+    if fd < 0:
+        return False
+    readable.register(fd, select.POLLIN)
+    try:
+        return bool(readable.poll(0))
+    finally:
+        readable.unregister(fd)
 
 
 class Gate:
