@@ -210,12 +210,17 @@ class _Boundary:
         "received",
         "response",
         "sent",
-        "sent_at",
         "stall_at",
         "until",
     )
 
-    def __init__(self, endpoint: Endpoint, deadline: Deadline, sent: _SentTo | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        deadline: Deadline,
+        sent: _SentTo | None = None,
+        sent_at: float | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.deadline = deadline
         self.sent = sent
@@ -225,9 +230,10 @@ class _Boundary:
         self.until = deadline.when  # what a wait is bounded by: the deadline, or a stall first
         self.stall_at = _NEVER
         self.contents = 0  # content pieces so far, for a stall's message
-        self.sent_at = now = asyncio.get_running_loop().time()  # the request about to go
-        if deadline.stall_ms is not None:  # counted from the request being sent
-            self.stall_at = now + deadline.stall_s
+        if deadline.stall_ms is not None:  # counted from the request being sent (now)
+            if sent_at is None:
+                sent_at = asyncio.get_running_loop().time()
+            self.stall_at = sent_at + deadline.stall_s
             self.until = min(deadline.when, self.stall_at)
 
     def __enter__(self) -> _Boundary:

@@ -183,6 +183,7 @@ class _Stream:
         "_gate",
         "_inflight",
         "_response",
+        "_sent",
         "_when",
     )
 
@@ -212,7 +213,8 @@ class _Stream:
         if gate is not None:
             await gate.take(endpoint, deadline)
         try:
-            boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url))
+            self._sent = now = asyncio.get_running_loop().time()
+            boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url), now)
             with boundary:
                 response = boundary.response = await session.request(
                     method, url, data=body, headers=sent, allow_redirects=False
@@ -284,7 +286,7 @@ class _Stream:
     @property
     def sent(self) -> float:
         """When the request was sent (the loop's clock; inside the block)."""
-        return self._boundary.sent_at
+        return self._sent
 
     def ended(self) -> bool:
         """Whether the body's end has arrived, what is buffered before it read
