@@ -102,4 +102,8 @@ def test_a_huge_failure_report_is_cut(child: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "characters of this report cut" in out
-    assert len(out) < 2 * MAX_REPORT_CHARS
+    # Shown once in the failures and, where pytest does not shorten the short
+    # summary (CI=true), once more there: each showing bounded.
+    shown = out.count("characters of this report cut")
+    assert shown in (1, 2)
+    assert len(out) < (shown + 1) * MAX_REPORT_CHARS

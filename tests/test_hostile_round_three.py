@@ -491,7 +491,7 @@ async def test_the_http_start_timeout_bounds_the_whole_start() -> None:
     15.1 s (each request bounded, not the start)."""
     began = time.monotonic()
     async with serve(mcp_http_fake.app(pages=10, page_delay=1.0)) as url:
-        with pytest.raises(McpServerError, match="did not start and list its tools in 2 s"):
+        with pytest.raises(McpServerError, match="did not answer and list its tools in 2 s"):
             async with McpToolset.http(f"{url}/mcp", start_timeout=2):
                 pass
     took = time.monotonic() - began
