@@ -7,7 +7,9 @@ its response is let go (read to its end: kept for the next turn; anything
 else: closed). Waiting at the gate counts against the turn's deadline and,
 when it is what ran out, is :class:`LLMTimeout` with phase ``connection``:
 the turn was never sent, the far end was not slow. aiohttp's connector never
-queues a gated turn (it would count the wait against the connect bound).
+queues a gated turn (it would count the wait against the connect bound), and
+never hands a turn a kept connection its far end has already closed
+(:class:`_FreshConnector`).
 """
 
 from __future__ import annotations
