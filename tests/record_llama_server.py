@@ -2,8 +2,9 @@
 
 ``python tests/record_llama_server.py`` starts the ``real`` lane's server
 (``tests/llama_server.py``), sends each case of :data:`CASES` as raw HTTP on
-both wires (the tool-call cases of :data:`TOOL_CASES` on a second server
-with the tool template), and writes what came back, byte for byte, with the server's
+each wire it serves (Chat Completions, the Messages API, Responses; the
+tool-call cases of :data:`TOOL_CASES` on a second server with the tool
+template), and writes what came back, byte for byte, with the server's
 version and command, to ``tests/recorded/llama_server.json``.
 ``tests/test_recorded_real.py`` replays it on loopback. Run it again when the
 pinned server version changes.
@@ -132,6 +133,14 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "openai-image": ("/v1/chat/completions", {"max_tokens": 20, "messages": IMAGE}),
     "anthropic-text": ("/v1/messages", {"max_tokens": 40, "messages": USER}),
     "anthropic-max-tokens": ("/v1/messages", {"max_tokens": 5, "messages": USER}),
+    "responses-text": (
+        "/v1/responses",
+        {"max_output_tokens": 40, "input": "Name three colours.", "store": False},
+    ),
+    "responses-max-tokens": (
+        "/v1/responses",
+        {"max_output_tokens": 5, "input": "Name three colours.", "store": False},
+    ),
 }
 
 

@@ -229,7 +229,8 @@ def test_vote_runs_on_the_stub_with_a_progress_line_per_turn() -> None:
     lines = run_example("vote")
     assert lines[0] == (
         "answering: the scripted stub, not a model "
-        "(a pool spreads over a model backend (ollama, anthropic, openai), not 'stub')"
+        "(a pool spreads over a model backend (ollama, anthropic, openai, openai-responses), "
+        "not 'stub')"
     )
     assert lines[1].startswith("voting over 2 provider token(s)")
     assert [line.split(":")[0] for line in lines[2:5]] == ["  1/3 in", "  2/3 in", "  3/3 in"]

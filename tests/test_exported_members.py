@@ -58,6 +58,9 @@ EXPORTS: dict[str, str] = {
         "generation_provider provider supports_tools unavailable_reason version warm"
     ),
     "vaelii_llm.providers.openai": "OpenAIProvider available models provider unavailable_reason",
+    "vaelii_llm.providers.openai_responses": (
+        "OpenAIResponsesProvider available models provider unavailable_reason"
+    ),
     "vaelii_llm.providers.stub": "StubProvider available provider",
     "vaelii_llm.telemetry": "disable enable enabled",
     "vaelii_llm.tools": (

@@ -23,6 +23,7 @@ from anthropic_fake import FakeMessagesAPI, generate
 from deltas_check import input_json
 from fake_ollama import FakeOllama, chunk, final, tool_call
 from fake_openai import FakeOpenAI, random_turn, transcript
+from fake_openai_responses import FakeResponses
 from loopback import serve
 
 from vaelii_llm._protocol import (
@@ -41,10 +42,10 @@ from vaelii_llm._protocol import (
 )
 from vaelii_llm._transport.settings import USER_AGENT
 from vaelii_llm.errors import LLMClosed, LLMTimeout
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm.providers import anthropic, ollama, openai, openai_responses
 from vaelii_llm.providers._http import HTTPProvider
 
-BACKENDS = ["ollama", "anthropic", "openai"]
+BACKENDS = ["ollama", "anthropic", "openai", "openai-responses"]
 DELTAS = get_args(Delta)
 
 
@@ -75,6 +76,14 @@ async def backend(
                 yield p, lambda: [ua for _, ua in fake.user_agents]
         finally:
             await fake.stop()
+        return
+    if kind == "openai-responses":
+        responses = await FakeResponses().start()
+        try:
+            async with openai_responses.provider(base_url=responses.base_url, headers=headers) as p:
+                yield p, lambda: [h.get("User-Agent") for h in responses.headers]
+        finally:
+            await responses.stop()
         return
     if kind == "openai":
         chat = transcript(random_turn(random.Random(seed), calls=1))
@@ -255,6 +264,8 @@ async def stalled(kind: str) -> AsyncIterator[tuple[HTTPProvider[Any, Any], asyn
             if kind == "ollama"
             else openai.provider(base_url=url)
             if kind == "openai"
+            else openai_responses.provider(base_url=url)
+            if kind == "openai-responses"
             else anthropic.provider(credential="sk-test", base_url=url)
         )
         async with built as p:

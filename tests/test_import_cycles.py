@@ -45,7 +45,9 @@ DYNAMIC: dict[str, Callable[[], frozenset[str]]] = {
     # the host list's reader and default host a record points at
     "vaelii_llm.providers._hosts": lambda: _record_modules("read_host", "default_host"),
     # the status lines, tools check and missing-model check a record points at
-    "vaelii_llm.cli": lambda: _record_modules("status_lines", "cannot_call_tools", "missing_model"),
+    "vaelii_llm.cli": lambda: _record_modules(
+        "status_lines", "cannot_call_tools", "drops_tools", "missing_model"
+    ),
     # the modules that declare the engine's ops
     "vaelii_llm.kb._ops": lambda: frozenset(_ops.OP_MODULES),
 }

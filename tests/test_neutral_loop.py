@@ -4,7 +4,8 @@ The loop below knows no vendor: it branches on ``stop_reason``, runs every
 ``tool_use`` block through a :class:`~vaelii_llm.tools.Toolset` on the sample
 KB, echoes the assistant's content and sends :class:`ToolResultBlock` s back.
 It runs on the stub, on a loopback Ollama, on a loopback Messages API and on a
-loopback Chat Completions server (written as vLLM writes it), each chosen by
+loopback Chat Completions server (written as vLLM writes it) and on a loopback
+Responses API, each chosen by
 ``providers.provider(kind, ...)`` with the same options, and by ``complete``,
 by ``stream`` and by ``stream(deltas=True)``.
 
@@ -28,6 +29,8 @@ from deltas_check import assert_deltas_make_the_blocks
 from fake_ollama import FakeOllama, chunk, final, tool_call
 from fake_openai import Call, FakeOpenAI, Turn, split, transcript
 from fake_openai import Transcript as ChatTranscript
+from fake_openai_responses import FakeResponses, Item
+from fake_openai_responses import Turn as ResponsesTurn
 from loopback import serve
 from messages_transcripts import message
 from messages_transcripts import transcript as messages_of
@@ -203,11 +206,37 @@ def chat_script(body: dict[str, Any]) -> ChatTranscript:
     return transcript(Turn(text=split(rng, text, 6), finish_reason="stop"))
 
 
+def responses_script(body: dict[str, Any]) -> ResponsesTurn:
+    """The Responses API turns: encrypted reasoning and two function calls
+    whose arguments come in pieces, then, once their outputs come back (after
+    the reasoning item and the calls, echoed in order), the answer in pieces."""
+    import random
+
+    items = body["input"]
+    rng = random.Random(len(items))
+    sent = [i for i in items if i.get("type") == "function_call_output"]
+    if not sent:
+        calls = [
+            Item("function_call", split(rng, json.dumps(args), 5), name=name, call_id=f"call_{n}")
+            for n, (name, args) in enumerate(CALLS)
+        ]
+        reasoning = Item("reasoning", parts=[["Two ", "lookups."]], encrypted="gAAA-neutral")
+        return ResponsesTurn(items=[reasoning, *calls])
+    echoed = [i for i in items if i.get("type") in ("reasoning", "function_call")]
+    assert [i["type"] for i in echoed] == ["reasoning", "function_call", "function_call"]
+    assert echoed[0]["encrypted_content"] == "gAAA-neutral"
+    assert [i["call_id"] for i in echoed[1:]] == [i["call_id"] for i in sent]
+    assert [i["name"] for i in echoed[1:]] == [n for n, _ in CALLS]
+    text = answer_from([i["output"] for i in sent])
+    return ResponsesTurn(items=[Item("message", split(rng, text, 6))])
+
+
 @asynccontextmanager
 async def far_ends() -> AsyncIterator[dict[str, Any]]:
     """The options one ``providers.provider`` call takes for every kind."""
     ollama = await FakeOllama(script=ollama_script).start()
     chat = await FakeOpenAI(script=chat_script).start()
+    responses = await FakeResponses(script=responses_script).start()
     stub_end = StubFarEnd()
     try:
         async with serve(MessagesFarEnd().app()) as api_url:
@@ -219,14 +248,16 @@ async def far_ends() -> AsyncIterator[dict[str, Any]]:
                 "stub": stub_end.opts(),
                 "_stub_end": stub_end,
                 "_chat_url": chat.base_url,
+                "_responses_url": responses.base_url,
             }
     finally:
         await ollama.stop()
         await chat.stop()
+        await responses.stop()
 
 
 @pytest.mark.parametrize("mode", ["complete", "stream", "deltas"])
-@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic", "openai"])
+@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic", "openai", "openai-responses"])
 async def test_one_loop_runs_unchanged_on_every_backend(
     kind: str, mode: Mode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,10 +269,14 @@ async def test_one_loop_runs_unchanged_on_every_backend(
     async with far_ends() as opts:
         stub_end: StubFarEnd = opts.pop("_stub_end")
         chat_url = opts.pop("_chat_url")
+        responses_url = opts.pop("_responses_url")
         if kind == "openai":  # base_url is both the Messages API's option and this one's
             opts["base_url"] = chat_url
+        if kind == "openai-responses":
+            opts["base_url"] = responses_url
         model = await providers.provider(kind, **opts)
-        assert type(model).__module__.startswith(f"vaelii_llm.providers.{kind}"), "fell back"
+        module = f"vaelii_llm.providers.{kind.replace('-', '_')}"
+        assert type(model).__module__.startswith(module), "fell back"
         stub_end.model = model
         async with model:
             response, messages = await tool_loop(model, toolset, QUESTION, mode)

@@ -523,6 +523,7 @@ def no_anthropic_env(monkeypatch: pytest.MonkeyPatch) -> None:
         ("ollama", "Hello! How are you today?"),
         ("anthropic", "ANTHROPIC"),
         ("openai", "Hello! How are you today?"),
+        ("openai-responses", "Hello! How can I help?"),
     ],
 )
 async def test_one_call_serves_whichever_kind_the_environment_names(
@@ -531,12 +532,14 @@ async def test_one_call_serves_whichever_kind_the_environment_names(
     from anthropic_fake import FakeMessagesAPI, generate
     from fake_ollama import FakeOllama
     from fake_openai import FakeOpenAI
+    from fake_openai_responses import FakeResponses
     from loopback import serve
 
     transcript = generate(random.Random(5), kinds=["text"], stop_reason="end_turn")
     transcript.message["content"] = [{"type": "text", "text": "ANTHROPIC"}]
     ollama_host = await FakeOllama().start()
     chat = await FakeOpenAI().start()
+    responses = await FakeResponses().start()
     try:
         async with serve(FakeMessagesAPI(transcript=transcript).app()) as api_url:
             monkeypatch.setenv("VAELII_LLM_PROVIDER", kind)
@@ -544,7 +547,9 @@ async def test_one_call_serves_whichever_kind_the_environment_names(
                 "host": ollama_host.url,
                 "credential": SECRET,
                 # base_url is the Messages API's and the Chat Completions API's option both
-                "base_url": chat.base_url if kind == "openai" else api_url,
+                "base_url": {"openai": chat.base_url, "openai-responses": responses.base_url}.get(
+                    kind, api_url
+                ),
                 "api_key": SECRET,
                 "stub": {"default": "the stub"},
             }
@@ -557,10 +562,11 @@ async def test_one_call_serves_whichever_kind_the_environment_names(
     finally:
         await ollama_host.stop()
         await chat.stop()
+        await responses.stop()
 
 
 @pytest.mark.usefixtures("no_anthropic_env")
-@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic", "openai"])
+@pytest.mark.parametrize("kind", ["stub", "ollama", "anthropic", "openai", "openai-responses"])
 async def test_the_same_call_falls_back_to_the_stub_when_the_kind_cannot_answer(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, kind: str
 ) -> None:

@@ -3,8 +3,9 @@ suite reads what a far end nobody here wrote sent (recorded by
 ``tests/record_llama_server.py``; the server's version and command are in
 the recording). Each answer is checked against an oracle read from the
 recorded JSON here, by hand: text, stop reason, usage in ``Usage``'s one
-meaning, the whole answer equal to the streamed one, a refusal typed, and a
-real tool call (from the server run with the tool template) on each wire."""
+meaning, the whole answer equal to the streamed one on each of its three wires
+(Chat Completions, the Messages API, Responses), a refusal typed, and a real
+tool call (from the server run with the tool template) on the first two."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from loopback import serve
 
 from vaelii_llm import ImageBlock, Message, Request, Response, TextBlock, ToolUseBlock, kb, tools
 from vaelii_llm.errors import LLMApiError
-from vaelii_llm.providers import anthropic, openai
+from vaelii_llm.providers import anthropic, openai, openai_responses
 
 RECORDED = json.loads((Path(__file__).parent / "recorded" / "llama_server.json").read_text())
 CASES: dict[str, dict[str, Any]] = RECORDED["cases"]
@@ -38,6 +39,11 @@ def _replaying(case: dict[str, Any]) -> web.Application:
 
 def _request(case: dict[str, Any]) -> Request:
     asked = case["request"]
+    if "input" in asked:  # the Responses wire: the question as its input
+        return Request(
+            messages=[Message(role="user", content=asked["input"])],
+            max_tokens=asked["max_output_tokens"],
+        )
     content: str | list[Any] = asked["messages"][0]["content"]
     if not isinstance(content, str):  # the image case: the picture the recorder sent, then words
         content = [ImageBlock.from_path(PNG), TextBlock(text=content[-1]["text"])]
@@ -63,6 +69,28 @@ def _frames(body: str) -> list[dict[str, Any]]:
 def _expected(name: str) -> tuple[str, str, int, int]:
     """Text, the far end's stop word, input and output tokens, by hand from the bytes."""
     case = CASES[name]
+    if name.startswith("responses"):
+        if name.endswith("-stream"):
+            frames = _frames(case["body"])
+            text = "".join(f["delta"] for f in frames if f["type"] == "response.output_text.delta")
+            whole = next(
+                f["response"]
+                for f in frames
+                if f["type"] in ("response.completed", "response.incomplete")
+            )
+        else:
+            whole = json.loads(case["body"])
+            text = "".join(
+                part["text"]
+                for item in whole["output"]
+                if item["type"] == "message"
+                for part in item["content"]
+                if part["type"] == "output_text"
+            )
+        reason = (whole.get("incomplete_details") or {}).get("reason")
+        stop = "max_tokens" if reason == "max_output_tokens" else whole["status"]
+        usage = whole["usage"]
+        return text, stop, usage["input_tokens"], usage["output_tokens"]
     if name.startswith("openai"):
         if name.endswith("-stream"):
             frames = _frames(case["body"])
@@ -102,6 +130,8 @@ def _expected(name: str) -> tuple[str, str, int, int]:
 
 
 def _provider(name: str, base: str) -> Any:
+    if name.startswith("responses"):
+        return openai_responses.provider(base_url=base + "/v1", model="smollm2")
     if name.startswith("openai"):
         return openai.provider(base_url=base + "/v1", model="smollm2")
     return anthropic.provider(base_url=base, credential="sk-none", model="smollm2")
@@ -125,7 +155,7 @@ ANSWERED = sorted(name for name, case in CASES.items() if case["status"] == 200)
 def test_the_recording_names_its_server_and_holds_every_case() -> None:
     assert RECORDED["server"].startswith("version: ")
     assert "--temp 0" in RECORDED["command"]
-    assert len(ANSWERED) == 10
+    assert len(ANSWERED) == 14  # 3 wires: text and max tokens, whole and streamed; format
 
 
 @pytest.mark.parametrize("name", ANSWERED)

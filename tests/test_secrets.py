@@ -26,7 +26,7 @@ from vaelii_llm import cli, errors
 from vaelii_llm._protocol import Message, Request
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.settings import Deadline, Endpoint, Network
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm.providers import anthropic, ollama, openai, openai_responses
 
 KEY = "sk-ant-api03-K9v2QmZt7LwR4pXsH3jN8cYb"
 TOKEN = "gw-tok-Fq6Wd1Zr9Tk3Mv5Bn8Ls"
@@ -142,6 +142,13 @@ ERROR_EVENT = {
         'data: {{"error":{{"message":"bad key {secret}","type":"invalid_request_error"}}}}\n\n',
     ),
     "ollama": ("application/x-ndjson", '{{"error":"bad key {secret}"}}\n'),
+    "openai-responses": (
+        "text/event-stream",
+        (
+            'event: error\ndata: {{"type":"error","code":"invalid_api_key",'
+            '"message":"bad key {secret}","param":null}}\n\n'
+        ),
+    ),
 }
 
 
@@ -150,6 +157,8 @@ def built(kind: str, url: str) -> Any:
         return anthropic.provider(credential=KEY, base_url=url)
     if kind == "openai":
         return openai.provider(base_url=url, api_key=KEY, model="m")
+    if kind == "openai-responses":
+        return openai_responses.provider(base_url=url, api_key=KEY, model="m")
     return ollama.provider(host=url, model="m", headers={"Authorization": f"Bearer {TOKEN}"})
 
 

@@ -82,7 +82,10 @@ class Backend:
     when the list is unset (unset: none); ``status_lines(ready)``, an async
     iterator of lines, is what ``vaelii-llm status`` prints after its why-line;
     ``async cannot_call_tools() -> str | None`` says why the configured model
-    cannot take tools, before ``ask`` sends them (unset: trusted);
+    cannot take tools, before ``ask`` sends them, which it then refuses (unset:
+    trusted); ``async drops_tools() -> str | None`` says why the configured
+    server would drop them without a word, which ``ask`` says once before the
+    turn, the model answering still (unset: trusted);
     ``async missing_model(host) -> str | None`` says why a pool host that
     answers its probe still cannot answer a vote's turn (unset: it can).
     """
@@ -99,6 +102,7 @@ class Backend:
     default_host: str | None = None
     status_lines: str | None = None
     cannot_call_tools: str | None = None
+    drops_tools: str | None = None
     missing_model: str | None = None
     names: frozenset[str] = field(init=False, repr=False, compare=False)
     _by_entry: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)
@@ -146,6 +150,7 @@ class Backend:
             self.default_host,
             self.status_lines,
             self.cannot_call_tools,
+            self.drops_tools,
             self.missing_model,
         )
         return tuple(ref for ref in found if ref is not None)
@@ -181,6 +186,32 @@ OLLAMA_WARM_TIMEOUT_MS: Final = 300_000
 of a 30B model from disk can take minutes. Held here, in the record, so the
 option's default and the function's are one fact
 (:data:`vaelii_llm.providers.ollama._probes.WARM_TIMEOUT_MS` is this)."""
+
+
+def _openai_server_options(*own: Option) -> tuple[Option, ...]:
+    """An OpenAI-compatible server's options, a wire's ``own`` among them."""
+    return (
+        Option("base_url", "str | None", None, ("provider", "available")),
+        Option("api_key", "str | None", None, ("provider", "available")),
+        Option("model", "str | None", None, ("provider",)),
+        Option("headers", "Mapping[str, str] | None", None, ("provider", "available")),
+        *own,
+        *_network(("provider", "available"), ("provider",)),
+    )
+
+
+_OPENAI_SERVER: Final[dict[str, str]] = {
+    "host_switch": "OPENAI_BASE_URL",
+    "hosts_switch": "VAELII_OPENAI_HOSTS",
+    "model_switch": "VAELII_OPENAI_MODEL",
+    "key_switch": "OPENAI_API_KEY",
+    "host_option": "base_url",
+    "read_host": "vaelii_llm.providers._hosts:normalize_base_url",
+    "default_host": "vaelii_llm.config:openai_base_url",
+    "status_lines": "vaelii_llm.providers.openai._status:status_lines",
+    "drops_tools": "vaelii_llm.providers.openai._status:drops_tools",
+}
+"""What both wires of an OpenAI-compatible server read: one server, two paths."""
 
 BUILTIN: Final = (
     Backend(STUB, "vaelii_llm.providers.stub"),
@@ -221,28 +252,20 @@ BUILTIN: Final = (
         model_switch="VAELII_ANTHROPIC_MODEL",
         key_switch="ANTHROPIC_API_KEY",
         status_lines="vaelii_llm.providers.anthropic._status:status_lines",
-        cannot_call_tools="vaelii_llm.providers.anthropic._status:cannot_call_tools",
+        drops_tools="vaelii_llm.providers.anthropic._status:drops_tools",
     ),
     Backend(
         "openai",
         "vaelii_llm.providers.openai",
-        (
-            Option("base_url", "str | None", None, ("provider", "available")),
-            Option("api_key", "str | None", None, ("provider", "available")),
-            Option("model", "str | None", None, ("provider",)),
-            Option("headers", "Mapping[str, str] | None", None, ("provider", "available")),
-            Option("max_tokens_field", "str | None", None, ("provider",)),
-            *_network(("provider", "available"), ("provider",)),
-        ),
-        host_switch="OPENAI_BASE_URL",
-        hosts_switch="VAELII_OPENAI_HOSTS",
-        model_switch="VAELII_OPENAI_MODEL",
-        key_switch="OPENAI_API_KEY",
-        host_option="base_url",
-        read_host="vaelii_llm.providers._hosts:normalize_base_url",
-        default_host="vaelii_llm.config:openai_base_url",
-        status_lines="vaelii_llm.providers.openai._status:status_lines",
-        cannot_call_tools="vaelii_llm.providers.openai._status:cannot_call_tools",
+        _openai_server_options(Option("max_tokens_field", "str | None", None, ("provider",))),
+        **_OPENAI_SERVER,
+    ),
+    Backend(
+        # The OpenAI backend's server on another path: its switches, probe and status.
+        "openai-responses",
+        "vaelii_llm.providers.openai_responses",
+        _openai_server_options(Option("store", "bool | None", None, ("provider",))),
+        **_OPENAI_SERVER,
     ),
 )
 """The built-in kinds, in the order the configuration table lists them."""

@@ -579,13 +579,11 @@ class RedisSlots:
         closed while the check waited."""
 
         async def run(keys: list[str], args: list[str | int]) -> Any:
-            # on the client as it is now: one it did not expect is made again
-            script = self._redis().register_script(AGREE)
             try:
-                return await self._call(script(keys=keys, args=args))
+                return await self._call(self._once(("EVAL", AGREE, len(keys), *keys, *args)))
             except LLMUnreachable as exc:
                 if isinstance(exc.__cause__, NoScriptError):
-                    return None  # a Redis that will not run it even once loaded
+                    return None  # a Redis that will not run it
                 raise
 
         try:
@@ -596,6 +594,24 @@ class RedisSlots:
             if self._book.closed and (task is None or not task.cancelling()):
                 raise LLMClosed(POOL_LABEL, waited=True) from None
             raise
+
+    async def _once(self, command: tuple[Any, ...]) -> Any:
+        """``command``'s reply on a connection of its own, made and closed here
+        under one op timeout: as the steps' connection, no client pool between
+        (whose connection a failed handshake may never give back)."""
+        self._redis()
+        assert self._steps is not None
+        conn = self._steps.make_connection()  # type: ignore[no-untyped-call]
+        try:
+            async with asyncio.timeout(OP_TIMEOUT_S):
+                await conn.connect()
+                await conn.send_packed_command(conn.pack_command(*command), False)
+                return await conn.read_response()
+        except TimeoutError as exc:
+            raise RedisConnectionError(f"no answer in {OP_TIMEOUT_S:g} s") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.disconnect(nowait=True)
 
     async def _take_one(self, prefs: str, until: float = math.inf) -> tuple[int, str]:
         asked = self.take(prefs, until)

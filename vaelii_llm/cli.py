@@ -175,8 +175,11 @@ ASK_EPILOG = """exit status:
   6  an MCP server died or hung up during the loop (its later calls were error
      results the model read; the answer is printed, then the reason)
 
-A far end that shows it ignored the tools (fewer input tokens than the tools take)
-is said once on stderr, naming the fix: `tools-ignored: ...`.
+A far end that shows it ignores the tools is said once on stderr, naming the
+fix, and the model still answers (without the knowledge base): `no-tools: ...`
+before the turn when the server says its chat template renders none (llama.cpp's
+/props), else `tools-ignored: ...` when it read fewer input tokens than the
+tools take.
 """
 
 STATUS_EPILOG = f"""exit status:
@@ -412,14 +415,20 @@ async def _ask(
     if on_stub and kind is None and config._read(config._PROVIDER) is None:
         raise _stub_only(_backends.nothing_configured())  # the stub by default, not by choice
     sources = await _kb_toolset(kb_path, kb_too, servers)
+    no_tools: str | None = None
     if not on_stub:
         reason = await providers.unavailable_reason(chosen)
         if reason is not None:
             raise _stub_only(f"{chosen} cannot answer now: {reason}")
-        check = _backends.record(chosen).cannot_call_tools
+        record = _backends.record(chosen)
+        check = record.cannot_call_tools
         refused = None if check is None else await _backends.import_ref(check)()
         if refused is not None:
             raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
+        check = record.drops_tools
+        no_tools = None if check is None else await _backends.import_ref(check)()
+        if no_tools is not None:  # said once, before the turn; the model still answers
+            print(f"no-tools: {no_tools}", file=sys.stderr, flush=True)
     async with AsyncExitStack() as stack:
         if not on_stub:
             with _quiet_fallback():
@@ -436,7 +445,8 @@ async def _ask(
 
         def watch(event: agent.Event) -> None:
             waiting.seen(event)
-            shown(event)
+            if no_tools is None or not isinstance(event, agent.ToolsIgnored):  # said once
+                shown(event)
 
         limits = budgets or {}
         waiting.start()

@@ -160,16 +160,17 @@ _ANTHROPIC_MODEL = Switch(
 _OPENAI_BASE_URL = Switch(
     "OPENAI_BASE_URL",
     "openai_base_url",
-    "a base URL ending where /chat/completions hangs (a local server: http://127.0.0.1:8000/v1)",
+    "a base URL ending where /chat/completions and /responses hang "
+    "(a local server: http://127.0.0.1:8000/v1)",
     DEFAULT_OPENAI_BASE_URL,
-    "The host the OpenAI-compatible (Chat Completions) backend calls.",
+    "The host the OpenAI-compatible backends (Chat Completions, Responses) call.",
 )
 _OPENAI_API_KEY = Switch(
     "OPENAI_API_KEY",
     "openai_api_key",
     "an API key (optional: a local server needs none)",
     None,
-    "The credential sent as Authorization: Bearer to the OpenAI-compatible backend.",
+    "The credential sent as Authorization: Bearer to the OpenAI-compatible backends.",
     secret=True,
 )
 _OPENAI_MODEL = Switch(

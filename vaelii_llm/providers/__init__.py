@@ -276,8 +276,9 @@ async def warm(kind: str | None = None, **opts: Any) -> object:
 
 
 def __getattr__(name: str) -> ModuleType:
-    """``providers.ollama`` and the like import the backend on first touch."""
-    backend = REGISTRY.get(name)
-    if backend is None or not backend.module.startswith(__name__ + "."):
+    """``providers.ollama`` and the like import the backend on first touch
+    (found by its module's name: kind ``openai-responses`` is ``openai_responses``)."""
+    module = f"{__name__}.{name}"
+    if not any(backend.module == module for backend in REGISTRY.values()):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return importlib.import_module(backend.module)
+    return importlib.import_module(module)

@@ -11,7 +11,7 @@ from vaelii_llm import config
 from vaelii_llm.providers._props import no_tools_reason, served_models
 from vaelii_llm.providers.anthropic._encode import DEFAULT_MODEL
 
-__all__ = ["cannot_call_tools", "status_lines"]
+__all__ = ["drops_tools", "status_lines"]
 
 
 async def status_lines(ready: bool) -> AsyncIterator[str]:
@@ -28,7 +28,7 @@ async def status_lines(ready: bool) -> AsyncIterator[str]:
         yield f"served:     {', '.join(served) if served else '(none listed)'}"
 
 
-async def cannot_call_tools() -> str | None:
+async def drops_tools() -> str | None:
     """Why the configured host would drop the tools (a llama.cpp server whose
     template renders none says so at its ``/props``), or None: the hosted API
     has no ``/props`` and is trusted."""

@@ -12,7 +12,7 @@ from vaelii_llm.providers._hosts import DEFAULT_OPENAI_PATH
 from vaelii_llm.providers._props import no_tools_reason
 from vaelii_llm.providers.openai._probes import models
 
-__all__ = ["cannot_call_tools", "status_lines"]
+__all__ = ["drops_tools", "status_lines"]
 
 
 async def status_lines(ready: bool) -> AsyncIterator[str]:
@@ -28,7 +28,7 @@ async def status_lines(ready: bool) -> AsyncIterator[str]:
         yield f"warning:    {chosen!r} is not among the served models"
 
 
-async def cannot_call_tools() -> str | None:
+async def drops_tools() -> str | None:
     """Why the configured server would drop the tools (a llama.cpp server whose
     template renders none says so at its ``/props``, beside its ``/v1``), or None."""
     return await no_tools_reason(config.openai_base_url().removesuffix(DEFAULT_OPENAI_PATH))

@@ -1,0 +1,141 @@
+"""The codec the shared HTTP skeleton drives for ``/responses`` (no I/O here),
+and the options a provider is built from.
+
+The key, the caller's headers, the base URL and its user:password rule are
+the Chat Completions backend's (:mod:`vaelii_llm.providers.openai`): the same
+server, another path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from vaelii_llm import config, errors
+from vaelii_llm._protocol import Request, Response
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._wire.sse import SSEFrames
+from vaelii_llm.providers._http import NetworkOptions
+from vaelii_llm.providers.openai._chat import (
+    HEADERS,
+    refuse_two_authorizations,
+    session_headers,
+)
+from vaelii_llm.providers.openai._key import APIKey
+from vaelii_llm.providers.openai_responses._assemble import (
+    WHOLE_DECODER,
+    EventAssembler,
+    Whole,
+    not_sse,
+    response_of,
+)
+from vaelii_llm.providers.openai_responses._request import (
+    COUNT_PATH,
+    RESPONSES_PATH,
+    responses_body,
+)
+
+__all__ = ["Options", "ResponsesCodec", "endpoint"]
+
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+class Options(NetworkOptions, total=False):
+    """What a provider is built from, each optional (None: unset).
+
+    ``base_url``: default ``OPENAI_BASE_URL``. ``api_key``: default
+    ``OPENAI_API_KEY``; none is fine (a local server). ``model``: default
+    ``VAELII_OPENAI_MODEL``; none sends none. ``headers``: sent on every
+    request (their ``Authorization`` beats the key's), never logged or shown.
+    ``store``: True asks the far end to keep each response (default: it is
+    told not to). ``proxy``, ``ssl``, ``max_connections``, ``session``: as on
+    every HTTP backend (:class:`~vaelii_llm.providers._http.NetworkOptions`).
+    """
+
+    base_url: str | None
+    api_key: str | None
+    model: str | None
+    headers: Mapping[str, str] | None
+    store: bool | None
+
+
+def endpoint(base_url: str) -> Endpoint:
+    """How the server at ``base_url`` is named in messages (a password cut)."""
+    return Endpoint(
+        label=f"the Responses API at {config.hide_userinfo(base_url)}",
+        slug="openai",
+        headers=HEADERS,
+    )
+
+
+class ResponsesCodec:
+    """``/responses`` as the skeleton drives it; also a token counter
+    (``/responses/input_tokens``). Built from :class:`Options`, each resolved
+    here, once."""
+
+    whole_decoder: Final = WHOLE_DECODER
+
+    def __init__(self, options: Options) -> None:
+        unknown = options.keys() - Options.__annotations__.keys()
+        if unknown:  # as a keyword signature refuses it
+            raise TypeError(f"unexpected Responses API option(s): {', '.join(sorted(unknown))}")
+        self.base_url = config.openai_base_url(options.get("base_url"))
+        self.model = config.openai_model(options.get("model"))
+        self.store = bool(options.get("store"))
+        self.endpoint = endpoint(self.base_url)
+        self.url = self.base_url + RESPONSES_PATH
+        self.count_url = self.base_url + COUNT_PATH
+        key = APIKey.of(options.get("api_key"))
+        named_by = "base_url" if options.get("base_url") else "OPENAI_BASE_URL"
+        refuse_two_authorizations(self.base_url, named_by, key, options.get("headers"))
+        self._headers = session_headers(key, options.get("headers"))
+
+    def session_headers(self) -> Mapping[str, str]:
+        return self._headers
+
+    def body(self, request: Request, *, stream: bool) -> bytes:
+        return responses_body(
+            request, model=self.model, store=self.store, stream=stream, label=self.endpoint.label
+        )
+
+    def headers(self, request: Request, *, stream: bool, credential: None) -> None:
+        return None
+
+    def whole(self, parsed: Whole) -> Response:
+        return response_of(parsed, self.endpoint.label)
+
+    def stream_decoder(self) -> SSEFrames:
+        return SSEFrames(self.endpoint.label, not_sse)
+
+    def assembler(self, *, deltas: bool) -> EventAssembler:
+        return EventAssembler(self.endpoint.label, deltas=deltas)
+
+    def count_body(self, request: Request) -> bytes:
+        return responses_body(
+            request,
+            model=self.model,
+            store=False,
+            stream=False,
+            count=True,
+            label=self.endpoint.label,
+        )
+
+    def count_headers(self, request: Request, *, credential: None) -> None:
+        return None
+
+    def count_of(self, parsed: Any) -> int:
+        label = self.endpoint.label
+        if type(parsed) is not dict:
+            raise errors.LLMBadResponse(
+                label, "answered a token count that is no object", _ENCODER.encode(parsed)
+            )
+        if "error" in parsed:
+            raise errors.LLMApiError(label, 200, _ENCODER.encode(parsed).decode())
+        count = parsed.get("input_tokens")
+        if type(count) is not int or count < 0:
+            raise errors.LLMBadResponse(
+                label, "answered a token count with no input_tokens count", _ENCODER.encode(parsed)
+            )
+        return count

@@ -1,0 +1,52 @@
+"""The provider: the shared HTTP skeleton over :class:`ResponsesCodec`, and its factory."""
+
+from __future__ import annotations
+
+from typing import Unpack
+
+from vaelii_llm._wire.sse import Frame
+from vaelii_llm.providers._http import (
+    ClientSession,
+    HTTPProvider,
+    SSLOption,
+    keyword_signature,
+    network,
+)
+from vaelii_llm.providers.openai_responses._assemble import Whole
+from vaelii_llm.providers.openai_responses._codec import Options, ResponsesCodec
+
+__all__ = ["OpenAIResponsesProvider", "provider"]
+
+_ANNOTATION_NAMES = (ClientSession, SSLOption)  # what the option records name
+
+
+class OpenAIResponsesProvider(HTTPProvider[Whole, list[Frame]]):
+    """A provider on one server's Responses API and one model. Build it with :func:`provider`.
+
+    Concurrent turns share the provider's connection pool. ``stream`` releases
+    its HTTP response when the caller stops early; iterate it under
+    ``contextlib.aclosing`` so that happens at once.
+    """
+
+    def __init__(self, **options: Unpack[Options]) -> None:
+        codec = ResponsesCodec(options)
+        self.base_url = codec.base_url
+        self.model = codec.model
+        self.endpoint = codec.endpoint
+        self._shown = codec.endpoint.label.removeprefix("the Responses API at ")
+        super().__init__(codec, network=network(options))
+
+    def __repr__(self) -> str:
+        return f"OpenAIResponsesProvider(base_url={self._shown!r}, model={self.model!r})"
+
+
+def provider(**options: Unpack[Options]) -> OpenAIResponsesProvider:
+    """A provider built from ``options`` (see
+    :class:`~vaelii_llm.providers.openai_responses._codec.Options`: ``base_url``,
+    ``api_key``, ``model``, ``headers``, ``store``). No I/O happens here.
+    Raises :class:`~vaelii_llm.errors.LLMBadCredential` for a key holding a
+    control character."""
+    return OpenAIResponsesProvider(**options)
+
+
+provider.__signature__ = keyword_signature(Options, OpenAIResponsesProvider)  # type: ignore[attr-defined]
