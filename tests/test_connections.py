@@ -2,7 +2,7 @@
 
 Real parts only: loopback aiohttp servers that count the connections they are
 reached on (by the client's port) and hold answers until the test lets them go,
-and the Ollama, Messages API and Chat Completions providers. Every assertion
+and the Ollama, Messages API, Chat Completions and Responses API providers. Every assertion
 is bound by events (what the server saw, what ended before what), none by a
 wall clock.
 """
@@ -22,13 +22,14 @@ import pytest
 from aiohttp import web
 from anthropic_fake import frame
 from fake_ollama import chunk, final, merged
+from fake_openai_responses import Item, Turn, sse
 from loopback import serve, serve_raw
 
 from vaelii_llm import Message, Request, Response, TextBlock
 from vaelii_llm._transport.sessions import create_session
 from vaelii_llm._transport.settings import DEFAULT_MAX_CONNECTIONS, Network
 from vaelii_llm.errors import LLMError, LLMTimeout
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm.providers import anthropic, ollama, openai, openai_responses
 from vaelii_llm.providers._http import HTTPProvider
 
 ANSWER = "Hello! How are you today?"
@@ -357,6 +358,13 @@ WIRES: dict[str, tuple[bytes, str, Callable[[str, int], HTTPProvider[Any, Any]]]
         openai_body(),
         "text/event-stream",
         lambda url, cap: openai.provider(base_url=url + "/v1", model="m", max_connections=cap),
+    ),
+    "openai-responses": (
+        sse(Turn(items=[Item("message", PIECES)]).events()),
+        "text/event-stream",
+        lambda url, cap: openai_responses.provider(
+            base_url=url + "/v1", model="m", max_connections=cap
+        ),
     ),
 }
 

@@ -4,7 +4,8 @@ keep-alives, ends a turn long before its ``timeout_ms``.
 Loopback aiohttp servers speak each wire: the opening of an answer, one
 content piece, then keep-alives of that wire only (the Messages API's ``ping``
 and SSE comments, Chat Completions chunks with no choices or an empty delta,
-Ollama lines with empty content and ``done: false``). Keep-alives come every
+Ollama lines with empty content and ``done: false``, the Responses API's
+``response.in_progress``, empty deltas and comments). Keep-alives come every
 50 ms, well inside the 300 ms stall bound, so only a count of content (not of
 bytes) can see the stall. Time bounds are wide: a stall ends far below the
 turn's 30 s, never "on time to the millisecond".
@@ -27,11 +28,12 @@ import pytest
 from aiohttp import web
 from anthropic_fake import frame
 from fake_ollama import chunk, final
+from fake_openai_responses import Item, Turn
 from loopback import serve
 
 from vaelii_llm import Message, Request, Response, TextBlock
 from vaelii_llm.errors import LLMTimeout
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm.providers import anthropic, ollama, openai, openai_responses
 from vaelii_llm.providers._http import HTTPProvider
 
 STALL_MS = 300
@@ -88,6 +90,18 @@ def _said(text: str) -> dict[str, str]:
     return {"role": "assistant", "content": text}
 
 
+_RESPONSE = Turn(items=[Item("message")]).response(final=False)
+_ON = {"item_id": "msg_0", "output_index": 0, "content_index": 0}
+
+
+def _ev(obj: dict[str, Any]) -> bytes:
+    return frame(str(obj["type"]), obj)
+
+
+def _text_piece(text: str, index: int = 0) -> bytes:
+    return _ev({"type": "response.output_text.delta", **_ON, "output_index": index, "delta": text})
+
+
 WIRES: dict[str, Wire] = {
     "anthropic": Wire(
         "text/event-stream",
@@ -142,6 +156,35 @@ WIRES: dict[str, Wire] = {
         _ndjson(final()),
         lambda url: ollama.provider(host=url),
         lambda text: json.dumps({**final(), "message": _said(text)}).encode(),
+    ),
+    "openai-responses": Wire(
+        "text/event-stream",
+        _ev({"type": "response.created", "response": _RESPONSE})
+        + _ev({"type": "response.in_progress", "response": _RESPONSE})
+        + _ev(
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": Item("message", id="msg_0").opened(),
+            }
+        )
+        + _ev(
+            {
+                "type": "response.content_part.added",
+                **_ON,
+                "part": {"type": "output_text", "text": "", "annotations": []},
+            }
+        ),
+        _text_piece,
+        (
+            _ev({"type": "response.in_progress", "response": _RESPONSE}),
+            _text_piece(""),
+            b": keep-alive\n\n",
+        ),
+        # the end lists no items: the message is what its pieces made
+        _ev({"type": "response.completed", "response": {**_RESPONSE, "status": "completed"}}),
+        lambda url: openai_responses.provider(base_url=url + "/v1", model="m"),
+        lambda text: json.dumps(Turn(items=[Item("message", [text])]).response()).encode(),
     ),
 }
 
@@ -384,6 +427,26 @@ _CONTENT: dict[str, list[bytes]] = {
         _ndjson(chunk(thinking="hm")),
         _ndjson(chunk("w")),
         _ndjson(chunk(tool_calls=[{"function": {"name": "f", "arguments": {"a": 1}}}])),
+    ],
+    "openai-responses": [
+        _ev({"type": "response.reasoning_summary_text.delta", "output_index": 1, "delta": "hm"}),
+        _text_piece("w"),
+        _ev(
+            {
+                "type": "response.output_item.added",
+                "output_index": 2,
+                "item": Item("function_call", name="f", call_id="c1", id="fc_2").opened(),
+            }
+        ),
+        _ev({"type": "response.function_call_arguments.delta", "output_index": 2, "delta": '{"a"'}),
+        _ev({"type": "response.refusal.delta", "output_index": 3, "delta": "no"}),
+        _ev(
+            {
+                "type": "response.output_item.done",
+                "output_index": 0,
+                "item": Item("message", ["ww"], id="msg_0").whole(),
+            }
+        ),
     ],
 }
 
