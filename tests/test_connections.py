@@ -595,3 +595,74 @@ async def test_a_whole_turn_after_a_closed_kept_connection_takes_a_fresh_one() -
         finally:
             await provider.aclose()
     assert len(record.ports) == len(set(record.ports)) == 40
+
+
+# --- the check's reliance on aiohttp's private parts -------------------------------------
+
+
+async def test_aiohttp_keeps_idle_connections_in_the_shape_the_check_reads() -> None:
+    """The check reads aiohttp's private idle map and wraps its private
+    ``_get``: after a turn, its connection sits there as a ``(protocol,
+    time)`` pair with a socket, and the check finds nothing to read on it. An
+    aiohttp that changes either fails here, by name, as well as above."""
+    from collections.abc import Mapping
+
+    from vaelii_llm._transport.sessions import _closed_kept, _FreshConnector
+
+    assert callable(getattr(aiohttp.TCPConnector, "_get", None))
+    assert _FreshConnector._get is not aiohttp.TCPConnector._get
+    async with counting(whole_stream) as (url, _record):
+        provider = ollama.provider(host=url, max_connections=1)
+        try:
+            assert text(await streamed(provider)) == ANSWER
+            session = provider._sessions.current()
+            assert session is not None
+            connector = session.connector
+            assert isinstance(connector, _FreshConnector)
+            conns = connector._conns
+            assert isinstance(conns, Mapping)
+            [(key, kept)] = list(conns.items())
+            [(proto, since)] = list(kept)
+            assert isinstance(since, float)
+            assert proto.transport.get_extra_info("socket").fileno() >= 0
+            assert _closed_kept(conns, key) == []
+        finally:
+            await provider.aclose()
+
+
+class _Odd:
+    transport = None
+
+
+class _NoSocket:
+    class transport:  # stands for a transport object
+        @staticmethod
+        def is_closing() -> bool:
+            return False
+
+        @staticmethod
+        def get_extra_info(_name: str) -> object:
+            return "not a socket"
+
+
+@pytest.mark.parametrize(
+    "conns",
+    [
+        None,
+        [("k", [])],
+        {"k": None},
+        {"k": [object()]},
+        {"k": [(object(), 0.0)]},
+        {"k": [(_Odd(), 0.0)]},
+        {"k": [(_NoSocket(), 0.0)]},
+        {"k": [(_Odd(), 0.0, "a third field")]},
+    ],
+    ids=repr,
+)
+def test_an_idle_map_of_another_shape_is_not_checked(conns: object) -> None:
+    """Where aiohttp's private idle map is missing, no mapping, or holds
+    entries of another shape, the check finds nothing and raises nothing:
+    the connector is aiohttp's own."""
+    from vaelii_llm._transport.sessions import _closed_kept
+
+    assert _closed_kept(conns, "k") == []

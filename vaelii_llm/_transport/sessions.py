@@ -94,51 +94,66 @@ class _FreshConnector(aiohttp.TCPConnector):
     the kernel, not yet seen by the loop, when the next turn takes that
     connection: the turn was then written into a closed socket and failed
     :class:`LLMUnreachable` ("closed the connection before answering", or
-    "can not write request body"). Here the kept connection next in line is
-    checked before anything is sent on it: an idle connection has nothing
-    to read, so one that is readable (the far end's close, or bytes it had no
-    reason to send) is closed and the next one, or a fresh connection, is
-    used. This is not a retry of the turn: the request was never sent on the
-    closed connection. A connection that fails after the request was sent
-    is not retried (the far end may have read it); it fails the turn as before.
-    It reads aiohttp's idle list (``_conns``) and wraps its ``_get``: both
-    private, so ``tests/test_connections.py`` drives it against a far end
-    that closes every connection after its answer. Where ``select.poll`` is
-    missing (Windows) nothing is checked.
+    "can not write request body"). Here the host's kept connections are
+    checked (one ``poll`` with no wait) before one is handed out: an idle
+    connection has nothing to read, so one that is readable (the far end's
+    close, or bytes it had no reason to send) is closed, and aiohttp hands
+    out another kept one or opens a fresh one. This is not a retry of the
+    turn: nothing was sent on the closed connection. A connection that fails
+    after the request was sent is not retried (the far end may have read
+    it); it fails the turn as before.
+
+    It reads aiohttp's idle connections (``_conns``: per host, pairs of a
+    protocol and when it was kept) and wraps its ``_get``: both private.
+    Should their shape change, nothing is checked and the connector is
+    aiohttp's own (:func:`_closed_kept` refuses what it does not recognise;
+    ``tests/test_connections.py`` pins the shape and fails where the check
+    stops working). Where ``select.poll`` is missing (Windows) nothing is
+    checked either.
     """
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        # One poll set per connector (so per loop): it holds one fd at a time.
-        self._readable = select.poll() if hasattr(select, "poll") else None
+        self._poll = hasattr(select, "poll")
 
     async def _get(self, key: Any, traces: list[Any]) -> Any:
-        kept = self._conns.get(key)  # aiohttp's idle connections for the host, oldest first
-        readable = self._readable
-        if kept and readable is not None:
-            for proto, _since in kept:
-                if not _closed_by_far_end(proto, readable):
-                    break
-                proto.close()  # aiohttp's own _get now passes it over
+        if self._poll:
+            for proto in _closed_kept(getattr(self, "_conns", None), key):
+                proto.close()  # aiohttp's own _get passes a closed one over
         return await super()._get(key, traces)
 
 
-def _closed_by_far_end(proto: Any, readable: select.poll) -> bool:
-    """Whether an idle kept connection has anything to read (no wait)."""
-    transport = proto.transport
-    if transport is None or transport.is_closing():
-        return False  # aiohttp passes it over itself
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return False
-    fd = sock.fileno()
-    if fd < 0:
-        return False
-    readable.register(fd, select.POLLIN)
+def _closed_kept(conns: object, key: object) -> list[Any]:
+    """The kept connections for ``key`` in aiohttp's idle map ``conns`` that
+    have something to read, by one ``poll`` with no wait; none when ``conns``
+    is not of the shape known (a mapping of ``(protocol, time)`` pairs)."""
+    if not isinstance(conns, Mapping):
+        return []
+    kept = conns.get(key)
+    if not kept:
+        return []
+    by_fd: dict[int, Any] = {}
     try:
-        return bool(readable.poll(0))
-    finally:
-        readable.unregister(fd)
+        for proto, _since in kept:
+            transport = proto.transport
+            if transport is None or transport.is_closing():
+                continue  # aiohttp passes it over itself
+            sock = transport.get_extra_info("socket")
+            fd = -1 if sock is None else sock.fileno()
+            if isinstance(fd, int) and fd >= 0:
+                by_fd[fd] = proto
+    except (AttributeError, TypeError, ValueError):  # not the shape known: check nothing
+        return []
+    if not by_fd:
+        return []
+    readable = select.poll()
+    for fd in by_fd:
+        readable.register(fd, select.POLLIN)
+    try:
+        ready = readable.poll(0)
+    except OSError:
+        return []
+    return [by_fd[fd] for fd, _events in ready if fd in by_fd]
 
 
 class Gate:
