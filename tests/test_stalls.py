@@ -24,6 +24,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pytest
 from aiohttp import web
 from anthropic_fake import frame
@@ -473,3 +474,17 @@ def test_thinking_text_and_tool_input_are_content_and_keepalives_are_not(wire: s
         seen = now
         for keepalive in spec.keepalives:
             assert fed(keepalive) == seen, keepalive
+
+
+def test_the_timings_are_measurements_not_part_of_the_answer() -> None:
+    """Two Responses that answer alike are equal (and not unequal) whatever
+    their timings; any other field still tells them apart."""
+    plain = Response(content=[TextBlock(text="a")], stop_reason="end_turn")
+    timed = msgspec.structs.replace(plain, first_chunk_ms=12.5, longest_gap_ms=40.0)
+    assert timed == plain
+    assert plain == timed
+    assert not timed != plain  # noqa: SIM202 - the other operator, on purpose
+    other = msgspec.structs.replace(timed, content=[TextBlock(text="b")])
+    assert other != plain
+    assert other != timed
+    assert msgspec.structs.replace(plain, stop_reason="max_tokens") != plain

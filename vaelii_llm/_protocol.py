@@ -374,8 +374,12 @@ def nearest_stop_reason(called_tools: bool) -> StopReason:
 
 
 class Response(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
-    """One finished turn. ``stream`` ends with the same value ``complete`` returns
-    (equal: the figures only a stream measures are left out of equality).
+    """One finished turn. ``stream`` ends with the same value ``complete`` returns.
+
+    Equality compares the answer only: ``first_chunk_ms`` and
+    ``longest_gap_ms`` are measurements of how it arrived, not part of it, so
+    two Responses differing only there are equal (a stream's last item
+    equals what ``complete`` returns for the same answer).
 
     ``request_id`` is the far end's id for the HTTP request (``None`` when it
     sent none, as Ollama never does); ``headers`` holds its rate-limit and
