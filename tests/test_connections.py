@@ -657,7 +657,16 @@ class _NoSocket:
         {"k": [(_NoSocket(), 0.0)]},
         {"k": [(_Odd(), 0.0, "a third field")]},
     ],
-    ids=repr,
+    ids=[
+        "no map",
+        "a list",
+        "no entries",
+        "no pairs",
+        "no protocol",
+        "no transport",
+        "no socket",
+        "triples",
+    ],
 )
 def test_an_idle_map_of_another_shape_is_not_checked(conns: object) -> None:
     """Where aiohttp's private idle map is missing, no mapping, or holds

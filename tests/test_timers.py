@@ -261,3 +261,33 @@ async def test_a_block_rescheduled_later_outlives_its_first_deadline_and_ends_at
     watch = timers._watch(asyncio.get_running_loop())
     assert watch._handle is None  # nothing of either is left
     assert not watch._heap
+
+
+async def test_moving_a_block_a_thousand_times_keeps_one_entry_and_the_loop_timer() -> None:
+    """A stream moves its stall bound at each content chunk: each move is a
+    store, the block keeps its one heap entry and the loop timer its one
+    handle; when that entry comes due the block is still running (it goes
+    back on the heap once), and it ends at its last deadline."""
+    watch: timers._Watch | None = None
+    checked: list[bool] = []
+
+    async def moved() -> None:
+        nonlocal watch
+        with timers.timeout_at(now() + 0.1) as timer:
+            watch = timers._watch(asyncio.get_running_loop())
+            handle = watch._handle
+            for _ in range(1000):
+                timer.reschedule(now() + 2.0)
+            assert len(watch._heap) == 1
+            assert watch._handle is handle  # not re-armed per move
+            await asyncio.sleep(0.3)  # past the first deadline, well before the last
+            assert not timer.expired()
+            assert len(watch._heap) == 1  # moved once, to the last deadline
+            checked.append(True)
+            await asyncio.sleep(FAR)
+
+    with pytest.raises(TimeoutError):
+        await moved()
+    assert checked == [True]
+    assert watch is not None
+    assert not watch._heap

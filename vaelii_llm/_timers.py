@@ -25,8 +25,11 @@ ends first); the others stay until the heap is more than half such entries,
 then it is rebuilt from the live ones (amortised constant per block); when
 no block is live the heap is emptied and the loop timer cancelled, so an
 idle loop holds no timer of ours, and nothing here keeps a loop alive.
-A block rescheduled later (:meth:`Timeout.reschedule`) pushes a new entry;
-its old one is skipped when the loop timer reaches it.
+A block rescheduled later (:meth:`Timeout.reschedule`) only has its
+deadline moved: its one entry stays where it was, and when the loop timer
+reaches it the entry goes back on the heap at the block's deadline then:
+a move costs one store, and the loop wakes only when an entry comes due,
+never once per move.
 """
 
 from __future__ import annotations
@@ -103,12 +106,11 @@ class Timeout:
 
     def reschedule(self, when: float) -> None:
         """Move a running block's deadline later (a stall bound after content
-        arrived): the block's new entry goes on the heap; its old one is
-        skipped when it comes up. A block no longer running, or an earlier
-        deadline, is left as it is."""
-        if self._state == _ENTERED and when > self.when:
+        arrived): one store; its heap entry is moved when the loop timer
+        reaches it. A block no longer running, or an earlier deadline, is
+        left as it is."""
+        if when > self.when and self._state == _ENTERED:
             self.when = when
-            self._watch.push(self)
 
     def _expire(self) -> None:
         """Called at the deadline by the loop's watch, for a block still running."""
@@ -141,10 +143,6 @@ class _Watch:
         if self._handle is None or when < self._armed:
             self._arm(when)
 
-    def push(self, block: Timeout) -> None:
-        """A live block's later deadline: a new entry (the old one, now stale, is skipped)."""
-        _heappush(self._heap, (block.when, id(block), block))
-
     def left(self) -> None:
         """A block exited before its deadline: its entry goes now if on top, else when swept."""
         self._live -= 1
@@ -156,11 +154,7 @@ class _Watch:
         while heap[0][2]._state != _ENTERED:  # leftovers on top go at once (a live block is below)
             _heappop(heap)
         if len(heap) > _COMPACT_AT and len(heap) > 2 * self._live:
-            self._heap = [
-                entry
-                for entry in self._heap
-                if entry[2]._state == _ENTERED and entry[0] == entry[2].when
-            ]
+            self._heap = [entry for entry in self._heap if entry[2]._state == _ENTERED]
             heapq.heapify(self._heap)
 
     def _arm(self, when: float) -> None:
@@ -175,15 +169,21 @@ class _Watch:
             self._handle = None
 
     def _fire(self) -> None:
-        """The loop timer: expire every live block whose deadline has come, re-arm for the next."""
+        """The loop timer: expire every live block whose deadline has come
+        (one rescheduled later goes back on the heap at its deadline now),
+        re-arm for the next."""
         self._handle = None
         heap = self._heap
         now = asyncio.get_running_loop().time()
         while heap and (heap[0][0] <= now or heap[0][2]._state != _ENTERED):
-            when, _, block = heapq.heappop(heap)
-            if block._state == _ENTERED and block.when == when:  # else stale: rescheduled
+            block = _heappop(heap)[2]
+            if block._state != _ENTERED:
+                continue
+            if block.when <= now:
                 self._live -= 1
                 block._expire()
+            else:  # moved later since its entry went on: one entry, at its deadline now
+                _heappush(heap, (block.when, id(block), block))
         if heap:
             self._arm(heap[0][0])
 

@@ -554,10 +554,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                     # made once the connection is had: a turn waiting for one holds less
                     decoder = codec.stream_decoder()
                     assembler = codec.assembler(deltas=deltas)
-                    clock = asyncio.get_running_loop().time
                     pace = _Pace(chunks.sent)
                     async for data in chunks:
-                        arrived = clock()
+                        arrived = chunks.arrived
                         for item in assembler.feed(decoder.feed(data)):
                             yield item
                         pieces = assembler.pieces
