@@ -16,8 +16,9 @@ What it shows:
 * one provider for the app's lifetime, opened on startup and closed on cleanup
   (``cleanup_ctx``), shared by every request: the backends are safe to share
   within one event loop, and a slow turn holds only its own request;
-* ``POST /ask`` with ``{"question": str, "timeout_ms": int?}`` runs the tool loop
-  (:func:`vaelii_llm.agent.run`) and answers ``{"answer", "tool_calls",
+* ``POST /ask`` with ``{"question": str, "timeout_ms": int?, "stall_ms": int?}``
+  runs the tool loop (:func:`vaelii_llm.agent.run`; ``stall_ms`` is each
+  turn's :attr:`~vaelii_llm.Request.stall_ms`) and answers ``{"answer", "tool_calls",
   "stop_reason", "usage"}`` (with ``stopped``, ``turns`` and ``answered_by``:
   the backend and model, or the scripted stub);
 * ``POST /ask/stream`` answers ``text/event-stream``: a ``tool_call`` and a
@@ -28,8 +29,8 @@ What it shows:
   names the fix), then ``final`` (the same object ``/ask`` answers), or
   ``error`` if the model fails midway;
 * errors as JSON, never a traceback page: a body that is not exactly
-  ``{"question": str, "timeout_ms": int?}`` (empty, not JSON, a missing
-  ``question``, a field it does not take, nesting of any depth where a string
+  ``{"question": str, "timeout_ms": int?, "stall_ms": int?}`` (empty, not
+  JSON, a missing ``question``, a field it does not take, nesting of any depth where a string
   or a number goes) is 400 saying which; a turn over its ``timeout_ms`` budget
   is 504 ``{"error": "llm-timeout"}``; any other refusal from the model is 502
   with its type; anything else is 500 ``{"error": "internal"}``. A 502 or 504
@@ -126,6 +127,7 @@ class AskBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     question: str
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=600_000)] = DEFAULT_TIMEOUT_MS
+    stall_ms: Annotated[int, msgspec.Meta(ge=1, le=600_000)] | None = None
 
 
 ASK_DECODER = msgspec.json.Decoder(AskBody)
@@ -301,7 +303,7 @@ class BadBody(Exception):
     """The request body is not what the routes take."""
 
 
-BODY_SHAPE = '{"question": str, "timeout_ms": int?}'
+BODY_SHAPE = '{"question": str, "timeout_ms": int?, "stall_ms": int?}'
 
 
 async def read_body(request: web.Request) -> AskBody:
@@ -321,7 +323,9 @@ async def read_body(request: web.Request) -> AskBody:
 
 
 def first_request(app: web.Application, body: AskBody) -> Request:
-    return agent.request(body.question, app[TOOLSET], timeout_ms=body.timeout_ms)
+    return agent.request(
+        body.question, app[TOOLSET], timeout_ms=body.timeout_ms, stall_ms=body.stall_ms
+    )
 
 
 def model_of(app: web.Application) -> Provider:

@@ -344,3 +344,34 @@ async def test_text_before_a_tool_call_ends_its_line_before_the_call_is_printed(
     assert lines[2].startswith("   ok: [Animal Arachnid")
     assert lines[3:] == ["A spider."]
     assert out.getvalue().endswith("\n")
+
+
+async def test_ask_stall_ms_bounds_each_turn_of_the_loop(
+    reader: FakeOllama, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--stall-ms`` becomes the first turn's ``Request.stall_ms`` (#51); a
+    stall is a typed failure, exit 1, named as such."""
+    from vaelii_llm import Request, agent
+    from vaelii_llm.errors import LLMTimeout
+
+    asked: list[object] = []
+
+    async def stalled(_model: object, question: object, **_options: object) -> object:
+        asked.append(question)
+        raise LLMTimeout("Ollama", 300, "stall", chunks=2)
+
+    ollama_env(monkeypatch, reader.url)
+    monkeypatch.setattr(agent, "run", stalled)
+    code, _out, err = await run_cli(capsys, "ask", QUESTION, "--stall-ms", "300")
+    [first] = asked
+    assert isinstance(first, Request)
+    assert first.stall_ms == 300
+    assert first.tools  # the loop's first turn, tools and all
+    assert code == 1
+    assert "stalled: no content for 300 ms" in err
+    asked.clear()
+    await run_cli(capsys, "ask", QUESTION)
+    assert asked == [QUESTION]
+    with pytest.raises(SystemExit):
+        cli.main(["ask", QUESTION, "--stall-ms", "0"])
+    assert "--stall-ms takes at least 1, got 0" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 
 Real parts only: loopback aiohttp servers that count the connections they are
 reached on (by the client's port) and hold answers until the test lets them go,
-and the Ollama, Messages API and Chat Completions providers. Every assertion
+and the Ollama, Messages API, Chat Completions and Responses API providers. Every assertion
 is bound by events (what the server saw, what ended before what), none by a
 wall clock.
 """
@@ -22,13 +22,14 @@ import pytest
 from aiohttp import web
 from anthropic_fake import frame
 from fake_ollama import chunk, final, merged
-from loopback import serve
+from fake_openai_responses import Item, Turn, sse
+from loopback import serve, serve_raw
 
 from vaelii_llm import Message, Request, Response, TextBlock
 from vaelii_llm._transport.sessions import create_session
 from vaelii_llm._transport.settings import DEFAULT_MAX_CONNECTIONS, Network
 from vaelii_llm.errors import LLMError, LLMTimeout
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm.providers import anthropic, ollama, openai, openai_responses
 from vaelii_llm.providers._http import HTTPProvider
 
 ANSWER = "Hello! How are you today?"
@@ -358,6 +359,13 @@ WIRES: dict[str, tuple[bytes, str, Callable[[str, int], HTTPProvider[Any, Any]]]
         "text/event-stream",
         lambda url, cap: openai.provider(base_url=url + "/v1", model="m", max_connections=cap),
     ),
+    "openai-responses": (
+        sse(Turn(items=[Item("message", PIECES)]).events()),
+        "text/event-stream",
+        lambda url, cap: openai_responses.provider(
+            base_url=url + "/v1", model="m", max_connections=cap
+        ),
+    ),
 }
 
 
@@ -401,6 +409,69 @@ async def test_a_stream_read_to_its_end_hands_its_connection_to_the_next_turn(wi
             finally:
                 await provider.aclose()
         assert (len(record.ports), record.connections) == (3, 1), (wire, cap)
+
+
+def opening_then_held(body: bytes, content_type: str, hold: asyncio.Event) -> Body:
+    """The answer's opening (up to its second piece of text), then nothing
+    until ``hold`` is set, then the rest: a reader waits mid-stream."""
+    cut_at = body.index(PIECES[1].encode())
+
+    async def handle(request: web.Request, _record: Counting) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": content_type})
+        await response.prepare(request)
+        await response.write(body[:cut_at])
+        await hold.wait()
+        await response.write(body[cut_at:])
+        await response.write_eof()
+        return response
+
+    return handle
+
+
+@pytest.mark.parametrize("wire", sorted(WIRES))
+@pytest.mark.parametrize("how", ["cancel the reader", "close from another task"])
+async def test_a_stream_ended_from_another_task_ends_at_once_and_frees_its_connection(
+    wire: str, how: str
+) -> None:
+    """The reader waits mid-stream for a far end that sends nothing more.
+    Cancelling the reader's task, or closing its stream from another task,
+    ends the turn at once: the reader's loop ends (cancelled, or with no
+    further item), nothing is checked out, and the next turn is answered on
+    a fresh connection (the cut one closed, never handed on)."""
+    body, content_type, make = WIRES[wire]
+    hold = asyncio.Event()
+    async with counting(opening_then_held(body, content_type, hold)) as (url, record):
+        provider = make(url, 2)
+        try:
+            first = asyncio.Event()
+            seen: list[object] = []
+            items = provider.stream(ask(), deltas=True)
+
+            async def reader() -> None:
+                async for item in items:
+                    seen.append(item)
+                    first.set()
+
+            task = asyncio.create_task(reader())
+            await first.wait()
+            await asyncio.sleep(0.05)  # the reader is waiting for the far end now
+            if how == "cancel the reader":
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            else:
+                await asyncio.wait_for(items.aclose(), 10)
+                await asyncio.wait_for(task, 10)  # its loop ended, no error
+            assert not any(isinstance(item, Response) for item in seen)
+            checked_in(provider)
+            hold.set()
+            assert text(await streamed(provider)) == ANSWER
+            checked_in(provider)
+        finally:
+            hold.set()
+            await provider.aclose()
+    assert record.connections == 2  # the cut one closed; the next turn on a fresh one
 
 
 @pytest.mark.parametrize("wire", sorted(WIRES))
@@ -460,3 +531,147 @@ async def test_a_failed_turn_gives_its_connection_back() -> None:
             checked_in(provider)
         finally:
             await provider.aclose()
+
+
+# --- a kept connection the far end closed ------------------------------------------------
+
+
+def closing_after_each_answer(body: bytes, content_type: str, record: Counting) -> Any:
+    """A raw far end that answers one request per connection, with its length
+    and no ``Connection: close``, and then closes the connection, as a server
+    dropping an idle kept-alive connection does: the close reaches the client
+    just after the answer, before the loop has seen it."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        record.ports.append(writer.get_extra_info("peername")[1])
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
+            % (content_type.encode(), len(body), body)
+        )
+        await writer.drain()
+        writer.close()
+
+    return handle
+
+
+@pytest.mark.parametrize("wire", sorted(WIRES))
+async def test_a_kept_connection_the_far_end_closed_is_never_sent_on(wire: str) -> None:
+    """Forty streamed turns in a row, each straight after the last, against a
+    far end that closes every connection after its answer: every turn is
+    answered, each on a fresh connection (the closed one is seen before
+    anything is sent on it; nothing is retried)."""
+    body, content_type, make = WIRES[wire]
+    record = Counting()
+    async with serve_raw(closing_after_each_answer(body, content_type, record)) as url:
+        provider = make(url, 1)
+        try:
+            for _ in range(40):
+                assert text(await streamed(provider)) == ANSWER
+            checked_in(provider)
+        finally:
+            await provider.aclose()
+    assert len(record.ports) == len(set(record.ports)) == 40
+
+
+async def test_a_whole_turn_after_a_closed_kept_connection_takes_a_fresh_one() -> None:
+    record = Counting()
+    whole_body = json.dumps(merged([*(chunk(p) for p in PIECES), final()])).encode()
+    async with serve_raw(closing_after_each_answer(whole_body, "application/json", record)) as url:
+        provider = ollama.provider(host=url, max_connections=1)
+        try:
+            for _ in range(40):
+                assert text(await provider.complete(ask())) == ANSWER
+            checked_in(provider)
+        finally:
+            await provider.aclose()
+    assert len(record.ports) == len(set(record.ports)) == 40
+
+
+# --- the check's reliance on aiohttp's private parts -------------------------------------
+
+
+async def test_aiohttp_keeps_idle_connections_in_the_shape_the_check_reads() -> None:
+    """The check reads aiohttp's private idle map and wraps its private
+    ``_get``: after a turn, its connection sits there as a ``(protocol,
+    time)`` pair with a socket, and the check finds nothing to read on it. An
+    aiohttp that changes either fails here, by name, as well as above."""
+    from collections.abc import Mapping
+
+    from vaelii_llm._transport.sessions import _closed_kept, _FreshConnector
+
+    assert callable(getattr(aiohttp.TCPConnector, "_get", None))
+    assert _FreshConnector._get is not aiohttp.TCPConnector._get
+    async with counting(whole_stream) as (url, _record):
+        provider = ollama.provider(host=url, max_connections=1)
+        try:
+            assert text(await streamed(provider)) == ANSWER
+            session = provider._sessions.current()
+            assert session is not None
+            connector = session.connector
+            assert isinstance(connector, _FreshConnector)
+            conns = connector._conns
+            assert isinstance(conns, Mapping)
+            [(key, kept)] = list(conns.items())
+            [(proto, since)] = list(kept)
+            assert isinstance(since, float)
+            assert proto.transport.get_extra_info("socket").fileno() >= 0
+            assert _closed_kept(conns, key) == []
+        finally:
+            await provider.aclose()
+
+
+class _Odd:
+    transport = None
+
+
+class _NoSocket:
+    class transport:  # stands for a transport object
+        @staticmethod
+        def is_closing() -> bool:
+            return False
+
+        @staticmethod
+        def get_extra_info(_name: str) -> object:
+            return "not a socket"
+
+
+@pytest.mark.parametrize(
+    "conns",
+    [
+        None,
+        [("k", [])],
+        {"k": None},
+        {"k": [object()]},
+        {"k": [(object(), 0.0)]},
+        {"k": [(_Odd(), 0.0)]},
+        {"k": [(_NoSocket(), 0.0)]},
+        {"k": [(_Odd(), 0.0, "a third field")]},
+    ],
+    ids=[
+        "no map",
+        "a list",
+        "no entries",
+        "no pairs",
+        "no protocol",
+        "no transport",
+        "no socket",
+        "triples",
+    ],
+)
+def test_an_idle_map_of_another_shape_is_not_checked(conns: object) -> None:
+    """Where aiohttp's private idle map is missing, no mapping, or holds
+    entries of another shape, the check finds nothing and raises nothing:
+    the connector is aiohttp's own."""
+    from vaelii_llm._transport.sessions import _closed_kept
+
+    assert _closed_kept(conns, "k") == []

@@ -65,13 +65,20 @@ def test_a_pool_timeout_is_a_timeout_of_the_acquire_phase() -> None:
         ("headers", "did not answer"),
         ("body", "did not finish its answer"),
         ("connection", "no connection to Ollama at http://h:1 came free"),
+        ("stall", "stalled: no content for 900 ms (stall_ms), after 0 content chunks"),
     ],
 )
 def test_a_timeout_names_its_phase(phase: errors.TimeoutPhase, said: str) -> None:
     err = errors.LLMTimeout("Ollama at http://h:1", 900, phase)
     assert err.phase == phase
     assert said in str(err)
-    assert set(get_args(errors.TimeoutPhase)) == {"connection", "headers", "body", "acquire"}
+    assert set(get_args(errors.TimeoutPhase)) == {
+        "connection",
+        "headers",
+        "body",
+        "stall",
+        "acquire",
+    }
 
 
 def test_closed_names_what_closed_and_when() -> None:

@@ -29,7 +29,7 @@ from llama_server import TOOL_TEMPLATE, LlamaServer, worked_exchanges
 from redis_server import RedisServer
 
 from vaelii_llm import Message, Request, Response, agent, kb, tools
-from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.errors import LLMError, LLMTimeout
 from vaelii_llm.pool import Pool, pool_from_config, vote
 from vaelii_llm.providers import anthropic, openai, openai_responses
 
@@ -213,6 +213,45 @@ async def test_a_stream_left_early_under_aclosing_frees_the_slot(
         async for _ in items:
             break  # the first few words: the text is still flowing
     assert await _slots_free_after(server, 0.5)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+async def test_forty_streams_abandoned_at_their_first_delta_leave_no_later_turn_failing(
+    server: LlamaServer, wire: str
+) -> None:
+    """A one-host pool, forty turns alternating: a stream left at its first
+    delta (its connection closed, never handed on), then a whole turn, each
+    at once after the last. Every whole turn answers: none is sent on a
+    connection the server has closed (#51; before the fix 2 to 3 of them
+    failed LLMUnreachable, "closed the connection before answering")."""
+    failures: list[BaseException] = []
+    async with Pool([WIRES[wire](server.base)]) as pool:
+        for turn in range(40):
+            try:
+                async with pool.provider() as model:
+                    if turn % 2 == 0:
+                        request = ask(LONG, max_tokens=3000, timeout_ms=60_000)
+                        async with aclosing(model.stream(request, deltas=True)) as items:
+                            async for _ in items:
+                                break
+                    else:
+                        answer = await model.complete(ask("Say yes.", max_tokens=2))
+                        assert answer.usage.output_tokens
+            except LLMError as exc:
+                failures.append(exc)
+    assert failures == []
+    assert await _slots_free_after(server, 0.5)
+
+
+async def test_a_stream_that_stalls_past_stall_ms_ends_as_a_stall(server: LlamaServer) -> None:
+    """A bound below the real model's time to its first token ends the turn
+    as a stall, long before its budget; one above it answers."""
+    async with WIRES["openai"](server.base) as model:
+        with pytest.raises(LLMTimeout) as caught:
+            await streamed(model, ask(LONG, max_tokens=3000, timeout_ms=60_000, stall_ms=1))
+        answered = await streamed(model, ask("Say yes.", max_tokens=4, stall_ms=30_000))
+    assert caught.value.phase == "stall"
+    assert answered.first_chunk_ms is not None
 
 
 async def test_a_vote_over_the_real_model_counts_every_turn(server: LlamaServer) -> None:

@@ -70,6 +70,8 @@ def test_the_neutral_vocabulary_and_the_delta_items_are_frozen() -> None:
     }
     response_fields = protocol.Response.__struct_fields__
     assert {"stop_reason", "vendor_stop_reason", "usage", "extra"} <= set(response_fields)
+    assert {"first_chunk_ms", "longest_gap_ms"} <= set(response_fields)  # measured (#51)
+    assert "stall_ms" in protocol.Request.__struct_fields__
     assert {"input_tokens", "output_tokens", "extra"} <= set(protocol.Usage.__struct_fields__)
 
 

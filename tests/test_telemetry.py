@@ -86,6 +86,9 @@ def test_every_name_is_the_conventions_own() -> None:
     assert telemetry.METRIC_DURATION == gm.GEN_AI_CLIENT_OPERATION_DURATION
     assert telemetry.METRIC_TOKEN_USAGE == gm.GEN_AI_CLIENT_TOKEN_USAGE
     assert telemetry.METRIC_TIME_TO_FIRST_CHUNK == gm.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK
+    assert (
+        telemetry.METRIC_TIME_PER_OUTPUT_CHUNK == gm.GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK
+    )
     operations = {"chat", "execute_tool", "invoke_workflow"}
     assert operations <= {v.value for v in ga.GenAiOperationNameValues}  # type: ignore[attr-defined]
     assert "anthropic" in {v.value for v in ga.GenAiProviderNameValues}  # type: ignore[attr-defined]
@@ -377,6 +380,76 @@ async def test_a_refused_turn_ends_in_error_with_the_refusals_type(otel: Recorde
     [(_, duration)] = otel.points(telemetry.METRIC_DURATION)
     assert duration.attributes["error.type"] == "llm-api-error"
     assert otel.points(telemetry.METRIC_TOKEN_USAGE) == []
+
+
+async def test_each_item_after_the_first_records_its_time_per_output_chunk(
+    otel: Recorded,
+) -> None:
+    otel.enable()
+    built = stub.provider(script=["Yes, indeed it is."])
+    async with aclosing(built.stream(ASK, deltas=True)) as items:
+        content = [item async for item in items if not isinstance(item, Response)]
+    assert len(content) >= 2
+    [(unit, gaps)] = otel.points(telemetry.METRIC_TIME_PER_OUTPUT_CHUNK)
+    assert (unit, gaps.count) == ("s", len(content) - 1)
+    await built.complete(ASK)
+    assert otel.points(telemetry.METRIC_TIME_PER_OUTPUT_CHUNK)[0][1].count == len(content) - 1
+
+
+async def test_a_stall_is_the_spans_error_with_its_phase(otel: Recorded) -> None:
+    """A far end that answers its head and then only keep-alives (#51)."""
+
+    async def quiet(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        while True:
+            await response.write(json.dumps(chunk("")).encode() + b"\n")
+            await asyncio.sleep(0.05)
+
+    otel.enable()
+    async with serve(quiet) as url, ollama.provider(host=url) as model:
+        request = Request(messages=ASK.messages, stall_ms=300, timeout_ms=30_000)
+
+        async def drained() -> None:
+            async with aclosing(model.stream(request)) as items:
+                async for _ in items:
+                    pass
+
+        with pytest.raises(LLMTimeout):
+            await drained()
+    [span] = [s for s in otel.finished() if s.name.startswith("chat")]
+    assert span.status.status_code is StatusCode.ERROR
+    assert attrs(span)["error.type"] == "llm-timeout"
+    assert attrs(span)["vaelii_llm.timeout.phase"] == "stall"
+
+
+async def test_a_stream_closed_from_another_task_is_closed_early_not_an_error(
+    otel: Recorded,
+) -> None:
+    async def opening(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        await response.write(json.dumps(chunk("Hi")).encode() + b"\n")
+        await asyncio.sleep(3600)
+        return response
+
+    otel.enable()
+    async with serve(opening) as url, ollama.provider(host=url) as model:
+        items = model.stream(ASK, deltas=True)
+        first = asyncio.Event()
+
+        async def reader() -> None:
+            async for _ in items:
+                first.set()
+
+        task = asyncio.create_task(reader())
+        await first.wait()
+        await items.aclose()
+        await task
+    [span] = [s for s in otel.finished() if s.name.startswith("chat")]
+    assert attrs(span)["vaelii_llm.stream.closed_early"] is True
+    assert "error.type" not in attrs(span)
+    assert span.status.status_code is StatusCode.UNSET
 
 
 async def test_a_bug_in_a_backend_is_named_by_its_class(otel: Recorded) -> None:

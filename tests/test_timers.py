@@ -234,3 +234,60 @@ async def test_a_block_is_entered_once_and_only_inside_a_task() -> None:
     await asyncio.sleep(0)
     assert len(refused) == 1
     assert "inside a task" in str(refused[0])
+
+
+async def test_a_block_rescheduled_later_outlives_its_first_deadline_and_ends_at_its_new() -> None:
+    """The stall bound's move (#51): the old entry is skipped when the loop
+    timer reaches it; the new one cuts the block. An earlier deadline, or a
+    block no longer running, is left as it was."""
+
+    async def rescheduled() -> None:
+        with timers.timeout_at(now() + NEAR) as timer:
+            timer.reschedule(now() + 3 * NEAR)
+            timer.reschedule(now())  # earlier: ignored
+            await asyncio.sleep(2 * NEAR)  # past the first deadline: still running
+            assert not timer.expired()
+            seen.append(timer)
+            await asyncio.sleep(FAR)
+
+    seen: list[timers.Timeout] = []
+    with pytest.raises(TimeoutError):
+        await rescheduled()
+    assert seen[0].expired()
+    with timers.timeout_at(now() + FAR) as kept:
+        await asyncio.sleep(0)
+    kept.reschedule(now() + 2 * FAR)
+    assert kept.when < now() + 2 * FAR
+    watch = timers._watch(asyncio.get_running_loop())
+    assert watch._handle is None  # nothing of either is left
+    assert not watch._heap
+
+
+async def test_moving_a_block_a_thousand_times_keeps_one_entry_and_the_loop_timer() -> None:
+    """A stream moves its stall bound at each content chunk: each move is a
+    store, the block keeps its one heap entry and the loop timer its one
+    handle; when that entry comes due the block is still running (it goes
+    back on the heap once), and it ends at its last deadline."""
+    watch: timers._Watch | None = None
+    checked: list[bool] = []
+
+    async def moved() -> None:
+        nonlocal watch
+        with timers.timeout_at(now() + 0.1) as timer:
+            watch = timers._watch(asyncio.get_running_loop())
+            handle = watch._handle
+            for _ in range(1000):
+                timer.reschedule(now() + 2.0)
+            assert len(watch._heap) == 1
+            assert watch._handle is handle  # not re-armed per move
+            await asyncio.sleep(0.3)  # past the first deadline, well before the last
+            assert not timer.expired()
+            assert len(watch._heap) == 1  # moved once, to the last deadline
+            checked.append(True)
+            await asyncio.sleep(FAR)
+
+    with pytest.raises(TimeoutError):
+        await moved()
+    assert checked == [True]
+    assert watch is not None
+    assert not watch._heap

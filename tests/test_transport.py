@@ -1141,10 +1141,11 @@ class Case:
         inflight: set[aiohttp.ClientResponse] | None = None,
         session: aiohttp.ClientSession | None = None,
         gate: sessions.Gate | None = None,
+        stall_ms: int | None = None,
     ) -> BaseException:
         """One turn on ``path`` ("whole" or "stream"); what it raised (it must raise)."""
         own = session or self.session
-        deadline = Deadline.after_ms(budget_ms)
+        deadline = Deadline.after_ms(budget_ms, stall_ms)
         try:
             if path == "whole":
                 await request_json(
@@ -1356,6 +1357,32 @@ async def stall_in_body(case: Case) -> list[BaseException]:
     return errors
 
 
+async def no_content(case: Case) -> list[BaseException]:
+    """The head, then (``/some``) a few bytes, then nothing, under a budget far
+    longer than the stall bound: the stall ends the wait, counting the pieces
+    of content (bytes read, on the whole path; none declared, streamed)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        if request.path == "/some":
+            await resp.write(b"[")
+        await case.far.hold()
+        return resp
+
+    async with serve(handler) as url:
+        errors = [
+            await case.turn(p, url + path, budget_ms=AMPLE, stall_ms=200)
+            for p in BOTH_PATHS
+            for path in ("/none", "/some")
+        ]
+    for err in errors:
+        assert isinstance(err, LLMTimeout)
+        assert (err.phase, err.timeout_ms) == ("stall", 200)
+    assert [err.chunks for err in errors] == [0, 1, 0, 0]  # type: ignore[attr-defined]
+    return errors
+
+
 def misbehaving(
     case: Case, sent: bytes, *, status: int = 200, readers: list[Taking] | None = None
 ) -> Handler:
@@ -1491,6 +1518,7 @@ CASES: dict[str, Scenario] = {
     "the deadline passes while the body is read, streamed or still flowing (phase ``body``)": (
         stall_in_body
     ),
+    "no content for the request's ``stall_ms`` (phase ``stall``)": no_content,
     "the body cut short after the headers (a reset, a close, a truncated chunked encoding, "
     "a short Content-Length, the connection closed under the reader, or its owner's "
     ":func:`cut`)": body_cut_short,

@@ -34,6 +34,7 @@ from vaelii_llm import Provider, ProviderBase, Request, Response, StreamItem, Te
 from vaelii_llm.providers import ollama
 
 PATH = Path(__file__).resolve().parent.parent / "examples" / "web_backend.py"
+SHAPE = '{"question": str, "timeout_ms": int?, "stall_ms": int?}'
 
 
 def load() -> ModuleType:
@@ -168,6 +169,8 @@ async def test_fast_questions_answer_while_slow_ones_are_in_flight(app: Served) 
         b'{"question": "q", "timeout_ms": "soon"}',
         b'{"question": "q", "timeout_ms": 0}',
         b'{"question": "q", "timeout_ms": true}',
+        b'{"question": "q", "stall_ms": 0}',
+        b'{"question": "q", "stall_ms": "soon"}',
     ],
 )
 @pytest.mark.parametrize("path", ["/ask", "/ask/stream"])
@@ -181,14 +184,11 @@ async def test_a_body_that_is_not_a_question_is_400(app: Served, path: str, body
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (b"", 'the body is empty; send {"question": str, "timeout_ms": int?}'),
-        (b"  \n", 'the body is empty; send {"question": str, "timeout_ms": int?}'),
+        (b"", f"the body is empty; send {SHAPE}"),
+        (b"  \n", f"the body is empty; send {SHAPE}"),
         (
             b'{"question": "q", "temperature": 0}',
-            (
-                'Object contains unknown field `temperature`; send {"question": str, '
-                '"timeout_ms": int?}'
-            ),
+            f"Object contains unknown field `temperature`; send {SHAPE}",
         ),
         (
             b"{question",
@@ -224,6 +224,14 @@ async def test_the_page_is_served_whole_with_no_external_asset(app: Served) -> N
 async def test_a_turn_over_its_budget_is_504_llm_timeout(app: Served, path: str) -> None:
     status, got = await app.post(path, {"question": "slow one", "timeout_ms": 50})
     assert (status, got["error"]) == (504, "llm-timeout")
+
+
+def test_a_bodys_stall_ms_is_each_turns() -> None:
+    body = web_backend.ASK_DECODER.decode(b'{"question": "q", "stall_ms": 2500}')
+    app = {web_backend.TOOLSET: web_backend.tools.Toolset(web_backend.kb.sample())}
+    assert web_backend.first_request(app, body).stall_ms == 2500
+    plain = web_backend.ASK_DECODER.decode(b'{"question": "q"}')
+    assert web_backend.first_request(app, plain).stall_ms is None
 
 
 @pytest.mark.parametrize("path", ["/ask", "/ask/stream"])

@@ -9,6 +9,13 @@ Request fields
     the backend's configured model);
     ``tools`` (:class:`ToolSchema`, as :func:`vaelii_llm.tools.schemas` builds them);
     ``max_tokens``; ``timeout_ms`` the whole turn's budget, headers and body;
+    ``stall_ms`` (None: unbounded) the longest the far end may go without
+    sending content, from the request being sent and then between content
+    chunks, inside that budget: keep-alives (pings, comments, empty chunks)
+    are not content, so a stream stalled after its first words ends in
+    :class:`~vaelii_llm.errors.LLMTimeout` with ``phase == "stall"`` long
+    before ``timeout_ms``; a whole turn takes it as the bound on its head
+    arriving and between reads of its body;
     ``stop_sequences``; ``format`` a JSON schema the answer must match (Messages
     API ``output_config.format``, Ollama ``format``); ``effort`` (Messages API
     ``output_config.effort``); ``think`` (Ollama's ``think``: see
@@ -34,7 +41,10 @@ Response fields
     top-level fields of the far end's message this package does not model
     (``container``, ``context_management``…), kept for a caller continuing the
     conversation; ``request_id`` and ``headers`` the far end's request id and
-    its rate-limit and retry headers, for a caller's own limiter or retry.
+    its rate-limit and retry headers, for a caller's own limiter or retry;
+    ``first_chunk_ms`` and ``longest_gap_ms`` (a streamed HTTP turn only) the
+    time from sending to the first content and the longest wait between two
+    content chunks, to choose a ``stall_ms`` from.
 
 Blocks
     :class:`TextBlock`, :class:`ThinkingBlock` (with its ``signature``),
@@ -334,6 +344,7 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     fallbacks: str | list[str] | UnsetType | None = UNSET
     think: bool | Literal["low", "medium", "high"] | None = None
     cache: Cache | None = None
+    stall_ms: int | None = None
 
 
 SYSTEM_JOIN: Final = "\n\n"
@@ -365,10 +376,20 @@ def nearest_stop_reason(called_tools: bool) -> StopReason:
 class Response(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     """One finished turn. ``stream`` ends with the same value ``complete`` returns.
 
+    Equality compares the answer only: ``first_chunk_ms`` and
+    ``longest_gap_ms`` are measurements of how it arrived, not part of it, so
+    two Responses differing only there are equal (a stream's last item
+    equals what ``complete`` returns for the same answer).
+
     ``request_id`` is the far end's id for the HTTP request (``None`` when it
     sent none, as Ollama never does); ``headers`` holds its rate-limit and
     retry headers by the backend's allow-list (names lowercased, never a
-    credential; ``None`` when it sent none of them).
+    credential; ``None`` when it sent none of them). On a streamed HTTP turn,
+    ``first_chunk_ms`` is the time from the request being sent to its first
+    content, and ``longest_gap_ms`` the longest wait between two content
+    chunks (keep-alives are not content; None with fewer than two): the
+    figures to choose a :attr:`Request.stall_ms` from. Both are None on a
+    whole turn.
     """
 
     content: list[Block]
@@ -382,6 +403,23 @@ class Response(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     extra: dict[str, Any] | None = None
     request_id: str | None = None
     headers: dict[str, str] | None = None
+    first_chunk_ms: float | None = None
+    longest_gap_ms: float | None = None
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when they answer alike: the figures a stream measured are no
+        part of the answer (so a stream's last item equals ``complete``'s)."""
+        if type(other) is not Response:
+            return NotImplemented
+        return all(
+            getattr(self, name) == getattr(other, name)
+            for name in self.__struct_fields__
+            if name not in _MEASURED
+        )
+
+
+_MEASURED: Final = frozenset({"first_chunk_ms", "longest_gap_ms"})
+"""The Response fields a stream measures, left out of its equality."""
 
 
 class TextDelta(Struct, frozen=True, kw_only=True):

@@ -25,6 +25,11 @@ ends first); the others stay until the heap is more than half such entries,
 then it is rebuilt from the live ones (amortised constant per block); when
 no block is live the heap is emptied and the loop timer cancelled, so an
 idle loop holds no timer of ours, and nothing here keeps a loop alive.
+A block rescheduled later (:meth:`Timeout.reschedule`) only has its
+deadline moved: its one entry stays where it was, and when the loop timer
+reaches it the entry goes back on the heap at the block's deadline then:
+a move costs one store, and the loop wakes only when an entry comes due,
+never once per move.
 """
 
 from __future__ import annotations
@@ -99,6 +104,14 @@ class Timeout:
         ):
             raise TimeoutError("the deadline passed") from exc
 
+    def reschedule(self, when: float) -> None:
+        """Move a running block's deadline later (a stall bound after content
+        arrived): one store; its heap entry is moved when the loop timer
+        reaches it. A block no longer running, or an earlier deadline, is
+        left as it is."""
+        if when > self.when and self._state == _ENTERED:
+            self.when = when
+
     def _expire(self) -> None:
         """Called at the deadline by the loop's watch, for a block still running."""
         self._state = _EXPIRED
@@ -156,15 +169,21 @@ class _Watch:
             self._handle = None
 
     def _fire(self) -> None:
-        """The loop timer: expire every live block whose deadline has come, re-arm for the next."""
+        """The loop timer: expire every live block whose deadline has come
+        (one rescheduled later goes back on the heap at its deadline now),
+        re-arm for the next."""
         self._handle = None
         heap = self._heap
         now = asyncio.get_running_loop().time()
         while heap and (heap[0][0] <= now or heap[0][2]._state != _ENTERED):
-            block = heapq.heappop(heap)[2]
-            if block._state == _ENTERED:
+            block = _heappop(heap)[2]
+            if block._state != _ENTERED:
+                continue
+            if block.when <= now:
                 self._live -= 1
                 block._expire()
+            else:  # moved later since its entry went on: one entry, at its deadline now
+                _heappush(heap, (block.when, id(block), block))
         if heap:
             self._arm(heap[0][0])
 

@@ -405,6 +405,7 @@ async def _ask(
     kb_too: bool = True,
     cache: bool | None = None,
     budgets: Mapping[str, int | None] | None = None,
+    stall_ms: int | None = None,
 ) -> int:
     from vaelii_llm import _backends, agent, providers
     from vaelii_llm.providers.stub import StubProvider
@@ -452,7 +453,9 @@ async def _ask(
         try:
             result = await agent.run(
                 model,
-                question,
+                question
+                if stall_ms is None
+                else agent.request(question, sources, stall_ms=stall_ms),
                 toolsets=sources,
                 max_turns=max_turns,
                 deltas=not as_json,
@@ -544,6 +547,12 @@ def _add_ask(commands: Any) -> None:
     for name in _ASK_BUDGETS:
         flag = "--" + name.replace("_", "-")
         ask.add_argument(flag, type=_whole_number(1, flag), help=f"stop at {name} (default none)")
+    ask.add_argument(
+        "--stall-ms",
+        type=_whole_number(1, "--stall-ms"),
+        help="end a turn whose model sends nothing for this many ms (keep-alives do "
+        "not count; default: only the turn's whole timeout)",
+    )
     _add_server_flags(ask)
     ask.add_argument(
         "--no-cache",
@@ -820,6 +829,7 @@ def _run(args: argparse.Namespace) -> int | None:
                 not args.no_kb,
                 args.cache,
                 {name: getattr(args, name) for name in _ASK_BUDGETS},
+                args.stall_ms,
             )
         )
     if args.command == "config":

@@ -10,7 +10,7 @@ One class per row of the spec's refusal table, all under :class:`LLMError`::
     ├── LLMEncode           a content block the request encoder has no shape for
     ├── LLMNoCredential     no provider credential is set
     ├── LLMClosed           the provider or pool was closed before this call
-    ├── LLMTimeout          a budget ran out (phase: connection, headers, body or acquire)
+    ├── LLMTimeout          a budget ran out (phase: connection, headers, body, stall or acquire)
     │   └── LLMPoolTimeout  no provider came free in the pool's acquire time
     ├── LLMUnreachable      refused, reset, unresolved, or no connection in time
     └── LLMUnsupported      the backend has no such operation (counting tokens)
@@ -244,11 +244,12 @@ class LLMNoCredential(LLMError):
         super().__init__(f"no credential found ({where})")
 
 
-TimeoutPhase = Literal["connection", "headers", "body", "acquire"]
+TimeoutPhase = Literal["connection", "headers", "body", "stall", "acquire"]
 """Where a budget ran out: waiting for one of the provider's connections to
 its host to come free (every one of ``max_connections`` was in use: the turn
-was never sent), waiting for the response head, reading the body, or waiting
-for a pool's provider."""
+was never sent), waiting for the response head, reading the body, waiting
+longer than the request's ``stall_ms`` for content (keep-alives are not
+content), or waiting for a pool's provider."""
 
 _PHASE_MESSAGES: dict[TimeoutPhase, str] = {
     "connection": (
@@ -257,6 +258,7 @@ _PHASE_MESSAGES: dict[TimeoutPhase, str] = {
     ),
     "headers": "{label} did not answer inside the turn's {ms} ms",
     "body": "{label} did not finish its answer inside the turn's {ms} ms",
+    "stall": "{label} stalled: no content for {ms} ms (stall_ms), after {chunks} content chunks",
     "acquire": "{label} did not free a provider inside the turn's {ms} ms",
 }
 
@@ -268,17 +270,23 @@ class LLMTimeout(LLMError):
 
     The budget covers the whole turn, the wait for a connection, headers and
     body: a server that drips a byte a second, or pings forever, ends here
-    when the budget is spent.
+    when the budget is spent. With ``phase == "stall"`` the far end sent no
+    content for the request's ``stall_ms`` (then ``timeout_ms`` is that
+    bound, and ``chunks`` counts the content chunks that came before the
+    silence): it went quiet long before the whole turn's budget was spent.
     """
 
     type: ClassVar[ErrorType] = "llm-timeout"
     retryable = True
 
-    def __init__(self, label: str, timeout_ms: int, phase: TimeoutPhase = "headers") -> None:
+    def __init__(
+        self, label: str, timeout_ms: int, phase: TimeoutPhase = "headers", *, chunks: int = 0
+    ) -> None:
         self.label = label
         self.timeout_ms = timeout_ms
         self.phase: TimeoutPhase = phase
-        super().__init__(_PHASE_MESSAGES[phase].format(label=label, ms=timeout_ms))
+        self.chunks = chunks
+        super().__init__(_PHASE_MESSAGES[phase].format(label=label, ms=timeout_ms, chunks=chunks))
 
 
 class LLMPoolTimeout(LLMTimeout):

@@ -32,9 +32,11 @@ a turn
     seconds, and the first whole block is also an event ``vaelii_llm.first_block``.
 a failure
     the span ends in ERROR with ``error.type`` the refusal's type
-    (``llm-timeout``, ``llm-api-error``…; another exception: its class name)
-    and the exception recorded (its message is bounded and credential-free, as
-    every refusal's is). A cancelled task sets ``vaelii_llm.cancelled``; a
+    (``llm-timeout``, ``llm-api-error``…; another exception: its class name),
+    a timeout's phase as ``vaelii_llm.timeout.phase`` (``stall`` for a far
+    end that went quiet past the request's ``stall_ms``), and the exception
+    recorded (its message is bounded and credential-free, as every
+    refusal's is). A cancelled task sets ``vaelii_llm.cancelled``; a
     stream its caller closed before the final Response sets
     ``vaelii_llm.stream.closed_early``; neither is an error of the far end, so
     the status stays unset and no ``error.type`` is written.
@@ -50,8 +52,10 @@ a vote
 metrics
     the histograms ``gen_ai.client.operation.duration`` (s),
     ``gen_ai.client.token.usage`` (``{token}``, by ``gen_ai.token.type``) and,
-    for streamed turns, ``gen_ai.client.operation.time_to_first_chunk`` (s),
-    with the convention's attributes and bucket boundaries. A cancelled or
+    for streamed turns, ``gen_ai.client.operation.time_to_first_chunk`` (s)
+    and ``gen_ai.client.operation.time_per_output_chunk`` (s, one point per
+    content item after the first, from the one before), with the
+    convention's attributes and bucket boundaries. A cancelled or
     closed-early turn records no metric: it neither answered nor failed.
 
 Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
@@ -104,7 +108,8 @@ from vaelii_llm._protocol import (
     ToolUseBlock,
     ToolUseStart,
 )
-from vaelii_llm.errors import LLMApiError, LLMError
+from vaelii_llm._streams import Stream
+from vaelii_llm.errors import LLMApiError, LLMError, LLMTimeout
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
@@ -156,7 +161,10 @@ ERROR_TYPE: Final = "error.type"
 METRIC_DURATION: Final = "gen_ai.client.operation.duration"
 METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
 METRIC_TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.operation.time_to_first_chunk"
+METRIC_TIME_PER_OUTPUT_CHUNK: Final = "gen_ai.client.operation.time_per_output_chunk"
 
+TIMEOUT_PHASE: Final = "vaelii_llm.timeout.phase"
+"""Where a turn's budget ran out (``LLMTimeout.phase``: ``stall``, ``body``…)."""
 CANCELLED: Final = "vaelii_llm.cancelled"
 CLOSED_EARLY: Final = "vaelii_llm.stream.closed_early"
 FIRST_BLOCK_EVENT: Final = "vaelii_llm.first_block"
@@ -208,6 +216,7 @@ class _State:
     duration: Histogram
     token_usage: Histogram
     first_chunk: Histogram
+    per_chunk: Histogram
     capture_content: bool
 
 
@@ -256,6 +265,12 @@ def enable(
             METRIC_TIME_TO_FIRST_CHUNK,
             unit="s",
             description="Time to receive the first chunk of a streamed response.",
+            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+        ),
+        per_chunk=meter.create_histogram(
+            METRIC_TIME_PER_OUTPUT_CHUNK,
+            unit="s",
+            description="Time between the chunks of a streamed response after the first.",
             explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
         ),
         capture_content=capture,
@@ -329,6 +344,8 @@ def instrument(provider: P, name: str, *, url: str | None = None, model: str | N
         state = active
         if state is None or _turn_of.get() is target:  # off (one attribute read), or nested
             return items
+        if isinstance(items, Stream):  # closable from any task: kept so
+            return items.around(functools.partial(_stream_in_span, state, target, request))
         return _stream_in_span(state, target, request, items)
 
     traced_complete.__doc__ = complete.__doc__
@@ -434,10 +451,16 @@ async def _complete_in_span(
 
 
 async def _stream_in_span(
-    state: _State, target: _Target, request: Request, items: AsyncGenerator[StreamItem, None]
+    state: _State,
+    target: _Target,
+    request: Request,
+    items: AsyncGenerator[StreamItem, None],
+    closed: _Closed | None = None,
 ) -> AsyncGenerator[StreamItem, None]:
     """``items``, one streamed turn, inside its ``chat`` span. The span covers
-    the backend's work for each item and the release when the stream closes."""
+    the backend's work for each item and the release when the stream closes.
+    ``closed``: says whether a stream that ended without its Response was
+    closed by another task (closed early, not a backend's bug)."""
     from opentelemetry import context, trace
 
     turn = _Turn(state, target, request, streamed=True)
@@ -465,13 +488,22 @@ async def _stream_in_span(
             await items.aclose()  # the release is part of the turn
         finally:
             context.detach(token)
+            if outcome is None and turn.response is None and closed is not None and closed.closed:
+                outcome = GeneratorExit()  # closed early, from another task
             turn.end(outcome)
+
+
+class _Closed(Protocol):
+    """What says a stream was closed from another task."""
+
+    @property
+    def closed(self) -> bool: ...
 
 
 class _Turn:
     """One turn's span and clock, ended exactly once."""
 
-    __slots__ = ("_attrs", "_block", "_first", "_start", "_state", "response", "span")
+    __slots__ = ("_attrs", "_block", "_first", "_last", "_start", "_state", "response", "span")
 
     def __init__(self, state: _State, target: _Target, request: Request, *, streamed: bool) -> None:
         from opentelemetry.trace import SpanKind
@@ -503,19 +535,25 @@ class _Turn:
         self.span: Span = state.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
         self._start = time.perf_counter()
         self._first: float | None = None
+        self._last = 0.0  # when the last content item came
         self._block = False
         self.response: Response | None = None
 
     def saw(self, item: StreamItem) -> None:
-        """Note a streamed item: the first content item's time, the first whole
-        block's event, the final Response."""
+        """Note a streamed item: the first content item's time, the time from
+        the one before for each later one, the first whole block's event, the
+        final Response."""
         if isinstance(item, Response):
             self.response = item
             return
+        now = time.perf_counter()
         if self._first is None:
-            self._first = time.perf_counter() - self._start
+            self._first = now - self._start
             self.span.set_attribute(RESPONSE_TIME_TO_FIRST_CHUNK, self._first)
             self._state.first_chunk.record(self._first, self._attrs)
+        else:
+            self._state.per_chunk.record(now - self._last, self._attrs)
+        self._last = now
         if not self._block and not isinstance(item, TextDelta | ThinkingDelta | ToolUseStart):
             self.span.add_event(FIRST_BLOCK_EVENT)
             self._block = True
@@ -592,6 +630,8 @@ def _cancelled(exc: BaseException, span: Span) -> bool:
         return True
     kind = _error_type(exc)
     span.set_attribute(ERROR_TYPE, kind)
+    if isinstance(exc, LLMTimeout):
+        span.set_attribute(TIMEOUT_PHASE, exc.phase)
     if isinstance(exc, LLMApiError) and exc.request_id:
         span.set_attribute(REQUEST_ID, exc.request_id)
     span.record_exception(exc)

@@ -34,7 +34,12 @@ every chunk, so it never fires on a drip. Connecting has its own fixed bound,
 :data:`~vaelii_llm._transport.settings.CONNECT_TIMEOUT_MS`, whatever the turn
 allows: a turn may rightly run for minutes, a connection completes in well
 under a second or not at all. A probe passes a short deadline and is bounded
-by it, connection included.
+by it, connection included. A deadline may also carry a stall bound (a
+request's ``stall_ms``): each wait is then bounded by whichever comes first,
+the deadline or the stall bound, which starts when the request is sent and
+again whenever the backend says content came; its passing is
+:class:`~vaelii_llm.errors.LLMTimeout` with phase ``stall``. It is the same
+block on the same loop timer, not a timer or task of its own.
 
 Nothing here retries, backs off, sleeps or reads ``retry-after``; a credential
 header never travels to a host the caller did not name. Header values are

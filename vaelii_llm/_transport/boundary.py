@@ -37,6 +37,9 @@ LLMApiError       a non-2xx body cut short or over the    the status is the news
 LLMTimeout        the deadline passes while the body is   a drip or pings never extend the one
                   read, streamed or still flowing (phase  budget
                   ``body``)
+LLMTimeout        no content for the request's            a far end that went quiet (or only
+                  ``stall_ms`` (phase ``stall``)          sends keep-alives) ends long before
+                                                          the whole budget
 LLMBadResponse    the body cut short after the headers    the far end was reached and began to
                   (a reset, a close, a truncated chunked  answer, and a proxy turns an upstream
                   encoding, a short Content-Length, the   reset into a clean end anyway;
@@ -103,6 +106,8 @@ _OPENING: Final = 64 * 1024
 _DETAIL: Final = 120
 """How many characters of a library's own words (a parser's, OpenSSL's, a
 decoder's) a failure's message quotes: enough to name the fault, never a body."""
+
+_NEVER: Final = float("inf")
 
 _URL_ERRORS: Final = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)
 
@@ -196,19 +201,55 @@ class _Boundary:
     through untouched.
     """
 
-    __slots__ = ("_timer", "deadline", "endpoint", "kept", "received", "response", "sent")
+    __slots__ = (
+        "_timer",
+        "contents",
+        "deadline",
+        "endpoint",
+        "kept",
+        "received",
+        "response",
+        "sent",
+        "stall_at",
+        "until",
+    )
 
-    def __init__(self, endpoint: Endpoint, deadline: Deadline, sent: _SentTo | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        deadline: Deadline,
+        sent: _SentTo | None = None,
+        sent_at: float | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.deadline = deadline
         self.sent = sent
         self.response: aiohttp.ClientResponse | None = None
         self.kept: list[bytes] | None = None  # the body read so far, on the whole-body path
         self.received = 0  # bytes of the body read so far, on either path
+        self.until = deadline.when  # what a wait is bounded by: the deadline, or a stall first
+        self.stall_at = _NEVER
+        self.contents = 0  # content pieces so far, for a stall's message
+        if deadline.stall_ms is not None:  # counted from the request being sent (now)
+            if sent_at is None:
+                sent_at = asyncio.get_running_loop().time()
+            self.stall_at = sent_at + deadline.stall_s
+            self.until = min(deadline.when, self.stall_at)
 
     def __enter__(self) -> _Boundary:
-        self._timer = timers.timeout_at(self.deadline.when).__enter__()
+        self._timer = timers.timeout_at(self.until).__enter__()
         return self
+
+    def fresh(self, contents: int, now: float) -> None:
+        """Content arrived at ``now`` (``contents`` pieces of it so far): the
+        stall bound starts again from then, inside the block too (its timer
+        moved later).
+        Only for a turn with a stall bound (:attr:`Deadline.stall_ms`)."""
+        deadline = self.deadline
+        self.contents = contents
+        self.stall_at = stall_at = now + deadline.stall_s
+        self.until = until = min(deadline.when, stall_at)
+        self._timer.reschedule(until)
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         timer = self._timer
@@ -264,7 +305,11 @@ class _Boundary:
         """The typed error for an aiohttp error or an ``OSError``, by where it happened."""
         deadline = self.deadline
         headers = self.response is None
-        if expired or deadline.when <= asyncio.get_running_loop().time():
+        now = asyncio.get_running_loop().time()
+        if self.stall_at <= now < deadline.when:  # a stall ends the wait, not the budget
+            assert deadline.stall_ms is not None
+            return LLMTimeout(self.endpoint.label, deadline.stall_ms, "stall", chunks=self.contents)
+        if expired or deadline.when <= now:
             return LLMTimeout(
                 self.endpoint.label, deadline.timeout_ms, "headers" if headers else "body"
             )
@@ -280,7 +325,8 @@ class _Boundary:
 async def _read_whole(boundary: _Boundary, max_bytes: int) -> bytes:
     """The response's whole body, in the boundary (the only place a body is read whole).
 
-    A body announced or counted over ``max_bytes`` is refused
+    With a stall bound, each read restarts it. A body announced or counted
+    over ``max_bytes`` is refused
     (:class:`LLMBadResponse`, its opening :data:`_OPENING` bytes on ``err.text``) without
     reading the rest. A non-2xx's body, read whole, is raised as
     :class:`LLMApiError` carrying the status.
@@ -297,10 +343,13 @@ async def _read_whole(boundary: _Boundary, max_bytes: int) -> bytes:
     boundary.kept = kept
     size = 0
     content = response.content
+    stalling = boundary.deadline.stall_ms is not None
     while chunk := await content.readany():
         size += len(chunk)
         boundary.received = size
         kept.append(chunk)
+        if stalling:  # every byte of a whole body is content
+            boundary.fresh(len(kept), asyncio.get_running_loop().time())
         if size > max_bytes:
             raise LLMBadResponse(
                 label,

@@ -167,17 +167,28 @@ class _Stream:
     never across a handover. A body that keeps flowing past the deadline is
     cut too. Once the body ends, a read fails or the block is left, the
     iterator is exhausted.
+
+    A deadline with ``stall_ms`` bounds each wait by the stall bound too: it
+    starts when the request is sent and again at each :meth:`fresh` (the
+    backend saying content arrived; keep-alives are bytes, not content). It is
+    judged only when a read must wait: bytes already buffered are the far
+    end's, and time the caller spent between reads is not a stall of it.
+    :attr:`arrived` is when the last chunk was had (the loop's clock, read
+    once per chunk: the deadline's check and the backend's timings share it).
     """
 
     __slots__ = (
         "_args",
         "_boundary",
+        "_clock",
         "_content",
         "_done",
         "_gate",
         "_inflight",
         "_response",
+        "_sent",
         "_when",
+        "arrived",
     )
 
     def __init__(
@@ -198,6 +209,7 @@ class _Stream:
         self._gate = gate
         self._done = True  # nothing to read until the block is entered
         self._when = deadline.when
+        self.arrived = 0.0
 
     async def __aenter__(self) -> _Stream:
         session, endpoint, method, url, deadline, body, headers, max_body_bytes = self._args
@@ -206,7 +218,9 @@ class _Stream:
         if gate is not None:
             await gate.take(endpoint, deadline)
         try:
-            boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url))
+            self._clock = clock = asyncio.get_running_loop().time
+            self._sent = now = clock()
+            boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url), now)
             with boundary:
                 response = boundary.response = await session.request(
                     method, url, data=body, headers=sent, allow_redirects=False
@@ -249,25 +263,37 @@ class _Stream:
         content = self._content
         boundary = self._boundary
         try:
-            if asyncio.get_running_loop().time() >= self._when:
-                # still flowing, but the turn's budget is spent
-                with boundary:
-                    raise TimeoutError("the deadline passed while the body was still arriving")
             chunk = content.read_nowait() if content.exception() is None else b""
             if not chunk:
                 if content.exception() is None and content.at_eof():
                     self._done = True  # the end has arrived: nothing to wait for
                     raise StopAsyncIteration
-                with boundary:
+                with boundary:  # a deadline already past cuts this wait at once
                     chunk = await content.readany()
                 if not chunk:
                     self._done = True
                     raise StopAsyncIteration
+            self.arrived = now = self._clock()
+            if now >= self._when:
+                # still flowing, but the turn's budget is spent
+                with boundary:
+                    raise TimeoutError("the deadline passed while the body was still arriving")
         except BaseException:
             self._done = True
             raise
         boundary.received += len(chunk)
         return chunk
+
+    def fresh(self, contents: int, now: float) -> None:
+        """Content arrived at ``now`` (``contents`` pieces of it so far, by
+        the backend's count): the next wait is bounded by the stall bound
+        from then. Only for a turn whose deadline has ``stall_ms``."""
+        self._boundary.fresh(contents, now)
+
+    @property
+    def sent(self) -> float:
+        """When the request was sent (the loop's clock; inside the block)."""
+        return self._sent
 
     def ended(self) -> bool:
         """Whether the body's end has arrived, what is buffered before it read

@@ -7,16 +7,19 @@ its response is let go (read to its end: kept for the next turn; anything
 else: closed). Waiting at the gate counts against the turn's deadline and,
 when it is what ran out, is :class:`LLMTimeout` with phase ``connection``:
 the turn was never sent, the far end was not slow. aiohttp's connector never
-queues a gated turn (it would count the wait against the connect bound).
+queues a gated turn (it would count the wait against the connect bound), and
+never hands a turn a kept connection its far end has already closed
+(:class:`_FreshConnector`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import weakref
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import suppress
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 
@@ -73,13 +76,84 @@ def create_session(
             sock_read=None,
             sock_connect=None,
         ),
-        connector=aiohttp.TCPConnector(
+        connector=_FreshConnector(
             limit=0,
             limit_per_host=0 if gated else network.max_connections,
             ssl=_session_ssl(network.ssl),
         ),
         proxy=network.proxy or (env_proxy(url) if url is not None else None),
     )
+
+
+class _FreshConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, which never hands out a kept connection its far
+    end has already closed.
+
+    A server drops an idle kept-alive connection when it likes (its own idle
+    timeout, a request limit, a restart), and the close can be waiting in
+    the kernel, not yet seen by the loop, when the next turn takes that
+    connection: the turn was then written into a closed socket and failed
+    :class:`LLMUnreachable` ("closed the connection before answering", or
+    "can not write request body"). Here the host's kept connections are
+    checked (one ``poll`` with no wait) before one is handed out: an idle
+    connection has nothing to read, so one that is readable (the far end's
+    close, or bytes it had no reason to send) is closed, and aiohttp hands
+    out another kept one or opens a fresh one. This is not a retry of the
+    turn: nothing was sent on the closed connection. A connection that fails
+    after the request was sent is not retried (the far end may have read
+    it); it fails the turn as before.
+
+    It reads aiohttp's idle connections (``_conns``: per host, pairs of a
+    protocol and when it was kept) and wraps its ``_get``: both private.
+    Should their shape change, nothing is checked and the connector is
+    aiohttp's own (:func:`_closed_kept` refuses what it does not recognise;
+    ``tests/test_connections.py`` pins the shape and fails where the check
+    stops working). Where ``select.poll`` is missing (Windows) nothing is
+    checked either.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._poll = hasattr(select, "poll")
+
+    async def _get(self, key: Any, traces: list[Any]) -> Any:
+        if self._poll:
+            for proto in _closed_kept(getattr(self, "_conns", None), key):
+                proto.close()  # aiohttp's own _get passes a closed one over
+        return await super()._get(key, traces)
+
+
+def _closed_kept(conns: object, key: object) -> list[Any]:
+    """The kept connections for ``key`` in aiohttp's idle map ``conns`` that
+    have something to read, by one ``poll`` with no wait; none when ``conns``
+    is not of the shape known (a mapping of ``(protocol, time)`` pairs)."""
+    if not isinstance(conns, Mapping):
+        return []
+    kept = conns.get(key)
+    if not kept:
+        return []
+    by_fd: dict[int, Any] = {}
+    try:
+        for proto, _since in kept:
+            transport = proto.transport
+            if transport is None or transport.is_closing():
+                continue  # aiohttp passes it over itself
+            sock = transport.get_extra_info("socket")
+            fd = -1 if sock is None else sock.fileno()
+            if isinstance(fd, int) and fd >= 0:
+                by_fd[fd] = proto
+    except (AttributeError, TypeError, ValueError):  # not the shape known: check nothing
+        return []
+    if not by_fd:
+        return []
+    readable = select.poll()
+    for fd in by_fd:
+        readable.register(fd, select.POLLIN)
+    try:
+        ready = readable.poll(0)
+    except OSError:
+        return []
+    return [by_fd[fd] for fd, _events in ready if fd in by_fd]
 
 
 class Gate:

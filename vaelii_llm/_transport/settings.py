@@ -145,16 +145,30 @@ class Deadline(msgspec.Struct, frozen=True, gc=False):
 
     One per turn: the headers, the body and every streamed chunk are read
     before ``when``; nothing re-arms it. ``timeout_ms`` is what
-    :class:`LLMTimeout` reports.
+    :class:`LLMTimeout` reports. ``stall_ms`` (None: none) bounds each wait
+    for content inside it, counted again whenever content arrives (see the
+    failure boundary); it never extends ``when``.
     """
 
     timeout_ms: int
     when: float
+    stall_ms: int | None = None
 
     @classmethod
-    def after_ms(cls, timeout_ms: int) -> Deadline:
-        """The deadline ``timeout_ms`` from now on the running loop's clock."""
-        return cls(timeout_ms, asyncio.get_running_loop().time() + timeout_ms / 1000)
+    def after_ms(cls, timeout_ms: int, stall_ms: int | None = None) -> Deadline:
+        """The deadline ``timeout_ms`` from now on the running loop's clock,
+        with ``stall_ms`` as the bound between content (refused below 1)."""
+        if stall_ms is not None and (
+            isinstance(stall_ms, bool) or not isinstance(stall_ms, int) or stall_ms < 1
+        ):
+            raise ValueError(f"stall_ms is a whole number of ms, 1 or more, not {stall_ms!r}")
+        return cls(timeout_ms, asyncio.get_running_loop().time() + timeout_ms / 1000, stall_ms)
+
+    @property
+    def stall_s(self) -> float:
+        """``stall_ms`` in seconds (only for a deadline that has one)."""
+        assert self.stall_ms is not None
+        return self.stall_ms / 1000
 
     def remaining(self) -> float:
         """Seconds left (zero or negative once passed)."""

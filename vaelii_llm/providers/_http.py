@@ -25,7 +25,10 @@ fix made here holds for every backend at once:
   request's whole-turn deadline, its 200 decoded by the codec's typed decoder;
 * the stream pump (:meth:`~HTTPProvider.stream`): the body's bytes into the
   codec's wire decoder, its batches into the codec's assembler, every item
-  the assembler hands back yielded at once; at the terminal event what
+  the assembler hands back yielded at once; a chunk that moved the
+  assembler's :attr:`~Assembler.pieces` is content (anything else a
+  keep-alive): it restarts the request's ``stall_ms`` and times the
+  Response's ``first_chunk_ms`` and ``longest_gap_ms``; at the terminal event what
   follows is drained for at most :data:`DRAIN_S` (the answer is whole,
   so nothing there may delay or spoil it); a body that ends first has the
   decoder's end-of-stream batch fed, then the assembler's verdict.
@@ -100,6 +103,7 @@ import msgspec
 
 from vaelii_llm import telemetry
 from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem, usage_fault
+from vaelii_llm._streams import Hold, Stream
 from vaelii_llm._transport.send import cut, drain, open_stream, request_json
 from vaelii_llm._transport.sessions import Gate, LoopSessions, create_session
 from vaelii_llm._transport.settings import (
@@ -131,6 +135,7 @@ __all__ = [
     "HTTPProvider",
     "NetworkOptions",
     "SSLOption",
+    "Stream",
     "TokenCounter",
     "WireDecoder",
     "keyword_signature",
@@ -216,6 +221,14 @@ class Assembler(Protocol[B_contra]):
 
     def feed(self, batch: B_contra) -> Iterable[StreamItem]:
         """What ``batch`` completed (blocks, and deltas when asked for), in order."""
+        ...
+
+    @property
+    def pieces(self) -> int:
+        """Content taken so far, counted in the wire's own pieces (text,
+        thinking, tool input, the terminal event); a keep-alive adds nothing.
+        The pump reads it after each chunk: a change is content arriving,
+        which restarts the request's ``stall_ms`` and times the gaps."""
         ...
 
     def result(self) -> Response:
@@ -418,17 +431,20 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
     async def complete(self, request: Request) -> Response:
         """One non-streamed turn under ``request.timeout_ms``, headers and body."""
         codec = self._codec
+        body, headers = await self._prepared(request, stream=False)
+        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
+
+    async def _prepared(
+        self, request: Request, *, stream: bool
+    ) -> tuple[bytes, Mapping[str, str] | None]:
+        """A turn's body and headers (after the credential step); LLMClosed
+        when the provider is closed."""
+        codec = self._codec
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=False)
-        headers = self._headers(
-            codec.headers(
-                request,
-                stream=False,
-                credential=None if self._credentials is None else await self._credential(),
-            )
-        )
-        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
+        body = codec.body(request, stream=stream)
+        credential = None if self._credentials is None else await self._credential()
+        return body, self._headers(codec.headers(request, stream=stream, credential=credential))
 
     async def _post(
         self,
@@ -452,7 +468,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 codec.endpoint,
                 "POST",
                 url,
-                deadline=Deadline.after_ms(request.timeout_ms),
+                deadline=Deadline.after_ms(request.timeout_ms, request.stall_ms),
                 decoder=decoder,
                 body=body,
                 headers=headers,
@@ -493,64 +509,77 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         )
         return await self._post(codec.count_url, body, headers, request, _ANY_JSON, codec.count_of)
 
-    async def stream(
-        self, request: Request, *, deltas: bool = False
-    ) -> AsyncGenerator[StreamItem, None]:
+    def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
         """Whole blocks as they close (and, with ``deltas``, the deltas before
         them), then the :class:`Response` ``complete`` would return. The
-        turn's budget covers every read of the body."""
-        codec = self._codec
-        if self._closed:
-            raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=True)
-        headers = self._headers(
-            codec.headers(
-                request,
-                stream=True,
-                credential=None if self._credentials is None else await self._credential(),
-            )
-        )
-        session, gate = self._http()
-        answer: Mapping[str, str] | None = None
+        turn's budget covers every read of the body. Any task may close it
+        (see :class:`~vaelii_llm._streams.Stream`)."""
+        hold = Hold()
+        return Stream(self._stream(request, deltas=deltas, hold=hold), hold)
+
+    async def _stream(
+        self, request: Request, *, deltas: bool, hold: Hold
+    ) -> AsyncGenerator[StreamItem, None]:
+        hold.task = asyncio.current_task()
         try:
-            async with open_stream(
-                session,
-                codec.endpoint,
-                "POST",
-                codec.url,
-                deadline=Deadline.after_ms(request.timeout_ms),
-                body=body,
-                headers=headers,
-                inflight=self._inflight,
-                gate=gate,
-            ) as chunks:
-                answer = chunks.headers
-                # made once the connection is had: a turn waiting for one holds less
-                decoder = codec.stream_decoder()
-                assembler = codec.assembler(deltas=deltas)
-                async for data in chunks:
-                    for item in assembler.feed(decoder.feed(data)):
+            codec = self._codec
+            body, headers = await self._prepared(request, stream=True)
+            session, gate = self._http()
+            answer: Mapping[str, str] | None = None
+            stalling = request.stall_ms is not None
+            try:
+                async with open_stream(
+                    session,
+                    codec.endpoint,
+                    "POST",
+                    codec.url,
+                    deadline=Deadline.after_ms(request.timeout_ms, request.stall_ms),
+                    body=body,
+                    headers=headers,
+                    inflight=self._inflight,
+                    gate=gate,
+                ) as chunks:
+                    answer = chunks.headers
+                    # made once the connection is had: a turn waiting for one holds less
+                    decoder = codec.stream_decoder()
+                    assembler = codec.assembler(deltas=deltas)
+                    pace = _Pace(chunks.sent)
+                    async for data in chunks:
+                        arrived = chunks.arrived
+                        for item in assembler.feed(decoder.feed(data)):
+                            yield item
+                        pieces = assembler.pieces
+                        if pieces != pace.seen:  # content came, not only keep-alives
+                            pace.came(pieces, arrived)
+                            if stalling:
+                                chunks.fresh(pieces, arrived)
+                        if assembler.finished:
+                            # The answer is whole: what follows cannot change it, nor
+                            # a far end holding the body open make the caller wait.
+                            await drain(chunks, DRAIN_S)
+                            break
+                if not assembler.finished:
+                    for item in assembler.feed(decoder.feed(b"")):
                         yield item
-                    if assembler.finished:
-                        # The answer is whole: what follows cannot change it, nor
-                        # a far end holding the body open make the caller wait.
-                        await drain(chunks, DRAIN_S)
-                        break
-            if not assembler.finished:
-                for item in assembler.feed(decoder.feed(b"")):
-                    yield item
-            result = assembler.result()
-            _check_usage(result, codec.endpoint)
-            if codec.endpoint.headers is not NO_HEADERS:
-                shown = self._header_rule(session, headers, codec.url)
-                result = _with_headers(result, codec.endpoint, chunks.headers, shown)
-        except LLMError as exc:
-            _answered_in(exc, codec.endpoint, answer)
-            withhold(exc, session, headers, codec.url)  # the answer's headers too
-            if self._closed:  # the close cut the turn: that is the news, not the cut
-                raise LLMClosed(codec.endpoint.label) from exc
-            raise
-        yield result
+                result = assembler.result()
+                _check_usage(result, codec.endpoint)
+                if codec.endpoint.headers is not NO_HEADERS:
+                    shown = self._header_rule(session, headers, codec.url)
+                    result = _with_headers(result, codec.endpoint, chunks.headers, shown)
+                result = pace.shown(result)
+            except LLMError as exc:
+                _answered_in(exc, codec.endpoint, answer)
+                withhold(exc, session, headers, codec.url)  # the answer's headers too
+                if self._closed:  # the close cut the turn: that is the news, not the cut
+                    raise LLMClosed(codec.endpoint.label) from exc
+                raise
+            yield result
+        except asyncio.CancelledError:
+            # ended by Stream.aclose from another task (not a cancellation of the reader's)
+            if not hold.closed or hold.uncancel():
+                raise
+        finally:
+            hold.ended()
 
     async def aclose(self) -> None:
         """Close the provider's sessions, on every loop it was used from (a
@@ -559,6 +588,35 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._closed = True
         cut(self._inflight)
         await self._sessions.aclose()
+
+
+class _Pace:
+    """When a stream's content came: the Response's ``first_chunk_ms`` (from
+    the request sent) and ``longest_gap_ms`` (between content chunks)."""
+
+    __slots__ = ("first", "gap", "last", "seen")
+
+    def __init__(self, sent: float) -> None:
+        self.last = sent
+        self.first = self.gap = -1.0
+        self.seen = 0  # the assembler's pieces when content last came
+
+    def came(self, pieces: int, arrived: float) -> None:
+        self.seen = pieces
+        waited = arrived - self.last
+        if self.first < 0:
+            self.first = waited
+        elif waited > self.gap:
+            self.gap = waited
+        self.last = arrived
+
+    def shown(self, response: Response) -> Response:
+        if self.first < 0:
+            return response
+        gap = self.gap * 1000 if self.gap >= 0 else None
+        return msgspec.structs.replace(
+            response, first_chunk_ms=self.first * 1000, longest_gap_ms=gap
+        )
 
 
 _SHOWN_RULES_KEPT: Final = 8

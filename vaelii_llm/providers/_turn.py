@@ -102,6 +102,16 @@ class Accumulator:
         self.calls: list[Call] = []
 
     @property
+    def pieces(self) -> int:
+        """The content pieces taken so far: text, thinking, calls and their
+        argument pieces (an empty piece is none: it carries nothing)."""
+        calls = self.calls
+        count = len(self.text) + len(self.thinking) + len(calls)
+        for call in calls:
+            count += len(call.arguments)
+        return count
+
+    @property
     def text_index(self) -> int:
         """The text block's index: 1 once thinking has come, else 0."""
         return 1 if self.thinking else 0

@@ -246,6 +246,7 @@ class StreamAssembler:
         "_held",
         "_label",
         "_open",
+        "_pieces",
         "_started",
         "_stopped",
         "_top",
@@ -261,11 +262,19 @@ class StreamAssembler:
         self._calls = 0  # tool_use blocks started: at most MAX_TOOL_CALLS
         self._held: tuple[int, Block, str | None] | None = None
         self._stopped = False
+        self._pieces = 0
 
     @property
     def finished(self) -> bool:
         """Whether ``message_stop`` has arrived."""
         return self._stopped
+
+    @property
+    def pieces(self) -> int:
+        """Content events taken so far: every event of the message but
+        ``ping`` and the types this package does not know (a keep-alive
+        adds nothing)."""
+        return self._pieces
 
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply the decoder's ``(event, data)`` pairs; hand back what they
@@ -300,6 +309,7 @@ class StreamAssembler:
                 raise LLMBadResponse(
                     self._label, "streamed a content_block_delta event that will not parse", data
                 ) from exc
+            self._pieces += 1
             index = parsed.index
             if index != last:
                 block = opened.get(index)
@@ -326,8 +336,10 @@ class StreamAssembler:
         decoder = _DECODERS.get(event)
         if decoder is None:
             if event == b"message_stop":
+                self._pieces += 1
                 return self._finish()
             return []  # an event type this package does not know yet
+        self._pieces += 1
         try:
             parsed = decoder.decode(data)
         except Exception as exc:

@@ -220,6 +220,13 @@ class ChatAssembler:
         """Whether ``done: true`` has arrived."""
         return self._done
 
+    @property
+    def pieces(self) -> int:
+        """Content taken so far: pieces of thinking and text, tool calls, and
+        ``done: true``. A line with empty content and ``done: false`` (a
+        keep-alive) adds nothing."""
+        return self._parts.pieces + self._done
+
     def feed(self, lines: Iterable[bytes]) -> Iterator[StreamItem]:
         """Apply each line before the next is decoded (no chunk outlives its
         line); yield what they completed.

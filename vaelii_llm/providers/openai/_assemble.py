@@ -443,6 +443,14 @@ class ChunkAssembler:
         """Whether ``data: [DONE]`` has arrived."""
         return self._done
 
+    @property
+    def pieces(self) -> int:
+        """Content taken so far: pieces of reasoning, text, refusal and tool
+        calls, the finish and ``[DONE]``. A chunk with no choices or an empty
+        delta (a keep-alive) adds nothing."""
+        turn = self._turn
+        return turn.parts.pieces + len(turn.refusal) + self._finished + self._done
+
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply each frame in order; hand back what they completed.
 

@@ -139,6 +139,12 @@ _FAILURES: Final = frozenset({"response.failed", "error"})
 _THINKING_DELTAS: Final = frozenset(
     {"response.reasoning_summary_text.delta", "response.reasoning_text.delta"}
 )
+_ARGUMENTS_DELTA: Final = "response.function_call_arguments.delta"
+_DELTAS: Final = _THINKING_DELTAS | {
+    "response.output_text.delta",
+    "response.refusal.delta",  # read whole at its item's end, content all the same
+    _ARGUMENTS_DELTA,
+}
 
 
 # -- one item, one rule -----------------------------------------------------------------
@@ -373,9 +379,24 @@ class EventAssembler:
     not decode, a bad item, or :meth:`result` before the turn ended is
     :class:`~vaelii_llm.errors.LLMBadResponse`. What came before a refused
     frame is handed over first.
+
+    :attr:`pieces` counts content: a non-empty text, reasoning, refusal or
+    argument delta, a function call's item begun, an item done, the terminal
+    event. ``response.created``, ``response.in_progress``, empty deltas and
+    events this package does not read add nothing (SSE comments never reach
+    it): a far end sending only those is stalled.
     """
 
-    __slots__ = ("_blocks", "_calls", "_deltas", "_end", "_label", "_open", "_refusal")
+    __slots__ = (
+        "_blocks",
+        "_calls",
+        "_deltas",
+        "_end",
+        "_label",
+        "_open",
+        "_pieces",
+        "_refusal",
+    )
 
     def __init__(self, label: str = "the Responses API", *, deltas: bool = False) -> None:
         self._label = label
@@ -385,11 +406,17 @@ class EventAssembler:
         self._open: dict[int, _Open] = {}
         self._calls = 0
         self._end: Whole | None = None
+        self._pieces = 0
 
     @property
     def finished(self) -> bool:
         """Whether the terminal event has arrived."""
         return self._end is not None
+
+    @property
+    def pieces(self) -> int:
+        """Content events taken so far (a keep-alive adds nothing)."""
+        return self._pieces
 
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply each frame in order; hand back what they completed.
@@ -418,8 +445,10 @@ class EventAssembler:
                         last_index = text.output_index
                         begun = last = self._begun(last_index, None)
                     begun.pieces.append(piece)
-                    if deltas and piece:
-                        yield TextDelta(index=begun.position, text=piece)
+                    if piece:
+                        self._pieces += 1
+                        if deltas:
+                            yield TextDelta(index=begun.position, text=piece)
                     continue
             yield from self._frame(event, data)
 
@@ -437,24 +466,23 @@ class EventAssembler:
             ) from exc
         kind = parsed.type
         out: list[StreamItem] = []
-        if kind == "response.output_text.delta" or kind in _THINKING_DELTAS:
+        if kind in _DELTAS:
             if parsed.delta:
-                self._prose(parsed, out)
-        elif kind == "response.function_call_arguments.delta":
-            if parsed.delta:
-                begun = self._begun(parsed.output_index, None)
-                begun.pieces.append(parsed.delta)
-                if begun.started:
-                    out.append(ToolInputDelta(index=begun.position, partial_json=parsed.delta))
+                self._pieces += 1
+                self._delta(kind, parsed, out)
         elif kind == "response.output_item.added":
             begun = self._begun(parsed.output_index, parsed.item)
             call = begun.call
+            if call is not None:  # a call begun is content; a message begun is not yet
+                self._pieces += 1
             if self._deltas and call is not None:
                 begun.started = True
                 out.append(ToolUseStart(index=begun.position, id=call[0], name=call[1]))
         elif kind == "response.output_item.done":
+            self._pieces += 1
             self._done(parsed, out)
         elif kind in _TERMINAL:
+            self._pieces += 1
             self._finish(parsed.response, data, out)
         elif kind in _FAILURES:
             raise self._failure(parsed)
@@ -480,6 +508,17 @@ class EventAssembler:
         elif item is not None and not begun.item:
             begun.item = item
         return begun
+
+    def _delta(self, kind: str, parsed: _Event, out: list[StreamItem]) -> None:
+        """A non-empty delta: a piece of prose, or of a call's arguments (a
+        refusal's pieces are read whole at its item's end)."""
+        if kind == _ARGUMENTS_DELTA:
+            begun = self._begun(parsed.output_index, None)
+            begun.pieces.append(parsed.delta or "")
+            if begun.started:
+                out.append(ToolInputDelta(index=begun.position, partial_json=parsed.delta or ""))
+        elif kind != "response.refusal.delta":
+            self._prose(parsed, out)
 
     def _prose(self, parsed: _Event, out: list[StreamItem]) -> None:
         begun = self._begun(parsed.output_index, None)
