@@ -170,6 +170,7 @@ MODULES = [
     "vaelii_llm._backends",
     "vaelii_llm._version",
     "vaelii_llm._protocol",
+    "vaelii_llm._streams",
     "vaelii_llm._media",
     "vaelii_llm._files",
     "vaelii_llm.errors",
