@@ -223,6 +223,8 @@ MODULES = [
     "vaelii_llm._slots",
     "vaelii_llm.engine",
     "vaelii_llm.tools",
+    "vaelii_llm._tool_schemas",
+    "vaelii_llm._tool_args",
     "vaelii_llm._edn",
     "vaelii_llm.kb",
     "vaelii_llm.cli",

@@ -75,8 +75,10 @@ from mcp.shared.message import SessionMessage
 
 from vaelii_llm import _edn, telemetry
 from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._tool_args import opening_of
+from vaelii_llm._tool_schemas import NAME_GRAMMAR, NAME_MAX
 from vaelii_llm.errors import EXCERPT_CHARS, excerpt
-from vaelii_llm.tools import _MAX_RESULT_CHARS, _NAME_GRAMMAR, _NAME_MAX, ToolResult, _json
+from vaelii_llm.tools import _MAX_RESULT_CHARS, ToolResult
 
 __all__ = ["McpServerError", "McpToolset"]
 
@@ -173,17 +175,17 @@ def _deeper_than(value: Any, cap: int) -> bool:
 
 
 def _fitted_name(name: str) -> str:
-    """``name`` if it fits the providers' tool-name grammar (``_NAME_GRAMMAR``,
+    """``name`` if it fits the providers' tool-name grammar (``NAME_GRAMMAR``,
     matched whole and ASCII only); else a name that does and that no name fitting
     as given spells: each character outside the grammar as ``_``, cut, then ``_``
     and :data:`_NAME_HASH_CHARS` hex digits of a hash of the whole (so ``kb_quеry``
     with a Cyrillic ``е`` never becomes ``kb_query``)."""
-    if _NAME_GRAMMAR.fullmatch(name):
+    if NAME_GRAMMAR.fullmatch(name):
         return name
     digest = hashlib.blake2b(
         name.encode("utf-8", "surrogatepass"), digest_size=_NAME_HASH_CHARS // 2
     ).hexdigest()
-    kept = re.sub(r"[^a-zA-Z0-9_-]", "_", name[: _NAME_MAX - _NAME_HASH_CHARS - 1])
+    kept = re.sub(r"[^a-zA-Z0-9_-]", "_", name[: NAME_MAX - _NAME_HASH_CHARS - 1])
     return f"{kept}_{digest}"
 
 
@@ -743,9 +745,11 @@ class McpToolset:
             name = _fitted_name(tool.name)
             if name in listed:
                 first = listed[name][1]
-                same = "twice" if first == tool.name else f"and {_json(first)}, both as {name!r}"
+                same = (
+                    "twice" if first == tool.name else f"and {opening_of(first)}, both as {name!r}"
+                )
                 raise McpServerError(
-                    f"the MCP server {self.name!r} lists {_json(tool.name)} {same}"
+                    f"the MCP server {self.name!r} lists {opening_of(tool.name)} {same}"
                 )
             description = tool.description or tool.title or name
             try:
@@ -786,7 +790,7 @@ class McpToolset:
                 f"mcp-closed: the MCP toolset {server!r} is not open (use it in async with)"
             )
         if not isinstance(name, str):
-            return self._refused(f"unknown-tool: a tool name is a string, not {_json(name)}")
+            return self._refused(f"unknown-tool: a tool name is a string, not {opening_of(name)}")
         # a name the server did not list still goes to it: its own answer is the truest
         given: Any = {} if input is None else input
         if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
