@@ -219,6 +219,7 @@ MODULES = [
     "vaelii_llm._pool",
     "vaelii_llm._vote",
     "vaelii_llm._redis_slots",
+    "vaelii_llm._redis_scripts",
     "vaelii_llm._redis_limits",
     "vaelii_llm._slots",
     "vaelii_llm.engine",
