@@ -232,6 +232,7 @@ MODULES = [
     "vaelii_llm.integrations",
     "vaelii_llm.integrations.mcp",
     "vaelii_llm.integrations.mcp_client",
+    "vaelii_llm.integrations._mcp_stdio",
     "vaelii_llm.integrations.pydantic_ai",
     "vaelii_llm.agent",
     "vaelii_llm.telemetry",
