@@ -227,6 +227,7 @@ MODULES = [
     "vaelii_llm._tool_schemas",
     "vaelii_llm._tool_args",
     "vaelii_llm._edn",
+    "vaelii_llm._json_walk",
     "vaelii_llm.kb",
     "vaelii_llm.cli",
     "vaelii_llm.integrations",

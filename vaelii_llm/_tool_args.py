@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from vaelii_llm import _edn as edn
 from vaelii_llm import engine as engine_mod
+from vaelii_llm._json_walk import atoms
 from vaelii_llm._tool_schemas import Param, Shape, Tool
 
 __all__ = [
@@ -107,27 +108,29 @@ def check_sizes(tool: Tool, shape: Shape, given: Mapping[str, Any]) -> None:
             )
 
 
-_END: Final = object()
+_BRACKETS: Final = object()
+"""A compound's two brackets, walked as its first member."""
+
+
+def _spelled_members(item: Any) -> Iterator[Any] | None:
+    """A compound's members as its JSON spells them: its brackets, then each
+    member (an object's keys and values in turn); ``None`` for an atom."""
+    if isinstance(item, Mapping):
+        return itertools.chain((_BRACKETS,), itertools.chain.from_iterable(item.items()))
+    if isinstance(item, list | tuple):
+        return itertools.chain((_BRACKETS,), item)
+    return None
 
 
 def input_chars(value: Any, cap: int) -> int:
     """About how long ``value`` spells as JSON, counted only until it passes ``cap``:
     the walk is iterative and takes at most ``cap`` steps, whatever the input holds."""
     total = 0
-    stack: list[Iterator[Any]] = [iter((value,))]
-    while stack:
-        item = next(stack[-1], _END)
-        if item is _END:
-            stack.pop()
-            continue
-        if isinstance(item, str):
-            total += len(item) + 3  # the quotes and a separator
-        elif isinstance(item, Mapping):
+    for atom in atoms(value, _spelled_members):
+        if isinstance(atom, str):
+            total += len(atom) + 3  # the quotes and a separator
+        elif atom is _BRACKETS:
             total += 2
-            stack.append(itertools.chain.from_iterable(item.items()))
-        elif isinstance(item, list | tuple):
-            total += 2
-            stack.append(iter(item))
         else:
             total += 4
         if total > cap:
