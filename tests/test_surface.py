@@ -168,6 +168,7 @@ MODULES = [
     "vaelii_llm._backends",
     "vaelii_llm._version",
     "vaelii_llm._protocol",
+    "vaelii_llm._closing",
     "vaelii_llm._media",
     "vaelii_llm._files",
     "vaelii_llm.errors",

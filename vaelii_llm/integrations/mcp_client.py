@@ -57,7 +57,6 @@ import re
 import shlex
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
-from types import TracebackType
 from typing import Any, Final, Self
 
 import anyio
@@ -70,6 +69,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from vaelii_llm import _edn, telemetry
+from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import ToolSchema
 from vaelii_llm._tool_args import opening_of
 from vaelii_llm._tool_schemas import NAME_GRAMMAR, NAME_MAX
@@ -234,7 +234,7 @@ def _text(result: types.CallToolResult) -> str:
     return "\n".join(parts)
 
 
-class McpToolset:
+class McpToolset(ClosesOnExit):
     """An MCP server's tools, for :func:`vaelii_llm.agent.run`'s ``toolsets``.
 
     ``server`` is :class:`~mcp.client.stdio.StdioServerParameters` (a child
@@ -413,14 +413,6 @@ class McpToolset:
             )
             return McpServerError(f"the MCP server {self.name!r} {failed}{why}")
         return exc
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the session and stop the child process, from any task; never
