@@ -178,6 +178,7 @@ MODULES = [
     "vaelii_llm.providers.stub",
     "vaelii_llm.providers._hosts",
     "vaelii_llm.providers._http",
+    "vaelii_llm.providers._one_model",
     "vaelii_llm.providers._turn",
     "vaelii_llm.providers._props",
     "vaelii_llm.providers.ollama",
