@@ -421,18 +421,21 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         work = self._complete(request)
         return await telemetry.traced_complete(codec.endpoint.slug, codec.url, model, request, work)
 
-    async def _complete(self, request: Request) -> Response:
+    async def _sent(
+        self, request: Request, *, stream: bool
+    ) -> tuple[bytes, Mapping[str, str] | None]:
+        """What one turn sends: its body, then its headers (the credential looked
+        up where the provider has one); LLMClosed at once on a closed provider."""
         codec = self._codec
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=False)
-        headers = self._headers(
-            codec.headers(
-                request,
-                stream=False,
-                credential=None if self._credentials is None else await self._credential(),
-            )
-        )
+        body = codec.body(request, stream=stream)
+        credential = None if self._credentials is None else await self._credential()
+        return body, self._headers(codec.headers(request, stream=stream, credential=credential))
+
+    async def _complete(self, request: Request) -> Response:
+        codec = self._codec
+        body, headers = await self._sent(request, stream=False)
         return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
 
     async def _post(
@@ -511,16 +514,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
 
     async def _stream(self, request: Request, *, deltas: bool) -> AsyncGenerator[StreamItem, None]:
         codec = self._codec
-        if self._closed:
-            raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=True)
-        headers = self._headers(
-            codec.headers(
-                request,
-                stream=True,
-                credential=None if self._credentials is None else await self._credential(),
-            )
-        )
+        body, headers = await self._sent(request, stream=True)
         session, gate = self._http()
         answer: Mapping[str, str] | None = None
         try:
