@@ -1,7 +1,7 @@
 """A JSON value's atoms in order, walked without recursion.
 
-A model's tool input is whatever it wrote: a list 10⁵ deep, an array of a
-million strings. Whoever measures or prints one walks it here, iteratively, and
+A model's tool input is whatever it wrote, nested past any recursion limit or
+of any length. Whoever measures or prints one walks it here, iteratively, and
 stops as soon as it has what it needs, so the walk costs no more than that.
 """
 
