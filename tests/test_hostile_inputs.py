@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from vaelii_llm import _edn, kb, tools
+from vaelii_llm import _edn, _tool_args, kb, tools
 from vaelii_llm.kb import _args, _io, _reads
 from vaelii_llm.kb._scenarios import MAX_SCENARIO_SENTENCES
 from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal
@@ -130,7 +130,7 @@ async def test_an_input_over_the_cap_is_refused_before_any_is_read(
     result = await tools.call(nursery, "kb_qualitative_scenarios", given)
     assert result.error is not None
     assert result.error.startswith("input-too-large: ")
-    assert str(tools._MAX_INPUT_CHARS) in result.error
+    assert str(_tool_args.MAX_INPUT_CHARS) in result.error
     assert edn_reads == []
 
 
@@ -145,12 +145,12 @@ def test_the_size_walk_stops_at_the_cap() -> None:
                 yield item
 
     huge = Counted(["x"] * 10**6)
-    assert tools._input_chars({"a": huge}, 1000) > 1000
+    assert _tool_args.input_chars({"a": huge}, 1000) > 1000
     assert steps <= 1000  # the cap bounds the walk, not the input
     deep: list[Any] = []
     for _ in range(10**5):
         deep = [deep]
-    assert tools._input_chars(deep, 1000) > 1000  # iterative: no RecursionError
+    assert _tool_args.input_chars(deep, 1000) > 1000  # iterative: no RecursionError
 
 
 async def test_arguments_are_read_under_the_calls_clock(

@@ -33,7 +33,8 @@ from test_pool_redis import TTL_MS, hosts, shared_pool, until
 
 from vaelii_llm import _redis_slots
 from vaelii_llm._pool import Pool
-from vaelii_llm._redis_slots import COUNT, OP_TIMEOUT_S, RENEW, STEP, RedisSlots
+from vaelii_llm._redis_scripts import COUNT, RENEW, STEP
+from vaelii_llm._redis_slots import OP_TIMEOUT_S, RedisSlots
 from vaelii_llm.errors import LLMUnreachable
 from vaelii_llm.pool import vote
 from vaelii_llm.providers import ollama

@@ -29,7 +29,7 @@ from redis_server import RedisServer
 
 from vaelii_llm import config
 from vaelii_llm._pool import Pool
-from vaelii_llm._redis_slots import CHUNK, STEP
+from vaelii_llm._redis_scripts import CHUNK, STEP
 from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMPoolTimeout, LLMUnreachable
 from vaelii_llm.pool import pool_from_config, vote
 from vaelii_llm.providers import ollama, openai

@@ -21,7 +21,7 @@ import pytest
 from fake_ollama import FakeOllama, chunk, final, tool_call
 
 from vaelii_llm import _edn, agent, cli, kb, telemetry, tools
-from vaelii_llm.integrations import mcp_client
+from vaelii_llm.integrations import _mcp_stdio, mcp_client
 from vaelii_llm.integrations.mcp_client import McpServerError, McpToolset
 from vaelii_llm.providers import stub
 
@@ -490,7 +490,7 @@ async def test_whatever_the_reader_raises_a_call_ends_typed_within_its_deadline(
     try:
         async with misbehaving("stdio") as server:
             pid = int((await server.call("pid")).text)
-            monkeypatch.setattr(mcp_client._Child, "read", read)
+            monkeypatch.setattr(_mcp_stdio.Child, "read", read)
             started = loop.time()
             failed = await server.call("echo", {"text": "x"})
             took = loop.time() - started

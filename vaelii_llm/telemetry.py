@@ -88,6 +88,7 @@ import msgspec
 
 from vaelii_llm import config
 from vaelii_llm._edn import DEFAULT_MAX_CHARS
+from vaelii_llm._json_walk import atoms
 from vaelii_llm._protocol import (
     Block,
     Message,
@@ -634,9 +635,6 @@ class _Lit(str):
     __slots__ = ()
 
 
-_END: Final = object()
-
-
 def _members(value: Any) -> Iterator[Any] | None:
     """The JSON a compound ``value`` prints as, a member at a time; None for an atom."""
     if isinstance(value, Mapping):
@@ -685,19 +683,10 @@ def _arguments(value: Any, limit: int = _ARGUMENTS_CHARS) -> str:
     parts: list[str] = []
     room = limit
     cut = False
-    stack: list[Iterator[Any]] = [iter((value,))]
-    while stack:
-        item = next(stack[-1], _END)
-        if item is _END:
-            stack.pop()
-            continue
+    for item in atoms(value, _members):
         if room <= 0:
             cut = True
             break
-        members = None if type(item) is _Lit else _members(item)
-        if members is not None:
-            stack.append(members)
-            continue
         text = item if type(item) is _Lit else _atom(item, room)
         parts.append(text[:room])
         if len(text) > room:

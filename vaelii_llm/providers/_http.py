@@ -418,17 +418,20 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
     async def complete(self, request: Request) -> Response:
         """One non-streamed turn under ``request.timeout_ms``, headers and body."""
         codec = self._codec
+        body, headers = await self._sent(request, stream=False)
+        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
+
+    async def _sent(
+        self, request: Request, *, stream: bool
+    ) -> tuple[bytes, Mapping[str, str] | None]:
+        """What one turn sends: its body, then its headers (the credential looked
+        up where the provider has one); LLMClosed at once on a closed provider."""
+        codec = self._codec
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=False)
-        headers = self._headers(
-            codec.headers(
-                request,
-                stream=False,
-                credential=None if self._credentials is None else await self._credential(),
-            )
-        )
-        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
+        body = codec.body(request, stream=stream)
+        credential = None if self._credentials is None else await self._credential()
+        return body, self._headers(codec.headers(request, stream=stream, credential=credential))
 
     async def _post(
         self,
@@ -500,16 +503,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         them), then the :class:`Response` ``complete`` would return. The
         turn's budget covers every read of the body."""
         codec = self._codec
-        if self._closed:
-            raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=True)
-        headers = self._headers(
-            codec.headers(
-                request,
-                stream=True,
-                credential=None if self._credentials is None else await self._credential(),
-            )
-        )
+        body, headers = await self._sent(request, stream=True)
         session, gate = self._http()
         answer: Mapping[str, str] | None = None
         try:

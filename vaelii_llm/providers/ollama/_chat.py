@@ -358,6 +358,7 @@ class ChatCodec:
             raise TypeError(f"unexpected Ollama option(s): {', '.join(sorted(unknown))}")
         self.base_url = base_url(options.get("host"))
         self.model = config.ollama_model(options.get("model"))
+        self.shown_url = self.base_url  # a host with a password is refused
         self.endpoint = endpoint(self.base_url)
         self.url = self.base_url + CHAT_PATH
         self._num_ctx = options.get("num_ctx")

@@ -496,6 +496,7 @@ class ChatCodec:
         self.base_url = config.openai_base_url(options.get("base_url"))
         self.model = config.openai_model(options.get("model"))
         self.max_tokens_field = token_field(self.base_url, options.get("max_tokens_field"))
+        self.shown_url = config.hide_userinfo(self.base_url)
         self.endpoint = endpoint(self.base_url)
         self.url = self.base_url + CHAT_PATH
         self.key = APIKey.of(options.get("api_key"))

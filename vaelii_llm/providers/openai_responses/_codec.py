@@ -84,6 +84,7 @@ class ResponsesCodec:
         self.base_url = config.openai_base_url(options.get("base_url"))
         self.model = config.openai_model(options.get("model"))
         self.store = bool(options.get("store"))
+        self.shown_url = config.hide_userinfo(self.base_url)
         self.endpoint = endpoint(self.base_url)
         self.url = self.base_url + RESPONSES_PATH
         self.count_url = self.base_url + COUNT_PATH
