@@ -130,7 +130,7 @@ def test_excerpt_of_a_huge_bytes_body_decodes_only_the_slice() -> None:
 
 
 def test_the_docs_error_table_has_one_row_per_class() -> None:
-    page = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "errors.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "errors.md").read_text()
     rows = dict(re.findall(r"^\| `(llm-[a-z-]+)` \| \[`(LLM\w+)`\]", page, re.MULTILINE))
     spec = {kind: cls.__name__ for kind, cls in SPEC_TYPES.items()}
     assert rows == {"llm-error": "LLMError", **spec}  # the base row, then the spec's

@@ -192,7 +192,7 @@ def _probe(env: dict[str, str], prelude: str = "") -> tuple[list[Any], str]:
         text=True,
         check=True,
         env=full,
-        cwd=Path(__file__).parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     result: list[Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result, out.stderr
@@ -715,7 +715,7 @@ async def test_a_cancelled_vote_is_recorded_as_cancelled(otel: Recorded) -> None
 def test_the_docs_tracing_block_sends_spans(
     otel: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    page = Path(__file__).resolve().parent.parent / "docs" / "guides" / "web-backends.md"
+    page = Path(__file__).resolve().parents[2] / "docs" / "guides" / "web-backends.md"
     section = page.read_text().split("## Tracing", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert block is not None

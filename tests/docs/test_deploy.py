@@ -1,9 +1,9 @@
 """Deployment-grade transport (#24): any event loop, proxies, TLS, a caller's session.
 
 Real parts only: the fake Ollama and loopback servers, a small forward and
-CONNECT proxy (tests/proxy.py), an HTTPS backend whose certificate comes from
+CONNECT proxy (tests/support/proxy.py), an HTTPS backend whose certificate comes from
 a test CA (trustme), and child processes under ``-W error`` for the
-loop-hopping runs (tests/loop_hopping.py).
+loop-hopping runs (tests/support/loop_hopping.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from vaelii_llm._transport.settings import USER_AGENT, Network
 from vaelii_llm.errors import LLMApiError, LLMError, LLMTimeout, LLMUnreachable
 from vaelii_llm.providers import anthropic, ollama, openai
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = ROOT / "tests" / "support"
 ASK = Request(messages=[Message(role="user", content="hi")], max_tokens=8, timeout_ms=10_000)
 ANSWER = "Hello! How are you today?"
 SECRET = "s3cr3t-proxy-pass"
@@ -82,7 +83,7 @@ async def fake() -> AsyncIterator[FakeOllama]:
 def fake_ollama_process() -> Iterator[str]:
     """The fake Ollama in a process of its own, so each child can reach it."""
     child = subprocess.Popen(
-        [sys.executable, str(HERE / "fake_ollama.py")], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(SUPPORT / "fake_ollama.py")], stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout is not None
@@ -109,7 +110,7 @@ def test_one_provider_over_many_event_loops_answers_and_leaves_nothing_open(
             sys.executable,
             "-W",
             "error",
-            str(HERE / "loop_hopping.py"),
+            str(SUPPORT / "loop_hopping.py"),
             kind,
             loop,
             fake_ollama_process,
@@ -118,7 +119,7 @@ def test_one_provider_over_many_event_loops_answers_and_leaves_nothing_open(
         text=True,
         timeout=120,
         env=env,
-        cwd=HERE.parent,
+        cwd=ROOT,
     )
     assert done.stderr == ""
     assert done.returncode == 0

@@ -24,7 +24,7 @@ import pytest
 from vaelii_llm import Response, TextBlock, agent, kb, tools
 from vaelii_llm.providers import stub
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quickstart_runs_on_the_stub_against_the_sample_kb() -> None:

@@ -1,6 +1,6 @@
 """The faces' documentation runs: the agent frameworks guide's pydantic-ai block and
 both examples, in this process, on the stub (no key, no socket out). The
-guide's MCP host entry is launched by tests/test_mcp_face.py."""
+guide's MCP host entry is launched by tests/faces/test_mcp_face.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from vaelii_llm import tools
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "guides" / "agent-frameworks.md").read_text()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "guides" / "caching-and-streaming.md"
 BLOCKS = re.findall(r"^```(\w+)\n(.*?)^```", GUIDE.read_text(), re.DOTALL | re.MULTILINE)
 SHOWN = {n - 1: body for n, (lang, body) in enumerate(BLOCKS) if lang == "text"}

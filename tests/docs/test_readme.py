@@ -1,7 +1,7 @@
 """The README keeps its promises: two commands first, the activation line before
 every other command, links that lead somewhere, and the package as published
 (the sdist and the wheel) runs the README and every documentation page as
-written. The blocks of every page run in this environment in tests/test_docs.py."""
+written. The blocks of every page run in this environment in tests/docs/test_docs.py."""
 
 from __future__ import annotations
 

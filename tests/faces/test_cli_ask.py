@@ -1,7 +1,7 @@
 """``vaelii-llm ask``, ``vote``'s progress line and ``warm``'s timing.
 
-A loopback Ollama (tests/fake_ollama.py) plays a model that asks for
-``kb_query`` and answers from the engine's result (tests/kb_model.py); the
+A loopback Ollama (tests/support/fake_ollama.py) plays a model that asks for
+``kb_query`` and answers from the engine's result (tests/support/kb_model.py); the
 command runs in a thread (or a subprocess) while the fake serves on the test's
 loop.
 """
@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from cli_runs import run_cli
 from fake_ollama import FakeOllama
 from kb_model import (
     ANSWER,
@@ -50,12 +51,6 @@ async def reader() -> AsyncIterator[FakeOllama]:
         yield server
     finally:
         await server.stop()
-
-
-async def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = await asyncio.to_thread(cli.main, list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 async def test_ask_prints_the_call_then_the_answer_from_the_engine_result(

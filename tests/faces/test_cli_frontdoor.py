@@ -1,7 +1,7 @@
 """The command as a new user meets it (issue #25): every failure names what
 failed, where, and the next step, in one line, with the documented status.
 
-Each test is one numbered item of the issue; loopback servers (tests/fake_ollama.py)
+Each test is one numbered item of the issue; loopback servers (tests/support/fake_ollama.py)
 and ports nobody listens on stand in for the user's machine.
 """
 

@@ -6,7 +6,7 @@ and ``--help`` run ``python -m vaelii_llm.cli`` in a subprocess; the ``call``
 cases and the ``ask`` that names an MCP server run :func:`vaelii_llm.cli.main`
 in this process, so only the server is a child process and the ``mcp``
 package is imported once.
-tests/mcp_tools_server.py is the MCP server.
+tests/support/mcp_tools_server.py is the MCP server.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from test_cli import run
 
 from vaelii_llm import cli, tools
 
-SERVER = f"{sys.executable} {Path(__file__).with_name('mcp_tools_server.py')}"
+SERVER = (
+    f"{sys.executable} {Path(__file__).resolve().parents[1] / 'support' / 'mcp_tools_server.py'}"
+)
 SERVER_TOOLS = ("echo", "picture", "fail", "boom", "hang", "huge", "die", "pid")
 
 
@@ -46,7 +48,7 @@ Ran = Callable[..., subprocess.CompletedProcess[str]]
 
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Ran:
-    """``cli.main`` in this process (tests/test_cli.py's ``run``), with no backend
+    """``cli.main`` in this process (tests/faces/test_cli.py's ``run``), with no backend
     configured: what it returned and printed, as :func:`command` gives it."""
     for name in list(os.environ):
         if name.startswith(BACKEND_SWITCHES):

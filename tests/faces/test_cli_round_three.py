@@ -2,7 +2,7 @@
 installed ``vaelii-llm`` in a subprocess: the Messages API wire answers
 ``status``, ``ask`` and ``vote`` as the other backends do, a bad switch value
 is named before any I/O, and a subcommand's stray argument shows that
-subcommand's usage. Loopback fakes (tests/anthropic_fake.py) and ports nobody
+subcommand's usage. Loopback fakes (tests/support/anthropic_fake.py) and ports nobody
 listens on stand in for the user's machine.
 """
 

@@ -33,7 +33,7 @@ from mcp.shared.exceptions import MCPError
 from vaelii_llm import kb, tools
 from vaelii_llm.integrations import mcp as mcp_face
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-m", "vaelii_llm.cli", "mcp"]
 SAMPLE_EDN = str(resources.files("vaelii_llm.kb").joinpath("data/sample.edn"))
 START_TIMEOUT_S = 60  # a loaded 2-core machine imports slowly; nothing waits this long when well

@@ -48,7 +48,7 @@ from vaelii_llm import errors as verrors
 from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
 from vaelii_llm.providers import anthropic, ollama, openai, stub
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOAL = "(afraidOf MissMuffet ?who)"
 QUERY = {"tool": "kb_query", "input": {"goal": GOAL}}
 ANSWER = "Miss Muffet is afraid of Muffet, ItsyBitsy and Fang."

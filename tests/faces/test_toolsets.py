@@ -1,7 +1,7 @@
 """Toolsets compose: the agent loop over the KB's tools and real MCP servers' tools.
 
 The MCP servers are real processes: ``vaelii-llm mcp`` (our own KB face) and
-tests/mcp_tools_server.py, written with the ``mcp`` package, whose tools answer
+tests/support/mcp_tools_server.py, written with the ``mcp`` package, whose tools answer
 text, an image, an ``isError`` result, a protocol error, nothing at all (a
 hang), a megabyte, or kill the server mid-call.
 """
@@ -28,7 +28,10 @@ from vaelii_llm.providers import stub
 if TYPE_CHECKING:
     from conftest import Recorded
 
-SERVER = [sys.executable, str(Path(__file__).with_name("mcp_tools_server.py"))]
+SERVER = [
+    sys.executable,
+    str(Path(__file__).resolve().parents[1] / "support" / "mcp_tools_server.py"),
+]
 OUR_MCP = [sys.executable, "-m", "vaelii_llm.cli", "mcp"]
 CALL_TIMEOUT_S = 1.5  # the hang tool's deadline: what a hung call costs (each other call,
 # the megabyte answer among them, must fit inside it on a loaded machine)

@@ -1,13 +1,12 @@
 """examples/web_backend.py served on loopback: concurrency, statuses, and the event stream.
 
 The app holds a :class:`kb_model.KBModel` (in-process; its slow turns wait on an
-event) or the real Ollama backend against tests/fake_ollama.py.
+event) or the real Ollama backend against tests/support/fake_ollama.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import os
@@ -19,8 +18,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import aiohttp
@@ -29,24 +26,10 @@ from aiohttp.test_utils import TestServer
 from fake_ollama import FakeOllama, chunk, final
 from kb_model import ANSWER, GOAL, NAMES, QUESTION, KBModel, ollama_reader
 from loopback import refused_url
+from web_example import PATH, web_backend
 
 from vaelii_llm import Provider, ProviderBase, Request, Response, StreamItem, TextDelta
 from vaelii_llm.providers import ollama
-
-PATH = Path(__file__).resolve().parent.parent / "examples" / "web_backend.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("example_web_backend", PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-web_backend = load()
 
 
 class Served:

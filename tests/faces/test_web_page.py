@@ -3,7 +3,7 @@
 Debian's ``chromium`` and ``chromium-driver``, driven by Selenium (the
 ``browser`` extra); ``.ci/run`` installs both in a lane of its own. The
 example app serves the real Ollama backend against a loopback Ollama
-(tests/fake_ollama.py); the answer's turn is held until the page shows the
+(tests/support/fake_ollama.py); the answer's turn is held until the page shows the
 tool call, so the test sees the call arrive before the answer, not only the
 end state. A screenshot is written to ``$VAELII_TEST_ARTIFACTS`` (default
 ``build/test-artifacts``).
@@ -23,14 +23,14 @@ import pytest
 from aiohttp.test_utils import TestServer
 from fake_ollama import FakeOllama
 from kb_model import ANSWER, GOAL, QUESTION, ollama_reader
-from test_web_backend import web_backend
+from web_example import web_backend
 
 from vaelii_llm import Provider, ProviderBase, Request, Response, StreamItem
 from vaelii_llm.providers import ollama
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]  # a browser start
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",

@@ -2,7 +2,7 @@
 
 The server over HTTP runs as ``vaelii-llm mcp --http`` in a child process with a
 low descriptor limit; the client's servers are real child processes (the
-misbehaving tests/mcp_tools_server.py, ``cat``, ``sleep``, a script that exits 3)
+misbehaving tests/support/mcp_tools_server.py, ``cat``, ``sleep``, a script that exits 3)
 and real loopback HTTP servers.
 """
 
@@ -180,8 +180,14 @@ async def test_a_request_not_sent_whole_in_time_is_closed(sent: bytes) -> None:
 
 # -- #36 item 7: the client against hostile arguments, names, schemas and headers -----------
 
-SERVER = [sys.executable, str(Path(__file__).with_name("mcp_tools_server.py"))]
-HOSTILE = [sys.executable, str(Path(__file__).with_name("mcp_hostile_server.py"))]
+SERVER = [
+    sys.executable,
+    str(Path(__file__).resolve().parents[1] / "support" / "mcp_tools_server.py"),
+]
+HOSTILE = [
+    sys.executable,
+    str(Path(__file__).resolve().parents[1] / "support" / "mcp_hostile_server.py"),
+]
 GRAMMAR = re.compile(r"[a-zA-Z0-9_-]{1,64}", re.ASCII)  # the providers' tool-name grammar
 FAST_S = 15.0  # a typed error from a child that is no MCP server (main: the whole start_timeout)
 

@@ -5,7 +5,7 @@ without persistence while calls hold slots.
 A wrong reply is played by a small RESP server here (it answers the scripts'
 EVALSHA, or a command of the connection's handshake, with the row's bytes and
 everything else as a Redis would); a restart by a real ``redis-server``
-(tests/redis_server.py), killed with SIGKILL and started again on its port,
+(tests/support/redis_server.py), killed with SIGKILL and started again on its port,
 empty. Issue 46: the same bounds hold whatever the Redis client raises, so
 the client is also made to raise an exception of no library's (monkeypatched)
 against a real ``redis-server``.
@@ -28,8 +28,9 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from fake_ollama import chunk, final, merged
 from loopback import serve, serve_raw
+from polling import until
+from redis_pools import TTL_MS, hosts, shared_pool
 from redis_server import RedisServer
-from test_pool_redis import TTL_MS, hosts, shared_pool, until
 
 from vaelii_llm import _redis_slots
 from vaelii_llm._pool import Pool

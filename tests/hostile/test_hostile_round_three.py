@@ -28,10 +28,10 @@ import mcp_http_fake
 import pytest
 from aiohttp import web
 from conftest import Recorded
+from far_end_answers import ANSWERS, MESSAGE, OLLAMA_DONE, built
 from loopback import RawHandler, refused_url, serve, serve_raw
+from redis_pools import hosts, shared_pool
 from redis_server import RedisServer
-from test_pool_redis import hosts, shared_pool
-from test_response_metadata import ANSWERS, MESSAGE, OLLAMA_DONE, built
 
 from vaelii_llm import _backends, agent, cli, config, errors, kb, providers, tools
 from vaelii_llm._protocol import Message, Request, Response
@@ -295,7 +295,10 @@ async def test_negative_counts_do_not_defeat_an_agent_s_budget() -> None:
 
 # -- items 3 and 8, and aclose from another task: the MCP stdio client ------------------
 
-RAW_SERVER = [sys.executable, str(Path(__file__).with_name("mcp_raw_server.py"))]
+RAW_SERVER = [
+    sys.executable,
+    str(Path(__file__).resolve().parents[1] / "support" / "mcp_raw_server.py"),
+]
 MEASURED = textwrap.dedent(
     """
     import asyncio, json, resource, sys, time
@@ -453,7 +456,7 @@ def http_measured(result_bytes: int, announced: bool = True) -> dict[str, Any]:
             sys.executable,
             "-c",
             HTTP_MEASURED,
-            str(Path(__file__).parent),
+            str(Path(__file__).resolve().parents[1] / "support"),
             str(result_bytes),
             "announced" if announced else "chunked",
         ],
@@ -504,7 +507,7 @@ async def test_the_http_start_timeout_bounds_the_whole_start() -> None:
 FORGED = "http://127.0.0.1:{port}/v1\nwhy: all good"
 SWITCH_NAMES = [switch.name for switch in config.SWITCHES if not switch.secret]
 """A credential's control character is refused as it becomes a header, naming
-it (LLMBadCredential, tests/test_openai.py and tests/test_credentials.py)."""
+it (LLMBadCredential, tests/providers/test_openai.py and tests/providers/test_credentials.py)."""
 
 
 @pytest.mark.parametrize("name", SWITCH_NAMES)

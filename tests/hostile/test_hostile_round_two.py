@@ -175,7 +175,7 @@ async def test_the_command_reads_its_kb_off_the_loop(
         return real(path, into)
 
     monkeypatch.setattr(kb, "load_edn", watched)
-    path = Path(__file__).parent.parent / "vaelii_llm" / "kb" / "data" / "sample.edn"
+    path = Path(__file__).parents[2] / "vaelii_llm" / "kb" / "data" / "sample.edn"
     assert await cli._call("kb_contexts", "", str(path), None) == 0
     assert on_a_loop == [False]
     assert "CxNursery" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The suite's own bounds (tests/bounded_runs.py): a hung test ends by its
+"""The suite's own bounds (tests/support/bounded_runs.py): a hung test ends by its
 name even when an earlier phase failed, and a failure's report is made and
 bounded even when pytest cannot make its own. Each runs pytest in a child
 process on a small test file of its own."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from bounded_runs import MAX_REPORT_CHARS
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 def child(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytest run with this suite's plugin and nothing of its conftest."""
     monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+        "PYTHONPATH", os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])
     )
     monkeypatch.setenv("VAELII_TEST_HANG_GRACE_S", "1")
     pytester.makeconftest('pytest_plugins = ["bounded_runs"]')

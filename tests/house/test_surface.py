@@ -20,7 +20,7 @@ import vaelii_llm
 from vaelii_llm import _protocol as protocol
 from vaelii_llm import config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROVIDER_METHODS = {
     "complete": "(self, request: 'Request') -> 'Response'",
     "stream": (

@@ -14,17 +14,16 @@ import re
 import signal
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from aiohttp import web
-from fake_ollama import chunk, final, merged
-from fake_openai import MODEL, Turn, transcript
-from loopback import refused_url, serve, serve_raw
+from fake_openai import MODEL
+from loopback import refused_url, serve_raw
+from polling import until
+from redis_pools import TTL_MS, hosts, shared_pool
 from redis_server import RedisServer
 
 from vaelii_llm import config
@@ -34,8 +33,7 @@ from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMPoolTimeout, LLMUnreach
 from vaelii_llm.pool import pool_from_config, vote
 from vaelii_llm.providers import ollama, openai
 
-ROOT = Path(__file__).resolve().parent.parent
-TTL_MS = 1000
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -52,85 +50,6 @@ async def rclient(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
         yield client
     finally:
         await client.aclose()
-
-
-class LoopbackHost:
-    """An Ollama (or, on ``/v1/chat/completions``, an OpenAI-compatible server)
-    on loopback that counts the chat calls it holds at once.
-
-    A question that says HOLD is held until its client goes away.
-    """
-
-    def __init__(self, delay: float = 0.03) -> None:
-        self.delay = delay
-        self.active = 0
-        self.most = 0
-        self.calls = 0
-        self.holding = 0
-        self.changed = asyncio.Event()
-        self.url = ""
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        if request.path.endswith("/chat/completions"):  # an OpenAI-compatible server
-            answer = transcript(Turn(text=["Yes."]))
-            reply: web.StreamResponse = web.Response(
-                body=answer.sse(), content_type="text/event-stream"
-            )
-            if not body.get("stream"):
-                reply = web.json_response(answer.completion)
-            return await self.hold(body["messages"][-1]["content"], reply)
-        reply = web.json_response(merged([chunk("Yes."), final()]))
-        return await self.hold(body["messages"][-1]["content"], reply)
-
-    async def hold(self, question: str, reply: web.StreamResponse) -> web.StreamResponse:
-        self.calls += 1
-        self.active += 1
-        self.most = max(self.most, self.active)
-        try:
-            if question == "HOLD":
-                self.holding += 1
-                self.changed.set()
-                await asyncio.Event().wait()
-            await asyncio.sleep(self.delay)
-            return reply
-        finally:
-            self.active -= 1
-
-    async def wait_holding(self, count: int) -> None:
-        while self.holding < count:
-            self.changed.clear()
-            await self.changed.wait()
-
-
-@asynccontextmanager
-async def hosts(count: int, delay: float = 0.03) -> AsyncIterator[list[LoopbackHost]]:
-    async with AsyncExitStack() as stack:
-        found = []
-        for _ in range(count):
-            host = LoopbackHost(delay)
-            host.url = await stack.enter_async_context(serve(host.handle))
-            found.append(host)
-        yield found
-
-
-def shared_pool(
-    urls: list[str], redis_url: str, slots: int = 2, **options: Any
-) -> Pool[ollama.OllamaProvider]:
-    tokens = []
-    for url in urls:
-        tokens += [ollama.provider(host=url)] * slots
-    options.setdefault("lease_ttl_ms", TTL_MS)
-    return Pool(tokens, redis_url=redis_url, **options)
-
-
-async def until(check: Callable[[], bool]) -> None:
-    """Return once ``check()`` holds; a hang guard fails the test after ~20 s."""
-    for _ in range(4000):
-        if check():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the condition never held")
 
 
 async def settled(pool: Pool[Any]) -> list[int]:
@@ -636,7 +555,7 @@ async def test_four_worker_processes_share_the_limit_and_a_killed_one_frees_its_
         workers = [
             await asyncio.create_subprocess_exec(
                 sys.executable,
-                str(ROOT / "tests" / "pool_worker.py"),
+                str(ROOT / "tests" / "support" / "pool_worker.py"),
                 str(TTL_MS),
                 env=env,
                 stdin=asyncio.subprocess.PIPE,

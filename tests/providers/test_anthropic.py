@@ -23,6 +23,7 @@ from conftest import MockedResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from loopback import refused_url
+from polling import until
 from yarl import URL
 
 from vaelii_llm import providers
@@ -141,15 +142,6 @@ async def drain(items: AsyncGenerator[Any, None], into: list[Any] | None = None)
         async for item in items:
             if into is not None:
                 into.append(item)
-
-
-async def until(check: Callable[[], bool], task: asyncio.Task[Any]) -> None:
-    """Wait until ``check`` holds, while ``task`` still runs (bound by that
-    event, not by a time a loaded machine could overrun); the task ending
-    first fails the test."""
-    while not check():
-        assert not task.done(), task
-        await asyncio.sleep(0.01)
 
 
 def one(asm: StreamAssembler, event: str, data: str) -> list[Any]:

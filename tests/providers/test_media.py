@@ -45,7 +45,7 @@ from vaelii_llm.providers.anthropic._encode import build_body
 from vaelii_llm.providers.ollama._chat import chat_body as ollama_body
 from vaelii_llm.providers.openai._chat import chat_body as openai_body
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PNG = (ROOT / "examples" / "red_square.png").read_bytes()
 PNG_B64 = base64.b64encode(PNG).decode()
 JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(32)

@@ -329,8 +329,8 @@ async def run_agent_with(api: FakeMessagesAPI, first: Request) -> agent.AgentRes
 async def test_ask_caches_its_prefix_unless_told_not_to(
     flag: str | None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from cli_runs import run_cli
     from loopback import serve
-    from test_cli_ask import run_cli
 
     api = FakeMessagesAPI(caching=True, script=two_turns())
     async with serve(api.app()) as url:

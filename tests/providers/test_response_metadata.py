@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from far_end_answers import ANSWERS, KEY, built
 from loopback import serve
 
 from vaelii_llm import errors
 from vaelii_llm._protocol import Message, Request, Response, TextBlock
 from vaelii_llm.providers import anthropic, ollama, openai
 
-KEY = "sk-ant-api03-K9v2QmZt7LwR4pXsH3jN8cYb"
 QUESTION = Request(messages=[Message(role="user", content="Is a spider an insect?")])
 
 SENT = {
@@ -38,14 +38,6 @@ SEEN: dict[str, tuple[str | None, dict[str, str]]] = {
     "openai": ("req_456", {"retry-after": "7", "x-ratelimit-remaining-tokens": "12"}),
     "ollama": (None, {}),  # Ollama sends none of these: nothing is read
 }
-
-
-def built(kind: str, url: str) -> Any:
-    if kind == "anthropic":
-        return anthropic.provider(credential=KEY, base_url=url)
-    if kind == "openai":
-        return openai.provider(base_url=url, api_key=KEY, model="m")
-    return ollama.provider(host=url, model="m")
 
 
 def answering(status: int) -> Any:
@@ -89,94 +81,6 @@ async def test_a_400_is_not_retryable_and_carries_the_same(kind: str) -> None:
         err = await failure(kind, url, streamed=False)
     assert (err.status, err.retryable) == (400, False)
     assert (err.request_id, dict(err.headers)) == SEEN[kind]
-
-
-def _sse(*events: dict[str, Any]) -> str:
-    return "".join(f"data: {json.dumps(e)}\n\n" for e in events)
-
-
-MESSAGE = {
-    "id": "msg_1",
-    "type": "message",
-    "role": "assistant",
-    "model": "m",
-    "content": [{"type": "text", "text": "No."}],
-    "stop_reason": "end_turn",
-    "stop_sequence": None,
-    "usage": {"input_tokens": 3, "output_tokens": 2},
-}
-COMPLETION = {
-    "id": "c1",
-    "object": "chat.completion",
-    "model": "m",
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "No."}, "finish_reason": "stop"}
-    ],
-    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-}
-OLLAMA_DONE = {
-    "model": "m",
-    "message": {"role": "assistant", "content": "No."},
-    "done": True,
-    "done_reason": "stop",
-}
-
-ANSWERS: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
-    "anthropic": (
-        ("application/json", json.dumps(MESSAGE)),
-        (
-            "text/event-stream",
-            "".join(
-                f"event: {e['type']}\n{_sse(e)}"
-                for e in (
-                    {"type": "message_start", "message": {**MESSAGE, "content": []}},
-                    {
-                        "type": "content_block_start",
-                        "index": 0,
-                        "content_block": {"type": "text", "text": ""},
-                    },
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "text_delta", "text": "No."},
-                    },
-                    {"type": "content_block_stop", "index": 0},
-                    {
-                        "type": "message_delta",
-                        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                        "usage": {"output_tokens": 2},
-                    },
-                    {"type": "message_stop"},
-                )
-            ),
-        ),
-    ),
-    "openai": (
-        ("application/json", json.dumps(COMPLETION)),
-        (
-            "text/event-stream",
-            _sse(
-                {
-                    "id": "c1",
-                    "object": "chat.completion.chunk",
-                    "model": "m",
-                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": "No."}}],
-                },
-                {
-                    "id": "c1",
-                    "object": "chat.completion.chunk",
-                    "model": "m",
-                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                },
-            )
-            + "data: [DONE]\n\n",
-        ),
-    ),
-    "ollama": (
-        ("application/json", json.dumps(OLLAMA_DONE)),
-        ("application/x-ndjson", json.dumps(OLLAMA_DONE) + "\n"),
-    ),
-}
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])

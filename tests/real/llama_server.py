@@ -24,7 +24,7 @@ from vaelii_llm import Message, ToolResultBlock, ToolUseBlock
 
 __all__ = ["TOOL_TEMPLATE", "WORKED", "LlamaServer", "built", "worked_exchanges"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # SmolLM2-135M's own chat template renders no tools, and with it the server drops
 # them; TOOL_TEMPLATE is a ChatML template that lists the tools and writes a call
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # this small what a call looks like; the next question's call, its arguments,
 # the KB's answer and the words built from it are the model's, the server's and
 # the KB's own.
-TOOL_TEMPLATE = ROOT / "tests" / "chatml_tools.jinja"
+TOOL_TEMPLATE = ROOT / "tests" / "real" / "chatml_tools.jinja"
 WORKED = (("Rex", "[Animal Dog Mammal]", "a dog"), ("Oslo", "[City Place]", "a city"))
 WORKED += (("Nemo", "[Animal Fish]", "a fish"),)
 

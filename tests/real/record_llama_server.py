@@ -1,12 +1,12 @@
 """Record a real llama-server's answers as fixtures for the hermetic suite.
 
-``python tests/record_llama_server.py`` starts the ``real`` lane's server
-(``tests/llama_server.py``), sends each case of :data:`CASES` as raw HTTP on
+``python tests/real/record_llama_server.py`` starts the ``real`` lane's server
+(``tests/real/llama_server.py``), sends each case of :data:`CASES` as raw HTTP on
 each wire it serves (Chat Completions, the Messages API, Responses; the
 tool-call cases of :data:`TOOL_CASES` on a second server with the tool
 template), and writes what came back, byte for byte, with the server's
-version and command, to ``tests/recorded/llama_server.json``.
-``tests/test_recorded_real.py`` replays it on loopback. Run it again when the
+version and command, to ``tests/real/recorded/llama_server.json``.
+``tests/real/test_recorded_real.py`` replays it on loopback. Run it again when the
 pinned server version changes.
 """
 
@@ -28,7 +28,9 @@ from llama_server import TOOL_TEMPLATE, WORKED, LlamaServer, built
 from vaelii_llm import kb, tools
 
 OUT = Path(__file__).parent / "recorded" / "llama_server.json"
-PNG = base64.b64encode((Path(__file__).parent.parent / "examples" / "red_square.png").read_bytes())
+PNG = base64.b64encode(
+    (Path(__file__).resolve().parents[2] / "examples" / "red_square.png").read_bytes()
+)
 
 USER = [{"role": "user", "content": "Name three colours."}]
 IMAGE = [
@@ -81,7 +83,7 @@ def _messages_api_exchanges() -> list[dict[str, Any]]:
     return [*messages, {"role": "user", "content": QUESTION}]
 
 
-# Answered by a server with TOOL_TEMPLATE (see tests/llama_server.py): a real call.
+# Answered by a server with TOOL_TEMPLATE (see tests/real/llama_server.py): a real call.
 TOOL_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "openai-tool-call": (
         "/v1/chat/completions",
@@ -181,7 +183,7 @@ async def main() -> None:
         "command": "llama-server -m MODEL --temp 0 --parallel 2 -t 1 -c 4096 --jinja --no-webui",
         "tool_command": (
             "llama-server -m MODEL --temp 0 --parallel 1 -t 1 -c 2048 --jinja --no-webui"
-            " --chat-template-file tests/chatml_tools.jinja"
+            " --chat-template-file tests/real/chatml_tools.jinja"
         ),
         "cases": {},
     }

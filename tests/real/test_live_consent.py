@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import pytest
@@ -29,7 +29,7 @@ def probe_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> p
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("PYTEST_PLUGINS", "pytest_asyncio.plugin,pytest_timeout")
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
-    pytester.makepyfile(bounded_runs=(ROOT / "tests" / "bounded_runs.py").read_text())
+    pytester.makepyfile(bounded_runs=(ROOT / "tests" / "support" / "bounded_runs.py").read_text())
     pytester.makeini(
         "[pytest]\naddopts = -m 'not llm' -ra\nmarkers =\n    llm: reaches a real model\n"
     )
@@ -59,7 +59,7 @@ def test_consent_lets_a_selected_llm_test_run(
 def test_this_suite_holds_no_llm_test() -> None:
     offenders = [
         p.name
-        for p in (ROOT / "tests").glob("test_*.py")
+        for p in (ROOT / "tests").rglob("test_*.py")
         if p.name != Path(__file__).name and "mark.llm" in p.read_text()
     ]
     assert offenders == []

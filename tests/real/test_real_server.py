@@ -1,5 +1,5 @@
 """Against a real far end nobody here wrote: llama.cpp's ``llama-server`` and
-SmolLM2-135M (``tests/llama_server.py``), the Messages API, Chat Completions
+SmolLM2-135M (``tests/real/llama_server.py``), the Messages API, Chat Completions
 and Responses API wires it serves, the official clients beside ours.
 
 The ``real`` lane (``pytest -m real``, a lane of ``.ci/run``); the README's
@@ -379,7 +379,7 @@ async def test_the_web_example_answers_from_the_real_model(
 ) -> None:
     """The web example as configured by its environment (its own provider
     factory, not one the test hands it), asked over HTTP."""
-    from test_web_backend import web_backend  # the example, loaded once for every test
+    from web_example import web_backend  # the example, loaded once for every test
 
     monkeypatch.setenv("VAELII_LLM_PROVIDER", "openai")
     monkeypatch.setenv("OPENAI_BASE_URL", server.base + "/v1")

@@ -1,6 +1,6 @@
 """A real llama-server's own bytes, replayed on loopback: the hermetic
 suite reads what a far end nobody here wrote sent (recorded by
-``tests/record_llama_server.py``; the server's version and command are in
+``tests/real/record_llama_server.py``; the server's version and command are in
 the recording). Each answer is checked against an oracle read from the
 recorded JSON here, by hand: text, stop reason, usage in ``Usage``'s one
 meaning, the whole answer equal to the streamed one on each of its three wires
@@ -24,7 +24,7 @@ from vaelii_llm.providers import anthropic, openai, openai_responses
 
 RECORDED = json.loads((Path(__file__).parent / "recorded" / "llama_server.json").read_text())
 CASES: dict[str, dict[str, Any]] = RECORDED["cases"]
-PNG = Path(__file__).parent.parent / "examples" / "red_square.png"
+PNG = Path(__file__).resolve().parents[2] / "examples" / "red_square.png"
 
 
 def _replaying(case: dict[str, Any]) -> web.Application:

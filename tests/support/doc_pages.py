@@ -8,7 +8,7 @@ README's own activation line, with the environment pointing the commands at
 loopback fakes (a real Ollama is what the pages assume); the web example's port
 is the one substitution (8080 may be taken here). A ``text`` block is the
 output of the block before it; a ``json`` block is a file a page shows (parsed
-here; the MCP host entry is launched by tests/test_mcp_face.py). The default
+here; the MCP host entry is launched by tests/faces/test_mcp_face.py). The default
 lane runs them in this environment; the ``slow`` lane runs them in a fresh one
 made from the sdist exactly as the README's commands make it.
 """
@@ -27,7 +27,7 @@ from typing import Literal
 
 from fake_ollama import FakeOllama
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 BLOCK = re.compile(r"^```(?P<lang>\w*)[^\n]*\n(?P<body>.*?)^```", re.DOTALL | re.MULTILINE)
 LANGUAGES = frozenset({"python", "sh", "json", "text"})

@@ -11,7 +11,7 @@ the whole content, thinking and tool calls. ``/api/show`` answers
 ``/api/version`` answers ``{"version": …}``; an unknown model is a 404 with
 ``{"error": "model \\"x\\" not found, try pulling it first"}``.
 
-Used by tests/test_ollama.py and tests/bench/bench_ollama.py.
+Used by tests/providers/test_ollama.py and tests/bench/bench_ollama.py.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ when given (llama.cpp's server's own, ``chat_template_caps`` in it); a ``Bearer`
 ``key`` (when set) is a 401 with OpenAI's error body. ``mode`` switches on a
 hostile behaviour (the :class:`FakeOpenAI` docstring).
 
-Used by tests/test_openai*.py, tests/test_neutral_loop.py and tests/bench/bench_openai.py.
+Used by tests/providers/test_openai*.py, tests/providers/test_neutral_loop.py and
+tests/bench/bench_openai.py.
 """
 
 from __future__ import annotations

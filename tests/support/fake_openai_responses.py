@@ -17,8 +17,9 @@ the whole answer is. ``POST /v1/responses/input_tokens`` answers
 and OpenAI's ``x-ratelimit-*`` headers. ``mode`` switches on a hostile
 behaviour (the :class:`FakeResponses` docstring).
 
-Used by tests/test_openai_responses.py, tests/test_neutral_loop.py, tests/test_providers.py,
-tests/test_http_skeleton.py and tests/bench/bench_responses.py.
+Used by tests/providers/test_openai_responses.py, tests/providers/test_neutral_loop.py,
+tests/providers/test_providers.py, tests/transport/test_http_skeleton.py and
+tests/bench/bench_responses.py.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""One provider used from several event loops, run by tests/test_deploy.py
+"""One provider used from several event loops, run by tests/docs/test_deploy.py
 in a child process under ``-W error`` (an unclosed session or
 connector there is a ``ResourceWarning`` on stderr, which the test refuses).
 
-``python tests/loop_hopping.py KIND LOOP URL``: ``KIND`` is ``turns`` (three
+``python tests/support/loop_hopping.py KIND LOOP URL``: ``KIND`` is ``turns`` (three
 ``asyncio.run`` turns, then ``aclose`` in a fourth) or ``pydantic-ai``
 (``run_sync`` then ``run`` on one ``VaeliiModel``); ``LOOP`` is ``asyncio``
 or ``uvloop``; ``URL`` is a fake Ollama's. Prints one line per answer.

@@ -1,6 +1,6 @@
 """An MCP server, written with the ``mcp`` package, whose tool list is hostile.
 
-``python tests/mcp_hostile_server.py names`` lists tools named ``''``, ``'a b'``,
+``python tests/support/mcp_hostile_server.py names`` lists tools named ``''``, ``'a b'``,
 with a newline, ``../../etc``, 10,000 characters, an RTL override and a Cyrillic
 look-alike of ``kb_query``, plus ``echo``; every call answers the place in that
 list of the name it was called by (``called #3``). ``collide NAME`` lists

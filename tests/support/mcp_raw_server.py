@@ -1,7 +1,7 @@
 """An MCP server written by hand over stdio (one JSON-RPC message a line), for
 what no server library would send.
 
-``python tests/mcp_raw_server.py MODE [ARG]`` answers ``initialize``, lists one
+``python tests/support/mcp_raw_server.py MODE [ARG]`` answers ``initialize``, lists one
 tool, ``echo``, and answers its calls, except as ``MODE`` says:
 ``endless_line`` answers a call with a line that never ends; ``page_1m`` lists
 a page of a million tools on one line; ``helper PIDFILE`` starts a helper

@@ -1,6 +1,6 @@
 """A small MCP server, written with the ``mcp`` package, whose tools misbehave on purpose.
 
-``python tests/mcp_tools_server.py`` serves over stdio; ``--http`` serves
+``python tests/support/mcp_tools_server.py`` serves over stdio; ``--http`` serves
 streamable HTTP on a free loopback port and prints ``URL <url>`` on stdout.
 Tools: ``echo`` (text), ``picture`` (an image), ``fail`` (an ``isError``
 result), ``boom`` (a protocol error), ``hang`` (never answers), ``huge``

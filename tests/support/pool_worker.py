@@ -1,4 +1,4 @@
-"""One worker process of tests/test_pool_redis.py's multi-process test.
+"""One worker process of tests/pool/test_pool_redis.py's multi-process test.
 
 It builds its pool with ``pool_from_config`` from the environment
 (``VAELII_OLLAMA_HOSTS``, ``VAELII_POOL_REDIS_URL``), as a web worker would, and

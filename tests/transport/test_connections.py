@@ -260,7 +260,7 @@ async def test_the_default_is_bounded_and_zero_asks_for_no_bound() -> None:
 
 
 def test_the_backends_guide_names_the_default_bound() -> None:
-    guide = Path(__file__).resolve().parent.parent / "docs" / "guides" / "backends.md"
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "backends.md"
     assert f"Unset, {DEFAULT_MAX_CONNECTIONS}," in guide.read_text()
 
 
