@@ -15,7 +15,6 @@ One server and one SDK client serve every transcript, so the test stays fast.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,10 +30,7 @@ TRANSCRIPTS = 60
 SEED = 20261130
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("_no_ambient_credential")
 
 
 def _sdk_usage(usage: Any) -> dict[str, int | None]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,11 +43,7 @@ CACHES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("_no_ambient_credential")
 
 
 def neutral_request(cache: Cache | None, system: Any = "Answer from the KB.") -> Request:

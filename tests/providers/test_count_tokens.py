@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -24,11 +23,7 @@ NOWHERE = "http://127.0.0.1:9"
 """A port nothing listens on: a backend that tried to send would be unreachable."""
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("_no_ambient_credential")
 
 
 def question(**fields: object) -> Request:

@@ -6,7 +6,6 @@ TypeError, an AssertionError)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,13 +51,6 @@ def blocks() -> list[Any]:
         Foreign(),
         Typed(),
     ]
-
-
-@pytest.fixture
-def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))
 
 
 def encoders() -> list[Any]:

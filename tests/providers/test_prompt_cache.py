@@ -9,7 +9,6 @@ import contextlib
 import json
 import random
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -42,12 +41,12 @@ TOOLS = [
 ]
 
 
+pytestmark = pytest.mark.usefixtures("_no_ambient_credential")
+
+
 @pytest.fixture(autouse=True)
-def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+def _no_prompt_cache_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VAELII_PROMPT_CACHE", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))  # no ant CLI
 
 
 def conversation() -> list[Message]:

@@ -189,13 +189,6 @@ async def test_ollama_the_bound_holds_streamed_and_whole(n: int) -> None:
         await whole_fake.stop()
 
 
-@pytest.fixture
-def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))
-
-
 @pytest.mark.usefixtures("_no_ambient_credential")
 @pytest.mark.parametrize("n", [BOUND, BOUND + 1])
 async def test_messages_api_the_bound_holds_streamed_and_whole(n: int) -> None:

@@ -11,7 +11,6 @@ import contextlib
 import json
 import random
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -220,11 +219,7 @@ async def messages_api(api: FakeMessagesAPI) -> AsyncIterator[anthropic.Anthropi
         await server.close()
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("_no_ambient_credential")
 
 
 @pytest.mark.parametrize("seed", range(6))
