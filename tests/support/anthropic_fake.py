@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from loopback import FakeServer
 
 Event = tuple[str, dict[str, Any]]
 
@@ -337,7 +338,7 @@ class Seen:
 
 
 @dataclass
-class FakeMessagesAPI:
+class FakeMessagesAPI(FakeServer):
     """``POST /v1/messages`` answering ``transcript`` (SSE when the body asks to
     stream, the JSON message otherwise), or ``status`` with an error body.
     SSE bytes are written in pieces cut at random points, so frames and even

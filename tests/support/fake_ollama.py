@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from loopback import FakeServer
 
 MODEL = "phi4:14b"
 CREATED = "2025-10-26T17:15:24.097767Z"
@@ -132,7 +133,7 @@ def hello(_body: dict[str, Any]) -> Transcript:
 
 
 @dataclass
-class FakeOllama:
+class FakeOllama(FakeServer):
     """The fake host. ``script`` maps a chat body to its transcript; ``mode``
     switches on a hostile behaviour for ``/api/chat``:
 
@@ -157,27 +158,15 @@ class FakeOllama:
     cache: bool = False
     """Encode each transcript object once (by identity): for the benchmark,
     so the server's own JSON work does not dominate what is measured."""
-    url: str = ""
     _encoded: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
-    _runner: web.AppRunner | None = None
     _disconnected: asyncio.Event | None = None
 
-    async def start(self) -> FakeOllama:
+    def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_post("/api/chat", self._chat)
         app.router.add_post("/api/show", self._show)
         app.router.add_get("/api/version", self._version)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        return app
 
     async def wait_disconnects(self, count: int) -> None:
         """Return once ``count`` clients have gone mid-response (an event, no clock)."""

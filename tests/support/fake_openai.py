@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiohttp import web
+from loopback import FakeServer
 
 MODEL = "Qwen/Qwen3-8B"
 MODELS = [MODEL, "meta-llama/Llama-3.1-8B-Instruct"]
@@ -242,7 +243,7 @@ def hello(_body: dict[str, Any]) -> Transcript:
 
 
 @dataclass
-class FakeOpenAI:
+class FakeOpenAI(FakeServer):
     """The fake server. ``script`` maps a request body to its transcript;
     ``mode`` switches on a hostile behaviour for ``/chat/completions``:
 
@@ -270,34 +271,22 @@ class FakeOpenAI:
     disconnects: int = 0
     cache: bool = False
     """Encode each transcript once (by identity), for the benchmark."""
-    url: str = ""
     props: dict[str, Any] | None = None
     """What ``GET /props`` answers, as llama.cpp's server does (None: no such route)."""
     _encoded: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
-    _runner: web.AppRunner | None = None
     _disconnected: asyncio.Event | None = None
 
     @property
     def base_url(self) -> str:
         return self.url + "/v1"
 
-    async def start(self) -> FakeOpenAI:
+    def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         if self.props is not None:
             app.router.add_get("/props", self._props)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        return app
 
     async def wait_disconnects(self, count: int) -> None:
         """Return once ``count`` clients have gone mid-response (an event, no clock)."""

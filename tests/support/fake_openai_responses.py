@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from loopback import FakeServer
 
 MODEL = "gpt-fake-1"
 MODELS = [MODEL]
@@ -242,7 +243,7 @@ FAILURE = {"code": "server_error", "message": "The model failed to generate a re
 
 
 @dataclass
-class FakeResponses:
+class FakeResponses(FakeServer):
     """The fake server. ``script`` maps a request body to its turn; ``mode``:
 
     ``"failed"`` (streamed: created, then ``response.failed``; whole: the
@@ -261,36 +262,18 @@ class FakeResponses:
     counted: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     disconnects: int = 0
-    url: str = ""
-    _runner: web.AppRunner | None = None
 
     @property
     def base_url(self) -> str:
         return self.url + "/v1"
 
-    async def start(self) -> FakeResponses:
+    def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_post("/v1/responses", self._responses)
         if self.mode != "no_count":
             app.router.add_post("/v1/responses/input_tokens", self._count)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def __aenter__(self) -> FakeResponses:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        return app
 
     def _answer(self, payload: Any, status: int = 200) -> web.Response:
         return web.json_response(

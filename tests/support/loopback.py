@@ -12,6 +12,8 @@ would send). :func:`reset_connection` and :func:`cut_connection` misbehave on
 the socket of the request being handled, and :func:`refused_url` names a port
 nothing listens on. :class:`Taking`, a client's ``inflight`` set, says when the
 client has read what a far end sent (so it may cut the connection then).
+:class:`FakeServer` is the start and stop every fake server (Ollama's, the
+OpenAI wires', the Messages API's) shares.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Self
 
 import aiohttp
 from aiohttp import web
 
 __all__ = [
+    "FakeServer",
     "Handler",
     "RawHandler",
     "Taking",
@@ -59,6 +63,40 @@ async def serve(handler: web.Application | Handler) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+class FakeServer:
+    """A fake server's start and stop on 127.0.0.1, at a free port; its routes
+    are :meth:`app`'s. ``await fake.start()`` (or ``async with fake:``) serves
+    and sets :attr:`url`; ``await fake.stop()`` (leaving the block) stops it.
+    In-flight handlers are cancelled when their client goes away."""
+
+    url: str = ""
+    """``http://127.0.0.1:<port>`` once started."""
+    _runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        """The routes this server answers."""
+        raise NotImplementedError
+
+    async def start(self) -> Self:
+        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
 
 @asynccontextmanager
