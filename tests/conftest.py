@@ -222,6 +222,20 @@ def collect() -> Collect:
     return read
 
 
+@pytest.fixture(autouse=True)
+def registry() -> Iterator[None]:
+    """Every test leaves the backend registry as it found it: the kinds it
+    registers or replaces (``providers.register``) leave with it."""
+    from vaelii_llm import _backends
+
+    saved = dict(_backends.REGISTRY)
+    try:
+        yield
+    finally:
+        _backends.REGISTRY.clear()
+        _backends.REGISTRY.update(saved)
+
+
 @pytest.fixture
 def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No Anthropic credential from the machine: neither ``ANTHROPIC_AUTH_TOKEN``

@@ -669,16 +669,6 @@ async def test_a_redis_password_in_the_query_is_never_shown(
 # -- item 11: providers.register --------------------------------------------------------
 
 
-@pytest.fixture
-def registry() -> Iterator[None]:
-    saved = dict(_backends.REGISTRY)
-    try:
-        yield
-    finally:
-        _backends.REGISTRY.clear()
-        _backends.REGISTRY.update(saved)
-
-
 @pytest.mark.parametrize(
     "kind",
     ["", "   ", "a\nb", "x" * 10_000, "stub", " STUB ", "1st", "a b", "café", "k" * 33],

@@ -29,15 +29,6 @@ FAKE_OPTIONS = (
 """What the fake backend below declares: its functions' keyword parameters."""
 
 
-@pytest.fixture(autouse=True)
-def _registry() -> Iterator[None]:
-    """The registry as it was, so the kinds a test registers leave with it."""
-    saved = dict(_backends.REGISTRY)
-    yield
-    _backends.REGISTRY.clear()
-    _backends.REGISTRY.update(saved)
-
-
 class FakeBackend:
     """What a test-registered backend saw."""
 
