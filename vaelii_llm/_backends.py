@@ -7,7 +7,7 @@ backend function the options it reads from these records alone, so choosing a
 kind imports that kind's module and no other; the vote pool
 (:func:`vaelii_llm.pool.pool_from_config`) and the command read the same
 record, so a kind :func:`vaelii_llm.providers.register` adds gets them too.
-``tests/test_providers.py`` holds each built-in record against the real
+``tests/providers/test_providers.py`` holds each built-in record against the real
 signatures of its backend's functions, so a record and its code cannot drift
 apart. Imports nothing of the package; a record names the functions it points
 at as ``module:name``, imported when used (:func:`import_ref`).

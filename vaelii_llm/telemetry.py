@@ -121,7 +121,7 @@ _CAPTURE_ON = config.TRUTHY | {"span_only", "span_and_event"}
 
 SCOPE: Final = "vaelii_llm"
 
-# Names as the GenAI semantic conventions spell them (tests/test_telemetry.py
+# Names as the GenAI semantic conventions spell them (tests/core/test_telemetry.py
 # checks each against the installed opentelemetry-semantic-conventions).
 OPERATION: Final = "gen_ai.operation.name"
 PROVIDER_NAME: Final = "gen_ai.provider.name"

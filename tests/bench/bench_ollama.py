@@ -1,6 +1,6 @@
 """Benchmark: our Ollama provider against the official ``ollama`` client.
 
-Both talk to the same fake Ollama (tests/fake_ollama.py), run in its own
+Both talk to the same fake Ollama (tests/support/fake_ollama.py), run in its own
 process on loopback so its work does not share our event loop, and serving
 pre-encoded bodies so its own JSON work stays out of the figures:
 
@@ -38,7 +38,7 @@ import aiohttp
 import msgspec
 import ollama as official
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from fake_ollama import BIG, BIG_TOKENS
 from timing import beside_server, throughput, timed
@@ -270,7 +270,7 @@ async def main(url: str) -> None:
 
 
 def run() -> None:
-    fake = Path(__file__).resolve().parents[1] / "fake_ollama.py"
+    fake = Path(__file__).resolve().parents[1] / "support" / "fake_ollama.py"
     beside_server([sys.executable, str(fake)], main)
 
 
