@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from vaelii_llm import _edn, config, errors
 from vaelii_llm._version import __version__
-from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.engine import EngineRefusal
 
 if TYPE_CHECKING:
     from vaelii_llm import agent, pool
@@ -333,13 +333,12 @@ def _load_kb(kb_path: str | None) -> Any:
     """The KB ``--kb`` names (the sample without it). It reads a file: a
     coroutine calls it through ``asyncio.to_thread``. A file holding no
     sentence is refused: a model would read an empty KB and say nothing of it."""
-    from vaelii_llm import kb
-    from vaelii_llm.kb._reads import sentex_count
+    from vaelii_llm import engine, kb
 
     if not kb_path:
         return kb.sample()
     loaded = kb.load_edn(kb_path)
-    if sentex_count(loaded) == 0:
+    if engine.embedded().ops["sentex-count"](loaded) == 0:
         raise _Stop(
             1,
             "bad-kb",
