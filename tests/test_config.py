@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from vaelii_llm import config
+from vaelii_llm._transport import urls
 from vaelii_llm.providers._hosts import normalize_host
 
 ALL_VARS = [s.name for s in config.SWITCHES]
@@ -137,7 +138,7 @@ def test_base_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> N
     ],
 )
 def test_hide_userinfo(value: str, shown: str) -> None:
-    assert config.hide_userinfo(value) == shown
+    assert urls.hide_userinfo(value) == shown
 
 
 @pytest.mark.parametrize(
@@ -154,7 +155,7 @@ def test_hide_userinfo_reads_a_url_as_aiohttp_does(url: str) -> None:
     """What is cut is exactly what yarl (aiohttp's URL) reads as user info."""
     from yarl import URL
 
-    assert config.hide_userinfo(url) == str(URL(url).with_user(None))
+    assert urls.hide_userinfo(url) == str(URL(url).with_user(None))
 
 
 # A distinctive value each switch's variable can hold, and what its reader then reads.

@@ -191,3 +191,15 @@ def test_no_module_imports_the_version_from_the_package_root() -> None:
             ):
                 upward.append(name)
     assert upward == []
+
+
+def test_the_transport_reads_no_switch() -> None:
+    # A URL's user info is the transport's rule (_transport.urls): the transport
+    # imports nothing of the configuration, which hands it values, not rules.
+    links = graph()
+    reaching = sorted(
+        name
+        for name, found in links.items()
+        if name.startswith("vaelii_llm._transport") and "vaelii_llm.config" in found
+    )
+    assert reaching == []

@@ -210,6 +210,7 @@ MODULES = [
     "vaelii_llm._transport.send",
     "vaelii_llm._transport.sessions",
     "vaelii_llm._transport.settings",
+    "vaelii_llm._transport.urls",
     "vaelii_llm._transport.withheld",
     "vaelii_llm._timers",
     "vaelii_llm._wire",

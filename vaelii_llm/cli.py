@@ -25,6 +25,7 @@ from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
 from vaelii_llm import _edn, config, errors
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._version import __version__
 from vaelii_llm.engine import EngineRefusal
 
@@ -56,7 +57,7 @@ def _print_switch(name: str, secret: bool, default: str | None) -> None:
     elif raw is None:
         shown = f"unset (default {default})" if default else "unset"
     else:
-        shown = repr(config.hide_userinfo(raw))
+        shown = repr(hide_userinfo(raw))
     print(f"{name:32} {shown}")
 
 

@@ -10,7 +10,7 @@ switch by its name, and :func:`provider_kind` the one every caller branches on.
 
 The engine reads none of these. The names this module does not export (the
 readers but :func:`provider_kind`, the defaults, :data:`TRUTHY`,
-:data:`SCHEME_PORTS`, :func:`hide_userinfo`) are the package's own, each
+:data:`SCHEME_PORTS`) are the package's own, each
 written here once for the modules that share it.
 """
 
@@ -412,7 +412,8 @@ def ollama_hosts(explicit: str | None = None) -> str | None:
 
 def pool_redis_url(explicit: str | None = None) -> str | None:
     """The Redis a pool shares its host slots through, or None for slots in this
-    process. A ``user:password@`` in it is never shown (:func:`hide_userinfo`)."""
+    process. A ``user:password@`` in it is never shown
+    (:func:`~vaelii_llm._transport.urls.hide_userinfo`)."""
     return explicit or _read(_POOL_REDIS_URL)
 
 
@@ -460,75 +461,6 @@ def openai_hosts(explicit: str | None = None) -> str | None:
         return explicit
     value = _getenv(_OPENAI_HOSTS.name)
     return None if value is None else value.strip()
-
-
-_USERINFO = re.compile(r"(//)((?:(?!://)\S)*@)|(^|[,\s])((?:(?!://)[^\s,])*@)")
-"""Where a URL's user info may be: after ``//``, up to the last ``@`` before a
-space or another ``scheme://``; in an entry of a host list with no scheme, up
-to its last ``@`` before a comma. :func:`_userinfo_end` says how much of it is."""
-
-_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]*\]|[\w.~%!$&'()*+,;=-]*)(:\d+)?")
-"""An authority with no user info, as a parser reads one: a host, and a port of digits."""
-
-_FAR_END = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[\w-]+(\.[\w-]+)+|[\w.-]+(?=:\d))(:\d+)?([/?#\s,*]|$)")
-"""What reads as the host a URL reaches: an IPv6 literal, a name with a dot, or a
-name with a port; then the path, the end, or the host list's next word."""
-
-
-def _userinfo_end(candidate: str, text: str, after: int) -> int:
-    """How much of ``candidate`` (from after ``//`` to an ``@``, followed in
-    ``text`` by what is at ``after``) is user info.
-
-    A URL a parser reads (yarl, urllib) ends its authority at the first
-    ``/``, ``?`` or ``#``, and its user info at the last ``@`` inside it; an
-    ``@`` after that is in the path, query or fragment. A password holding an
-    unencoded ``/``, ``?`` or ``#`` is read otherwise, and shown: so the user
-    info runs to the last ``@`` when what follows it reads as the host
-    (:data:`_FAR_END`), or when the authority a parser reads is no host and
-    port (``user:pa#ss@host`` reads as host ``user``, port ``pa``).
-    """
-    authority = re.split(r"[/?#]", candidate, maxsplit=1)[0]
-    if len(authority) < len(candidate) - 1 and _FAR_END.match(text, after):
-        return len(candidate)
-    if "@" in authority:
-        return authority.rindex("@") + 1
-    if _HOST_PORT.fullmatch(authority):
-        return 0
-    return len(candidate)
-
-
-_SECRET_PARAMETER = re.compile(r"(?i)([?&;][\w.-]*(?:pass|pwd|secret|token|key)[\w.-]*=)[^&#\s,]*")
-"""A query parameter whose name says its value is a credential: redis-py's
-documented ``?password=`` (``redis://``, ``unix://``), a ``token=``, an ``api_key=``."""
-
-
-def hide_userinfo(value: str) -> str:
-    """``value`` with every ``user:password@`` cut out of the URLs or hosts it
-    names (a comma-separated host list included), and the value of every query
-    parameter naming a credential (:data:`_SECRET_PARAMETER`) withheld, for
-    messages and displays."""
-
-    def cut(found: re.Match[str]) -> str:
-        lead, candidate = (found[1], found[2]) if found[1] else (found[3], found[4])
-        return lead + candidate[_userinfo_end(candidate, value, found.end()) :]
-
-    shown = _USERINFO.sub(cut, value)
-    if "=" in shown:
-        shown = _SECRET_PARAMETER.sub(r"\1<withheld>", shown)
-    return shown
-
-
-def userinfo(url: str) -> str | None:
-    """The ``user:password`` (or ``user``) of ``url``, read by the rule
-    :func:`hide_userinfo` cuts by (never by a URL parser alone, which reads a
-    malformed one otherwise); None when it names none."""
-    text = url.strip()
-    for found in _USERINFO.finditer(text):
-        candidate = found[2] if found[1] else found[4]
-        end = _userinfo_end(candidate, text, found.end())
-        if end:
-            return candidate[: end - 1]
-    return None
 
 
 def live_llm() -> bool:

@@ -16,10 +16,11 @@ from typing import Final
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline, Endpoint
+from vaelii_llm._transport.urls import hide_userinfo
 
 __all__ = ["PROPS_TIMEOUT_MS", "no_tools_reason", "served_models"]
 
@@ -61,7 +62,7 @@ async def served_models(root: str) -> list[str] | None:
     try:
         listed = await request_json(
             probe_session(url=root),
-            Endpoint(label=f"the server at {config.hide_userinfo(root)}", slug="models"),
+            Endpoint(label=f"the server at {hide_userinfo(root)}", slug="models"),
             "GET",
             root + "/v1/models",
             deadline=Deadline.after_ms(PROPS_TIMEOUT_MS),
@@ -76,7 +77,7 @@ async def no_tools_reason(root: str) -> str | None:
     """Why the server at ``root`` (its address, not its ``/v1``) would drop the
     tools (one line naming the fix), or None when its ``/props`` does not say
     its template renders none."""
-    shown = config.hide_userinfo(root)
+    shown = hide_userinfo(root)
     try:
         props = await request_json(
             probe_session(url=root),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from vaelii_llm import config
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.providers._props import no_tools_reason, served_models
 from vaelii_llm.providers.anthropic._encode import DEFAULT_MODEL
 
@@ -19,7 +20,7 @@ async def status_lines(ready: bool) -> AsyncIterator[str]:
     when the host answers and lists what it serves at ``/v1/models`` without a
     credential (a local server does; the hosted API asks for one), those too."""
     chosen = config.anthropic_model() or DEFAULT_MODEL
-    yield f"base URL:   {config.hide_userinfo(config.anthropic_base_url())}"
+    yield f"base URL:   {hide_userinfo(config.anthropic_base_url())}"
     yield f"model:      {chosen}"
     if not ready:
         return

@@ -88,6 +88,7 @@ from vaelii_llm._protocol import (
     unhandled_block,
 )
 from vaelii_llm._transport.settings import Endpoint, Headers, with_json_content_type
+from vaelii_llm._transport.urls import hide_userinfo, userinfo
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._assemble import (
@@ -172,7 +173,7 @@ def token_field(base_url: str, explicit: str | None = None) -> TokenField:
 def endpoint(base_url: str) -> Endpoint:
     """How the server at ``base_url`` is named in messages (a password cut)."""
     return Endpoint(
-        label=f"the Chat Completions API at {config.hide_userinfo(base_url)}",
+        label=f"the Chat Completions API at {hide_userinfo(base_url)}",
         slug="openai",
         headers=HEADERS,
     )
@@ -467,7 +468,7 @@ def refuse_two_authorizations(
     one too, and a request carries one. The conflict is the configuration's,
     refused (ValueError naming both, quoting neither) before any I/O, not
     reported later as the far end unreachable. ``named_by``: where the URL came from."""
-    if not config.userinfo(base_url):
+    if not userinfo(base_url):
         return
     other = None if key is None else ("api_key" if key.source == "explicit" else key.source)
     if other is None and any(name.lower() == "authorization" for name in headers or {}):

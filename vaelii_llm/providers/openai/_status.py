@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from vaelii_llm import config
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.providers._hosts import DEFAULT_OPENAI_PATH
 from vaelii_llm.providers._props import no_tools_reason
 from vaelii_llm.providers.openai._probes import models
@@ -18,7 +19,7 @@ __all__ = ["drops_tools", "status_lines"]
 async def status_lines(ready: bool) -> AsyncIterator[str]:
     """The base URL and the model; when it answers, the models it serves."""
     chosen = config.openai_model()
-    yield f"base URL:   {config.hide_userinfo(config.openai_base_url())}"
+    yield f"base URL:   {hide_userinfo(config.openai_base_url())}"
     yield f"model:      {chosen or '(none sent: the server chooses)'}"
     if not ready:
         return

@@ -16,6 +16,7 @@ import msgspec
 from vaelii_llm import config, errors
 from vaelii_llm._protocol import Request, Response
 from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._chat import (
@@ -64,7 +65,7 @@ class Options(NetworkOptions, total=False):
 def endpoint(base_url: str) -> Endpoint:
     """How the server at ``base_url`` is named in messages (a password cut)."""
     return Endpoint(
-        label=f"the Responses API at {config.hide_userinfo(base_url)}",
+        label=f"the Responses API at {hide_userinfo(base_url)}",
         slug="openai",
         headers=HEADERS,
     )
