@@ -15,7 +15,7 @@ import re
 from typing import Final
 from urllib.parse import urlsplit
 
-from vaelii_llm import config
+from vaelii_llm import _backends, config
 from vaelii_llm._backends import REGISTRY
 from vaelii_llm._transport.urls import hide_userinfo
 
@@ -84,7 +84,7 @@ def bad_switches(kind: str) -> str | None:
         raw = config._getenv(name)
         if raw is None or not raw.strip():
             continue
-        if name == "OLLAMA_HOST" and config.ollama_host() != raw.strip():
+        if name == "OLLAMA_HOST" and _backends.ollama_host() != raw.strip():
             continue  # not the one read: a bind address, or VAELII_OLLAMA_HOST wins
         flaw = url_flaw(raw, scheme_optional=name in _READ_AS_OLLAMA_READS)
         if flaw is not None:

@@ -37,16 +37,8 @@ __all__ = ["main"]
 
 
 def _print_config() -> int:
-    from vaelii_llm import _backends
-
-    for switch in config.SWITCHES:
+    for switch in config.every_switch():  # a registered kind's own switches included
         _print_switch(switch.name, switch.secret, switch.default)
-    listed = {switch.name for switch in config.SWITCHES}
-    for backend in _backends.REGISTRY.values():  # a registered kind's own switches
-        for name, role in backend.switches().items():
-            if name not in listed:
-                listed.add(name)
-                _print_switch(name, role == "key", None)
     return 0
 
 

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
-from vaelii_llm import config
-from vaelii_llm._backends import import_ref, record
+from vaelii_llm import _backends, config
+from vaelii_llm._backends import DEFAULT_OLLAMA_PORT, import_ref, record
 from vaelii_llm._transport.urls import hide_userinfo, userinfo
-from vaelii_llm.config import DEFAULT_OLLAMA_PORT, SCHEME_PORTS
+from vaelii_llm.config import SCHEME_PORTS
 from vaelii_llm.errors import LLMBadHosts
 
 __all__ = [
@@ -151,7 +151,7 @@ def hosts(explicit: str | None = None, *, kind: str = "ollama") -> list[Host]:
 def configured_ollama_host() -> str:
     """The configured Ollama host (``VAELII_OLLAMA_HOST``…), read by
     :func:`normalize_host`: a pool's one host when no list is set."""
-    configured = config.ollama_host()
+    configured = _backends.ollama_host()
     return _read_host(configured, configured, normalize_host)
 
 

@@ -54,7 +54,7 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import DEFAULT_NETWORK, Deadline, Network
@@ -150,8 +150,8 @@ def provider(
     reach = network(
         {"proxy": proxy, "ssl": ssl, "max_connections": max_connections, "session": session}
     )
-    url = config.anthropic_base_url(base_url)
-    chosen = config.anthropic_model(model) or DEFAULT_MODEL
+    url = _backends.anthropic_base_url(base_url)
+    chosen = _backends.anthropic_model(model) or DEFAULT_MODEL
     codec = MessagesCodec(url, chosen, effort or DEFAULT_EFFORT, headers or {})
     step = Credentials(
         functools.partial(credentials.resolve, tokens=_ANT_TOKENS),
@@ -176,7 +176,7 @@ async def _silent(
 ) -> errors.LLMUnreachable | errors.LLMTimeout | None:
     """Why the host at ``base_url`` gave no HTTP answer (unreachable, or
     silent past :data:`PROBE_TIMEOUT_MS`), or None when it answered anything."""
-    url = config.anthropic_base_url(base_url)
+    url = _backends.anthropic_base_url(base_url)
     try:
         await request_json(
             probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),

@@ -54,7 +54,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from vaelii_llm import config
+from vaelii_llm import _backends
 from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
 
 __all__ = [
@@ -182,10 +182,10 @@ class AntTokens:
 
 
 def _from_env() -> Credential | None:
-    key = config.anthropic_api_key()
+    key = _backends.anthropic_api_key()
     if key is not None:
         return Credential(key, "api-key", "ANTHROPIC_API_KEY")
-    token = config.anthropic_auth_token()
+    token = _backends.anthropic_auth_token()
     if token is not None:
         return Credential(token, "bearer", "ANTHROPIC_AUTH_TOKEN")
     return None

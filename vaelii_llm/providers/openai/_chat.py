@@ -61,7 +61,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm._media import (
     MAX_BASE64,
     MB,
@@ -494,8 +494,8 @@ class ChatCodec:
         unknown = options.keys() - Options.__annotations__.keys()
         if unknown:  # as a keyword signature refuses it
             raise TypeError(f"unexpected OpenAI option(s): {', '.join(sorted(unknown))}")
-        self.base_url = config.openai_base_url(options.get("base_url"))
-        self.model = config.openai_model(options.get("model"))
+        self.base_url = _backends.openai_base_url(options.get("base_url"))
+        self.model = _backends.openai_model(options.get("model"))
         self.max_tokens_field = token_field(self.base_url, options.get("max_tokens_field"))
         self.endpoint = endpoint(self.base_url)
         self.url = self.base_url + CHAT_PATH

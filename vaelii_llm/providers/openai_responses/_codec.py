@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm._protocol import Request, Response
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._transport.urls import hide_userinfo
@@ -82,8 +82,8 @@ class ResponsesCodec:
         unknown = options.keys() - Options.__annotations__.keys()
         if unknown:  # as a keyword signature refuses it
             raise TypeError(f"unexpected Responses API option(s): {', '.join(sorted(unknown))}")
-        self.base_url = config.openai_base_url(options.get("base_url"))
-        self.model = config.openai_model(options.get("model"))
+        self.base_url = _backends.openai_base_url(options.get("base_url"))
+        self.model = _backends.openai_model(options.get("model"))
         self.store = bool(options.get("store"))
         self.endpoint = endpoint(self.base_url)
         self.url = self.base_url + RESPONSES_PATH
