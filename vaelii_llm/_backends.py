@@ -25,16 +25,39 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from vaelii_llm._switches import Switch, getenv, text
+from vaelii_llm._switches import Switch, getenv, text, text_of
 
 __all__ = [
+    "BIND_ADDRESSES",
     "BUILTIN",
+    "DEFAULT_ANTHROPIC_BASE_URL",
+    "DEFAULT_OLLAMA_GENERATION_MODEL",
+    "DEFAULT_OLLAMA_HOST",
+    "DEFAULT_OLLAMA_KEEP_ALIVE",
+    "DEFAULT_OLLAMA_MODEL",
+    "DEFAULT_OLLAMA_NUM_CTX",
+    "DEFAULT_OLLAMA_PORT",
+    "DEFAULT_OPENAI_BASE_URL",
     "ENTRY_POINTS",
     "REGISTRY",
     "STUB",
     "Backend",
     "Option",
+    "anthropic_api_key",
+    "anthropic_auth_token",
+    "anthropic_base_url",
+    "anthropic_model",
     "import_ref",
+    "ollama_generation_model",
+    "ollama_host",
+    "ollama_hosts",
+    "ollama_keep_alive",
+    "ollama_model",
+    "ollama_num_ctx",
+    "openai_api_key",
+    "openai_base_url",
+    "openai_hosts",
+    "openai_model",
     "pool_kind",
     "record",
 ]
@@ -196,15 +219,8 @@ class Backend:
 def _plain(name: str, decides: str, secret: bool) -> Switch:
     """The row of a variable a role names and no row declares: read as plain
     text (trimmed; None when unset or blank), no default."""
-    return Switch(name, functools.partial(text_of, name, secret), "", None, decides, secret)
-
-
-def text_of(name: str, secret: bool = False) -> str | None:
-    """The variable ``name`` trimmed, or None when unset or blank."""
-    value = getenv(name, secret=secret)
-    if value is None:
-        return None
-    return value.strip() or None
+    reader = functools.partial(text_of, name, secret=secret)
+    return Switch(name, reader, "", None, decides, secret)
 
 
 def import_ref(ref: str) -> Callable[..., Any]:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["Switch", "getenv", "text"]
+__all__ = ["Switch", "getenv", "text", "text_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +71,12 @@ def getenv(name: str, *, secret: bool = False) -> str | None:
 
 def text(switch: Switch) -> str | None:
     """The switch's variable trimmed, or None when unset or blank."""
-    value = getenv(switch.name, secret=switch.secret)
+    return text_of(switch.name, secret=switch.secret)
+
+
+def text_of(name: str, *, secret: bool = False) -> str | None:
+    """The variable ``name`` trimmed, or None when unset or blank."""
+    value = getenv(name, secret=secret)
     if value is None:
         return None
-    value = value.strip()
-    return value or None
+    return value.strip() or None
