@@ -114,9 +114,9 @@ class Options(NetworkOptions, total=False):
 def base_url(host: str | None = None) -> str:
     """The Ollama base URL for ``host``: the argument, else ``VAELII_OLLAMA_HOST``,
     else ``OLLAMA_HOST`` unless it names a bind address (``0.0.0.0``, ``::``,
-    ``*``), else the local default (:mod:`vaelii_llm.config`); read as Ollama reads a host
-    (:func:`~vaelii_llm.providers._hosts.normalize_host`). Raises ValueError
-    for a host that names none."""
+    ``*``), else the local default (:data:`~vaelii_llm._backends.DEFAULT_OLLAMA_HOST`);
+    read as Ollama reads a host (:func:`~vaelii_llm.providers._hosts.normalize_host`).
+    Raises ValueError for a host that names none."""
     return normalize_host(_backends.ollama_host(host))
 
 
