@@ -243,3 +243,23 @@ def test_a_record_whose_key_row_is_no_secret_is_refused() -> None:
         Backend("mine", "anywhere", switch_rows=("MINE_ZONE",))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="declares a switch twice"):
         Backend("mine", "anywhere", switch_rows=(ZONE_ROW, ZONE_ROW))
+
+
+def test_a_name_any_record_holds_secret_is_shown_only_as_set(
+    farfield: Backend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A second kind names the farfield's zone and the Ollama model as its keys:
+    # the command then shows neither value, whoever declared the row first.
+    providers.register(
+        Backend("nearfield", "anywhere", key_switch=ZONE),
+    )
+    providers.register(
+        Backend("midfield", "anywhere", key_switch="VAELII_OLLAMA_MODEL"),
+    )
+    monkeypatch.setenv(ZONE, "secret-zone")
+    monkeypatch.setenv("VAELII_OLLAMA_MODEL", "secret-model")
+    _, out, _ = run(capsys, "config")
+    assert f"{ZONE:32} set" in out.splitlines()
+    assert f"{'VAELII_OLLAMA_MODEL':32} set" in out.splitlines()
+    assert "secret-" not in out
+    assert config.read(ZONE) == "secret-zone"  # read by the first row's reader

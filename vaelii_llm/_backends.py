@@ -101,7 +101,7 @@ class Backend:
     The module offers ``provider`` and ``async available`` (and
     ``generation_provider``, ``async warm`` and ``async unavailable_reason``
     where it has them: see :mod:`vaelii_llm.providers`). Its switches are
-    ``switch_rows`` (each :class:`~vaelii_llm._switches.Switch` with its
+    ``switch_rows`` (each a :class:`vaelii_llm.config.Switch` with its
     reader, default and legal values) and the variables its roles name: its
     one host, its pool's host list, its model and its key (a secret: shown
     only as set or unset; a role's variable no row declares is read as plain

@@ -23,6 +23,7 @@ modules that share it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Final
 
@@ -148,14 +149,16 @@ _BY_NAME: Final = {switch.name: switch for switch in SWITCHES}
 
 def every_switch() -> tuple[Switch, ...]:
     """:data:`SWITCHES`, then each switch a registered kind's record carries
-    that the table does not name, in the order the kinds were registered."""
-    extra = {
-        row.name: row
-        for backend in REGISTRY.values()
-        for row in backend.switch_table()
-        if row.name not in _BY_NAME
-    }
-    return (*SWITCHES, *extra.values()) if extra else SWITCHES
+    that the table does not name, in the order the kinds were registered. A
+    name is listed once, by its first row; it is a secret when any row naming
+    it is one, so no record can show another's credential."""
+    rows = dict(_BY_NAME)
+    for backend in REGISTRY.values():
+        for row in backend.switch_table():
+            kept = rows.setdefault(row.name, row)
+            if row.secret and not kept.secret:
+                rows[row.name] = dataclasses.replace(kept, secret=True)
+    return tuple(rows.values())
 
 
 def _switch(name: str) -> Switch | None:
