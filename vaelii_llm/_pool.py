@@ -25,7 +25,7 @@ from typing import Final, Generic, TypeVar
 from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import Provider
 from vaelii_llm._slots import POOL_LABEL, Ledger, LocalSlots, Slots, Spread
-from vaelii_llm.config import hide_userinfo
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMUnreachable
 
 __all__ = [

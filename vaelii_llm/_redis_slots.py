@@ -77,7 +77,7 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test extra
 from vaelii_llm._redis_limits import AGREE, Limits
 from vaelii_llm._redis_scripts import COUNT, RENEW, STEP, read_reply
 from vaelii_llm._slots import POLL_S, POOL_LABEL, Ledger, Spread
-from vaelii_llm.config import hide_userinfo
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.errors import LLMClosed, LLMPoolTimeout, LLMUnreachable, excerpt
 
 __all__ = ["RedisSlots"]

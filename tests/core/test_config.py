@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from vaelii_llm import config
+from vaelii_llm import _backends, config
+from vaelii_llm._transport import urls
 from vaelii_llm.providers._hosts import normalize_host
 
 ALL_VARS = [s.name for s in config.SWITCHES]
@@ -19,29 +20,29 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def test_every_switch_names_a_reader_that_exists() -> None:
+def test_every_switch_holds_its_reader() -> None:
     for switch in config.SWITCHES:
-        assert callable(getattr(config, switch.reader)), switch.name
+        assert callable(switch.reader), switch.name
 
 
 def test_unset_readings_match_the_default_column() -> None:
     assert config.provider_kind() == "stub"
-    assert config.ollama_host() == "http://localhost:11434"
-    assert config.ollama_model() == "phi4:14b"
-    assert config.ollama_generation_model() == "qwen3-coder:30b"
-    assert config.ollama_num_ctx() == 8192
-    assert config.ollama_keep_alive() == "30m"
-    assert config.ollama_hosts() is None
-    assert config.anthropic_api_key() is None
-    assert config.anthropic_auth_token() is None
-    assert config.anthropic_base_url() == "https://api.anthropic.com"
+    assert _backends.ollama_host() == "http://localhost:11434"
+    assert _backends.ollama_model() == "phi4:14b"
+    assert _backends.ollama_generation_model() == "qwen3-coder:30b"
+    assert _backends.ollama_num_ctx() == 8192
+    assert _backends.ollama_keep_alive() == "30m"
+    assert _backends.ollama_hosts() is None
+    assert _backends.anthropic_api_key() is None
+    assert _backends.anthropic_auth_token() is None
+    assert _backends.anthropic_base_url() == "https://api.anthropic.com"
     assert config.live_llm() is False
 
 
 def test_values_are_read_at_the_call_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert config.ollama_model() == "phi4:14b"
+    assert _backends.ollama_model() == "phi4:14b"
     monkeypatch.setenv("VAELII_OLLAMA_MODEL", "llama3:8b")
-    assert config.ollama_model() == "llama3:8b"
+    assert _backends.ollama_model() == "llama3:8b"
     monkeypatch.setenv("VAELII_LLM_PROVIDER", "Ollama")
     assert config.provider_kind() == "ollama"
 
@@ -50,19 +51,19 @@ def test_explicit_argument_beats_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("VAELII_LLM_PROVIDER", "ollama")
     monkeypatch.setenv("VAELII_OLLAMA_NUM_CTX", "4096")
     assert config.provider_kind("stub") == "stub"
-    assert config.ollama_num_ctx(2048) == 2048
-    assert config.ollama_host("gpu1:8080") == "gpu1:8080"
+    assert _backends.ollama_num_ctx(2048) == 2048
+    assert _backends.ollama_host("gpu1:8080") == "gpu1:8080"
 
 
 @pytest.mark.parametrize("raw", ["lots", "", "8k", "-5", "0", "1e4"])
 def test_unparseable_num_ctx_yields_the_default(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
     monkeypatch.setenv("VAELII_OLLAMA_NUM_CTX", raw)
-    assert config.ollama_num_ctx() == 8192
+    assert _backends.ollama_num_ctx() == 8192
 
 
 def test_num_ctx_parses_whole_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VAELII_OLLAMA_NUM_CTX", " 16384 ")
-    assert config.ollama_num_ctx() == 16384
+    assert _backends.ollama_num_ctx() == 16384
 
 
 @pytest.mark.parametrize(
@@ -82,25 +83,25 @@ def test_ollama_host_skips_bind_addresses(
     monkeypatch: pytest.MonkeyPatch, ollama_host: str, expected: str
 ) -> None:
     monkeypatch.setenv("OLLAMA_HOST", ollama_host)
-    assert config.ollama_host() == expected
+    assert _backends.ollama_host() == expected
 
 
 def test_our_ollama_host_is_read_before_ollamas(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OLLAMA_HOST", "other:1")
     monkeypatch.setenv("VAELII_OLLAMA_HOST", "mine:2")
-    assert config.ollama_host() == "mine:2"
+    assert _backends.ollama_host() == "mine:2"
 
 
 def test_credentials_are_trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-123\r\n")
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "  tok\n")
-    assert config.anthropic_api_key() == "sk-test-123"
-    assert config.anthropic_auth_token() == "tok"
+    assert _backends.anthropic_api_key() == "sk-test-123"
+    assert _backends.anthropic_auth_token() == "tok"
 
 
 def test_blank_hosts_list_is_distinct_from_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VAELII_OLLAMA_HOSTS", "  ")
-    assert config.ollama_hosts() == ""
+    assert _backends.ollama_hosts() == ""
 
 
 @pytest.mark.parametrize(
@@ -113,7 +114,7 @@ def test_live_consent(monkeypatch: pytest.MonkeyPatch, raw: str, live: bool) -> 
 
 def test_base_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/")
-    assert config.anthropic_base_url() == "http://127.0.0.1:9"
+    assert _backends.anthropic_base_url() == "http://127.0.0.1:9"
 
 
 @pytest.mark.parametrize(
@@ -137,7 +138,7 @@ def test_base_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> N
     ],
 )
 def test_hide_userinfo(value: str, shown: str) -> None:
-    assert config.hide_userinfo(value) == shown
+    assert urls.hide_userinfo(value) == shown
 
 
 @pytest.mark.parametrize(
@@ -154,7 +155,7 @@ def test_hide_userinfo_reads_a_url_as_aiohttp_does(url: str) -> None:
     """What is cut is exactly what yarl (aiohttp's URL) reads as user info."""
     from yarl import URL
 
-    assert config.hide_userinfo(url) == str(URL(url).with_user(None))
+    assert urls.hide_userinfo(url) == str(URL(url).with_user(None))
 
 
 # A distinctive value each switch's variable can hold, and what its reader then reads.
@@ -186,7 +187,7 @@ SET_TO = {
 def test_each_reader_reads_the_variable_its_row_names(
     monkeypatch: pytest.MonkeyPatch, switch: config.Switch
 ) -> None:
-    reader = getattr(config, switch.reader)
+    reader = switch.reader
     unset = reader()
     raw, read = SET_TO[switch.name]
     monkeypatch.setenv(switch.name, raw)
@@ -197,7 +198,7 @@ def test_each_reader_reads_the_variable_its_row_names(
 def test_yes_no_switches_take_the_same_words(
     monkeypatch: pytest.MonkeyPatch, reader: Callable[[], bool]
 ) -> None:
-    row = next(s for s in config.SWITCHES if s.reader == reader.__name__)
+    row = next(s for s in config.SWITCHES if s.reader is reader)
     for word in row.legal.split():
         for spelt in (word, word.upper(), f" {word}\n"):
             monkeypatch.setenv(row.name, spelt)
@@ -209,7 +210,7 @@ def test_yes_no_switches_take_the_same_words(
 
 def test_the_default_host_is_where_a_bare_host_name_reaches() -> None:
     # One Ollama port: the default host and the port a portless host gets agree.
-    default = config.ollama_host()
+    default = _backends.ollama_host()
     assert normalize_host(default) == normalize_host("localhost") == default
     assert normalize_host("https://gw") == "https://gw:443"
 
@@ -224,7 +225,7 @@ def test_the_credentials_are_the_secret_rows() -> None:
 
 
 @pytest.mark.parametrize("value", [None, "", "  4096 ", "ünïcode", "a=b"])
-def test_the_fast_environment_lookup_sees_what_os_environ_holds_now(
+def test_the_environment_lookup_sees_what_os_environ_holds_now(
     monkeypatch: pytest.MonkeyPatch, value: str | None
 ) -> None:
     name = "VAELII_TEST_FAST_LOOKUP"
@@ -235,3 +236,36 @@ def test_the_fast_environment_lookup_sees_what_os_environ_holds_now(
     assert config._getenv(name) == os.environ.get(name) == value
     monkeypatch.delenv(name, raising=False)
     assert config._getenv(name) is None
+
+
+def test_switches_are_read_through_public_interfaces_alone() -> None:
+    # No CPython internal (os.environ's _data) and no reader looked up by name
+    # (globals()): each row holds its reader, which reads os.environ.
+    import ast
+    from pathlib import Path
+
+    from vaelii_llm import _backends, _switches
+
+    for module in (config, _switches, _backends):
+        tree = ast.parse(Path(str(module.__file__)).read_text())
+        for node in ast.walk(tree):
+            assert not (isinstance(node, ast.Attribute) and node.attr == "_data"), module
+            assert not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "globals"
+            ), module
+
+
+def test_each_builtin_backends_switches_are_carried_by_its_record() -> None:
+    # config declares only the cross-backend rows; a backend's come from its record.
+    carried = {row.name for backend in _backends.BUILTIN for row in backend.switch_table()}
+    own = {row.name for row in config.SWITCHES} - carried
+    assert own == {
+        "VAELII_LLM_PROVIDER",
+        "VAELII_POOL_REDIS_URL",
+        "VAELII_PROMPT_CACHE",
+        "VAELII_LLM_LIVE",
+        "VAELII_LLM_OTEL",
+    }
+    assert carried <= {row.name for row in config.SWITCHES}

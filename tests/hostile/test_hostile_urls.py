@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from loopback import refused_url
 
-from vaelii_llm import Message, Request, cli, config
+from vaelii_llm import Message, Request, cli
+from vaelii_llm._transport import urls
 from vaelii_llm.errors import LLMError
 from vaelii_llm.providers import anthropic, ollama, openai
 
@@ -49,8 +50,8 @@ def test_hide_userinfo_cuts_a_password_a_parser_would_end_early(password: str, s
         value, shown = f"gpu1:1,user:{password}@{host},gpu3", f"gpu1:1,{host},gpu3"
     else:
         value, shown = shape.format(pw=password, host=host), f"http://{host}/v1"
-    assert config.hide_userinfo(value) == shown
-    assert config.userinfo(value) in {f"user:{password}", password}
+    assert urls.hide_userinfo(value) == shown
+    assert urls.userinfo(value) in {f"user:{password}", password}
 
 
 BUILDERS: dict[str, Callable[[str], Any]] = {

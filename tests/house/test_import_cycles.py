@@ -161,3 +161,45 @@ def test_the_walk_sees_each_kind_of_import() -> None:
     assert "vaelii_llm.providers.ollama" in links["vaelii_llm.providers"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_only_the_engine_module_reaches_into_the_engines_private_modules() -> None:
+    # The spec's boundary: model-side code reaches the engine through engine.py alone.
+    links = graph()
+    reaching = sorted(
+        name
+        for name, found in links.items()
+        if not name.startswith("vaelii_llm.kb")
+        and name != "vaelii_llm.engine"
+        and any(m.startswith("vaelii_llm.kb._") for m in found)
+    )
+    assert reaching == []
+
+
+def test_no_module_imports_the_version_from_the_package_root() -> None:
+    # The root imports its submodules lazily; a submodule reaching up for a name
+    # the root re-exports is an edge upward. The version has its own module.
+    known = modules()
+    upward = []
+    for name, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "vaelii_llm"
+                and not node.level
+                and any(alias.name == "__version__" for alias in node.names)
+            ):
+                upward.append(name)
+    assert upward == []
+
+
+def test_the_transport_reads_no_switch() -> None:
+    # A URL's user info is the transport's rule (_transport.urls): the transport
+    # imports nothing of the configuration, which hands it values, not rules.
+    links = graph()
+    reaching = sorted(
+        name
+        for name, found in links.items()
+        if name.startswith("vaelii_llm._transport") and "vaelii_llm.config" in found
+    )
+    assert reaching == []

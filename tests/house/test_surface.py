@@ -17,8 +17,8 @@ from typing import get_args
 import pytest
 
 import vaelii_llm
+from vaelii_llm import _backends, config
 from vaelii_llm import _protocol as protocol
-from vaelii_llm import config
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDER_METHODS = {
@@ -108,7 +108,7 @@ def test_every_switch_is_read_by_name_through_its_one_reader(
     monkeypatch.setenv("OLLAMA_HOST", "gpu9:1234")
     monkeypatch.delenv("VAELII_OLLAMA_HOST", raising=False)
     for switch in config.SWITCHES:
-        assert config.read(switch.name) == getattr(config, switch.reader)(), switch.name
+        assert config.read(switch.name) == switch.reader(), switch.name
     assert config.read("VAELII_OLLAMA_NUM_CTX") == 4096
     assert config.read("VAELII_LLM_PROVIDER") == "openai"
     assert config.read("OLLAMA_HOST") == "gpu9:1234"
@@ -150,17 +150,17 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
     for name in SPEC_DEFAULTS:
         monkeypatch.delenv(name, raising=False)
     assert config.provider_kind() == "stub"
-    assert config.ollama_host() == SPEC_DEFAULTS["VAELII_OLLAMA_HOST"]
-    assert config.ollama_model() == SPEC_DEFAULTS["VAELII_OLLAMA_MODEL"]
-    assert config.ollama_generation_model() == SPEC_DEFAULTS["VAELII_OLLAMA_GENERATION_MODEL"]
-    assert str(config.ollama_num_ctx()) == SPEC_DEFAULTS["VAELII_OLLAMA_NUM_CTX"]
-    assert config.ollama_keep_alive() == SPEC_DEFAULTS["VAELII_OLLAMA_KEEP_ALIVE"]
-    assert config.ollama_hosts() is None
-    assert config.openai_base_url() == SPEC_DEFAULTS["OPENAI_BASE_URL"]
-    assert config.openai_api_key() is None
-    assert config.openai_model() is None
-    assert config.anthropic_model() is None
-    assert config.openai_hosts() is None
+    assert _backends.ollama_host() == SPEC_DEFAULTS["VAELII_OLLAMA_HOST"]
+    assert _backends.ollama_model() == SPEC_DEFAULTS["VAELII_OLLAMA_MODEL"]
+    assert _backends.ollama_generation_model() == SPEC_DEFAULTS["VAELII_OLLAMA_GENERATION_MODEL"]
+    assert str(_backends.ollama_num_ctx()) == SPEC_DEFAULTS["VAELII_OLLAMA_NUM_CTX"]
+    assert _backends.ollama_keep_alive() == SPEC_DEFAULTS["VAELII_OLLAMA_KEEP_ALIVE"]
+    assert _backends.ollama_hosts() is None
+    assert _backends.openai_base_url() == SPEC_DEFAULTS["OPENAI_BASE_URL"]
+    assert _backends.openai_api_key() is None
+    assert _backends.openai_model() is None
+    assert _backends.anthropic_model() is None
+    assert _backends.openai_hosts() is None
     assert config.pool_redis_url() is None
 
 
@@ -174,6 +174,7 @@ MODULES = [
     "vaelii_llm.errors",
     "vaelii_llm.config",
     "vaelii_llm._switch_check",
+    "vaelii_llm._switches",
     "vaelii_llm.providers",
     "vaelii_llm.providers.stub",
     "vaelii_llm.providers._hosts",
@@ -212,6 +213,7 @@ MODULES = [
     "vaelii_llm._transport.send",
     "vaelii_llm._transport.sessions",
     "vaelii_llm._transport.settings",
+    "vaelii_llm._transport.urls",
     "vaelii_llm._transport.withheld",
     "vaelii_llm._timers",
     "vaelii_llm._wire",

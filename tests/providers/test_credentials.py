@@ -171,6 +171,57 @@ async def test_ant_profile(bin_dir: Path) -> None:
     assert cred.betas == (credentials.OAUTH_BETA,)
 
 
+def counting_ant(bin_dir: Path, runs: Path) -> None:
+    """An ant CLI that prints the token and leaves one line in ``runs`` per run."""
+    fake_ant(bin_dir, f'echo run >> {runs}\nprintf "{SECRET}\\n"\n')
+
+
+def run_count(runs: Path) -> int:
+    return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+
+async def test_a_token_is_reused_only_from_the_cache_its_caller_holds(
+    bin_dir: Path, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    counting_ant(bin_dir, runs)
+    tokens = credentials.AntTokens()
+    assert (await credentials.resolve(tokens=tokens)).value == SECRET
+    assert (await credentials.resolve(tokens=tokens)).value == SECRET
+    assert run_count(runs) == 1  # the second found it in the cache
+    assert (await credentials.from_ant(tokens=credentials.AntTokens())) is not None
+    assert await credentials.from_ant() is not None  # no cache: the CLI runs, nothing kept
+    assert run_count(runs) == 3
+    assert SECRET not in repr(tokens)
+
+
+async def test_a_failure_is_never_reused_and_forgets_the_token(
+    bin_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = tmp_path / "runs"
+    counting_ant(bin_dir, runs)
+    tokens = credentials.AntTokens()
+    assert await credentials.from_ant(tokens=tokens) is not None
+    monkeypatch.setenv("PATH", str(tmp_path))  # another PATH: no CLI there
+    assert await credentials.from_ant(tokens=tokens) is None
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert await credentials.from_ant(tokens=tokens) is not None
+    assert run_count(runs) == 2  # the token found first was forgotten
+
+
+async def test_the_backends_probe_and_its_first_turn_run_the_cli_once(
+    bin_dir: Path, tmp_path: Path
+) -> None:
+    from vaelii_llm.providers import anthropic
+
+    runs = tmp_path / "runs"
+    counting_ant(bin_dir, runs)
+    assert await anthropic._missing(None) is None  # the probe's credential check
+    async with anthropic.provider() as model:
+        assert (await model.credential()).value == SECRET
+    assert run_count(runs) == 1
+
+
 async def test_ant_nonzero_exit_is_no_credential(bin_dir: Path) -> None:
     fake_ant(bin_dir, 'echo "not logged in" >&2\necho partial\nexit 1\n')
     assert await credentials.from_ant() is None

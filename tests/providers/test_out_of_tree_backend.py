@@ -1,7 +1,8 @@
 """A backend the package does not hold gets what a built-in one gets from its
 record alone: selection, a vote pool over its hosts, ``vaelii-llm status``
-with its why-line and status lines, ``vaelii-llm config`` with its switches,
-and ``vaelii-llm vote``.
+with its why-line and status lines, ``vaelii-llm config`` and ``config.read``
+with its switches (the rows its record carries and the variables its roles
+name), and ``vaelii-llm vote``.
 
 The backend is a module written to a temporary folder (not in the package),
 registered with one :class:`~vaelii_llm.providers.Backend` record; nothing of
@@ -10,18 +11,30 @@ the package is edited or patched.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from vaelii_llm import _backends, cli, pool, providers
+from vaelii_llm import _backends, cli, config, pool, providers
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.providers import Backend, Option
 
 KIND = "farfield"
 HOSTS = "FARFIELD_HOSTS"
+ZONE = "FARFIELD_ZONE"
+
+
+def read_zone() -> str:
+    """The farfield's own reader of its own switch: a compass word, lower case."""
+    return (os.environ.get(ZONE) or "").strip().lower() or "north"
+
+
+ZONE_ROW = config.Switch(
+    ZONE, read_zone, "north east south west", "north", "Which zone the farfield answers from."
+)
 
 MODULE = """
 from vaelii_llm.providers import stub
@@ -75,6 +88,7 @@ def farfield(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backen
         read_host="farfield_backend:read_host",
         default_host="farfield_backend:default_host",
         status_lines="farfield_backend:status_lines",
+        switch_rows=(ZONE_ROW,),
     )
     saved = dict(_backends.REGISTRY)
     providers.register(record)
@@ -187,3 +201,65 @@ def _failing(url: str = "") -> object:
     from vaelii_llm.providers import stub
 
     return stub.provider(default=LLMUnreachable(f"the farfield at {url}", "refused"))
+
+
+def test_its_own_switches_are_listed_by_the_command_and_read_by_name(
+    farfield: Backend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ZONE, raising=False)
+    monkeypatch.delenv(HOSTS, raising=False)
+    code, out, _ = run(capsys, "config")
+    assert code == 0
+    assert f"{ZONE:32} unset (default north)" in out.splitlines()
+    assert config.read(ZONE) == "north"
+    assert config.read(HOSTS) is None  # a role's variable no row declares: plain text
+    monkeypatch.setenv(ZONE, " South ")
+    monkeypatch.setenv(HOSTS, " gpu1*2 ")
+    monkeypatch.setenv("FARFIELD_KEY", "ff-secret-key")
+    code, out, _ = run(capsys, "config")
+    assert f"{ZONE:32} ' South '" in out.splitlines()
+    assert (config.read(ZONE), config.read(HOSTS)) == ("south", "gpu1*2")
+    assert "ff-secret-key" not in out
+    rows = {row.name: row for row in farfield.switch_table()}
+    assert list(rows) == [ZONE, HOSTS, "FARFIELD_KEY"]
+    assert rows["FARFIELD_KEY"].secret
+    assert not rows[HOSTS].secret
+    assert ZONE not in {row.name for row in config.SWITCHES}  # the built-in table stays as it is
+
+
+def test_an_unregistered_kinds_switches_are_unknown() -> None:
+    # The registry is as the fixture found it: the farfield's switches are gone with it.
+    assert KIND not in _backends.REGISTRY
+    with pytest.raises(KeyError, match="no switch 'FARFIELD_ZONE'"):
+        config.read(ZONE)
+    assert ZONE not in {row.name for row in config.every_switch()}
+
+
+def test_a_record_whose_key_row_is_no_secret_is_refused() -> None:
+    shown = config.Switch("MINE_KEY", read_zone, "a key", None, "The key.")
+    with pytest.raises(ValueError, match="MINE_KEY is its key switch; its row is a secret"):
+        Backend("mine", "anywhere", key_switch="MINE_KEY", switch_rows=(shown,))
+    with pytest.raises(TypeError, match="switch_rows is a tuple of Switch rows"):
+        Backend("mine", "anywhere", switch_rows=("MINE_ZONE",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="declares a switch twice"):
+        Backend("mine", "anywhere", switch_rows=(ZONE_ROW, ZONE_ROW))
+
+
+def test_a_name_any_record_holds_secret_is_shown_only_as_set(
+    farfield: Backend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A second kind names the farfield's zone and the Ollama model as its keys:
+    # the command then shows neither value, whoever declared the row first.
+    providers.register(
+        Backend("nearfield", "anywhere", key_switch=ZONE),
+    )
+    providers.register(
+        Backend("midfield", "anywhere", key_switch="VAELII_OLLAMA_MODEL"),
+    )
+    monkeypatch.setenv(ZONE, "secret-zone")
+    monkeypatch.setenv("VAELII_OLLAMA_MODEL", "secret-model")
+    _, out, _ = run(capsys, "config")
+    assert f"{ZONE:32} set" in out.splitlines()
+    assert f"{'VAELII_OLLAMA_MODEL':32} set" in out.splitlines()
+    assert "secret-" not in out
+    assert config.read(ZONE) == "secret-zone"  # read by the first row's reader

@@ -16,10 +16,11 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline, Endpoint
+from vaelii_llm._transport.urls import hide_userinfo
 
 __all__ = ["PROPS_TIMEOUT_MS", "no_tools_reason", "served_models"]
 
@@ -62,7 +63,7 @@ async def _probe(root: str, path: str, slug: str, decoder: msgspec.json.Decoder[
     try:
         return await request_json(
             probe_session(url=root),
-            Endpoint(label=f"the server at {config.hide_userinfo(root)}", slug=slug),
+            Endpoint(label=f"the server at {hide_userinfo(root)}", slug=slug),
             "GET",
             root + path,
             deadline=Deadline.after_ms(PROPS_TIMEOUT_MS),
@@ -89,7 +90,7 @@ async def no_tools_reason(root: str) -> str | None:
     if caps is None or caps.supports_tools is not False:
         return None
     return (
-        f"the server at {config.hide_userinfo(root)} renders no tools with its chat template "
+        f"the server at {hide_userinfo(root)} renders no tools with its chat template "
         "(its /props says supports_tools: false), so the model would answer without the KB; "
         f"{NO_TOOLS_FIX}"
     )

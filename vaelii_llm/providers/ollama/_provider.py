@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar, Unpack
 
-from vaelii_llm import config
+from vaelii_llm import _backends
 from vaelii_llm.providers._http import (
     ClientSession,
     SSLOption,
@@ -63,5 +63,5 @@ def provider(**options: Unpack[Options]) -> OllamaProvider:
 def generation_provider(**options: Unpack[Options]) -> OllamaProvider:
     """:func:`provider` on the generation model (``VAELII_OLLAMA_GENERATION_MODEL``)
     unless ``model`` names another."""
-    chosen: Options = {**options, "model": config.ollama_generation_model(options.get("model"))}
+    chosen: Options = {**options, "model": _backends.ollama_generation_model(options.get("model"))}
     return provider(**chosen)
