@@ -1,14 +1,14 @@
 """The documentation site's generated parts, read off the code's own declarations.
 
 - The API reference: one page per public module (a dotted path with no
-  ``_``-prefixed part, the rule ``tests/test_exported_members.py`` freezes),
+  ``_``-prefixed part, the rule ``tests/docs/test_exported_members.py`` freezes),
   rendering exactly the names in its ``__all__``; a new public module or name
   appears with no edit here.
 - The configuration table (``config.SWITCHES``) and the error table (the
   ``errors`` classes and ``ErrorType``): written between markers in
   ``docs/guides/configuration.md`` and ``docs/guides/errors.md``, so they read
   on GitHub and in the sdist too. ``python docs/hooks.py`` rewrites them; the
-  build (and ``tests/test_docs.py``) fails while a page is stale.
+  build (and ``tests/docs/test_docs.py``) fails while a page is stale.
 - Sphinx-style roles in docstrings (``:class:`Response```) become
   cross-references the build checks, through a griffe extension
   (``docs/griffe_roles.py``).
@@ -106,7 +106,7 @@ def reference_index() -> str:
         "# API reference\n\n"
         "Generated from the docstrings of the public surface: every module whose "
         "dotted path has no `_`-prefixed part, and in each exactly the names in its "
-        "`__all__` (frozen by `tests/test_exported_members.py`). Every other module "
+        "`__all__` (frozen by `tests/docs/test_exported_members.py`). Every other module "
         "is private and may change in any release.\n\n" + sections
     )
 

@@ -1,7 +1,7 @@
 """Shared test plumbing: the live-model consent gate, the event loop lane, the
 aioresponses shim, and the fixtures several test files use (telemetry read back
 from the real OpenTelemetry SDK, a stream collected whole, a host-free
-environment)."""
+environment, one free of an ambient Anthropic credential)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
@@ -219,6 +220,31 @@ def collect() -> Collect:
             return [item async for item in items]
 
     return read
+
+
+@pytest.fixture(autouse=True)
+def registry() -> Iterator[None]:
+    """Every test leaves the backend registry as it found it: the kinds it
+    registers or replaces (``providers.register``) leave with it."""
+    from vaelii_llm import _backends
+
+    saved = dict(_backends.REGISTRY)
+    try:
+        yield
+    finally:
+        _backends.REGISTRY.clear()
+        _backends.REGISTRY.update(saved)
+
+
+@pytest.fixture
+def _no_ambient_credential(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No Anthropic credential from the machine: neither ``ANTHROPIC_AUTH_TOKEN``
+    nor ``ANTHROPIC_BASE_URL`` set, and no ``ant`` CLI on an empty ``PATH``; a
+    test names its own key and base URL. Used with
+    ``pytest.mark.usefixtures("_no_ambient_credential")``."""
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
 
 
 @pytest.fixture

@@ -7,27 +7,57 @@ backend function the options it reads from these records alone, so choosing a
 kind imports that kind's module and no other; the vote pool
 (:func:`vaelii_llm.pool.pool_from_config`) and the command read the same
 record, so a kind :func:`vaelii_llm.providers.register` adds gets them too.
-``tests/test_providers.py`` holds each built-in record against the real
+``tests/providers/test_providers.py`` holds each built-in record against the real
 signatures of its backend's functions, so a record and its code cannot drift
-apart. Imports nothing of the package; a record names the functions it points
-at as ``module:name``, imported when used (:func:`import_ref`).
+apart. A record carries its switches (:class:`~vaelii_llm._switches.Switch`
+rows, each with its reader), so :mod:`vaelii_llm.config` holds only the
+cross-backend ones; the built-in backends' rows and readers are written here,
+beside their records. Imports nothing of the package but
+:mod:`vaelii_llm._switches`; a record names the functions it points at as
+``module:name``, imported when used (:func:`import_ref`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from vaelii_llm._switches import Switch, getenv, text, text_of
+
 __all__ = [
+    "BIND_ADDRESSES",
     "BUILTIN",
+    "DEFAULT_ANTHROPIC_BASE_URL",
+    "DEFAULT_OLLAMA_GENERATION_MODEL",
+    "DEFAULT_OLLAMA_HOST",
+    "DEFAULT_OLLAMA_KEEP_ALIVE",
+    "DEFAULT_OLLAMA_MODEL",
+    "DEFAULT_OLLAMA_NUM_CTX",
+    "DEFAULT_OLLAMA_PORT",
+    "DEFAULT_OPENAI_BASE_URL",
     "ENTRY_POINTS",
     "REGISTRY",
     "STUB",
     "Backend",
     "Option",
+    "anthropic_api_key",
+    "anthropic_auth_token",
+    "anthropic_base_url",
+    "anthropic_model",
     "import_ref",
+    "ollama_generation_model",
+    "ollama_host",
+    "ollama_hosts",
+    "ollama_keep_alive",
+    "ollama_model",
+    "ollama_num_ctx",
+    "openai_api_key",
+    "openai_base_url",
+    "openai_hosts",
+    "openai_model",
     "pool_kind",
     "record",
 ]
@@ -70,10 +100,13 @@ class Backend:
 
     The module offers ``provider`` and ``async available`` (and
     ``generation_provider``, ``async warm`` and ``async unavailable_reason``
-    where it has them: see :mod:`vaelii_llm.providers`). Its switches are the
-    variables naming its one host, its pool's host list, its model and its
-    key (a secret: shown only as set or unset); ``vaelii-llm config`` and the
-    configuration table read them. A kind a pool can
+    where it has them: see :mod:`vaelii_llm.providers`). Its switches are
+    ``switch_rows`` (each a :class:`vaelii_llm.config.Switch` with its
+    reader, default and legal values) and the variables its roles name: its
+    one host, its pool's host list, its model and its key (a secret: shown
+    only as set or unset; a role's variable no row declares is read as plain
+    text). ``vaelii-llm config`` lists them and ``config.read`` reads them,
+    for a registered kind as for a built-in one. A kind a pool can
     spread over names ``host_option`` (the option each host's URL is given as)
     and ``hosts_switch`` (the variable holding its ``host[*n],…`` list). Each
     ``module:name`` field points at a function, imported when used:
@@ -104,8 +137,10 @@ class Backend:
     cannot_call_tools: str | None = None
     drops_tools: str | None = None
     missing_model: str | None = None
+    switch_rows: tuple[Switch, ...] = ()
     names: frozenset[str] = field(init=False, repr=False, compare=False)
     _by_entry: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)
+    _table: tuple[Switch, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [option.name for option in self.options]
@@ -128,6 +163,7 @@ class Backend:
             for entry in ENTRY_POINTS
         }
         object.__setattr__(self, "_by_entry", by_entry)
+        object.__setattr__(self, "_table", self._switch_table())
 
     def read_by(self, entry: str) -> frozenset[str]:
         """The options the function ``entry`` takes."""
@@ -143,6 +179,30 @@ class Backend:
         )
         return {name: role for role, name in roles if name is not None}
 
+    def switch_table(self) -> tuple[Switch, ...]:
+        """Every switch the backend reads: its rows, then a plain row for each
+        variable a role names that no row declares (a key's a secret)."""
+        return self._table
+
+    def _switch_table(self) -> tuple[Switch, ...]:
+        rows = self.switch_rows
+        strays = [row for row in rows if not isinstance(row, Switch)]
+        if not isinstance(rows, tuple) or strays:
+            raise TypeError(f"provider {self.kind!r}: switch_rows is a tuple of Switch rows")
+        declared = {row.name: row for row in rows}
+        if len(declared) != len(rows):
+            raise ValueError(f"provider {self.kind!r} declares a switch twice")
+        added = []
+        for name, role in self.switches().items():
+            row = declared.get(name)
+            if row is None:
+                added.append(_plain(name, f"The {self.kind} backend's {role}.", role == "key"))
+            elif role == "key" and not row.secret:
+                raise ValueError(
+                    f"provider {self.kind!r}: {name} is its key switch; its row is a secret"
+                )
+        return (*rows, *added)
+
     def refs(self) -> tuple[str, ...]:
         """The ``module:name`` functions the record points at."""
         found = (
@@ -156,11 +216,256 @@ class Backend:
         return tuple(ref for ref in found if ref is not None)
 
 
+def _plain(name: str, decides: str, secret: bool) -> Switch:
+    """The row of a variable a role names and no row declares: read as plain
+    text (trimmed; None when unset or blank), no default."""
+    reader = functools.partial(text_of, name, secret=secret)
+    return Switch(name, reader, "", None, decides, secret)
+
+
 def import_ref(ref: str) -> Callable[..., Any]:
     """The function a record's ``module:name`` points at (its module imported now)."""
     module, _, name = ref.partition(":")
     found: Callable[..., Any] = getattr(importlib.import_module(module), name)
     return found
+
+
+# -- the built-in backends' switches, each read by its row's reader ------------------------
+
+BIND_ADDRESSES: Final = frozenset({"0.0.0.0", "::", "[::]", "*"})
+"""Values of ``OLLAMA_HOST`` that name an address to bind, not one to connect to."""
+
+DEFAULT_OLLAMA_PORT: Final = 11434
+"""Ollama's own port, for a host that names no scheme and no port."""
+
+DEFAULT_OLLAMA_HOST: Final = f"http://localhost:{DEFAULT_OLLAMA_PORT}"
+DEFAULT_OLLAMA_MODEL: Final = "phi4:14b"
+DEFAULT_OLLAMA_GENERATION_MODEL: Final = "qwen3-coder:30b"
+DEFAULT_OLLAMA_NUM_CTX: Final = 8192
+DEFAULT_OLLAMA_KEEP_ALIVE: Final = "30m"
+DEFAULT_ANTHROPIC_BASE_URL: Final = "https://api.anthropic.com"
+DEFAULT_OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
+
+
+def ollama_host(explicit: str | None = None) -> str:
+    """The Ollama host as written (not yet normalized): ``VAELII_OLLAMA_HOST``,
+    then ``OLLAMA_HOST`` unless it names a bind address, then the default."""
+    if explicit is not None:
+        return explicit
+    ours = text(_OLLAMA_HOST)
+    if ours is not None:
+        return ours
+    theirs = text(_OLLAMAS_OWN_HOST)
+    if theirs is not None and not _is_bind_address(theirs):
+        return theirs
+    return DEFAULT_OLLAMA_HOST
+
+
+def _is_bind_address(value: str) -> bool:
+    host = value.split("://", 1)[-1].rstrip("/")
+    if host in BIND_ADDRESSES:
+        return True
+    if host.startswith("["):  # [::]:11434
+        return host.split("]", 1)[0] + "]" in BIND_ADDRESSES
+    if host.count(":") == 1:  # 0.0.0.0:11434, *:11434
+        return host.split(":", 1)[0] in BIND_ADDRESSES
+    return False
+
+
+def ollama_model(explicit: str | None = None) -> str:
+    """The model an Ollama turn runs."""
+    return explicit or text(_OLLAMA_MODEL) or DEFAULT_OLLAMA_MODEL
+
+
+def ollama_generation_model(explicit: str | None = None) -> str:
+    """The model an Ollama generation turn runs."""
+    return explicit or text(_OLLAMA_GENERATION_MODEL) or DEFAULT_OLLAMA_GENERATION_MODEL
+
+
+def ollama_num_ctx(explicit: int | None = None) -> int:
+    """The context length asked for; an unparseable or non-positive value yields the default."""
+    if explicit is not None:
+        return explicit
+    raw = text(_OLLAMA_NUM_CTX)
+    try:
+        value = int(raw) if raw is not None else DEFAULT_OLLAMA_NUM_CTX
+    except ValueError:
+        return DEFAULT_OLLAMA_NUM_CTX
+    return value if value > 0 else DEFAULT_OLLAMA_NUM_CTX
+
+
+def ollama_keep_alive(explicit: str | None = None) -> str:
+    """How long the host holds the model after a turn (always sent)."""
+    return explicit or text(_OLLAMA_KEEP_ALIVE) or DEFAULT_OLLAMA_KEEP_ALIVE
+
+
+def ollama_hosts(explicit: str | None = None) -> str | None:
+    """The raw ``host[*n],…`` list. None when unset; ``""`` when set but blank
+    (no hosts, which the pool refuses rather than building one nobody answers)."""
+    return explicit if explicit is not None else _host_list(_OLLAMA_HOSTS)
+
+
+def _host_list(switch: Switch) -> str | None:
+    value = getenv(switch.name)
+    return None if value is None else value.strip()
+
+
+def anthropic_api_key(explicit: str | None = None) -> str | None:
+    """``ANTHROPIC_API_KEY``, trimmed of the stray CR/LF a .env file leaves."""
+    return explicit if explicit is not None else text(_ANTHROPIC_API_KEY)
+
+
+def anthropic_auth_token(explicit: str | None = None) -> str | None:
+    """``ANTHROPIC_AUTH_TOKEN``, trimmed likewise."""
+    return explicit if explicit is not None else text(_ANTHROPIC_AUTH_TOKEN)
+
+
+def anthropic_base_url(explicit: str | None = None) -> str:
+    """The Messages API base URL, without a trailing slash."""
+    value = explicit or text(_ANTHROPIC_BASE_URL) or DEFAULT_ANTHROPIC_BASE_URL
+    return value.rstrip("/")
+
+
+def anthropic_model(explicit: str | None = None) -> str | None:
+    """The model a Messages API turn names; None: the backend's default."""
+    return explicit or text(_ANTHROPIC_MODEL)
+
+
+def openai_base_url(explicit: str | None = None) -> str:
+    """The OpenAI-compatible base URL (where ``/chat/completions`` and
+    ``/models`` hang), without a trailing slash."""
+    value = explicit or text(_OPENAI_BASE_URL) or DEFAULT_OPENAI_BASE_URL
+    return value.rstrip("/")
+
+
+def openai_api_key(explicit: str | None = None) -> str | None:
+    """``OPENAI_API_KEY``, trimmed; None when unset or blank (a local server needs none)."""
+    return explicit if explicit is not None else text(_OPENAI_API_KEY)
+
+
+def openai_model(explicit: str | None = None) -> str | None:
+    """The model an OpenAI-compatible turn names; None: none is sent."""
+    return explicit or text(_OPENAI_MODEL)
+
+
+def openai_hosts(explicit: str | None = None) -> str | None:
+    """The raw ``base-url[*n],…`` list, read as :func:`ollama_hosts` reads its own."""
+    return explicit if explicit is not None else _host_list(_OPENAI_HOSTS)
+
+
+_OLLAMA_HOST = Switch(
+    "VAELII_OLLAMA_HOST",
+    ollama_host,
+    "a base URL, or a host read as Ollama reads one",
+    DEFAULT_OLLAMA_HOST,
+    "Where the Ollama backend connects.",
+)
+_OLLAMAS_OWN_HOST = Switch(
+    "OLLAMA_HOST",
+    ollama_host,
+    "a base URL; a bind address (0.0.0.0, ::, *) is ignored",
+    None,
+    "Ollama's own variable, read after VAELII_OLLAMA_HOST.",
+)
+_OLLAMA_MODEL = Switch(
+    "VAELII_OLLAMA_MODEL",
+    ollama_model,
+    "a model name",
+    DEFAULT_OLLAMA_MODEL,
+    "The model a turn runs.",
+)
+_OLLAMA_GENERATION_MODEL = Switch(
+    "VAELII_OLLAMA_GENERATION_MODEL",
+    ollama_generation_model,
+    "a model name",
+    DEFAULT_OLLAMA_GENERATION_MODEL,
+    "The model a generation turn runs.",
+)
+_OLLAMA_NUM_CTX = Switch(
+    "VAELII_OLLAMA_NUM_CTX",
+    ollama_num_ctx,
+    "a whole number of tokens",
+    str(DEFAULT_OLLAMA_NUM_CTX),
+    "The context length a request asks for. An unparseable value yields the default.",
+)
+_OLLAMA_KEEP_ALIVE = Switch(
+    "VAELII_OLLAMA_KEEP_ALIVE",
+    ollama_keep_alive,
+    "an Ollama duration (30m, 0)",
+    DEFAULT_OLLAMA_KEEP_ALIVE,
+    "How long the host is asked to hold the model resident after a turn.",
+)
+_OLLAMA_HOSTS = Switch(
+    "VAELII_OLLAMA_HOSTS",
+    ollama_hosts,
+    "host[*n],…",
+    None,
+    "The hosts a vote pool spreads its calls over, n calls at once per host "
+    "(unset: the one host above; blank: no hosts).",
+)
+_ANTHROPIC_API_KEY = Switch(
+    "ANTHROPIC_API_KEY",
+    anthropic_api_key,
+    "an API key",
+    None,
+    "The credential sent as x-api-key, tried first.",
+    secret=True,
+)
+_ANTHROPIC_AUTH_TOKEN = Switch(
+    "ANTHROPIC_AUTH_TOKEN",
+    anthropic_auth_token,
+    "a bearer token",
+    None,
+    "The credential sent as Authorization: Bearer, tried when there is no key.",
+    secret=True,
+)
+_ANTHROPIC_BASE_URL = Switch(
+    "ANTHROPIC_BASE_URL",
+    anthropic_base_url,
+    "a base URL",
+    DEFAULT_ANTHROPIC_BASE_URL,
+    "The host the Messages API backend calls.",
+)
+_ANTHROPIC_MODEL = Switch(
+    "VAELII_ANTHROPIC_MODEL",
+    anthropic_model,
+    "a model name the host serves (a local server: the one it loaded)",
+    None,
+    "The model a Messages API turn names (unset: the backend's default model; "
+    "llama.cpp's server answers with its one model whatever is named).",
+)
+_OPENAI_BASE_URL = Switch(
+    "OPENAI_BASE_URL",
+    openai_base_url,
+    "a base URL ending where /chat/completions and /responses hang "
+    "(a local server: http://127.0.0.1:8000/v1)",
+    DEFAULT_OPENAI_BASE_URL,
+    "The host the OpenAI-compatible backends (Chat Completions, Responses) call.",
+)
+_OPENAI_API_KEY = Switch(
+    "OPENAI_API_KEY",
+    openai_api_key,
+    "an API key (optional: a local server needs none)",
+    None,
+    "The credential sent as Authorization: Bearer to the OpenAI-compatible backends.",
+    secret=True,
+)
+_OPENAI_MODEL = Switch(
+    "VAELII_OPENAI_MODEL",
+    openai_model,
+    "a model name the server serves (vaelii-llm status lists them)",
+    None,
+    "The model an OpenAI-compatible turn runs (unset: no model is sent, and a "
+    "server serving one model answers with it).",
+)
+_OPENAI_HOSTS = Switch(
+    "VAELII_OPENAI_HOSTS",
+    openai_hosts,
+    "base-url[*n],…",
+    None,
+    "The OpenAI-compatible hosts a vote pool spreads its calls over, n calls at once "
+    "per host (unset: the one base URL above; blank: no hosts).",
+)
 
 
 _EVERY_OLLAMA_CALL = ("provider", "generation_provider", "available", "warm")
@@ -200,16 +505,17 @@ def _openai_server_options(*own: Option) -> tuple[Option, ...]:
     )
 
 
-_OPENAI_SERVER: Final[dict[str, str]] = {
+_OPENAI_SERVER: Final[dict[str, Any]] = {
     "host_switch": "OPENAI_BASE_URL",
     "hosts_switch": "VAELII_OPENAI_HOSTS",
     "model_switch": "VAELII_OPENAI_MODEL",
     "key_switch": "OPENAI_API_KEY",
     "host_option": "base_url",
     "read_host": "vaelii_llm.providers._hosts:normalize_base_url",
-    "default_host": "vaelii_llm.config:openai_base_url",
+    "default_host": "vaelii_llm._backends:openai_base_url",
     "status_lines": "vaelii_llm.providers.openai._status:status_lines",
     "drops_tools": "vaelii_llm.providers.openai._status:drops_tools",
+    "switch_rows": (_OPENAI_BASE_URL, _OPENAI_API_KEY, _OPENAI_MODEL, _OPENAI_HOSTS),
 }
 """What both wires of an OpenAI-compatible server read: one server, two paths."""
 
@@ -236,6 +542,15 @@ BUILTIN: Final = (
         status_lines="vaelii_llm.providers.ollama._status:status_lines",
         cannot_call_tools="vaelii_llm.providers.ollama._status:cannot_call_tools",
         missing_model="vaelii_llm.providers.ollama._status:missing_model",
+        switch_rows=(
+            _OLLAMA_HOST,
+            _OLLAMAS_OWN_HOST,
+            _OLLAMA_MODEL,
+            _OLLAMA_GENERATION_MODEL,
+            _OLLAMA_NUM_CTX,
+            _OLLAMA_KEEP_ALIVE,
+            _OLLAMA_HOSTS,
+        ),
     ),
     Backend(
         "anthropic",
@@ -253,6 +568,12 @@ BUILTIN: Final = (
         key_switch="ANTHROPIC_API_KEY",
         status_lines="vaelii_llm.providers.anthropic._status:status_lines",
         drops_tools="vaelii_llm.providers.anthropic._status:drops_tools",
+        switch_rows=(
+            _ANTHROPIC_API_KEY,
+            _ANTHROPIC_AUTH_TOKEN,
+            _ANTHROPIC_BASE_URL,
+            _ANTHROPIC_MODEL,
+        ),
     ),
     Backend(
         "openai",

@@ -6,7 +6,7 @@ Reading (:func:`read`)
     reader-eval, so nothing in a model's input can run code. Every way the text
     can fail becomes an :class:`EDNRefusal` with a ``type``: a value that is not a
     string, text over :data:`MAX_TEXT_CHARS`, nesting past :data:`MAX_DEPTH`
-    (checked by `vaelii_llm.kb._types.too_deep`, as every EDN reader checks it, before
+    (checked by `vaelii_llm.engine.too_deep`, as every EDN reader checks it, before
     the parser sees the text, since edn-format reads 10^5 nested
     parens into a value that overflows the stack of whatever touches it next), an
     unknown ``#tag``, a reader error, no form at all, more than one form, or
@@ -60,7 +60,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from vaelii_llm.kb._types import MAX_NESTING, too_deep
+from vaelii_llm.engine import MAX_NESTING, too_deep
 
 __all__ = [
     "CLOCK_MARKER",
@@ -76,7 +76,7 @@ __all__ = [
 
 MAX_DEPTH: Final = MAX_NESTING
 """Deepest bracket nesting :func:`read` accepts: the engine's own cap on a sentence
-(`vaelii_llm.kb._types.MAX_NESTING`), so the parser and every consumer of its value
+(`vaelii_llm.engine.MAX_NESTING`), so the parser and every consumer of its value
 stay off the stack limit."""
 
 MAX_TEXT_CHARS: Final = 32_768

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Generic, TypeVar
 
+from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import Provider
 from vaelii_llm._slots import POOL_LABEL, Ledger, LocalSlots, Slots, Spread
-from vaelii_llm.config import hide_userinfo
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMUnreachable
 
 __all__ = [
@@ -98,7 +99,7 @@ def host_name(provider: Provider, index: int) -> str:
     return f"{kind.__module__}.{kind.__qualname__}#{index}"
 
 
-class Pool(Generic[P]):
+class Pool(ClosesOnExit, Generic[P]):
     """A fixed multiset of providers, one token per call a host takes at once.
 
     ``tokens`` may name one provider several times (``[gpu1, gpu1, gpu2]`` lets
@@ -323,17 +324,6 @@ class Pool(Generic[P]):
                     first = exc
         if first is not None:
             raise first
-
-    async def __aenter__(self) -> Pool[P]:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _milliseconds(what: str, value: int, least: int) -> None:

@@ -78,6 +78,7 @@ from typing import Any, ClassVar, Final, Literal, Never, Protocol, Self, runtime
 
 from msgspec import UNSET, Struct, UnsetType, field
 
+from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._media import DocumentBlock, ImageBlock
 from vaelii_llm.errors import LLMEncode, LLMUnsupported
 
@@ -491,7 +492,7 @@ class Provider(Protocol):
     ) -> None: ...
 
 
-class ProviderBase:
+class ProviderBase(ClosesOnExit):
     """The async-context-manager half of :class:`Provider`, for backends to
     inherit, and :meth:`count_tokens`, which a backend with a counting
     endpoint overrides (it is not on :class:`Provider`, so a backend written
@@ -505,14 +506,3 @@ class ProviderBase:
 
     async def aclose(self) -> None:
         """Release what the provider holds. Closing twice is harmless."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -15,8 +15,9 @@ import re
 from typing import Final
 from urllib.parse import urlsplit
 
-from vaelii_llm import config
+from vaelii_llm import _backends, config
 from vaelii_llm._backends import REGISTRY
+from vaelii_llm._transport.urls import hide_userinfo
 
 __all__ = ["bad_kind", "bad_switches", "url_flaw"]
 
@@ -44,7 +45,7 @@ def bad_kind(kind: str, named_by: str) -> str | None:
 def url_flaw(value: str, *, scheme_optional: bool = False) -> str | None:
     """What keeps ``value`` from being an http(s) URL a client can reach, in
     words that quote none of it but a plain scheme; None when it reads."""
-    text = config.hide_userinfo(value.strip())
+    text = hide_userinfo(value.strip())
     if "://" not in text and not scheme_optional:
         scheme, colon, _ = text.partition(":")
         if colon and _WORD.fullmatch(scheme) and scheme.lower() not in config.SCHEME_PORTS:
@@ -83,7 +84,7 @@ def bad_switches(kind: str) -> str | None:
         raw = config._getenv(name)
         if raw is None or not raw.strip():
             continue
-        if name == "OLLAMA_HOST" and config.ollama_host() != raw.strip():
+        if name == "OLLAMA_HOST" and _backends.ollama_host() != raw.strip():
             continue  # not the one read: a bind address, or VAELII_OLLAMA_HOST wins
         flaw = url_flaw(raw, scheme_optional=name in _READ_AS_OLLAMA_READS)
         if flaw is not None:

@@ -25,8 +25,9 @@ from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
 from vaelii_llm import _edn, config, errors
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._version import __version__
-from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.engine import EngineRefusal
 
 if TYPE_CHECKING:
     from vaelii_llm import agent, pool
@@ -36,16 +37,8 @@ __all__ = ["main"]
 
 
 def _print_config() -> int:
-    from vaelii_llm import _backends
-
-    for switch in config.SWITCHES:
+    for switch in config.every_switch():  # a registered kind's own switches included
         _print_switch(switch.name, switch.secret, switch.default)
-    listed = {switch.name for switch in config.SWITCHES}
-    for backend in _backends.REGISTRY.values():  # a registered kind's own switches
-        for name, role in backend.switches().items():
-            if name not in listed:
-                listed.add(name)
-                _print_switch(name, role == "key", None)
     return 0
 
 
@@ -56,7 +49,7 @@ def _print_switch(name: str, secret: bool, default: str | None) -> None:
     elif raw is None:
         shown = f"unset (default {default})" if default else "unset"
     else:
-        shown = repr(config.hide_userinfo(raw))
+        shown = repr(hide_userinfo(raw))
     print(f"{name:32} {shown}")
 
 
@@ -333,13 +326,12 @@ def _load_kb(kb_path: str | None) -> Any:
     """The KB ``--kb`` names (the sample without it). It reads a file: a
     coroutine calls it through ``asyncio.to_thread``. A file holding no
     sentence is refused: a model would read an empty KB and say nothing of it."""
-    from vaelii_llm import kb
-    from vaelii_llm.kb._reads import sentex_count
+    from vaelii_llm import engine, kb
 
     if not kb_path:
         return kb.sample()
     loaded = kb.load_edn(kb_path)
-    if sentex_count(loaded) == 0:
+    if engine.embedded().ops["sentex-count"](loaded) == 0:
         raise _Stop(
             1,
             "bad-kb",

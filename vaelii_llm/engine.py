@@ -48,7 +48,12 @@ from vaelii_llm.kb._types import (
     Sentence,
     Term,
 )
+
+# re-exported for the EDN reader (its nesting cap is the engine's) and the
+# command and the tools (the engine's refusal), none public
+from vaelii_llm.kb._types import MAX_NESTING as MAX_NESTING
 from vaelii_llm.kb._types import EngineRefusal as EngineRefusal
+from vaelii_llm.kb._types import too_deep as too_deep
 
 __all__ = [
     "Context",

@@ -92,6 +92,7 @@ import msgspec
 
 from vaelii_llm import config
 from vaelii_llm._edn import DEFAULT_MAX_CHARS
+from vaelii_llm._json_walk import atoms
 from vaelii_llm._protocol import (
     Block,
     Message,
@@ -125,7 +126,7 @@ _CAPTURE_ON = config.TRUTHY | {"span_only", "span_and_event"}
 
 SCOPE: Final = "vaelii_llm"
 
-# Names as the GenAI semantic conventions spell them (tests/test_telemetry.py
+# Names as the GenAI semantic conventions spell them (tests/core/test_telemetry.py
 # checks each against the installed opentelemetry-semantic-conventions).
 OPERATION: Final = "gen_ai.operation.name"
 PROVIDER_NAME: Final = "gen_ai.provider.name"
@@ -674,9 +675,6 @@ class _Lit(str):
     __slots__ = ()
 
 
-_END: Final = object()
-
-
 def _members(value: Any) -> Iterator[Any] | None:
     """The JSON a compound ``value`` prints as, a member at a time; None for an atom."""
     if isinstance(value, Mapping):
@@ -725,19 +723,10 @@ def _arguments(value: Any, limit: int = _ARGUMENTS_CHARS) -> str:
     parts: list[str] = []
     room = limit
     cut = False
-    stack: list[Iterator[Any]] = [iter((value,))]
-    while stack:
-        item = next(stack[-1], _END)
-        if item is _END:
-            stack.pop()
-            continue
+    for item in atoms(value, _members):
         if room <= 0:
             cut = True
             break
-        members = None if type(item) is _Lit else _members(item)
-        if members is not None:
-            stack.append(members)
-            continue
         text = item if type(item) is _Lit else _atom(item, room)
         parts.append(text[:room])
         if len(text) > room:

@@ -36,22 +36,18 @@ by :func:`vaelii_llm._edn.write`, which realizes a lazy answer only as far as
 ``max_result_chars`` reaches. The module functions (:func:`call`,
 :func:`schemas`, …) are thin wrappers over a default toolset of the embedded
 engine.
+
+The tools are derived in :mod:`vaelii_llm._tool_schemas` and a call's arguments
+read in :mod:`vaelii_llm._tool_args`; this module runs the call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
-import inspect
-import itertools
-import re
 import threading
 import time
-import types
-import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
 import anyio
@@ -62,7 +58,17 @@ from vaelii_llm import _edn as edn
 from vaelii_llm import engine as engine_mod
 from vaelii_llm import telemetry
 from vaelii_llm._protocol import ToolResultBlock, ToolSchema
-from vaelii_llm.engine import MAX_LIMIT, READ, EngineRefusal, Options
+from vaelii_llm._tool_args import (
+    MAX_INPUT_CHARS,
+    ToolRefusal,
+    check_sizes,
+    input_chars,
+    opening_of,
+    prepare,
+    select_shape,
+)
+from vaelii_llm._tool_schemas import NAME_GRAMMAR, NAME_MAX, Shape, Table, Tool, tool_name
+from vaelii_llm.engine import MAX_LIMIT, EngineRefusal
 
 __all__ = [
     "HOST_PATH_OPS",
@@ -117,27 +123,10 @@ from holding up every other."""
 _GIL_SLICE_S: Final = 0.001
 """How long a worker printing an answer holds the GIL before it steps aside."""
 
-_CLOCK_GRACE_S: Final = 0.1
-"""How long past a read's ``max-ms`` the printer keeps realizing before it cuts the
-answer itself. The engine's own clock normally ends the answer first, with a
-record saying so; this is the backstop for one it does not reach."""
 
 _MAX_RESULT_CHARS: Final = edn.DEFAULT_MAX_CHARS
 """How much of an answer a call prints by default (``max_result_chars``):
 the writer's :data:`vaelii_llm._edn.DEFAULT_MAX_CHARS`."""
-
-_MAX_INPUT_CHARS: Final = 2 * edn.MAX_TEXT_CHARS
-"""The most a call's input may hold, counted as its JSON spelling roughly runs
-(every string's length, a few characters per other member), before any of it is
-read: a bigger input is refused ``input-too-large`` on the loop, at a cost bounded
-by the cap, whatever it holds."""
-
-_NAME_MAX: Final = 64
-"""The longest tool name the providers' identifier grammar allows."""
-_NAME_GRAMMAR = re.compile(rf"^[a-zA-Z0-9_-]{{1,{_NAME_MAX}}}$")
-
-_EDN_KINDS: Final = frozenset({"sentence", "context", "term"})
-
 
 # -- results and refusals ----------------------------------------------------------------
 
@@ -200,7 +189,7 @@ def _unknown_tool(name: object, names: Iterable[str], bound: object = None) -> T
     """The refusal of a name no tool of a composed source has: the name shown
     bounded whatever it is (a list 10⁵ deep too), then every tool's; cut to
     ``bound`` where the source has one."""
-    message = f"unknown-tool: no tool is named {_json(name)}; the tools are {', '.join(names)}"
+    message = f"unknown-tool: no tool is named {opening_of(name)}; the tools are {', '.join(names)}"
     return ToolResult(ok=False, error=_bounded(message, bound) if type(bound) is int else message)
 
 
@@ -213,544 +202,12 @@ def prefixed(source: ToolSource, prefix: str) -> ToolSource:
         raise ValueError(f"a prefix is a non-empty string, got {prefix!r}")
     wrapped = _Prefixed(source, prefix)
     for schema in wrapped.schemas():
-        if not _NAME_GRAMMAR.match(schema.name):
+        if not NAME_GRAMMAR.match(schema.name):
             raise ValueError(
                 f"the prefix {prefix!r} makes the tool name {schema.name!r}, which is not "
-                f"1-{_NAME_MAX} letters, digits, _ or -"
+                f"1-{NAME_MAX} letters, digits, _ or -"
             )
     return wrapped
-
-
-class _ToolRefusal(Exception):
-    """A call the tools refuse before (or instead of) reaching the engine.
-
-    ``type``: ``unknown-tool``, ``bad-input``, ``missing-argument``,
-    ``unexpected-argument`` or ``bad-argument``. (An option is refused by the
-    engine's ``check_options``: ``unknown-option``, ``bad-option``, ``over-ceiling``.)
-    """
-
-    def __init__(self, type_: str, message: str) -> None:
-        super().__init__(f"{type_}: {message}")
-        self.type = type_
-
-
-# -- deriving the tools from the op table ---------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Param:
-    name: str
-    kind: str
-    keyword_only: bool
-    has_default: bool
-    default: Any
-    max_items: int | None = None  # an array's declared bound (``Meta(max_length=…)``)
-
-
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    """One way to call an op: the first ``size`` parameters of a signature."""
-
-    params: tuple[_Param, ...]  # the whole signature, minus the KB
-    size: int
-
-    @property
-    def taken(self) -> tuple[_Param, ...]:
-        return self.params[: self.size]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.taken)
-
-    def spelled(self) -> str:
-        return "(" + ", ".join(self.names) + ")"
-
-
-@dataclass(frozen=True, slots=True)
-class _Tool:
-    op: str
-    name: str
-    fn: Callable[..., Any]
-    shapes: tuple[_Shape, ...]
-    schema: ToolSchema
-    opts: type[Options]  # the declared options Struct (no keys when none is declared)
-    defaults: Options | None  # what a call naming no options runs under
-
-
-def tool_name(op: str) -> str:
-    """The tool name for an op: ``find-sentexes`` -> ``kb_find_sentexes``,
-    ``ask?`` -> ``kb_ask_p`` (distinct from ``kb_ask``).
-
-    Munged to the providers' identifier grammar (``_NAME_GRAMMAR``), cut to its length.
-    """
-    munged = op.replace("?", "_p").replace("!", "_bang").replace("-", "_")
-    munged = re.sub(r"[^a-zA-Z0-9_]", "_", munged)
-    return ("kb_" + munged)[:_NAME_MAX]
-
-
-def _kind_names() -> dict[str, str]:
-    return {
-        getattr(marker, "__name__", str(marker)): kind
-        for marker, kind in engine_mod.ARG_KINDS.items()
-    }
-
-
-def _declared_bound(annotation: object) -> tuple[object, int | None]:
-    """``Annotated[X, Meta(max_length=n)]`` -> ``(X, n)``; any other annotation -> itself
-    and no bound. The op declares an array argument's bound in its own signature."""
-    if typing.get_origin(annotation) is not typing.Annotated:
-        return annotation, None
-    inner, *extras = typing.get_args(annotation)
-    bounds = [m.max_length for m in extras if isinstance(m, msgspec.Meta) and m.max_length]
-    return inner, min(bounds) if bounds else None
-
-
-def _kind_of(annotation: object) -> str:
-    """The ARG_KINDS kind of a parameter annotation (``X | None`` reads as ``X``)."""
-    annotation, _ = _declared_bound(annotation)
-    if isinstance(annotation, str):  # an annotation that would not evaluate
-        name = annotation.replace(" ", "").removesuffix("|None").rsplit(".", 1)[-1]
-        return _kind_names().get(name, "json")
-    origin = typing.get_origin(annotation)
-    if origin is list:
-        (item,) = typing.get_args(annotation) or (object,)
-        return "sentences" if _kind_of(item) == "sentence" else "json"
-    if origin is typing.Union or origin is types.UnionType:
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(members) == 1:
-            return _kind_of(members[0])
-        return "json"
-    if isinstance(annotation, type) and issubclass(annotation, Options):
-        return "opts"
-    try:
-        kind = engine_mod.ARG_KINDS.get(annotation)
-    except TypeError:  # unhashable annotation
-        kind = None
-    if kind is not None:
-        return kind
-    if annotation is float:
-        return "number"
-    return "json"
-
-
-def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return inspect.signature(fn, eval_str=True)
-    except (NameError, SyntaxError, TypeError, AttributeError):
-        pass
-    try:
-        return inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-
-
-def _params(fn: Callable[..., Any]) -> tuple[_Param, ...] | None:
-    """A signature's parameters minus the KB, or None when it has no single shape."""
-    sig = _signature(fn)
-    if sig is None:
-        return None
-    params = list(sig.parameters.values())
-    if not params or params[0].kind not in (
-        inspect.Parameter.POSITIONAL_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    ):
-        return None  # takes no KB
-    out: list[_Param] = []
-    for p in params[1:]:
-        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            return None
-        has_default = p.default is not inspect.Parameter.empty
-        out.append(
-            _Param(
-                name=p.name,
-                kind=_kind_of(p.annotation),
-                keyword_only=p.kind is inspect.Parameter.KEYWORD_ONLY,
-                has_default=has_default,
-                default=p.default if has_default else None,
-                max_items=_declared_bound(p.annotation)[1],
-            )
-        )
-    return tuple(out)
-
-
-def _shapes(fn: Callable[..., Any]) -> tuple[_Shape, ...]:
-    """Every shape of ``fn``: one per overload (or the function itself) and per
-    defaulted tail of each. Empty when there is no single signature to read."""
-    try:
-        overloads = list(typing.get_overloads(fn))
-    except Exception:  # an object get_overloads cannot key
-        overloads = []
-    signatures = [p for p in map(_params, overloads or [fn]) if p is not None]
-    shapes: list[_Shape] = []
-    seen: set[tuple[str, ...]] = set()
-    for params in signatures:
-        for size in range(len(params) + 1):
-            if all(p.has_default for p in params[size:]):
-                shape = _Shape(params, size)
-                if shape.names not in seen:
-                    seen.add(shape.names)
-                    shapes.append(shape)
-    return tuple(shapes)
-
-
-_SENTENCE: Final = {
-    "type": "string",
-    "description": 'A sentence: a string holding one EDN list, e.g. "(isa Muffet Spider)"; '
-    'a symbol starting with ? is a variable, e.g. "(isa ?x Spider)".',
-}
-
-
-def _property(kind: str, opts: type[Options], max_items: int | None = None) -> dict[str, Any]:
-    if kind == "sentence":
-        return dict(_SENTENCE)
-    if kind == "sentences":
-        out: dict[str, Any] = {
-            "type": "array",
-            "items": dict(_SENTENCE),
-            "description": 'Sentences: an array of sentence strings, e.g. ["(isa Humpty Egg)"].',
-        }
-        if max_items is not None:
-            out["maxItems"] = max_items
-        return out
-    if kind == "context":
-        return {
-            "type": "string",
-            "description": 'A context: a string holding one EDN symbol, e.g. "CxWell".',
-        }
-    if kind == "term":
-        return {
-            "type": "string",
-            "description": "A term: a string holding one EDN constant, a symbol or a "
-            'literal, e.g. "Muffet" or "\\"Little Miss\\"".',
-        }
-    if kind == "handle":
-        return {"type": "integer", "description": "A sentex handle, e.g. 42."}
-    if kind == "opts":
-        return copy.deepcopy(_opts_property(opts))
-    if kind in ("integer", "string", "boolean", "number"):
-        return {"type": kind}
-    return {}
-
-
-@functools.cache
-def _opts_property(opts: type[Options]) -> dict[str, Any]:
-    """The opts object: :func:`msgspec.json.schema` of the op's declared Struct (each
-    key's type, bounds, default and description), its keys sorted so the tool list is
-    byte-stable, described as every options object is. Any other key is refused."""
-    whole = msgspec.json.schema(opts)
-    out: dict[str, Any] = dict(whole["$defs"][whole["$ref"].rsplit("/", 1)[-1]])
-    out.pop("title", None)
-    out["description"] = _OPTS_DESCRIPTION
-    out["properties"] = dict(sorted(out["properties"].items()))
-    return out
-
-
-_OPTS_DESCRIPTION: Final = "Options, a JSON object with kebab-case keys; any other key is refused."
-
-
-def _build_schema(
-    op: str, fn: Callable[..., Any], shapes: Sequence[_Shape], opts: type[Options]
-) -> ToolSchema:
-    properties: dict[str, dict[str, Any]] = {}
-    kinds: dict[str, list[str]] = {}
-    bounds: dict[str, int] = {}
-    for shape in shapes:
-        for p in shape.taken:
-            if p.kind not in kinds.setdefault(p.name, []):
-                kinds[p.name].append(p.kind)
-            if p.max_items is not None:
-                bounds[p.name] = min(p.max_items, bounds.get(p.name, p.max_items))
-    for name, ks in kinds.items():
-        props = [_property(k, opts, bounds.get(name)) for k in ks]
-        properties[name] = props[0] if len(props) == 1 else {"anyOf": props}
-    required = [n for n in kinds if all(n in s.names for s in shapes)]
-    description = inspect.cleandoc(inspect.getdoc(fn) or f"The engine's {op} read.")
-    if len(shapes) > 1:
-        description += "\n\nShapes (give exactly the arguments of one): " + " | ".join(
-            s.spelled() for s in shapes
-        )
-    strict = len(required) == len(properties)
-    input_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-    refused = _refused_combinations(shapes, list(kinds), required)
-    if refused:
-        input_schema["not"] = {"anyOf": refused}
-    return ToolSchema(
-        name=tool_name(op),
-        description=description,
-        input_schema=input_schema,
-        strict=True if strict else None,
-    )
-
-
-def _refused_combinations(
-    shapes: Sequence[_Shape], names: Sequence[str], required: Sequence[str]
-) -> list[dict[str, Any]]:
-    """The argument combinations no shape takes, as JSON Schema a validator and a
-    model can read: the dispatcher takes an input whose names are exactly one
-    shape's. Under the root's ``not`` (the Messages API refuses a top-level
-    ``anyOf``/``oneOf``/``allOf``): an argument given without one it needs, two
-    that no shape holds together, none of the arguments when some are needed,
-    then any combination those miss, spelled whole. Sorted: byte-stable."""
-    takes = [frozenset(s.names) for s in shapes]
-    out: list[dict[str, Any]] = []
-    for name in sorted(names):
-        holding = [t for t in takes if name in t]
-        needs = sorted(frozenset.intersection(*holding) - {name} - set(required))
-        if needs:
-            out.append({"required": [name], "not": {"required": needs}})
-    for a, b in itertools.combinations(sorted(names), 2):
-        if not any({a, b} <= t for t in takes):
-            out.append({"required": [a, b]})
-    if frozenset() not in takes and not required:
-        out.append({"not": {"anyOf": [{"required": [n]} for n in sorted(names)]}})
-    optional = sorted(set(names) - set(required))
-    for size in range(len(optional) + 1):
-        for extra in itertools.combinations(optional, size):
-            given = frozenset(required) | set(extra)
-            if given not in takes and not any(_refuses(rule, given) for rule in out):
-                absent = [{"required": [n]} for n in optional if n not in given]
-                rule: dict[str, Any] = {"required": sorted(given)}
-                if absent:
-                    rule["not"] = {"anyOf": absent}
-                out.append(rule)
-    return out
-
-
-def _refuses(rule: Mapping[str, Any], given: frozenset[str]) -> bool:
-    """Whether one of :func:`_refused_combinations`' rules matches ``given``."""
-    if not set(rule.get("required", ())) <= given:
-        return False
-    inner = rule.get("not")
-    if inner is None:
-        return True
-    if "anyOf" in inner:
-        return not any(_refuses(alt, given) for alt in inner["anyOf"])
-    return not _refuses(inner, given)
-
-
-class _Table:
-    """The tools one engine exposes, derived once from its declarations."""
-
-    def __init__(self, eng: engine_mod.Engine) -> None:
-        tools: dict[str, _Tool] = {}
-        writes = eng.write_ops
-        for op in sorted(eng.ops):
-            fn = eng.ops[op]
-            d = engine_mod.declared(fn)
-            # only a declared read is a tool; the irreversible mark excludes whatever
-            # the declaration says
-            if d is None or d.kind != READ or op in writes:
-                continue
-            if engine_mod.is_irreversible(fn):
-                continue
-            shapes = _shapes(fn)
-            name = tool_name(op)
-            if not shapes or not _NAME_GRAMMAR.match(name):
-                continue
-            if name in tools:
-                raise ValueError(
-                    f"the engine's ops {tools[name].op!r} and {op!r} both become the tool "
-                    f"{name!r}; rename one, or a model could not tell them apart"
-                )
-            opts = d.opts if d.opts is not None else Options
-            schema = _build_schema(op, fn, shapes, opts)
-            tools[name] = _Tool(op, name, fn, shapes, schema, opts, d.defaults)
-        self.by_name = tools
-        self.ops = tuple(t.op for t in tools.values())
-        self.by_op = {t.op: t for t in tools.values()}
-
-
-# -- dispatch -------------------------------------------------------------------------
-
-
-def _select(tool: _Tool, given: Mapping[str, Any]) -> _Shape:
-    """The longest shape ``given`` fully satisfies; refuses an argument it does not take.
-    A ``null`` counts as absent for a name some shape takes; a name no shape takes is
-    refused whatever its value (the schema's ``additionalProperties: false``)."""
-    supplied = {k for k, v in given.items() if v is not None}
-    named = {name for s in tool.shapes for name in s.names}
-    strays = {k for k, v in given.items() if v is None and k not in named}
-    fitting = [s for s in tool.shapes if set(s.names) <= supplied]
-    every = " | ".join(s.spelled() for s in tool.shapes)
-    if not fitting:
-        raise _ToolRefusal(
-            "missing-argument",
-            f"{tool.name} was given {_spell(supplied)}, which completes none of its "
-            f"shapes; its shapes are {every}",
-        )
-    shape = max(fitting, key=lambda s: s.size)  # first declared wins a tie
-    supplied |= strays
-    extra = sorted(supplied - set(shape.names))
-    if extra:
-        wider = [s for s in tool.shapes if supplied <= set(s.names)]
-        hint = ""
-        if wider:
-            best = min(wider, key=lambda s: s.size)
-            hint = f"; {best.spelled()} takes them and also needs " + _spell(
-                set(best.names) - supplied
-            )
-        raise _ToolRefusal(
-            "unexpected-argument",
-            f"{tool.name} was given {_spell(extra)}, which the shape the input selected, "
-            f"{shape.spelled()}, does not take; an argument is never dropped{hint}. "
-            f"Its shapes are {every}",
-        )
-    return shape
-
-
-def _check_sizes(tool: _Tool, shape: _Shape, given: Mapping[str, Any]) -> None:
-    """Refuse, before anything is read, an array argument longer than the op declares
-    (``over-ceiling``, as the engine says it)."""
-    for p in shape.taken:
-        value = given[p.name]
-        if p.max_items is not None and isinstance(value, list) and len(value) > p.max_items:
-            raise _ToolRefusal(
-                "over-ceiling",
-                f"{tool.name}'s {p.name} holds {len(value)} items, over the ceiling of "
-                f"{p.max_items}",
-            )
-
-
-_END: Final = object()
-
-
-def _input_chars(value: Any, cap: int) -> int:
-    """About how long ``value`` spells as JSON, counted only until it passes ``cap``:
-    the walk is iterative and takes at most ``cap`` steps, whatever the input holds."""
-    total = 0
-    stack: list[Iterator[Any]] = [iter((value,))]
-    while stack:
-        item = next(stack[-1], _END)
-        if item is _END:
-            stack.pop()
-            continue
-        if isinstance(item, str):
-            total += len(item) + 3  # the quotes and a separator
-        elif isinstance(item, Mapping):
-            total += 2
-            stack.append(itertools.chain.from_iterable(item.items()))
-        elif isinstance(item, list | tuple):
-            total += 2
-            stack.append(iter(item))
-        else:
-            total += 4
-        if total > cap:
-            break
-    return total
-
-
-def _spell(names: Iterable[str]) -> str:
-    listed = sorted(names)
-    return "no arguments" if not listed else ", ".join(repr(n) for n in listed)
-
-
-def _convert(p: _Param, value: Any, clock: Callable[[], None]) -> Any:
-    kind = p.kind
-    if kind in _EDN_KINDS:
-        return edn.read(value, p.name)
-    if kind == "sentences":
-        if isinstance(value, str):  # one string holding an EDN list of them
-            return edn.read(value, p.name)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _ToolRefusal(
-                "bad-argument", f'{p.name} must be an array of sentence strings, e.g. ["(isa A B)"]'
-            )
-        read = []
-        for v in value:
-            clock()
-            read.append(edn.read(v, p.name))
-        return read
-    if kind in ("handle", "integer"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _ToolRefusal("bad-argument", f"{p.name} must be a whole number, e.g. 42")
-        return value
-    if kind == "number":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _ToolRefusal("bad-argument", f"{p.name} must be a number")
-        return value
-    if kind == "string":
-        if not isinstance(value, str):
-            raise _ToolRefusal("bad-argument", f"{p.name} must be a string")
-        return value
-    if kind == "boolean":
-        if not isinstance(value, bool):
-            raise _ToolRefusal("bad-argument", f"{p.name} must be true or false")
-        return value
-    if kind == "opts":
-        return _opts(p.name, value)
-    return value
-
-
-def _opts(name: str, value: Any) -> dict[str, Any]:
-    """A JSON object of options (or a string holding an EDN map) with plain keys."""
-    if isinstance(value, str):
-        value = edn.read(value, name)
-    if not isinstance(value, Mapping):
-        raise _ToolRefusal("bad-argument", f'{name} must be a JSON object, e.g. {{"max-depth": 3}}')
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        text = getattr(key, "name", key)  # an EDN keyword reads as its name
-        if not isinstance(text, str):
-            raise _ToolRefusal("bad-argument", f"{name} keys must be strings, got {key!r}")
-        out[text.removeprefix(":")] = item
-    return out
-
-
-def _json(value: Any) -> str:
-    """``value`` for a refusal's message: its opening, or its type's name where
-    no opening fits (a list 10⁵ deep) or it cannot be written."""
-    try:
-        return edn.write(value, 40).text.split("\n", 1)[0] or type(value).__name__
-    except Exception:
-        return type(value).__name__
-
-
-def _no_clock() -> None:
-    """The clock of what is read before the call's deadline is known (its options)."""
-
-
-@dataclass(slots=True)
-class _Call:
-    args: list[Any]
-    kwargs: dict[str, Any]
-    deadline: float | None
-
-
-def _prepare(tool: _Tool, shape: _Shape, given: Mapping[str, Any]) -> _Call:
-    """Read the arguments, the options first, checked into the op's declared Struct
-    (the engine's ``check_options``, once: the op receives the Struct as it is). The
-    call's deadline is the options' ``max-ms`` (the declared default when the call
-    names no options) plus :data:`_CLOCK_GRACE_S`, from now: the reading of the other
-    arguments runs under it (refused ``max-ms`` once past it), then the printing."""
-    values: dict[str, Any] = {}
-    opts = tool.defaults
-    for p in shape.taken:
-        if p.kind == "opts":
-            raw = _convert(p, given[p.name], _no_clock)
-            opts = values[p.name] = engine_mod.check_options(tool.name, tool.opts, raw)
-    max_ms = getattr(opts, "max_ms", None)
-    deadline = None
-    if type(max_ms) is int:
-        deadline = time.monotonic() + max(0.0, max_ms / 1000) + _CLOCK_GRACE_S
-
-    def clock() -> None:
-        if deadline is not None and time.monotonic() > deadline:
-            raise _ToolRefusal(
-                "max-ms", f"reading the arguments of {tool.name} ran past its max-ms of {max_ms}"
-            )
-
-    for p in shape.taken:
-        if p.kind != "opts":
-            clock()
-            values[p.name] = _convert(p, given[p.name], clock)
-    args = [values[p.name] for p in shape.taken if not p.keyword_only]
-    kwargs = {p.name: values[p.name] for p in shape.taken if p.keyword_only}
-    return _Call(args, kwargs, deadline)
 
 
 class _GilYield:
@@ -776,14 +233,14 @@ class _GilYield:
 
 def _run(
     kb: Any,
-    tool: _Tool,
-    shape: _Shape,
+    tool: Tool,
+    shape: Shape,
     given: Mapping[str, Any],
     max_chars: int,
     stop: threading.Event,
 ) -> str:
     """The worker thread's part: read the arguments, call the engine, print the answer."""
-    prepared = _prepare(tool, shape, given)
+    prepared = prepare(tool, shape, given)
     answer = tool.fn(kb, *prepared.args, **prepared.kwargs)
     written = edn.write(
         answer, max_chars, deadline=prepared.deadline, stop=stop, checkpoint=_GilYield()
@@ -843,7 +300,7 @@ class Toolset:
         self.engine = engine if engine is not None else engine_mod.embedded()
         self.workers = workers
         self.max_result_chars = _check_bound(max_result_chars)
-        self._table = _Table(self.engine)
+        self._table = Table(self.engine)
         self._limiter: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
 
     @property
@@ -906,7 +363,7 @@ class Toolset:
         The answer is printed as EDN, at most
         ``max_result_chars`` characters, :data:`vaelii_llm._edn.CUT_MARKER` included
         when cut; a refusal is bounded the same. Before anything is read, an input
-        over :data:`_MAX_INPUT_CHARS` is refused ``input-too-large`` and an array
+        over :data:`MAX_INPUT_CHARS` is refused ``input-too-large`` and an array
         longer than the op declares (``maxItems`` in its schema) ``over-ceiling``;
         the arguments are then read under the call's clock (``max-ms``).
 
@@ -925,30 +382,30 @@ class Toolset:
         try:
             tool = table.by_name.get(name) if isinstance(name, str) else None
             if tool is None:
-                raise _ToolRefusal(
+                raise ToolRefusal(
                     "unknown-tool",
-                    f"no read tool is named {_json(name)}; the tools are "
+                    f"no read tool is named {opening_of(name)}; the tools are "
                     + ", ".join(table.by_name),
                 )
             given: Any = {} if input is None else input
             if not isinstance(given, Mapping):
-                raise _ToolRefusal(
+                raise ToolRefusal(
                     "bad-input",
-                    f"the input of {tool.name} must be a JSON object, not {_json(input)}",
+                    f"the input of {tool.name} must be a JSON object, not {opening_of(input)}",
                 )
-            if _input_chars(given, _MAX_INPUT_CHARS) > _MAX_INPUT_CHARS:
-                raise _ToolRefusal(
+            if input_chars(given, MAX_INPUT_CHARS) > MAX_INPUT_CHARS:
+                raise ToolRefusal(
                     "input-too-large",
-                    f"the input of {tool.name} is over {_MAX_INPUT_CHARS} characters; "
+                    f"the input of {tool.name} is over {MAX_INPUT_CHARS} characters; "
                     "ask a narrower question",
                 )
             if not all(isinstance(k, str) for k in given):
-                raise _ToolRefusal(
+                raise ToolRefusal(
                     "bad-input",
-                    f"the input of {tool.name} must be a JSON object, not {_json(input)}",
+                    f"the input of {tool.name} must be a JSON object, not {opening_of(input)}",
                 )
-            shape = _select(tool, given)
-            _check_sizes(tool, shape, given)
+            shape = select_shape(tool, given)
+            check_sizes(tool, shape, given)
             stop = threading.Event()
             try:
                 text = await anyio.to_thread.run_sync(
@@ -966,7 +423,7 @@ class Toolset:
                 stop.set()  # a cancelled or failed caller: the worker stops printing
                 raise
             return ToolResult(ok=True, result=text)
-        except (_ToolRefusal, edn.EDNRefusal) as refusal:
+        except (ToolRefusal, edn.EDNRefusal) as refusal:
             message = str(refusal)
             if not message.startswith(refusal.type):
                 message = f"{refusal.type}: {message}"

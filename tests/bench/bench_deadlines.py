@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from loopback import serve
 

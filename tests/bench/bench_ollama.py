@@ -1,6 +1,6 @@
 """Benchmark: our Ollama provider against the official ``ollama`` client.
 
-Both talk to the same fake Ollama (tests/fake_ollama.py), run in its own
+Both talk to the same fake Ollama (tests/support/fake_ollama.py), run in its own
 process on loopback so its work does not share our event loop, and serving
 pre-encoded bodies so its own JSON work stays out of the figures:
 
@@ -38,12 +38,12 @@ import aiohttp
 import msgspec
 import ollama as official
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from fake_ollama import BIG, BIG_TOKENS
 from timing import beside_server, throughput, timed
 
-from vaelii_llm import config
+from vaelii_llm import _backends
 from vaelii_llm._protocol import Message, Request, Response, TextBlock
 from vaelii_llm.providers import ollama as ours
 
@@ -65,8 +65,8 @@ def switch_read_ns(reads: int = 200_000, runs: int = 7) -> float:
     for _ in range(runs):
         start = time.perf_counter_ns()
         for _ in range(reads):
-            config.ollama_num_ctx(None)
-            config.ollama_keep_alive(None)
+            _backends.ollama_num_ctx(None)
+            _backends.ollama_keep_alive(None)
         times.append((time.perf_counter_ns() - start) / reads)
     return statistics.median(times)
 
@@ -270,7 +270,7 @@ async def main(url: str) -> None:
 
 
 def run() -> None:
-    fake = Path(__file__).resolve().parents[1] / "fake_ollama.py"
+    fake = Path(__file__).resolve().parents[1] / "support" / "fake_ollama.py"
     beside_server([sys.executable, str(fake)], main)
 
 

@@ -40,7 +40,7 @@ import aiohttp
 import msgspec
 from timing import beside_server, throughput, timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from fake_openai import MODEL, Call, Turn, transcript
 

@@ -60,8 +60,8 @@ from vaelii_llm._protocol import (
 from vaelii_llm._vote import read_response
 from vaelii_llm.pool import Pool, vote
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from redis_server import RedisServer  # tests/, beside this folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from redis_server import RedisServer  # tests/support/, beside this folder
 
 HERE = Path(__file__).resolve().parent
 

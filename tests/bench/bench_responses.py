@@ -2,7 +2,7 @@
 
 Both read the same fake Responses API server, run in its own process on
 loopback (``--serve``), serving one pre-encoded ~4 MiB SSE turn written as
-OpenAI's API reference shows the wire (``tests/fake_openai_responses.py``):
+OpenAI's API reference shows the wire (``tests/support/fake_openai_responses.py``):
 a reasoning summary in many deltas, tens of thousands of
 ``response.output_text.delta`` events, a function call whose arguments come
 in many pieces, ``response.completed``; each reassembled to the final turn.
@@ -34,7 +34,7 @@ import aiohttp
 import msgspec
 from timing import beside_server, timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from fake_openai_responses import MODEL, Item, Turn, sse
 

@@ -5,7 +5,7 @@ Failures. One boundary, :class:`_Boundary`, is the only place an aiohttp
 error, an ``OSError`` or a ``TimeoutError`` becomes an :class:`LLMError`, and
 one reader, :func:`_read_whole`, the only place a body is read whole under its
 size cap; both paths go through both. What each failure becomes, the original
-chained as ``__cause__`` (``tests/test_transport.py`` drives every row):
+chained as ``__cause__`` (``tests/transport/test_transport.py`` drives every row):
 
 ================  ======================================  ========================================
 raised            when                                    why
@@ -59,7 +59,7 @@ unreachable like a host; a certificate that does not verify (or a failed
 handshake) is :class:`LLMUnreachable` naming the host and OpenSSL's reason; a
 proxy refusing the tunnel (a 407 to ``CONNECT``) is :class:`LLMUnreachable`
 with its cause dropped, since it quotes the proxy's URL, credentials and all
-(``tests/test_deploy.py`` drives these).
+(``tests/docs/test_deploy.py`` drives these).
 
 When the deadline is spent, whatever failure its passing caused (or that came
 after it) is :class:`LLMTimeout`; with the deadline unspent a failure is

@@ -20,8 +20,8 @@ import msgspec
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._version import __version__
-from vaelii_llm.config import hide_userinfo
 from vaelii_llm.errors import LLMBadCredential
 
 __all__ = [

@@ -28,7 +28,7 @@ from aiohttp.client_reqrep import ConnectionKey
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from vaelii_llm.config import userinfo
+from vaelii_llm._transport.urls import userinfo
 
 __all__ = ["sent_rule", "withhold"]
 

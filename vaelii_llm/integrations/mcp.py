@@ -47,7 +47,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
 
-from vaelii_llm import __version__
+from vaelii_llm._version import __version__
 from vaelii_llm.errors import excerpt
 from vaelii_llm.tools import Toolset
 

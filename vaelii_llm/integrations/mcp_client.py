@@ -19,7 +19,7 @@ Each call keeps the guarantees the KB's own tools give:
   the server wrote it);
 * bounded: the text is cut at ``max_result_chars`` with the KB tools' marker
   (:func:`vaelii_llm._edn.cut`, the one bound both use), and no message from
-  the server is read past :data:`_MAX_MESSAGE_BYTES` (a stdio line ends the
+  the server is read past :data:`MAX_MESSAGE_BYTES` (a stdio line ends the
   session, an HTTP JSON answer fails the call);
 * a per-call deadline (``call_timeout``): a hung tool is an error result after
   it and the session stays usable (the request is cancelled on the server);
@@ -55,28 +55,33 @@ import math
 import os
 import re
 import shlex
-import signal
-import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, aclosing, asynccontextmanager, suppress
-from types import TracebackType
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, suppress
 from typing import Any, Final, Self
 
 import anyio
 import httpx2
 import mcp.types as types
-from anyio.abc import Process
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, get_default_environment
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 
 from vaelii_llm import _edn, telemetry
+from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import ToolSchema
-from vaelii_llm.errors import EXCERPT_CHARS, excerpt
-from vaelii_llm.tools import _MAX_RESULT_CHARS, _NAME_GRAMMAR, _NAME_MAX, ToolResult, _json
+from vaelii_llm._tool_args import opening_of
+from vaelii_llm._tool_schemas import NAME_GRAMMAR, NAME_MAX
+from vaelii_llm.errors import excerpt
+from vaelii_llm.integrations._mcp_stdio import (
+    EXIT_WAIT_S,
+    MAX_MESSAGE_BYTES,
+    Child,
+    reason,
+    stdio_session,
+)
+from vaelii_llm.tools import _MAX_RESULT_CHARS, ToolResult
 
 __all__ = ["McpServerError", "McpToolset"]
 
@@ -104,24 +109,6 @@ _NAME_HASH_CHARS: Final = 8
 
 _MAX_SHOWN_COMMAND: Final = 80
 """The most of a server's command line its default name shows."""
-
-_STDERR_TAIL_BYTES: Final = 8192
-"""The most of a child's stderr kept (its last bytes): an excerpt of it goes in
-the error when the server fails; the rest is read and dropped, never shown."""
-
-_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
-"""The most one message from a server may take: a stdio line, an HTTP JSON
-body, an SSE event. What reaches the model is cut to ``max_result_chars`` and
-an image is described, not shown, so a bigger message carries nothing the model
-would see; and a message is parsed into objects several times its size, so an
-endless line or a page of a million tools must stop here, not at the memory's end."""
-
-_EXIT_WAIT_S: Final = 1.0
-"""How long a dead server's exit status is waited for, to name it in the error."""
-
-_STOP_GRACE_S: Final = 2.0
-"""How long a child has to exit once its stdin is closed, then once terminated,
-before it is killed."""
 
 _WITHHELD: Final = "<withheld>"
 _MIN_SECRET: Final = 4
@@ -173,17 +160,17 @@ def _deeper_than(value: Any, cap: int) -> bool:
 
 
 def _fitted_name(name: str) -> str:
-    """``name`` if it fits the providers' tool-name grammar (``_NAME_GRAMMAR``,
+    """``name`` if it fits the providers' tool-name grammar (``NAME_GRAMMAR``,
     matched whole and ASCII only); else a name that does and that no name fitting
     as given spells: each character outside the grammar as ``_``, cut, then ``_``
     and :data:`_NAME_HASH_CHARS` hex digits of a hash of the whole (so ``kb_quеry``
     with a Cyrillic ``е`` never becomes ``kb_query``)."""
-    if _NAME_GRAMMAR.fullmatch(name):
+    if NAME_GRAMMAR.fullmatch(name):
         return name
     digest = hashlib.blake2b(
         name.encode("utf-8", "surrogatepass"), digest_size=_NAME_HASH_CHARS // 2
     ).hexdigest()
-    kept = re.sub(r"[^a-zA-Z0-9_-]", "_", name[: _NAME_MAX - _NAME_HASH_CHARS - 1])
+    kept = re.sub(r"[^a-zA-Z0-9_-]", "_", name[: NAME_MAX - _NAME_HASH_CHARS - 1])
     return f"{kept}_{digest}"
 
 
@@ -247,253 +234,7 @@ def _text(result: types.CallToolResult) -> str:
     return "\n".join(parts)
 
 
-def _reason(exc: BaseException) -> str:
-    """One line for an exception (a group reads as its first leaf)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-class _Child:
-    """What the toolset knows of its server's child process: why its stdout is no
-    MCP server's, the tail of its stderr, and how it exited."""
-
-    def __init__(self) -> None:
-        self.process: Process | None = None
-        self.ready = False  # the handshake and the listing are done
-        self.junk: str | None = None  # what it wrote that no MCP server writes
-        self.ended = False  # its stdout reached its end
-        self.exited: int | None = None  # its exit status, once it exited on its own
-        self.late = False  # it had not listed its tools by the start deadline
-        self.broke: str | None = None  # what a task carrying the session raised
-        self.overlong = False  # it wrote a line past _MAX_MESSAGE_BYTES
-        self._listed = anyio.Event()
-        self._tail = bytearray()
-
-    def listed(self) -> None:
-        """The handshake and the listing are done: the session is under way."""
-        self.ready = True
-        self._listed.set()
-
-    async def watch_start(self, deadline_s: float, session: Any) -> None:
-        """End the session (``session``, the stream it reads) if the child has not
-        listed its tools in ``deadline_s``: the whole start, ``mcp``'s own fixed
-        ``server/discover`` wait included, is bounded by it."""
-        with anyio.move_on_after(deadline_s):
-            await self._listed.wait()
-            return
-        self.late = True
-        await session.aclose()
-
-    def heard(self, chunk: bytes) -> None:
-        self._tail += chunk
-        del self._tail[:-_STDERR_TAIL_BYTES]
-
-    def read(self, line: bytes) -> SessionMessage | Exception | None:
-        """One line of its stdout for the session; None once it shows it is no
-        MCP server (before the handshake is done: a line not JSON-RPC, or a
-        request of its own, as ``cat`` echoes the client's ``initialize``)."""
-        try:
-            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except ValueError as exc:
-            if self.ready:
-                return exc  # the session logs it and goes on, as over mcp's own stdio
-            self.junk = f"wrote {excerpt(line)!r} to stdout, which is not JSON-RPC"
-            return None
-        if (
-            not self.ready
-            and isinstance(message, types.JSONRPCRequest)
-            and message.method != "ping"
-        ):
-            self.junk = f"sent a {message.method!r} request before it was initialized"
-            return None
-        return SessionMessage(message)
-
-    def why(self) -> str:
-        """Its exit status and stderr excerpt, as the end of a message (or nothing)."""
-        said = " ".join(bytes(self._tail).decode("utf-8", "replace").split())
-        if len(said) > EXCERPT_CHARS:  # its end: where a traceback says what failed
-            said = "…" + said[-EXCERPT_CHARS:]
-        parts = [] if self.exited is None else [f"it exited with status {self.exited}"]
-        if self.overlong:
-            parts.insert(0, f"it wrote a line over {_MAX_MESSAGE_BYTES} bytes")
-        if said:
-            parts.append(f"its stderr: {said}")
-        return "".join(f"; {part}" for part in parts)
-
-    async def status(self) -> int | None:
-        """Its exit status, waited for a moment (:data:`_EXIT_WAIT_S`) if it is exiting."""
-        process = self.process
-        if process is None:
-            return None
-        if process.returncode is None:
-            with anyio.move_on_after(_EXIT_WAIT_S):
-                await process.wait()
-        if process.returncode is not None and self.exited is None:
-            self.exited = process.returncode
-        return self.exited
-
-
-@asynccontextmanager
-async def _stdio(
-    params: StdioServerParameters, child: _Child, start_timeout: float
-) -> AsyncIterator[Any]:
-    """The server ``params`` names as a child process, spoken to over its stdin and
-    stdout (one JSON-RPC message a line, as ``mcp``'s own stdio client), its stderr
-    kept in ``child`` instead of passed through, and its end watched: a child
-    that exits, or writes what no MCP server writes, ends the session at once; one
-    that has not listed its tools in ``start_timeout`` ends it then."""
-    posix = sys.platform != "win32"
-    process = await anyio.open_process(
-        [params.command, *params.args],
-        env=get_default_environment() | (params.env or {}),
-        cwd=params.cwd,
-        start_new_session=posix,  # its group is stopped with it
-    )
-    child.process = process
-    to_session, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-
-    async def reading() -> None:
-        assert process.stdout is not None
-        try:
-            try:
-                async with to_session, aclosing(_lines(process.stdout)) as lines:
-                    async for line in lines:
-                        item = child.read(line)
-                        if item is None:
-                            break  # no MCP server: the session sees the end now
-                        await to_session.send(item)
-            except _Overlong:  # the session sees the end now, and is told why
-                child.overlong = True
-            async for _ in process.stdout:  # what is left, dropped: it must not block
-                pass
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            pass
-        child.ended = True
-
-    async def listening() -> None:
-        assert process.stderr is not None
-        try:
-            async for chunk in process.stderr:
-                child.heard(chunk)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            pass
-
-    async def writing() -> None:
-        assert process.stdin is not None
-        try:
-            async with from_session:
-                async for sent in from_session:
-                    data = sent.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(data.encode() + b"\n")
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            await to_session.aclose()  # it stopped reading: the session sees the end
-
-    async with anyio.create_task_group() as tasks:
-        for job in (reading, listening, writing):
-            tasks.start_soon(_carried, job, child, to_session)
-        tasks.start_soon(child.watch_start, start_timeout, to_session)
-        try:
-            yield read, write
-        finally:
-            with anyio.CancelScope(shield=True):
-                await _stop(process, child, posix)
-                for stream in (read, write, to_session, from_session):
-                    await stream.aclose()
-            tasks.cancel_scope.cancel()
-
-
-async def _carried(job: Callable[[], Awaitable[None]], child: _Child, session: Any) -> None:
-    """Run one task carrying the session. What it meets and did not expect ends
-    the session (``session``, the stream it reads), never its opener's task,
-    which the task group would cancel: each call then says why."""
-    try:
-        await job()
-    except Exception as exc:
-        child.broke = excerpt(_reason(exc))
-        await session.aclose()
-
-
-class _Overlong(Exception):
-    """A server's line passed :data:`_MAX_MESSAGE_BYTES` before its newline."""
-
-
-async def _lines(stream: Any, most: int = _MAX_MESSAGE_BYTES) -> AsyncGenerator[bytes, None]:
-    """The lines of a byte stream that hold more than whitespace, without their
-    newline (a long one is joined once, not rebuilt per chunk); :class:`_Overlong`
-    once a line passes ``most`` bytes, with what it held so far let go."""
-    parts: list[bytes] = []
-    held = 0
-    async for chunk in stream:
-        *lines, rest = chunk.split(b"\n")
-        if lines:
-            lines[0], parts, held = b"".join([*parts, lines[0]]), [], 0
-        for line in lines:
-            if len(line) > most:
-                raise _Overlong
-            if line.strip():
-                yield line
-        if rest:
-            held += len(rest)
-            if held > most:
-                parts.clear()
-                raise _Overlong
-            parts.append(rest)
-
-
-async def _stop(process: Process, child: _Child, posix: bool) -> None:
-    """Stop the child: a moment to exit if it is already ending, its stdin closed,
-    then terminated and killed (its whole group on POSIX, what the child left
-    of it too), each after
-    :data:`_STOP_GRACE_S` (terminated at once if it proved no MCP server or never
-    started: it is owed no graceful end)."""
-    if child.ended:
-        await child.status()  # it exited on its own, or is about to: say how
-    if process.stdin is not None:
-        with (
-            anyio.CancelScope(shield=True),
-            suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError),
-        ):
-            await process.stdin.aclose()
-    grace = 0.0 if child.junk is not None or child.late else _STOP_GRACE_S
-    for how in (signal.SIGTERM, signal.SIGKILL if posix else signal.SIGTERM, None):
-        with anyio.move_on_after(grace):
-            await process.wait()
-        if process.returncode is not None or how is None:
-            break
-        grace = _STOP_GRACE_S
-        try:
-            if posix:
-                os.killpg(process.pid, how)
-            elif how is signal.SIGTERM:
-                process.terminate()
-        except (ProcessLookupError, PermissionError):
-            pass
-    if posix:
-        await _stop_group(process.pid)
-
-
-async def _stop_group(group: int) -> None:
-    """Stop what is left of the child's process group once the child is gone
-    (a helper it started outlives it otherwise): terminated, then killed after
-    :data:`_STOP_GRACE_S`. The group's id is not reused while one member lives."""
-    for how in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(group, how)
-        except (ProcessLookupError, PermissionError):
-            return
-        with anyio.move_on_after(_STOP_GRACE_S):
-            while True:
-                await anyio.sleep(0.02)
-                try:
-                    os.killpg(group, 0)
-                except (ProcessLookupError, PermissionError):
-                    return
-
-
-class McpToolset:
+class McpToolset(ClosesOnExit):
     """An MCP server's tools, for :func:`vaelii_llm.agent.run`'s ``toolsets``.
 
     ``server`` is :class:`~mcp.client.stdio.StdioServerParameters` (a child
@@ -534,7 +275,7 @@ class McpToolset:
         self._listed: list[ToolSchema] = []
         self._names: dict[str, str] = {}  # a name as listed -> the server's own
         self._log_rule: Any = None  # this toolset's entry in _RULES
-        self._child: _Child | None = None
+        self._child: Child | None = None
 
     @classmethod
     def stdio(
@@ -572,7 +313,7 @@ class McpToolset:
     async def __aenter__(self) -> Self:
         if self._runner is not None:
             raise RuntimeError(f"the MCP toolset {self.name!r} is already open")
-        self._child = _Child() if isinstance(self.server, StdioServerParameters) else None
+        self._child = Child() if isinstance(self.server, StdioServerParameters) else None
         self._withhold_from_logs(True)
         opened: asyncio.Future[tuple[Client, list[tuple[ToolSchema, str]]] | BaseException]
         opened = asyncio.get_running_loop().create_future()
@@ -638,7 +379,7 @@ class McpToolset:
             if _running_cancelled():
                 raise
             if broke is not None:
-                self._broke = excerpt(_reason(broke))
+                self._broke = excerpt(reason(broke))
             return
         await _quietly(stack)
 
@@ -646,7 +387,7 @@ class McpToolset:
         """Why the server did not start, as the :class:`McpServerError` to raise."""
         if isinstance(exc, McpServerError):
             return exc
-        child = self._child or _Child()
+        child = self._child or Child()
         why = child.why()
         if child.junk is not None:
             return McpServerError(
@@ -666,20 +407,12 @@ class McpToolset:
             )
         if isinstance(exc, Exception | BaseExceptionGroup) and not _cancelled(exc):
             failed = (
-                f"could not be reached: {_reason(exc)}; is it running at that URL?"
+                f"could not be reached: {reason(exc)}; is it running at that URL?"
                 if remote
-                else f"could not be started: {_reason(exc)}"
+                else f"could not be started: {reason(exc)}"
             )
             return McpServerError(f"the MCP server {self.name!r} {failed}{why}")
         return exc
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the session and stop the child process, from any task; never
@@ -714,7 +447,7 @@ class McpToolset:
         server = self.server
         if isinstance(server, StdioServerParameters):
             assert self._child is not None
-            return _stdio(server, self._child, self.start_timeout)
+            return stdio_session(server, self._child, self.start_timeout)
         if isinstance(server, str):  # the HTTP client is ours to close, after the session
             http = await stack.enter_async_context(
                 create_mcp_http_client(headers=self.headers or None)
@@ -743,9 +476,11 @@ class McpToolset:
             name = _fitted_name(tool.name)
             if name in listed:
                 first = listed[name][1]
-                same = "twice" if first == tool.name else f"and {_json(first)}, both as {name!r}"
+                same = (
+                    "twice" if first == tool.name else f"and {opening_of(first)}, both as {name!r}"
+                )
                 raise McpServerError(
-                    f"the MCP server {self.name!r} lists {_json(tool.name)} {same}"
+                    f"the MCP server {self.name!r} lists {opening_of(tool.name)} {same}"
                 )
             description = tool.description or tool.title or name
             try:
@@ -786,7 +521,7 @@ class McpToolset:
                 f"mcp-closed: the MCP toolset {server!r} is not open (use it in async with)"
             )
         if not isinstance(name, str):
-            return self._refused(f"unknown-tool: a tool name is a string, not {_json(name)}")
+            return self._refused(f"unknown-tool: a tool name is a string, not {opening_of(name)}")
         # a name the server did not list still goes to it: its own answer is the truest
         given: Any = {} if input is None else input
         if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
@@ -799,7 +534,7 @@ class McpToolset:
         try:  # what will not serialize is the model's input, never the server's fault
             json.dumps(given, allow_nan=False)
         except (ValueError, TypeError, RecursionError) as exc:
-            return self._refused(f"bad-input: the input of {name} is not JSON ({_reason(exc)})")
+            return self._refused(f"bad-input: the input of {name} is not JSON ({reason(exc)})")
         try:
             with anyio.fail_after(self.call_timeout + _GRACE_S):
                 result = await client.call_tool(
@@ -813,13 +548,13 @@ class McpToolset:
             if exc.error.code == types.CONNECTION_CLOSED:
                 self.gone = await self._closed(server)
                 return self._refused(f"mcp-server-gone: {self.gone}")
-            return self._refused(f"mcp-error: {server} {name}: {_reason(exc)}")
+            return self._refused(f"mcp-error: {server} {name}: {reason(exc)}")
         except TimeoutError:
             return self._timed_out(server, name)
         except BaseException as exc:
             if _cancelled(exc) or not isinstance(exc, Exception | BaseExceptionGroup):
                 raise
-            self.gone = f"the MCP server {server!r} is gone ({_reason(exc)})"
+            self.gone = f"the MCP server {server!r} is gone ({reason(exc)})"
             return self._refused(f"mcp-server-gone: {self.gone}")
         text = _edn.cut(_text(result), self.max_result_chars).text
         if result.is_error:
@@ -830,7 +565,7 @@ class McpToolset:
         """Why the session with ``server`` closed, as :attr:`gone` says it."""
         runner = self._runner
         if runner is not None and not runner.done():  # it may be ending the session now
-            await asyncio.wait({runner}, timeout=_EXIT_WAIT_S)
+            await asyncio.wait({runner}, timeout=EXIT_WAIT_S)
         child = self._child
         if child is not None and child.overlong:
             return f"the MCP server {server!r} was cut off{child.why()}"
@@ -853,7 +588,7 @@ class McpToolset:
 
 async def _bounded_json(response: Any) -> None:
     """An HTTP answer's JSON body, read by ``mcp`` whole, bounded at
-    :data:`_MAX_MESSAGE_BYTES` as it is read (an SSE body is bounded per event
+    :data:`MAX_MESSAGE_BYTES` as it is read (an SSE body is bounded per event
     by ``mcp`` itself): past it, the read fails as a broken stream, which
     ``mcp`` answers the call with as a parse error, the rest unread."""
     if response.headers.get("content-type", "").lower().startswith("application/json"):
@@ -862,7 +597,7 @@ async def _bounded_json(response: Any) -> None:
 
 class _BoundedBody(httpx2.AsyncByteStream):
     """A response body that raises ``httpx2.StreamError`` once it is announced
-    or read past :data:`_MAX_MESSAGE_BYTES`."""
+    or read past :data:`MAX_MESSAGE_BYTES`."""
 
     def __init__(self, stream: Any, announced: str | None) -> None:
         self._stream = stream
@@ -870,15 +605,15 @@ class _BoundedBody(httpx2.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         read = 0
-        if self._announced <= _MAX_MESSAGE_BYTES:
+        if self._announced <= MAX_MESSAGE_BYTES:
             async for chunk in self._stream:
                 read += len(chunk)
-                if read > _MAX_MESSAGE_BYTES:
+                if read > MAX_MESSAGE_BYTES:
                     break
                 yield chunk
             else:
                 return
-        raise httpx2.StreamError(f"the server's answer passed {_MAX_MESSAGE_BYTES} bytes")
+        raise httpx2.StreamError(f"the server's answer passed {MAX_MESSAGE_BYTES} bytes")
 
     async def aclose(self) -> None:
         await self._stream.aclose()

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
-from vaelii_llm import config
-from vaelii_llm._backends import import_ref, record
-from vaelii_llm.config import DEFAULT_OLLAMA_PORT, SCHEME_PORTS
+from vaelii_llm import _backends, config
+from vaelii_llm._backends import DEFAULT_OLLAMA_PORT, import_ref, record
+from vaelii_llm._transport.urls import hide_userinfo, userinfo
+from vaelii_llm.config import SCHEME_PORTS
 from vaelii_llm.errors import LLMBadHosts
 
 __all__ = [
@@ -75,8 +76,8 @@ def _split(host: str, what: str) -> tuple[str, str, int | None, str, bool]:
     text = host.strip()
     if not text:
         raise ValueError(f"an empty host names no {what.split(' ', 1)[1]}")
-    shown_host = config.hide_userinfo(text)
-    if config.userinfo(text) is not None:
+    shown_host = hide_userinfo(text)
+    if userinfo(text) is not None:
         raise ValueError(
             f"{shown_host!r} carries a user:password; pass a gateway's credential "
             "in the provider's headers= instead"
@@ -150,12 +151,12 @@ def hosts(explicit: str | None = None, *, kind: str = "ollama") -> list[Host]:
 def configured_ollama_host() -> str:
     """The configured Ollama host (``VAELII_OLLAMA_HOST``…), read by
     :func:`normalize_host`: a pool's one host when no list is set."""
-    configured = config.ollama_host()
+    configured = _backends.ollama_host()
     return _read_host(configured, configured, normalize_host)
 
 
 def _read_entry(entry: str, reader: Callable[[str], str]) -> Host:
-    shown = config.hide_userinfo(entry)  # what a refusal quotes: no password
+    shown = hide_userinfo(entry)  # what a refusal quotes: no password
     text = entry.strip()
     if not text:
         raise LLMBadHosts("an entry of the host list is empty (a stray comma?)", shown)
@@ -179,5 +180,5 @@ def _read_host(host: str, entry: str, reader: Callable[[str], str]) -> str:
     except ValueError as exc:
         # the entry shown with its password cut, as the reason shows it
         raise LLMBadHosts(
-            f"a host of the list will not read ({exc})", config.hide_userinfo(entry)
+            f"a host of the list will not read ({exc})", hide_userinfo(entry)
         ) from exc

@@ -12,14 +12,15 @@ is trusted: nothing is known.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline, Endpoint
+from vaelii_llm._transport.urls import hide_userinfo
 
 __all__ = ["PROPS_TIMEOUT_MS", "no_tools_reason", "served_models"]
 
@@ -53,45 +54,43 @@ class _Models(msgspec.Struct, frozen=True):
 
 _MODELS_DECODER: Final = msgspec.json.Decoder(_Models)
 
+T = TypeVar("T")
+
+
+async def _probe(root: str, path: str, slug: str, decoder: msgspec.json.Decoder[T]) -> T | None:
+    """``GET {root}{path}`` decoded, asked with no credential and answered within
+    :data:`PROPS_TIMEOUT_MS`; None when it fails in any way: nothing is known."""
+    try:
+        return await request_json(
+            probe_session(url=root),
+            Endpoint(label=f"the server at {hide_userinfo(root)}", slug=slug),
+            "GET",
+            root + path,
+            deadline=Deadline.after_ms(PROPS_TIMEOUT_MS),
+            decoder=decoder,
+        )
+    except errors.LLMError:
+        return None
+
 
 async def served_models(root: str) -> list[str] | None:
     """The ids ``GET {root}/v1/models`` lists (llama.cpp, vLLM, Ollama and LM
     Studio all answer it, as the hosted APIs do with a credential), or None
     when it lists none without one."""
-    try:
-        listed = await request_json(
-            probe_session(url=root),
-            Endpoint(label=f"the server at {config.hide_userinfo(root)}", slug="models"),
-            "GET",
-            root + "/v1/models",
-            deadline=Deadline.after_ms(PROPS_TIMEOUT_MS),
-            decoder=_MODELS_DECODER,
-        )
-    except errors.LLMError:
-        return None
-    return [model.id for model in listed.data]
+    listed = await _probe(root, "/v1/models", "models", _MODELS_DECODER)
+    return None if listed is None else [model.id for model in listed.data]
 
 
 async def no_tools_reason(root: str) -> str | None:
     """Why the server at ``root`` (its address, not its ``/v1``) would drop the
     tools (one line naming the fix), or None when its ``/props`` does not say
     its template renders none."""
-    shown = config.hide_userinfo(root)
-    try:
-        props = await request_json(
-            probe_session(url=root),
-            Endpoint(label=f"the server at {shown}", slug="props"),
-            "GET",
-            root + "/props",
-            deadline=Deadline.after_ms(PROPS_TIMEOUT_MS),
-            decoder=_PROPS_DECODER,
-        )
-    except errors.LLMError:
-        return None
-    caps = props.chat_template_caps
+    props = await _probe(root, "/props", "props", _PROPS_DECODER)
+    caps = None if props is None else props.chat_template_caps
     if caps is None or caps.supports_tools is not False:
         return None
     return (
-        f"the server at {shown} renders no tools with its chat template (its /props says "
-        f"supports_tools: false), so the model would answer without the KB; {NO_TOOLS_FIX}"
+        f"the server at {hide_userinfo(root)} renders no tools with its chat template "
+        "(its /props says supports_tools: false), so the model would answer without the KB; "
+        f"{NO_TOOLS_FIX}"
     )

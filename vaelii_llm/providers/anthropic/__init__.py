@@ -47,13 +47,14 @@ pump are the shared skeleton's (:mod:`vaelii_llm.providers._http`).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import DEFAULT_NETWORK, Deadline, Network
@@ -89,6 +90,11 @@ PROBE_TIMEOUT_MS: Final = 2_000
 server that is up answers an HTTP request in milliseconds, whatever it says."""
 
 _ANY_JSON: Final = msgspec.json.Decoder()
+
+_ANT_TOKENS: Final = credentials.AntTokens()
+"""The ``ant`` CLI's token as this backend last found it, shared by its probe
+and every provider it builds: choosing the backend and its first turn run the
+CLI once."""
 
 
 class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
@@ -144,10 +150,13 @@ def provider(
     reach = network(
         {"proxy": proxy, "ssl": ssl, "max_connections": max_connections, "session": session}
     )
-    url = config.anthropic_base_url(base_url)
-    chosen = config.anthropic_model(model) or DEFAULT_MODEL
+    url = _backends.anthropic_base_url(base_url)
+    chosen = _backends.anthropic_model(model) or DEFAULT_MODEL
     codec = MessagesCodec(url, chosen, effort or DEFAULT_EFFORT, headers or {})
-    step = Credentials(credentials.resolve, credentials.resolve_now(credential))
+    step = Credentials(
+        functools.partial(credentials.resolve, tokens=_ANT_TOKENS),
+        credentials.resolve_now(credential),
+    )
     return AnthropicProvider(codec, step, reach)
 
 
@@ -156,7 +165,7 @@ async def _missing(
 ) -> LLMNoCredential | LLMBadCredential | None:
     """Why no usable credential can be found, or None when one can."""
     try:
-        await credentials.resolve(credential)
+        await credentials.resolve(credential, tokens=_ANT_TOKENS)
     except (LLMNoCredential, LLMBadCredential) as exc:
         return exc
     return None
@@ -167,7 +176,7 @@ async def _silent(
 ) -> errors.LLMUnreachable | errors.LLMTimeout | None:
     """Why the host at ``base_url`` gave no HTTP answer (unreachable, or
     silent past :data:`PROBE_TIMEOUT_MS`), or None when it answered anything."""
-    url = config.anthropic_base_url(base_url)
+    url = _backends.anthropic_base_url(base_url)
     try:
         await request_json(
             probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),

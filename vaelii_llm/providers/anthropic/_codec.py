@@ -14,7 +14,6 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import config
 from vaelii_llm._protocol import Request, Response
 from vaelii_llm._transport.settings import (
     Endpoint,
@@ -22,6 +21,7 @@ from vaelii_llm._transport.settings import (
     checked_headers,
     with_json_content_type,
 )
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.errors import LLMApiError, LLMBadResponse
 from vaelii_llm.providers.anthropic._credentials import Credential
@@ -44,7 +44,7 @@ HEADERS: Final = Headers(
 def endpoint(base_url: str) -> Endpoint:
     """The far end at ``base_url`` as messages name it (a ``user:password@`` cut)."""
     return Endpoint(
-        label=f"the Messages API at {config.hide_userinfo(base_url)}",
+        label=f"the Messages API at {hide_userinfo(base_url)}",
         slug="anthropic",
         headers=HEADERS,
     )
@@ -61,7 +61,7 @@ class MessagesCodec:
         self.url = base_url + MESSAGES_PATH
         self.count_url = base_url + COUNT_PATH
         # A gateway URL may carry user:password; it names the far end with them cut.
-        self.shown_url = config.hide_userinfo(base_url)
+        self.shown_url = hide_userinfo(base_url)
         self.model = model
         self.effort = effort
         self._session_headers = with_json_content_type(

@@ -30,8 +30,9 @@ wrapper script's children). What is neither: a process that left the group
 (``setsid``, a daemon the CLI starts) is out of reach, and nothing waits on it:
 if it keeps the CLI's stdout open, reading stops half a second after the CLI
 exits (or at the deadline), our end is closed, and its writes then fail.
-A token the CLI printed is reused for :data:`ANT_REUSE_S` seconds, so choosing
-the backend (whose probe runs the CLI) and its first turn run it once.
+A token the CLI printed is reused for :data:`ANT_REUSE_S` seconds from the
+:class:`AntTokens` its caller holds (the backend holds one for its probe and
+the providers it builds), so choosing the backend and its first turn run it once.
 
 The value is a secret. It is handed to a header and nowhere else: it is never
 logged, printed, put in an exception message, or shown by a repr. Values are
@@ -53,7 +54,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from vaelii_llm import config
+from vaelii_llm import _backends
 from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "ANT_REUSE_S",
     "ANT_TIMEOUT_S",
     "OAUTH_BETA",
+    "AntTokens",
     "Credential",
     "from_ant",
     "resolve",
@@ -85,8 +87,6 @@ ANT_REUSE_S: Final = 10.0
 backend (whose probe runs the CLI) and the provider's first turn run it once,
 short enough that a new ``ant auth login`` is seen at once. Failures are never
 reused, and the reuse is keyed by ``PATH`` (another PATH may be another CLI)."""
-
-_ant_seen: dict[str | None, tuple[float, Credential]] = {}
 
 _MAX_ANT_OUTPUT: Final = 64 * 1024
 """A token is a few hundred bytes; anything past this is not one (the CLI is
@@ -151,11 +151,41 @@ class Credential:
     __str__ = __repr__
 
 
+class AntTokens:
+    """The tokens the ``ant`` CLI printed, each reused for :data:`ANT_REUSE_S`
+    seconds under the ``PATH`` it was found on; held by its owner, not the module.
+
+    Only the last token found is kept (a new ``PATH`` or a failure forgets it),
+    so it never holds more than one secret. Its repr shows none.
+    """
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[str | None, tuple[float, Credential]] = {}
+
+    def fresh(self, path: str | None) -> Credential | None:
+        """The token found under ``path`` less than :data:`ANT_REUSE_S` seconds ago, or None."""
+        seen = self._seen.get(path)
+        if seen is not None and time.monotonic() < seen[0]:
+            return seen[1]
+        return None
+
+    def keep(self, path: str | None, found: Credential | None) -> None:
+        """Remember what the CLI just gave under ``path`` (None: forget)."""
+        self._seen.clear()
+        if found is not None:
+            self._seen[path] = (time.monotonic() + ANT_REUSE_S, found)
+
+    def __repr__(self) -> str:
+        return f"AntTokens(held={len(self._seen)})"
+
+
 def _from_env() -> Credential | None:
-    key = config.anthropic_api_key()
+    key = _backends.anthropic_api_key()
     if key is not None:
         return Credential(key, "api-key", "ANTHROPIC_API_KEY")
-    token = config.anthropic_auth_token()
+    token = _backends.anthropic_auth_token()
     if token is not None:
         return Credential(token, "bearer", "ANTHROPIC_AUTH_TOKEN")
     return None
@@ -167,19 +197,22 @@ def _explicit(value: str | Credential) -> Credential:
     return Credential(value, "api-key", "explicit")
 
 
-async def resolve(explicit: str | Credential | None = None) -> Credential:
+async def resolve(
+    explicit: str | Credential | None = None, *, tokens: AntTokens | None = None
+) -> Credential:
     """The credential to send, from the first source that has one.
 
     Raises :class:`~vaelii_llm.errors.LLMBadCredential` for a value holding a
     control character and :class:`~vaelii_llm.errors.LLMNoCredential` when no
-    source has one. Only the last source (the ``ant`` CLI) does I/O.
+    source has one. Only the last source (the ``ant`` CLI) does I/O; its
+    token is reused from ``tokens`` when that holds a fresh one.
     """
     if explicit is not None:
         return _explicit(explicit)
     found = _from_env()
     if found is not None:
         return found
-    found = await from_ant()
+    found = await from_ant(tokens=tokens)
     if found is not None:
         return found
     raise LLMNoCredential(
@@ -198,7 +231,9 @@ def resolve_now(explicit: str | Credential | None = None) -> Credential | None:
     return _from_env()
 
 
-async def from_ant(timeout_s: float = ANT_TIMEOUT_S) -> Credential | None:
+async def from_ant(
+    timeout_s: float = ANT_TIMEOUT_S, *, tokens: AntTokens | None = None
+) -> Credential | None:
     """The ``ant`` CLI's access token, or None when it gives none.
 
     None covers: the CLI absent, a non-zero exit, blank output, output past
@@ -206,17 +241,18 @@ async def from_ant(timeout_s: float = ANT_TIMEOUT_S) -> Credential | None:
     killed in the last two, see the module docstring). A token
     holding a control character is refused as ``LLMBadCredential``. When the
     awaiting task is cancelled the child is killed and reaped, and the
-    cancellation propagates. A token found less than :data:`ANT_REUSE_S`
-    seconds ago is reused without running the CLI again.
+    cancellation propagates. A token ``tokens`` holds from less than
+    :data:`ANT_REUSE_S` seconds ago is reused without running the CLI again
+    (without ``tokens``, the CLI runs and nothing is kept).
     """
+    if tokens is None:
+        return await _run_ant(timeout_s)
     path = os.environ.get("PATH")
-    seen = _ant_seen.get(path)
-    if seen is not None and time.monotonic() < seen[0]:
-        return seen[1]
+    seen = tokens.fresh(path)
+    if seen is not None:
+        return seen
     found = await _run_ant(timeout_s)
-    _ant_seen.clear()
-    if found is not None:
-        _ant_seen[path] = (time.monotonic() + ANT_REUSE_S, found)
+    tokens.keep(path, found)
     return found
 
 

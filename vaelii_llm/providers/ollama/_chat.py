@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm._media import MAX_BASE64, MB, MediaLimits, check_image
 from vaelii_llm._protocol import (
     Block,
@@ -114,10 +114,10 @@ class Options(NetworkOptions, total=False):
 def base_url(host: str | None = None) -> str:
     """The Ollama base URL for ``host``: the argument, else ``VAELII_OLLAMA_HOST``,
     else ``OLLAMA_HOST`` unless it names a bind address (``0.0.0.0``, ``::``,
-    ``*``), else the local default (:mod:`vaelii_llm.config`); read as Ollama reads a host
-    (:func:`~vaelii_llm.providers._hosts.normalize_host`). Raises ValueError
-    for a host that names none."""
-    return normalize_host(config.ollama_host(host))
+    ``*``), else the local default (:data:`~vaelii_llm._backends.DEFAULT_OLLAMA_HOST`);
+    read as Ollama reads a host (:func:`~vaelii_llm.providers._hosts.normalize_host`).
+    Raises ValueError for a host that names none."""
+    return normalize_host(_backends.ollama_host(host))
 
 
 def endpoint(url: str) -> Endpoint:
@@ -357,7 +357,8 @@ class ChatCodec:
         if unknown:  # as a keyword signature refuses it
             raise TypeError(f"unexpected Ollama option(s): {', '.join(sorted(unknown))}")
         self.base_url = base_url(options.get("host"))
-        self.model = config.ollama_model(options.get("model"))
+        self.model = _backends.ollama_model(options.get("model"))
+        self.shown_url = self.base_url  # a host with a password is refused
         self.endpoint = endpoint(self.base_url)
         self.url = self.base_url + CHAT_PATH
         self._num_ctx = options.get("num_ctx")
@@ -371,8 +372,8 @@ class ChatCodec:
         return chat_body(
             request,
             model=self.model,
-            num_ctx=config.ollama_num_ctx(self._num_ctx),
-            keep_alive=config.ollama_keep_alive(self._keep_alive),
+            num_ctx=_backends.ollama_num_ctx(self._num_ctx),
+            keep_alive=_backends.ollama_keep_alive(self._keep_alive),
             stream=stream,
             label=self.endpoint.label,
         )

@@ -13,7 +13,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm._backends import OLLAMA_WARM_TIMEOUT_MS
 from vaelii_llm._protocol import Message, Request, Response
 from vaelii_llm._transport.send import request_json
@@ -146,7 +146,7 @@ async def show(
 ) -> ShowResponse:
     """``/api/show`` for ``model`` (default ``VAELII_OLLAMA_MODEL``). An unknown
     model is the host's 404, :class:`~vaelii_llm.errors.LLMApiError`."""
-    body = _ENCODER.encode(_ShowRequest(model=config.ollama_model(model)))
+    body = _ENCODER.encode(_ShowRequest(model=_backends.ollama_model(model)))
     return await _ask(host, "POST", "/api/show", _SHOW_DECODER, timeout_ms, body)
 
 
@@ -219,11 +219,11 @@ async def warm(
     model wants to know it is not there. ``headers`` are sent with it, as a
     provider sends its own.
     """
-    ctx = config.ollama_num_ctx(num_ctx)
+    ctx = _backends.ollama_num_ctx(num_ctx)
     codec = ChatCodec(
         {
             "host": host,
-            "model": config.ollama_generation_model(model),
+            "model": _backends.ollama_generation_model(model),
             "keep_alive": keep_alive,
             "headers": headers,
         }

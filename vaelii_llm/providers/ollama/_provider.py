@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar, Unpack
 
-from vaelii_llm import config
+from vaelii_llm import _backends
 from vaelii_llm.providers._http import (
     ClientSession,
-    HTTPProvider,
     SSLOption,
     keyword_signature,
     network,
 )
+from vaelii_llm.providers._one_model import OneModelProvider
 from vaelii_llm.providers.ollama._assemble import ChatChunk
 from vaelii_llm.providers.ollama._chat import ChatCodec, Options
 
@@ -29,7 +29,7 @@ _ANNOTATION_NAMES = (ClientSession, SSLOption)  # what the option records name
 F = TypeVar("F", bound=Callable[..., object])
 
 
-class OllamaProvider(HTTPProvider[ChatChunk, list[bytes]]):
+class OllamaProvider(OneModelProvider[ChatChunk, list[bytes]]):
     """A provider on one Ollama host and model. Build it with :func:`provider`.
 
     Concurrent turns share the provider's connection pool. ``stream`` releases
@@ -37,14 +37,10 @@ class OllamaProvider(HTTPProvider[ChatChunk, list[bytes]]):
     ``contextlib.aclosing`` so that happens at once.
     """
 
-    def __init__(self, **options: Unpack[Options]) -> None:
-        codec = ChatCodec(options)
-        self.base_url = codec.base_url
-        self.model = codec.model
-        super().__init__(codec, network=network(options))
+    model: str
 
-    def __repr__(self) -> str:
-        return f"OllamaProvider(base_url={self.base_url!r}, model={self.model!r})"
+    def __init__(self, **options: Unpack[Options]) -> None:
+        super().__init__(ChatCodec(options), network(options))
 
 
 def _takes_options(factory: F) -> F:
@@ -67,5 +63,5 @@ def provider(**options: Unpack[Options]) -> OllamaProvider:
 def generation_provider(**options: Unpack[Options]) -> OllamaProvider:
     """:func:`provider` on the generation model (``VAELII_OLLAMA_GENERATION_MODEL``)
     unless ``model`` names another."""
-    chosen: Options = {**options, "model": config.ollama_generation_model(options.get("model"))}
+    chosen: Options = {**options, "model": _backends.ollama_generation_model(options.get("model"))}
     return provider(**chosen)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm.providers.ollama._chat import base_url
 from vaelii_llm.providers.ollama._probes import capabilities, context_length
 
@@ -32,7 +32,7 @@ def missing(exc: errors.LLMApiError, model: str, host: str | None = None) -> str
 
 async def status_lines(ready: bool) -> AsyncIterator[str]:
     """The host and the model; when it answers, what the model can do."""
-    model = config.ollama_model()
+    model = _backends.ollama_model()
     yield f"host:       {base_url()}"
     yield f"model:      {model}"
     if not ready:
@@ -49,7 +49,7 @@ async def status_lines(ready: bool) -> AsyncIterator[str]:
 
 async def cannot_call_tools() -> str | None:
     """Why the configured Ollama model cannot run the tool loop, or None."""
-    model = config.ollama_model()
+    model = _backends.ollama_model()
     try:
         caps = await capabilities(model)
     except errors.LLMApiError as exc:
@@ -68,7 +68,7 @@ async def cannot_call_tools() -> str | None:
 async def missing_model(host: str) -> str | None:
     """Why a pool host that answers its probe cannot answer a turn of the
     configured model: the model is not there, or its show failed; else None."""
-    model = config.ollama_model()
+    model = _backends.ollama_model()
     try:
         await capabilities(model, host)
     except errors.LLMApiError as exc:

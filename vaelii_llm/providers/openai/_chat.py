@@ -61,7 +61,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm._media import (
     MAX_BASE64,
     MB,
@@ -88,6 +88,7 @@ from vaelii_llm._protocol import (
     unhandled_block,
 )
 from vaelii_llm._transport.settings import Endpoint, Headers, with_json_content_type
+from vaelii_llm._transport.urls import hide_userinfo, userinfo
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._assemble import (
@@ -172,7 +173,7 @@ def token_field(base_url: str, explicit: str | None = None) -> TokenField:
 def endpoint(base_url: str) -> Endpoint:
     """How the server at ``base_url`` is named in messages (a password cut)."""
     return Endpoint(
-        label=f"the Chat Completions API at {config.hide_userinfo(base_url)}",
+        label=f"the Chat Completions API at {hide_userinfo(base_url)}",
         slug="openai",
         headers=HEADERS,
     )
@@ -467,7 +468,7 @@ def refuse_two_authorizations(
     one too, and a request carries one. The conflict is the configuration's,
     refused (ValueError naming both, quoting neither) before any I/O, not
     reported later as the far end unreachable. ``named_by``: where the URL came from."""
-    if not config.userinfo(base_url):
+    if not userinfo(base_url):
         return
     other = None if key is None else ("api_key" if key.source == "explicit" else key.source)
     if other is None and any(name.lower() == "authorization" for name in headers or {}):
@@ -493,9 +494,10 @@ class ChatCodec:
         unknown = options.keys() - Options.__annotations__.keys()
         if unknown:  # as a keyword signature refuses it
             raise TypeError(f"unexpected OpenAI option(s): {', '.join(sorted(unknown))}")
-        self.base_url = config.openai_base_url(options.get("base_url"))
-        self.model = config.openai_model(options.get("model"))
+        self.base_url = _backends.openai_base_url(options.get("base_url"))
+        self.model = _backends.openai_model(options.get("model"))
         self.max_tokens_field = token_field(self.base_url, options.get("max_tokens_field"))
+        self.shown_url = hide_userinfo(self.base_url)
         self.endpoint = endpoint(self.base_url)
         self.url = self.base_url + CHAT_PATH
         self.key = APIKey.of(options.get("api_key"))

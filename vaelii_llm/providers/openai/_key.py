@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from vaelii_llm import config
+from vaelii_llm import _backends
 from vaelii_llm._transport.settings import checked_headers
 
 __all__ = ["HEADER", "APIKey"]
@@ -38,7 +38,7 @@ class APIKey:
         if explicit is not None:
             trimmed = explicit.strip()
             return cls(trimmed, "explicit") if trimmed else None
-        found = config.openai_api_key()
+        found = _backends.openai_api_key()
         return cls(found, "OPENAI_API_KEY") if found is not None else None
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ from typing import Final
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline
@@ -60,7 +60,7 @@ async def models(
     ``OPENAI_BASE_URL``) serves, in its order, under a whole-request deadline
     of ``timeout_ms``. Raises the typed error when it cannot answer (a 401 for
     a missing or wrong key is :class:`~vaelii_llm.errors.LLMApiError`)."""
-    url = config.openai_base_url(base_url)
+    url = _backends.openai_base_url(base_url)
     key = APIKey.of(api_key)
     named_by = "base_url" if base_url else "OPENAI_BASE_URL"
     refuse_two_authorizations(url, named_by, key, headers)

@@ -14,11 +14,11 @@ from typing import Unpack
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.providers._http import (
     ClientSession,
-    HTTPProvider,
     SSLOption,
     keyword_signature,
     network,
 )
+from vaelii_llm.providers._one_model import OneModelProvider
 from vaelii_llm.providers.openai._assemble import Completion
 from vaelii_llm.providers.openai._chat import ChatCodec, Options
 
@@ -27,7 +27,7 @@ __all__ = ["OpenAIProvider", "provider"]
 _ANNOTATION_NAMES = (ClientSession, SSLOption)  # what the option records name
 
 
-class OpenAIProvider(HTTPProvider[Completion, list[Frame]]):
+class OpenAIProvider(OneModelProvider[Completion, list[Frame]]):
     """A provider on one OpenAI-compatible server and model. Build it with :func:`provider`.
 
     Concurrent turns share the provider's connection pool. ``stream`` releases
@@ -36,15 +36,7 @@ class OpenAIProvider(HTTPProvider[Completion, list[Frame]]):
     """
 
     def __init__(self, **options: Unpack[Options]) -> None:
-        codec = ChatCodec(options)
-        self.base_url = codec.base_url
-        self.model = codec.model
-        self.endpoint = codec.endpoint
-        self._shown = codec.endpoint.label.removeprefix("the Chat Completions API at ")
-        super().__init__(codec, network=network(options))
-
-    def __repr__(self) -> str:
-        return f"OpenAIProvider(base_url={self._shown!r}, model={self.model!r})"
+        super().__init__(ChatCodec(options), network(options))
 
 
 def provider(**options: Unpack[Options]) -> OpenAIProvider:

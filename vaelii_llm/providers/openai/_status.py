@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from vaelii_llm import config
+from vaelii_llm import _backends
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.providers._hosts import DEFAULT_OPENAI_PATH
 from vaelii_llm.providers._props import no_tools_reason
 from vaelii_llm.providers.openai._probes import models
@@ -17,8 +18,8 @@ __all__ = ["drops_tools", "status_lines"]
 
 async def status_lines(ready: bool) -> AsyncIterator[str]:
     """The base URL and the model; when it answers, the models it serves."""
-    chosen = config.openai_model()
-    yield f"base URL:   {config.hide_userinfo(config.openai_base_url())}"
+    chosen = _backends.openai_model()
+    yield f"base URL:   {hide_userinfo(_backends.openai_base_url())}"
     yield f"model:      {chosen or '(none sent: the server chooses)'}"
     if not ready:
         return
@@ -31,4 +32,4 @@ async def status_lines(ready: bool) -> AsyncIterator[str]:
 async def drops_tools() -> str | None:
     """Why the configured server would drop the tools (a llama.cpp server whose
     template renders none says so at its ``/props``, beside its ``/v1``), or None."""
-    return await no_tools_reason(config.openai_base_url().removesuffix(DEFAULT_OPENAI_PATH))
+    return await no_tools_reason(_backends.openai_base_url().removesuffix(DEFAULT_OPENAI_PATH))

@@ -13,9 +13,10 @@ from typing import Any, Final
 
 import msgspec
 
-from vaelii_llm import config, errors
+from vaelii_llm import _backends, errors
 from vaelii_llm._protocol import Request, Response
 from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._chat import (
@@ -64,7 +65,7 @@ class Options(NetworkOptions, total=False):
 def endpoint(base_url: str) -> Endpoint:
     """How the server at ``base_url`` is named in messages (a password cut)."""
     return Endpoint(
-        label=f"the Responses API at {config.hide_userinfo(base_url)}",
+        label=f"the Responses API at {hide_userinfo(base_url)}",
         slug="openai",
         headers=HEADERS,
     )
@@ -81,9 +82,10 @@ class ResponsesCodec:
         unknown = options.keys() - Options.__annotations__.keys()
         if unknown:  # as a keyword signature refuses it
             raise TypeError(f"unexpected Responses API option(s): {', '.join(sorted(unknown))}")
-        self.base_url = config.openai_base_url(options.get("base_url"))
-        self.model = config.openai_model(options.get("model"))
+        self.base_url = _backends.openai_base_url(options.get("base_url"))
+        self.model = _backends.openai_model(options.get("model"))
         self.store = bool(options.get("store"))
+        self.shown_url = hide_userinfo(self.base_url)
         self.endpoint = endpoint(self.base_url)
         self.url = self.base_url + RESPONSES_PATH
         self.count_url = self.base_url + COUNT_PATH

@@ -7,11 +7,11 @@ from typing import Unpack
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.providers._http import (
     ClientSession,
-    HTTPProvider,
     SSLOption,
     keyword_signature,
     network,
 )
+from vaelii_llm.providers._one_model import OneModelProvider
 from vaelii_llm.providers.openai_responses._assemble import Whole
 from vaelii_llm.providers.openai_responses._codec import Options, ResponsesCodec
 
@@ -20,7 +20,7 @@ __all__ = ["OpenAIResponsesProvider", "provider"]
 _ANNOTATION_NAMES = (ClientSession, SSLOption)  # what the option records name
 
 
-class OpenAIResponsesProvider(HTTPProvider[Whole, list[Frame]]):
+class OpenAIResponsesProvider(OneModelProvider[Whole, list[Frame]]):
     """A provider on one server's Responses API and one model. Build it with :func:`provider`.
 
     Concurrent turns share the provider's connection pool. ``stream`` releases
@@ -29,15 +29,7 @@ class OpenAIResponsesProvider(HTTPProvider[Whole, list[Frame]]):
     """
 
     def __init__(self, **options: Unpack[Options]) -> None:
-        codec = ResponsesCodec(options)
-        self.base_url = codec.base_url
-        self.model = codec.model
-        self.endpoint = codec.endpoint
-        self._shown = codec.endpoint.label.removeprefix("the Responses API at ")
-        super().__init__(codec, network=network(options))
-
-    def __repr__(self) -> str:
-        return f"OpenAIResponsesProvider(base_url={self._shown!r}, model={self.model!r})"
+        super().__init__(ResponsesCodec(options), network(options))
 
 
 def provider(**options: Unpack[Options]) -> OpenAIResponsesProvider:
