@@ -925,12 +925,11 @@ async def available(base_url="http://yonder.example:8123/v1"):
 @pytest.fixture
 def yonder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A backend module outside the package, registered for the test only."""
-    from vaelii_llm import _backends, providers
+    from vaelii_llm import providers
     from vaelii_llm.providers import Backend, Option
 
     (tmp_path / "yonder_backend.py").write_text(OWN_BACKEND)
     monkeypatch.syspath_prepend(str(tmp_path))
-    saved = dict(_backends.REGISTRY)
     providers.register(
         Backend(
             "yonder",
@@ -942,9 +941,7 @@ def yonder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     )
     import yonder_backend
 
-    yield yonder_backend
-    _backends.REGISTRY.clear()
-    _backends.REGISTRY.update(saved)
+    return yonder_backend  # the registry is restored after the test (conftest.py)
 
 
 def _shape(span: ReadableSpan) -> tuple[str, SpanKind, set[str]]:

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Iterator
+from contextlib import aclosing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from vaelii_llm import _backends, cli, config, pool, providers
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.providers import Backend, Option
+
+if TYPE_CHECKING:
+    from conftest import Recorded
 
 KIND = "farfield"
 HOSTS = "FARFIELD_HOSTS"
@@ -37,15 +41,36 @@ ZONE_ROW = config.Switch(
 )
 
 MODULE = """
-from vaelii_llm.providers import stub
+from vaelii_llm import ProviderBase, Response, TextBlock, Usage
 
 DOWN = "farfield-down.example"
 
 
+class Farfield(ProviderBase):
+    \"\"\"A provider class of its own: no telemetry, no span, no import of either.\"\"\"
+
+    def __init__(self, url):
+        self.url = url
+        self.base_url = f"http://{url}:7070"
+        self.model = "farfield-1"
+
+    async def complete(self, request):
+        return Response(
+            content=[TextBlock(text=f"Yes, said {self.url}")],
+            stop_reason="end_turn",
+            usage=Usage(input_tokens=3, output_tokens=3),
+            model=self.model,
+        )
+
+    async def stream(self, request, *, deltas=False):
+        response = await self.complete(request)
+        for block in response.content:
+            yield block
+        yield response
+
+
 def provider(url="farfield-default.example"):
-    made = stub.provider(default=f"Yes, said {url}")
-    made.url = url
-    return made
+    return Farfield(url)
 
 
 async def available(url="farfield-default.example"):
@@ -75,7 +100,7 @@ async def status_lines(ready):
 
 
 @pytest.fixture
-def farfield(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
+def farfield(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Backend:
     (tmp_path / "farfield_backend.py").write_text(textwrap.dedent(MODULE))
     monkeypatch.syspath_prepend(str(tmp_path))
     record = Backend(
@@ -90,13 +115,10 @@ def farfield(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backen
         status_lines="farfield_backend:status_lines",
         switch_rows=(ZONE_ROW,),
     )
-    saved = dict(_backends.REGISTRY)
-    providers.register(record)
+    providers.register(record)  # the registry is restored after the test (conftest.py)
     monkeypatch.setenv("VAELII_LLM_PROVIDER", KIND)
     monkeypatch.delenv("VAELII_POOL_REDIS_URL", raising=False)
-    yield record
-    _backends.REGISTRY.clear()
-    _backends.REGISTRY.update(saved)
+    return record
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -225,6 +247,48 @@ def test_its_own_switches_are_listed_by_the_command_and_read_by_name(
     assert rows["FARFIELD_KEY"].secret
     assert not rows[HOSTS].secret
     assert ZONE not in {row.name for row in config.SWITCHES}  # the built-in table stays as it is
+
+
+async def test_its_turns_make_the_built_in_chat_span_and_the_command_lists_its_switches(
+    farfield: Backend,
+    otel: Recorded,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backend holds no telemetry code: selection hands it out traced, as
+    a built-in provider is, and its record's switches reach the command."""
+    from vaelii_llm import Message, Request
+    from vaelii_llm.providers import stub
+
+    monkeypatch.setenv(ZONE, "west")
+    otel.enable()
+    ask = Request(
+        messages=[Message(role="user", content="Is the sky up?")], max_tokens=16, model="farfield-1"
+    )
+    async with await providers.provider(url="gpu7.example") as model:
+        answered = await model.complete(ask)
+        async with aclosing(model.stream(ask)) as items:
+            assert [item async for item in items][-1] == answered
+    async with stub.provider(script=[answered, answered]) as built_in:
+        await built_in.complete(ask)
+        async with aclosing(built_in.stream(ask)) as items:
+            assert [item async for item in items][-1] == answered
+    ours_whole, ours_streamed, stub_whole, stub_streamed = otel.finished()
+    for ours, theirs in ((ours_whole, stub_whole), (ours_streamed, stub_streamed)):
+        assert (
+            (ours.name, ours.kind) == (theirs.name, theirs.kind) == ("chat farfield-1", ours.kind)
+        )
+        mine, built = dict(ours.attributes or {}), dict(theirs.attributes or {})
+        assert (mine.pop("gen_ai.provider.name"), built.pop("gen_ai.provider.name")) == (
+            KIND,
+            "stub",
+        )
+        assert (mine.pop("server.address"), mine.pop("server.port")) == ("gpu7.example", 7070)
+        assert mine.keys() == built.keys()  # the rest: the same attributes, as a built-in's
+        assert mine.get("gen_ai.response.model") == "farfield-1"
+    code, out, _ = run(capsys, "config")
+    assert code == 0
+    assert f"{ZONE:32} 'west'" in out.splitlines()
 
 
 def test_an_unregistered_kinds_switches_are_unknown() -> None:
