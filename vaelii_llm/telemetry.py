@@ -205,6 +205,33 @@ _TOKEN_BUCKETS = (
     67108864,
 )
 
+_HISTOGRAMS: Final = (
+    ("duration", METRIC_DURATION, "s", _SECONDS_BUCKETS, "GenAI operation duration."),
+    (
+        "token_usage",
+        METRIC_TOKEN_USAGE,
+        "{token}",
+        _TOKEN_BUCKETS,
+        "Number of input and output tokens used.",
+    ),
+    (
+        "first_chunk",
+        METRIC_TIME_TO_FIRST_CHUNK,
+        "s",
+        _SECONDS_BUCKETS,
+        "Time to receive the first chunk of a streamed response.",
+    ),
+    (
+        "per_chunk",
+        METRIC_TIME_PER_OUTPUT_CHUNK,
+        "s",
+        _SECONDS_BUCKETS,
+        "Time between the chunks of a streamed response after the first.",
+    ),
+)
+"""The histograms :func:`enable` makes: the :class:`_State` field each is
+held in, its convention name, unit and advised buckets, its description."""
+
 Params = ParamSpec("Params")
 P = TypeVar("P", bound=Provider)
 
@@ -248,34 +275,13 @@ def enable(
     tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
     meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
     capture = capture_content or (os.environ.get(CAPTURE_ENV, "").strip().lower() in _CAPTURE_ON)
-    active = _State(
-        tracer=tracer,
-        duration=meter.create_histogram(
-            METRIC_DURATION,
-            unit="s",
-            description="GenAI operation duration.",
-            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
-        ),
-        token_usage=meter.create_histogram(
-            METRIC_TOKEN_USAGE,
-            unit="{token}",
-            description="Number of input and output tokens used.",
-            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
-        ),
-        first_chunk=meter.create_histogram(
-            METRIC_TIME_TO_FIRST_CHUNK,
-            unit="s",
-            description="Time to receive the first chunk of a streamed response.",
-            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
-        ),
-        per_chunk=meter.create_histogram(
-            METRIC_TIME_PER_OUTPUT_CHUNK,
-            unit="s",
-            description="Time between the chunks of a streamed response after the first.",
-            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
-        ),
-        capture_content=capture,
-    )
+    made = {
+        field: meter.create_histogram(
+            name, unit=unit, description=description, explicit_bucket_boundaries_advisory=buckets
+        )
+        for field, name, unit, buckets, description in _HISTOGRAMS
+    }
+    active = _State(tracer=tracer, capture_content=capture, **made)
 
 
 def disable() -> None:
