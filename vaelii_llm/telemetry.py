@@ -76,40 +76,23 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import (
-    AsyncGenerator,
-    Awaitable,
-    Callable,
-    Coroutine,
-    Iterator,
-    Mapping,
-)
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-import msgspec
-
 from vaelii_llm import config
-from vaelii_llm._edn import DEFAULT_MAX_CHARS
-from vaelii_llm._json_walk import atoms
 from vaelii_llm._protocol import (
-    Block,
-    Message,
     Provider,
-    RedactedThinkingBlock,
     Request,
     Response,
     StreamItem,
-    TextBlock,
     TextDelta,
-    ThinkingBlock,
     ThinkingDelta,
-    ToolResultBlock,
-    ToolUseBlock,
     ToolUseStart,
 )
 from vaelii_llm._streams import Stream
+from vaelii_llm._telemetry_content import arguments, as_json, message_parts, parts_of
 from vaelii_llm.errors import LLMApiError, LLMError, LLMTimeout
 
 if TYPE_CHECKING:
@@ -532,12 +515,12 @@ class _Turn:
         if request.stop_sequences:
             attrs[REQUEST_STOP_SEQUENCES] = list(request.stop_sequences)
         if state.capture_content:
-            attrs[INPUT_MESSAGES] = _json([_message(m) for m in request.messages])
+            attrs[INPUT_MESSAGES] = as_json([message_parts(m) for m in request.messages])
             system = request.system
             if system:
                 texts = [system] if isinstance(system, str) else [b.text for b in system]
                 parts = [{"type": "text", "content": text} for text in texts]
-                attrs[SYSTEM_INSTRUCTIONS] = _json(parts)
+                attrs[SYSTEM_INSTRUCTIONS] = as_json(parts)
         name = f"chat {model}" if model else "chat"
         self.span: Span = state.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
         self._start = time.perf_counter()
@@ -607,10 +590,10 @@ class _Turn:
         )
         done.update((key, value) for key, value in counts if value is not None)
         if self._state.capture_content:
-            out: dict[str, Any] = {"role": "assistant", "parts": _parts(response.content)}
+            out: dict[str, Any] = {"role": "assistant", "parts": parts_of(response.content)}
             if response.stop_reason is not None:
                 out["finish_reason"] = response.stop_reason
-            done[OUTPUT_MESSAGES] = _json([out])
+            done[OUTPUT_MESSAGES] = as_json([out])
         span.set_attributes(done)
         self._state.duration.record(elapsed, metric_attrs)
         for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
@@ -654,123 +637,6 @@ def _error_type(exc: BaseException) -> str:
     if kind.__module__ == "builtins":
         return kind.__qualname__
     return f"{kind.__module__}.{kind.__qualname__}"
-
-
-# --------------------------------------------------------------------------
-# Content, recorded only when asked
-
-
-def _json(value: Any) -> str:
-    try:
-        return msgspec.json.encode(value).decode()
-    except RecursionError:  # a model's tool input nested past msgspec's limit
-        return _arguments(value)
-    except (TypeError, ValueError, OverflowError):
-        return msgspec.json.encode(repr(value)).decode()
-
-
-_ARGUMENTS_CHARS: Final = DEFAULT_MAX_CHARS
-"""The most of a tool call's arguments a span records (the KB tools' default
-result bound, :data:`vaelii_llm._edn.DEFAULT_MAX_CHARS`): a model's input is
-whatever it wrote, of any size or depth."""
-
-
-class _Lit(str):
-    """JSON punctuation :func:`_arguments` writes as it is."""
-
-    __slots__ = ()
-
-
-def _members(value: Any) -> Iterator[Any] | None:
-    """The JSON a compound ``value`` prints as, a member at a time; None for an atom."""
-    if isinstance(value, Mapping):
-        return _object_members(value)
-    if isinstance(value, list | tuple):
-        return _array_members(value)
-    return None
-
-
-def _object_members(value: Mapping[Any, Any]) -> Iterator[Any]:
-    yield _Lit("{")
-    for index, (key, item) in enumerate(value.items()):
-        if index:
-            yield _Lit(",")
-        yield key if isinstance(key, str) else f"<{type(key).__name__}>"
-        yield _Lit(":")
-        yield item
-    yield _Lit("}")
-
-
-def _array_members(value: list[Any] | tuple[Any, ...]) -> Iterator[Any]:
-    yield _Lit("[")
-    for index, item in enumerate(value):
-        if index:
-            yield _Lit(",")
-        yield item
-    yield _Lit("]")
-
-
-def _atom(value: Any, room: int) -> str:
-    if isinstance(value, str):
-        return msgspec.json.encode(value[:room]).decode()
-    if value is None or isinstance(value, bool | int | float):
-        try:
-            return msgspec.json.encode(value).decode()
-        except (TypeError, ValueError, OverflowError):  # an int past 64 bits
-            pass
-    return msgspec.json.encode(f"<{type(value).__name__}>").decode()
-
-
-def _arguments(value: Any, limit: int = _ARGUMENTS_CHARS) -> str:
-    """A tool call's arguments as JSON, at most ``limit`` characters (a cut text
-    ends with ``…`` and is no longer JSON). The walk is iterative and goes only as
-    far as it prints, so any input, a 10^5-deep list or a megabyte array, costs at
-    most ``limit`` steps and never raises: a tool call's span must not fail the call."""
-    parts: list[str] = []
-    room = limit
-    cut = False
-    for item in atoms(value, _members):
-        if room <= 0:
-            cut = True
-            break
-        text = item if type(item) is _Lit else _atom(item, room)
-        parts.append(text[:room])
-        if len(text) > room:
-            cut = True
-            break
-        room -= len(text)
-    text = "".join(parts)
-    return text[: max(0, limit - 1)] + "…" if cut else text
-
-
-def _message(message: Message) -> dict[str, Any]:
-    content = message.content
-    parts = [{"type": "text", "content": content}] if isinstance(content, str) else _parts(content)
-    return {"role": message.role, "parts": parts}
-
-
-def _parts(blocks: list[Block]) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
-    for block in blocks:
-        if isinstance(block, TextBlock):
-            parts.append({"type": "text", "content": block.text})
-        elif isinstance(block, ThinkingBlock):
-            parts.append({"type": "reasoning", "content": block.thinking})
-        elif isinstance(block, ToolUseBlock):
-            parts.append(
-                {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.input}
-            )
-        elif isinstance(block, ToolResultBlock):
-            content = block.content  # a content list's images recorded by type alone
-            response = content if isinstance(content, str) else _parts(list(content))
-            parts.append(
-                {"type": "tool_call_response", "id": block.tool_use_id, "response": response}
-            )
-        elif isinstance(block, RedactedThinkingBlock):
-            parts.append({"type": "reasoning", "redacted": True})
-        else:
-            parts.append({"type": block.type})
-    return parts
 
 
 # --------------------------------------------------------------------------
@@ -824,7 +690,7 @@ def traced_tool(
             attrs[TOOL_SERVER] = str(server)
         if state.capture_content and input_at is not None:
             given = args[input_at] if len(args) > input_at else kwargs.get("input")
-            attrs[TOOL_CALL_ARGUMENTS] = _arguments(given)
+            attrs[TOOL_CALL_ARGUMENTS] = arguments(given)
         return await _run_tool(state, f"execute_tool {name}", attrs, fn(*args, **kwargs))
 
     return call

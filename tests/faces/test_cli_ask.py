@@ -30,7 +30,7 @@ from kb_model import (
 )
 from loopback import refused_url
 
-from vaelii_llm import cli
+from vaelii_llm import _cli_drawing, cli
 
 TOOLS_MODEL = "llama3.2"  # the fake's model with the tools capability
 
@@ -324,7 +324,7 @@ async def test_text_before_a_tool_call_ends_its_line_before_the_call_is_printed(
     from vaelii_llm.providers import stub
 
     out = io.StringIO()
-    printer = cli._AskPrinter(out)
+    printer = _cli_drawing.AskPrinter(out)
     model = stub.provider(
         script=[
             {"text": "Let me look.", "tool": "kb_types_of", "input": {"term": "Muffet"}},

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from vaelii_llm import _edn, _tool_args, kb, tools
+from vaelii_llm import _edn, _telemetry_content, _tool_args, kb, tools
 from vaelii_llm.kb import _args, _io, _reads
 from vaelii_llm.kb._scenarios import MAX_SCENARIO_SENTENCES
 from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal
@@ -452,11 +452,12 @@ def test_a_non_loopback_address_gets_no_host_check() -> None:
 
 
 def test_a_message_too_deep_for_the_encoder_is_recorded_bounded() -> None:
-    from vaelii_llm import telemetry
 
     deep: list[Any] = []
     for _ in range(10**5):
         deep = [deep]
-    recorded = telemetry._json([{"role": "assistant", "input": deep}])  # msgspec: RecursionError
-    assert len(recorded) <= telemetry._ARGUMENTS_CHARS
+    recorded = _telemetry_content.as_json(
+        [{"role": "assistant", "input": deep}]
+    )  # msgspec: RecursionError
+    assert len(recorded) <= _telemetry_content.ARGUMENTS_CHARS
     assert recorded.startswith('[{"role":"assistant","input":[[[')

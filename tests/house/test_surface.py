@@ -172,6 +172,8 @@ MODULES = [
     "vaelii_llm._protocol",
     "vaelii_llm._streams",
     "vaelii_llm._closing",
+    "vaelii_llm._telemetry_content",
+    "vaelii_llm._cli_drawing",
     "vaelii_llm._media",
     "vaelii_llm._files",
     "vaelii_llm.errors",

@@ -139,6 +139,12 @@ class Endpoint:
     slug: str
     headers: Headers = NO_HEADERS
 
+    @classmethod
+    def at(cls, what: str, base_url: str, slug: str, headers: Headers = NO_HEADERS) -> Endpoint:
+        """``what`` (``"the Messages API"``) at ``base_url``, as messages name it:
+        any ``user:password@`` in the URL cut."""
+        return cls(label=f"{what} at {hide_userinfo(base_url)}", slug=slug, headers=headers)
+
 
 class Deadline(msgspec.Struct, frozen=True, gc=False):
     """An absolute point on the running loop's clock, and the budget it was made from.

@@ -266,6 +266,21 @@ class Codec(Protocol[W, B]):
     def assembler(self, *, deltas: bool) -> Assembler[B]: ...
 
 
+class SessionHeadersOnly:
+    """What a codec inherits whose every header is its session's, held in
+    ``_headers`` (a key, if any, among them): a turn adds none of its own,
+    there being no credential step."""
+
+    __slots__ = ()
+    _headers: Mapping[str, str]
+
+    def session_headers(self) -> Mapping[str, str]:
+        return self._headers
+
+    def headers(self, request: Request, *, stream: bool, credential: None) -> None:
+        return None
+
+
 @runtime_checkable
 class TokenCounter(Protocol):
     """What a codec whose far end counts tokens adds (no I/O): where a count

@@ -43,11 +43,7 @@ HEADERS: Final = Headers(
 
 def endpoint(base_url: str) -> Endpoint:
     """The far end at ``base_url`` as messages name it (a ``user:password@`` cut)."""
-    return Endpoint(
-        label=f"the Messages API at {hide_userinfo(base_url)}",
-        slug="anthropic",
-        headers=HEADERS,
-    )
+    return Endpoint.at("the Messages API", base_url, "anthropic", HEADERS)
 
 
 class MessagesCodec:

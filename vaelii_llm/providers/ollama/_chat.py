@@ -61,7 +61,7 @@ from vaelii_llm._protocol import (
 from vaelii_llm._transport.settings import Endpoint, with_json_content_type
 from vaelii_llm._wire.ndjson import NDJSONDecoder
 from vaelii_llm.providers._hosts import normalize_host
-from vaelii_llm.providers._http import NetworkOptions
+from vaelii_llm.providers._http import NetworkOptions, SessionHeadersOnly
 from vaelii_llm.providers.ollama._assemble import (
     CHUNK_DECODER,
     ChatAssembler,
@@ -342,7 +342,7 @@ def chat_body(
     return _ENCODER.encode(body)
 
 
-class ChatCodec:
+class ChatCodec(SessionHeadersOnly):
     """``/api/chat`` as the shared HTTP skeleton drives it (no I/O here).
 
     Built from a provider's :class:`Options`: the host and the model are
@@ -365,9 +365,6 @@ class ChatCodec:
         self._keep_alive = options.get("keep_alive")
         self._headers = with_json_content_type(options.get("headers"))
 
-    def session_headers(self) -> Mapping[str, str]:
-        return self._headers
-
     def body(self, request: Request, *, stream: bool) -> bytes:
         return chat_body(
             request,
@@ -377,9 +374,6 @@ class ChatCodec:
             stream=stream,
             label=self.endpoint.label,
         )
-
-    def headers(self, request: Request, *, stream: bool, credential: None) -> None:
-        return None
 
     def whole(self, parsed: ChatChunk) -> Response:
         return response_of(parsed, self.endpoint.label)

@@ -90,7 +90,7 @@ from vaelii_llm._protocol import (
 from vaelii_llm._transport.settings import Endpoint, Headers, with_json_content_type
 from vaelii_llm._transport.urls import hide_userinfo, userinfo
 from vaelii_llm._wire.sse import SSEFrames
-from vaelii_llm.providers._http import NetworkOptions
+from vaelii_llm.providers._http import NetworkOptions, SessionHeadersOnly
 from vaelii_llm.providers.openai._assemble import (
     WHOLE_DECODER,
     ChunkAssembler,
@@ -172,11 +172,7 @@ def token_field(base_url: str, explicit: str | None = None) -> TokenField:
 
 def endpoint(base_url: str) -> Endpoint:
     """How the server at ``base_url`` is named in messages (a password cut)."""
-    return Endpoint(
-        label=f"the Chat Completions API at {hide_userinfo(base_url)}",
-        slug="openai",
-        headers=HEADERS,
-    )
+    return Endpoint.at("the Chat Completions API", base_url, "openai", HEADERS)
 
 
 HEADERS: Final = Headers(
@@ -480,7 +476,7 @@ def refuse_two_authorizations(
         )
 
 
-class ChatCodec:
+class ChatCodec(SessionHeadersOnly):
     """``/chat/completions`` as the shared HTTP skeleton drives it (no I/O here).
 
     Built from a provider's :class:`Options`, each resolved here, once: the
@@ -505,9 +501,6 @@ class ChatCodec:
         refuse_two_authorizations(self.base_url, named_by, self.key, options.get("headers"))
         self._headers = session_headers(self.key, options.get("headers"))
 
-    def session_headers(self) -> Mapping[str, str]:
-        return self._headers
-
     def body(self, request: Request, *, stream: bool) -> bytes:
         return chat_body(
             request,
@@ -516,9 +509,6 @@ class ChatCodec:
             stream=stream,
             label=self.endpoint.label,
         )
-
-    def headers(self, request: Request, *, stream: bool, credential: None) -> None:
-        return None
 
     def whole(self, parsed: Completion) -> Response:
         return response_of(parsed, self.endpoint.label)

@@ -18,12 +18,8 @@ from vaelii_llm._protocol import Request, Response
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._wire.sse import SSEFrames
-from vaelii_llm.providers._http import NetworkOptions
-from vaelii_llm.providers.openai._chat import (
-    HEADERS,
-    refuse_two_authorizations,
-    session_headers,
-)
+from vaelii_llm.providers._http import NetworkOptions, SessionHeadersOnly
+from vaelii_llm.providers.openai._chat import HEADERS, refuse_two_authorizations, session_headers
 from vaelii_llm.providers.openai._key import APIKey
 from vaelii_llm.providers.openai_responses._assemble import (
     WHOLE_DECODER,
@@ -64,14 +60,10 @@ class Options(NetworkOptions, total=False):
 
 def endpoint(base_url: str) -> Endpoint:
     """How the server at ``base_url`` is named in messages (a password cut)."""
-    return Endpoint(
-        label=f"the Responses API at {hide_userinfo(base_url)}",
-        slug="openai",
-        headers=HEADERS,
-    )
+    return Endpoint.at("the Responses API", base_url, "openai", HEADERS)
 
 
-class ResponsesCodec:
+class ResponsesCodec(SessionHeadersOnly):
     """``/responses`` as the skeleton drives it; also a token counter
     (``/responses/input_tokens``). Built from :class:`Options`, each resolved
     here, once."""
@@ -94,16 +86,10 @@ class ResponsesCodec:
         refuse_two_authorizations(self.base_url, named_by, key, options.get("headers"))
         self._headers = session_headers(key, options.get("headers"))
 
-    def session_headers(self) -> Mapping[str, str]:
-        return self._headers
-
     def body(self, request: Request, *, stream: bool) -> bytes:
         return responses_body(
             request, model=self.model, store=self.store, stream=stream, label=self.endpoint.label
         )
-
-    def headers(self, request: Request, *, stream: bool, credential: None) -> None:
-        return None
 
     def whole(self, parsed: Whole) -> Response:
         return response_of(parsed, self.endpoint.label)
