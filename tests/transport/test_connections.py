@@ -675,3 +675,37 @@ def test_an_idle_map_of_another_shape_is_not_checked(conns: object) -> None:
     from vaelii_llm._transport.sessions import _closed_kept
 
     assert _closed_kept(conns, "k") == []
+
+
+class _Key:
+    is_ssl = False
+
+
+async def test_aiohttp_hands_out_the_oldest_kept_connection_first() -> None:
+    """The check looks at the kept connections from the oldest on, where
+    aiohttp's ``_get`` takes the next one: an aiohttp that took the newest
+    instead would leave a closed one unchecked, and fails here."""
+    from collections import deque
+
+    class Kept:
+        transport = None
+
+        def is_connected(self) -> bool:
+            return True
+
+        def close(self) -> None:
+            pass
+
+    connector = aiohttp.TCPConnector()
+    try:
+        older, newer = Kept(), Kept()
+        key = _Key()  # stands for aiohttp's connection key
+        now = asyncio.get_running_loop().time()
+        connector._conns[key] = deque([(older, now), (newer, now)])  # type: ignore[index]
+        taken = await connector._get(key, [])  # type: ignore[arg-type]
+        assert taken is not None
+        assert taken.protocol is older
+        taken.close()
+    finally:
+        connector._conns.clear()
+        await connector.close()

@@ -94,8 +94,8 @@ class _FreshConnector(aiohttp.TCPConnector):
     the kernel, not yet seen by the loop, when the next turn takes that
     connection: the turn was then written into a closed socket and failed
     :class:`LLMUnreachable` ("closed the connection before answering", or
-    "can not write request body"). Here the host's kept connections are
-    checked (one ``poll`` with no wait) before one is handed out: an idle
+    "can not write request body"). Here the kept connections next in line
+    are checked (``poll`` with no wait) before one is handed out: an idle
     connection has nothing to read, so one that is readable (the far end's
     close, or bytes it had no reason to send) is closed, and aiohttp hands
     out another kept one or opens a fresh one. This is not a retry of the
@@ -114,46 +114,61 @@ class _FreshConnector(aiohttp.TCPConnector):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self._poll = hasattr(select, "poll")
+        # One poll set per connector (so per loop), holding one fd at a time.
+        self._readable = select.poll() if hasattr(select, "poll") else None
 
     async def _get(self, key: Any, traces: list[Any]) -> Any:
-        if self._poll:
-            for proto in _closed_kept(getattr(self, "_conns", None), key):
+        if self._readable is not None:
+            for proto in _closed_kept(getattr(self, "_conns", None), key, self._readable):
                 proto.close()  # aiohttp's own _get passes a closed one over
         return await super()._get(key, traces)
 
 
-def _closed_kept(conns: object, key: object) -> list[Any]:
+def _closed_kept(conns: object, key: object, readable: Any = None) -> list[Any]:
     """The kept connections for ``key`` in aiohttp's idle map ``conns`` that
-    have something to read, by one ``poll`` with no wait; none when ``conns``
-    is not of the shape known (a mapping of ``(protocol, time)`` pairs)."""
+    have something to read, looked for where aiohttp takes the next one: the
+    oldest first, each up to the first with nothing to read, so a turn
+    usually checks one (``tests/transport/test_connections.py`` pins that
+    order). None when ``conns`` is not of the shape known (a mapping of
+    ``(protocol, time)`` pairs)."""
     if not isinstance(conns, Mapping):
         return []
     kept = conns.get(key)
     if not kept:
         return []
-    by_fd: dict[int, Any] = {}
+    if readable is None:
+        readable = select.poll()
+    stale: list[Any] = []
     try:
         for proto, _since in kept:
-            transport = proto.transport
-            if transport is None or transport.is_closing():
+            said = _has_input(proto, readable)
+            if said is None:
                 continue  # aiohttp passes it over itself
-            sock = transport.get_extra_info("socket")
-            fd = -1 if sock is None else sock.fileno()
-            if isinstance(fd, int) and fd >= 0:
-                by_fd[fd] = proto
+            if not said:
+                break
+            stale.append(proto)
     except (AttributeError, TypeError, ValueError):  # not the shape known: check nothing
         return []
-    if not by_fd:
-        return []
-    readable = select.poll()
-    for fd in by_fd:
-        readable.register(fd, select.POLLIN)
+    return stale
+
+
+def _has_input(proto: Any, readable: Any) -> bool | None:
+    """Whether an idle kept connection has anything to read (no wait); None
+    when it has no open transport or socket to ask."""
+    transport = proto.transport
+    if transport is None or transport.is_closing():
+        return None
+    sock = transport.get_extra_info("socket")
+    fd = -1 if sock is None else sock.fileno()
+    if not isinstance(fd, int) or fd < 0:
+        return None
+    readable.register(fd, select.POLLIN)
     try:
-        ready = readable.poll(0)
+        return bool(readable.poll(0))
     except OSError:
-        return []
-    return [by_fd[fd] for fd, _events in ready if fd in by_fd]
+        return None
+    finally:
+        readable.unregister(fd)
 
 
 class Gate:
