@@ -44,8 +44,8 @@ class Progress:
     end. A busy server can take minutes before its first token, and a silent
     wait reads as a hang. Nothing is drawn when stderr is not a terminal."""
 
-    def __init__(self, err: TextIO = sys.stderr) -> None:
-        self.err = err
+    def __init__(self, err: TextIO | None = None) -> None:
+        self.err = sys.stderr if err is None else err  # read now: stderr may be replaced
         self.tokens = 0
         self.since = time.monotonic()
         self.drawn = False

@@ -1,0 +1,292 @@
+"""Where one small whole turn's client CPU goes, wire by wire, against the floor.
+
+For each wire (Ollama, Chat Completions, the Messages API) the wire's own
+bench serves pre-encoded small answers from a process of its own
+(``--serve``), and this process runs small whole turns at concurrency 32:
+
+* CPU per turn: ``time.process_time`` over a batch of turns, ours and the
+  floor (the wire bench's ``floor_small``: a plain aiohttp POST, the body
+  decoded by one typed msgspec decoder) in turn, order alternating; medians
+  of the rounds, and the median of the rounds' ratios;
+* the cost table: one more batch of ours under ``cProfile``, each function's
+  own time put in the phase its file and name belong to (:data:`PHASES`, the
+  first rule that matches), the shares then scaled to the measured CPU per
+  turn. The profiler weighs small functions more than it should, so a row is
+  a place to look and a before/after of the same row is the figure to quote,
+  never one row alone.
+
+Run: ``.venv/bin/python tests/bench/bench_turn_costs.py [--turns 1024] [--rounds 5]``
+(about a minute a wire). Quote it on a quiet machine, with the load it prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent / "support"))
+
+CONCURRENCY = 32
+
+PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("telemetry (off)", ("vaelii_llm/telemetry.py",)),
+    (
+        "switch and credential reads",
+        (
+            "vaelii_llm/_switches.py",
+            "vaelii_llm/config.py",
+            "_key.py",
+            "_credentials.py",
+            "vaelii_llm/_backends.py",
+        ),
+    ),
+    (
+        "request building and encoding",
+        (
+            "_chat.py:chat_body",
+            "_encode.py",
+            "_request.py",
+            "_codec.py:body",
+            "_chat.py:body",
+            "_http.py:_sent",
+            "_http.py:_prepared",
+            "_http.py:_headers",
+        ),
+    ),
+    (
+        "deadline and timers",
+        (
+            "vaelii_llm/_timers.py",
+            "settings.py:after_ms",
+            "boundary.py:__enter__",
+            "boundary.py:__exit__",
+            "boundary.py:__init__",
+        ),
+    ),
+    ("connection checkout", ("_transport/sessions.py", "aiohttp/connector.py")),
+    (
+        "sending",
+        (
+            "aiohttp/client_reqrep.py:send",
+            "aiohttp/http_writer.py",
+            "aiohttp/client_reqrep.py:__init__",
+            "aiohttp/client_reqrep.py:update_",
+            "aiohttp/client_reqrep.py:write_bytes",
+            "aiohttp/payload.py",
+            "aiohttp/helpers.py",
+        ),
+    ),
+    (
+        "the head",
+        (
+            "aiohttp/client_proto.py",
+            "aiohttp/http_parser.py",
+            "aiohttp/client_reqrep.py:start",
+            "multidict",
+        ),
+    ),
+    (
+        "header capture",
+        (
+            "settings.py:read",
+            "_http.py:_with_headers",
+            "_http.py:_header_rule",
+            "_transport/withheld.py",
+            "_http.py:_answered_in",
+        ),
+    ),
+    (
+        "body read and decode",
+        ("boundary.py:_read_whole", "aiohttp/streams.py", "send.py", "msgspec"),
+    ),
+    ("Usage and Response", ("_assemble.py", "vaelii_llm/_protocol.py", "_http.py:_check_usage")),
+    ("the rest of the turn (skeleton)", ("vaelii_llm/",)),
+    ("aiohttp, the rest", ("aiohttp/",)),
+    (
+        "asyncio's loop",
+        ("asyncio/", "selectors.py", "<built-in method select", "_contextvars", "{method 'run' of"),
+    ),
+)
+"""Each phase of a turn and the places (``file`` fragments, or
+``file:function`` prefixes) whose own time is counted in it, first rule first."""
+
+
+def phase_of(file: str, function: str) -> str:
+    place = f"{file}:{function}"
+    for phase, rules in PHASES:
+        for rule in rules:
+            if ":" in rule:
+                where, _, name = rule.partition(":")
+                if where in file and function.startswith(name):
+                    return phase
+            elif rule in place:
+                return phase
+    return "other (the interpreter, the kernel's calls)"
+
+
+def cost_table(profile: cProfile.Profile) -> dict[str, float]:
+    """Own time by phase, as shares of the whole."""
+    stats = pstats.Stats(profile)
+    totals: dict[str, float] = {}
+    for (file, _line, function), row in stats.stats.items():  # type: ignore[attr-defined]
+        own = row[2]
+        phase = phase_of(file.replace(os.sep, "/"), function)
+        totals[phase] = totals.get(phase, 0.0) + own
+    whole = sum(totals.values()) or 1.0
+    return {phase: own / whole for phase, own in totals.items()}
+
+
+async def cpu_per_turn(turn: Callable[[], Awaitable[object]], turns: int) -> float:
+    """Client CPU seconds per turn over ``turns`` turns at :data:`CONCURRENCY`."""
+    per_worker = turns // CONCURRENCY
+
+    async def worker() -> None:
+        for _ in range(per_worker):
+            await turn()
+
+    started = time.process_time()
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return (time.process_time() - started) / (per_worker * CONCURRENCY)
+
+
+async def measure(
+    wire: str,
+    ours: Callable[[], Awaitable[object]],
+    floor: Callable[[], Awaitable[object]],
+    turns: int,
+    rounds: int,
+) -> None:
+    await cpu_per_turn(ours, turns)  # warm: connections made, code loaded
+    await cpu_per_turn(floor, turns)
+    mine: list[float] = []
+    least: list[float] = []
+    for n in range(rounds):
+        for first in (True, False) if n % 2 else (False, True):
+            (mine if first else least).append(await cpu_per_turn(ours if first else floor, turns))
+    ratio = statistics.median(m / f for m, f in zip(mine, least, strict=True))
+    ours_us = statistics.median(mine) * 1e6
+    floor_us = statistics.median(least) * 1e6
+    print(
+        f"\n{wire}: CPU per small whole turn, ours {ours_us:.0f} us, floor {floor_us:.0f} us, "
+        f"ours/floor x{ratio:.2f} (medians of {rounds} rounds of {turns} turns)"
+    )
+    tables = []
+    for turn in (ours, floor):
+        profile = cProfile.Profile()
+        profile.enable()
+        await cpu_per_turn(turn, turns)
+        profile.disable()
+        tables.append(cost_table(profile))
+    print(f"  {'phase':<42} {'ours us':>8} {'floor us':>9} {'more us':>8}")
+    for phase, share in sorted(tables[0].items(), key=lambda kv: -kv[1]):
+        mine_us = share * ours_us
+        least_us = tables[1].get(phase, 0.0) * floor_us
+        print(f"  {phase:<42} {mine_us:8.1f} {least_us:9.1f} {mine_us - least_us:8.1f}")
+
+
+async def ollama_wire(url: str, turns: int, rounds: int) -> None:
+    import bench_ollama as wire
+
+    async with (
+        wire.ours.provider(host=url, model=wire.MODEL) as p,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+    ):
+        await measure(
+            "Ollama",
+            lambda: wire.ours_small(p),
+            lambda: wire.floor_small(session, url),
+            turns,
+            rounds,
+        )
+
+
+def _ask() -> Any:
+    from vaelii_llm import Message, Request
+
+    return Request(messages=[Message(role="user", content="hi")], timeout_ms=120_000)
+
+
+async def openai_wire(url: str, turns: int, rounds: int) -> None:
+    import bench_openai as wire
+
+    from vaelii_llm.providers import openai
+
+    body = msgspec.json.encode(
+        {"model": wire.MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    request = _ask()
+    async with (
+        openai.provider(base_url=url, api_key="sk-bench", model=wire.MODEL) as p,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+    ):
+        await measure(
+            "Chat Completions",
+            lambda: p.complete(request),
+            lambda: wire.floor_small(session, url, body),
+            turns,
+            rounds,
+        )
+
+
+async def anthropic_wire(url: str, turns: int, rounds: int) -> None:
+    import bench_anthropic as wire
+
+    from vaelii_llm.providers import anthropic
+
+    hi = [{"role": "user", "content": "hi"}]
+    body = msgspec.json.encode({"model": wire.MODEL, "max_tokens": 1024, "messages": hi})
+    request = _ask()
+    async with (
+        anthropic.provider(credential="sk-bench", base_url=url) as p,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+    ):
+        await measure(
+            "Messages API",
+            lambda: p.complete(request),
+            lambda: wire.floor_small(session, url, body),
+            turns,
+            rounds,
+        )
+
+
+WIRES: tuple[tuple[list[str], Callable[[str, int, int], Awaitable[None]]], ...] = (
+    ([sys.executable, str(BENCH.parent / "support" / "fake_ollama.py")], ollama_wire),
+    ([sys.executable, str(BENCH / "bench_openai.py"), "--serve"], openai_wire),
+    ([sys.executable, str(BENCH / "bench_anthropic.py"), "--serve"], anthropic_wire),
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f}; {CONCURRENCY} turns at once")
+    for argv, run in WIRES:
+        server = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            url = server.stdout.readline().strip()
+            asyncio.run(run(url, args.turns, args.rounds))
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
