@@ -92,7 +92,6 @@ from vaelii_llm._protocol import (
     ToolUseStart,
 )
 from vaelii_llm._streams import Stream
-from vaelii_llm._telemetry_content import arguments, as_json, message_parts, parts_of
 from vaelii_llm.errors import LLMApiError, LLMError, LLMTimeout
 
 if TYPE_CHECKING:
@@ -515,12 +514,16 @@ class _Turn:
         if request.stop_sequences:
             attrs[REQUEST_STOP_SEQUENCES] = list(request.stop_sequences)
         if state.capture_content:
-            attrs[INPUT_MESSAGES] = as_json([message_parts(m) for m in request.messages])
+            from vaelii_llm import _telemetry_content as content  # loaded when content is asked for
+
+            attrs[INPUT_MESSAGES] = content.as_json(
+                [content.message_parts(m) for m in request.messages]
+            )
             system = request.system
             if system:
                 texts = [system] if isinstance(system, str) else [b.text for b in system]
                 parts = [{"type": "text", "content": text} for text in texts]
-                attrs[SYSTEM_INSTRUCTIONS] = as_json(parts)
+                attrs[SYSTEM_INSTRUCTIONS] = content.as_json(parts)
         name = f"chat {model}" if model else "chat"
         self.span: Span = state.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
         self._start = time.perf_counter()
@@ -590,10 +593,12 @@ class _Turn:
         )
         done.update((key, value) for key, value in counts if value is not None)
         if self._state.capture_content:
-            out: dict[str, Any] = {"role": "assistant", "parts": parts_of(response.content)}
+            from vaelii_llm import _telemetry_content as content
+
+            out: dict[str, Any] = {"role": "assistant", "parts": content.parts_of(response.content)}
             if response.stop_reason is not None:
                 out["finish_reason"] = response.stop_reason
-            done[OUTPUT_MESSAGES] = as_json([out])
+            done[OUTPUT_MESSAGES] = content.as_json([out])
         span.set_attributes(done)
         self._state.duration.record(elapsed, metric_attrs)
         for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
@@ -689,6 +694,8 @@ def traced_tool(
             server = args[server_at] if len(args) > server_at else kwargs.get("server")
             attrs[TOOL_SERVER] = str(server)
         if state.capture_content and input_at is not None:
+            from vaelii_llm._telemetry_content import arguments
+
             given = args[input_at] if len(args) > input_at else kwargs.get("input")
             attrs[TOOL_CALL_ARGUMENTS] = arguments(given)
         return await _run_tool(state, f"execute_tool {name}", attrs, fn(*args, **kwargs))

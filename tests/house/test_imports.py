@@ -57,6 +57,26 @@ def test_checking_the_bag_for_the_stub_imports_no_other_backend_and_no_aiohttp()
     assert loaded == ["vaelii_llm.providers.stub"]
 
 
+def test_a_backend_and_its_first_turn_load_no_engine_and_no_edn() -> None:
+    """What a turn needs loads without the knowledge-base engine or the EDN
+    writer, telemetry's content capture included (loaded only when content is
+    recorded): a model-only program never pays for them."""
+    code = (
+        "import asyncio\n"
+        "from vaelii_llm import Message, Request, telemetry\n"
+        "from vaelii_llm.providers import anthropic, ollama, openai, openai_responses, stub\n"
+        "async def main():\n"
+        "    async with stub.provider(script=['Yes.']) as model:\n"
+        "        await model.complete(Request(messages=[Message(role='user', content='hi')]))\n"
+        "asyncio.run(main())\n"
+    )
+    loaded = loaded_after(code)
+    assert "vaelii_llm.providers.anthropic" in loaded
+    engine = ("vaelii_llm.kb", "vaelii_llm.engine", "vaelii_llm._edn", "edn_format")
+    assert [m for m in loaded if m.startswith(engine)] == []
+    assert "vaelii_llm._telemetry_content" not in loaded
+
+
 def test_protocol_and_config_modules_name_no_vendor_library() -> None:
     modules = loaded_after("import vaelii_llm._protocol, vaelii_llm.errors, vaelii_llm.config")
     assert offenders(modules) == []
