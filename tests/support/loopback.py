@@ -19,6 +19,7 @@ OpenAI wires', the Messages API's) shares.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -114,12 +115,25 @@ async def serve_raw(handler: RawHandler) -> AsyncIterator[str]:
         await server.wait_closed()
 
 
+_HELD: list[socket.socket] = []
+"""The ports :func:`refused_url` hands out, held bound for the process's life."""
+
+
+@atexit.register
+def _let_go() -> None:
+    for sock in _HELD:
+        sock.close()
+
+
 def refused_url() -> str:
-    """A loopback URL whose port was just free and has no listener: connecting is refused."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    """A loopback URL whose port has no listener: connecting is refused. The
+    port stays bound (never listening) for the rest of the process, so no
+    other server, in this worker or another, can take it meanwhile and
+    answer where a refusal was meant."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def reset_connection(request: web.Request) -> None:
