@@ -55,8 +55,11 @@ def getenv(name: str, *, secret: bool = False) -> str | None:
     ValueError naming the variable, never quoting the value. A ``secret``
     one is left to the check that makes it a header
     (:class:`~vaelii_llm.errors.LLMBadCredential`, naming the header)."""
-    value = os.environ.get(name)
-    if value is None or secret or _passed.get(name) == value:
+    try:  # on every turn, most often unset: one lookup, no Mapping.get around it
+        value = os.environ[name]
+    except KeyError:
+        return None
+    if secret or _passed.get(name) == value:
         return value
     found = _CONTROL.search(value.strip())
     if found is not None:
@@ -71,7 +74,10 @@ def getenv(name: str, *, secret: bool = False) -> str | None:
 
 def text(switch: Switch) -> str | None:
     """The switch's variable trimmed, or None when unset or blank."""
-    return text_of(switch.name, secret=switch.secret)
+    value = getenv(switch.name, secret=switch.secret)
+    if value is None:
+        return None
+    return value.strip() or None
 
 
 def text_of(name: str, *, secret: bool = False) -> str | None:

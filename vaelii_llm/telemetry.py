@@ -320,11 +320,13 @@ def instrument(provider: P, name: str, *, url: str | None = None, model: str | N
     complete = provider.complete  # bound: the instance now refers to itself through them
     stream = provider.stream
 
-    async def traced_complete(request: Request) -> Response:
+    def traced_complete(request: Request) -> Awaitable[Response]:
+        # Not a coroutine of its own: off, the turn is the backend's coroutine
+        # itself, with no frame of ours for each of its awaits to pass through.
         state = active
         if state is None or _turn_of.get() is target:  # off (one attribute read), or nested
-            return await complete(request)
-        return await _complete_in_span(state, target, request, complete(request))
+            return complete(request)
+        return _complete_in_span(state, target, request, complete(request))
 
     def traced_stream(
         request: Request, *, deltas: bool = False
@@ -338,6 +340,8 @@ def instrument(provider: P, name: str, *, url: str | None = None, model: str | N
         return _stream_in_span(state, target, request, items)
 
     traced_complete.__doc__ = complete.__doc__
+    if _mark_coroutine_function is not None:  # inspect says what it is (Python 3.12+)
+        _mark_coroutine_function(traced_complete)
     traced_stream.__doc__ = stream.__doc__
     own.update({_INSTRUMENTED: name, "complete": traced_complete, "stream": traced_stream})
     return provider
@@ -361,6 +365,8 @@ def instrument_built(provider: P, kind: str) -> P:
 
 
 _untraceable: set[str] = set()
+
+_mark_coroutine_function: Final = getattr(inspect, "markcoroutinefunction", None)
 
 _turn_of: contextvars.ContextVar[_Target | None] = contextvars.ContextVar(
     "vaelii_llm_turn_of", default=None

@@ -8,6 +8,12 @@ held to its reference in test_wire_sse.py.) With deltas, the blocks and the
 final Response are what they are without, and each block's deltas, joined,
 are its text.
 
+Ollama's whole answer (``response_of``) is built straight from its one
+object; it must equal, refusals included, what the streamed assembler makes
+of that object as its only line. A whole Chat Completions answer is built
+straight from its one message too, held to the way the stream's turn reads
+it (the oracle :func:`_reference_completion`).
+
 Ollama's ``ChatAssembler.feed`` reads a line that only continues the last
 piece's kind with a narrow decoder; it is checked against :func:`reference`,
 the slow path kept here as an oracle: every line decoded whole and applied in
@@ -43,14 +49,24 @@ from vaelii_llm._protocol import (
 from vaelii_llm._wire.ndjson import NDJSONDecoder, refuse_line
 from vaelii_llm._wire.sse import SSEDecoder
 from vaelii_llm.errors import LLMApiError, LLMBadResponse, LLMError
+from vaelii_llm.providers._turn import MAX_TOOL_CALLS
 from vaelii_llm.providers.anthropic._stream import StreamAssembler
 from vaelii_llm.providers.ollama._assemble import (
     CHUNK_DECODER,
     ChatAssembler,
     ChatChunk,
     _InMessage,
+    response_of,
     stop_reason,
 )
+from vaelii_llm.providers.openai._assemble import (
+    WHOLE_DECODER,
+    Completion,
+    _refuse_error,
+    _text_of,
+    _Turn,
+)
+from vaelii_llm.providers.openai._assemble import response_of as completion_response
 
 
 def anthropic_run(stream: bytes, cuts: list[int], frames: bool, deltas: bool = False) -> list[Any]:
@@ -483,3 +499,145 @@ def check_deltas(with_deltas: list[Any], plain: list[Any]) -> None:
             else:
                 text = item.text if isinstance(item, TextBlock) else item.thinking
                 assert "".join(pieces.get(index, [])) == text
+
+
+def _assembled_whole(chunk: ChatChunk) -> Response | tuple[type, str]:
+    """The oracle for a whole answer: the streamed assembler fed it as its one line."""
+    assembler = ChatAssembler("t")
+    try:
+        list(assembler.feed([_line(chunk)]))
+        return assembler.result()
+    except LLMError as exc:
+        return type(exc), str(exc)
+
+
+def _built_whole(chunk: ChatChunk) -> Response | tuple[type, str]:
+    try:
+        return response_of(chunk, "t")
+    except LLMError as exc:
+        return type(exc), str(exc)
+
+
+_many_calls = st.integers(MAX_TOOL_CALLS - 1, MAX_TOOL_CALLS + 1).map(
+    lambda n: _InMessage(content="a", tool_calls=(_CALL,) * n)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _chunks
+    | st.builds(
+        ChatChunk,
+        model=st.sampled_from([None, "m"]),
+        message=_messages | _many_calls,
+        done=st.just(True),
+        done_reason=st.sampled_from([None, "stop", "length", "load"]),
+        eval_count=st.sampled_from([None, 3]),
+        total_duration=st.sampled_from([None, 7]),
+    )
+)
+def test_a_whole_answer_is_what_the_streamed_assembler_makes_of_it(chunk: ChatChunk) -> None:
+    assert _built_whole(chunk) == _assembled_whole(chunk)
+
+
+def _reference_completion(parsed: Completion, label: str) -> Response:
+    """The oracle for a whole Chat Completions answer: its one message fed
+    to the stream's turn (the accumulator and :class:`_Turn`), as it was read
+    before the direct path."""
+    _refuse_error(parsed, label)
+    if not parsed.choices:
+        raise LLMBadResponse(label, "answered a completion with no choices")
+    choice = parsed.choices[0]
+    message = choice.message
+    turn = _Turn(label)
+    parts = turn.parts
+    turn.id, turn.model, turn.usage = parsed.id, parsed.model, parsed.usage
+    turn.finish = choice.finish_reason
+    if type(choice.stop_reason) is str:
+        turn.stop_string = choice.stop_reason
+    thinking = _text_of(message.reasoning_content) or _text_of(message.reasoning)
+    out: list[Any] = []
+    if thinking:
+        parts.add_thinking(thinking, out)
+    if message.content:
+        parts.add_text(message.content, out)
+    if message.refusal:
+        turn.refusal.append(message.refusal)
+    for call in message.tool_calls or ():
+        parts.add_arguments(
+            parts.open_call(call.id, call.function.name), call.function.arguments, out
+        )
+    return turn.response(parts.blocks(turn.tool_use()))
+
+
+def _outcome(build: Any, parsed: Completion) -> Response | tuple[type, str]:
+    try:
+        result: Response = build(parsed, "t")
+    except LLMError as exc:
+        return type(exc), str(exc)
+    return result
+
+
+_ARGUMENTS = ["", " ", "{}", '{"a": 1}', '{"a": "cut', "[1]", "null", "nope", '{"a": 1}{']
+_completion_call = _keys(
+    id=["c1", None, _ABSENT],
+    function=[{"name": "f", "arguments": a} for a in _ARGUMENTS]
+    + [{"name": "g"}, {"arguments": "{}"}],
+)
+_completion_message = st.builds(
+    lambda fields, calls: {**fields, **({} if calls is None else {"tool_calls": calls})},
+    _keys(
+        content=["Yes.", "", None, _ABSENT],
+        reasoning_content=["t", "", 5, {"x": 1}, None, _ABSENT, _ABSENT],
+        reasoning=["r", {"text": "r"}, _ABSENT, _ABSENT],
+        refusal=["no.", "", None, _ABSENT, _ABSENT, _ABSENT],
+    ),
+    st.none() | st.lists(_completion_call, max_size=4),
+)
+_completions = st.builds(
+    lambda top, choice, message: {
+        **top,
+        "choices": [] if choice is None else [{**choice, "message": message}],
+    },
+    _keys(
+        id=["x", None, _ABSENT],
+        model=["m", None, _ABSENT],
+        usage=[
+            _ABSENT,
+            None,
+            {},
+            {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+            {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 2}, "x": None},
+            {"prompt_tokens": "3", "completion_tokens": -1},
+        ],
+        error=[_ABSENT] * 12 + [None, {"message": "boom"}],
+        object=[_ABSENT] * 12 + ["chat.completion", "error"],
+        message=[_ABSENT, "why"],
+    ),
+    st.sampled_from([None])
+    | _keys(
+        finish_reason=["stop", "length", "tool_calls", "content_filter", "eos", None, _ABSENT],
+        stop_reason=[_ABSENT, None, "END", 7],
+    ),
+    _completion_message,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_completions)
+@example(
+    {
+        "choices": [
+            {
+                "finish_reason": "tool_calls",
+                "message": {
+                    "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]
+                    * (MAX_TOOL_CALLS + 1)
+                },
+            }
+        ]
+    }
+)
+def test_a_whole_completion_is_what_the_streams_turn_makes_of_it(wire: dict[str, Any]) -> None:
+    parsed = WHOLE_DECODER.decode(msgspec.json.encode(wire))
+    assert _outcome(completion_response, parsed) == _outcome(_reference_completion, parsed)

@@ -446,20 +446,12 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
     async def complete(self, request: Request) -> Response:
         """One non-streamed turn under ``request.timeout_ms``, headers and body."""
         codec = self._codec
-        body, headers = await self._prepared(request, stream=False)
-        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
-
-    async def _prepared(
-        self, request: Request, *, stream: bool
-    ) -> tuple[bytes, Mapping[str, str] | None]:
-        """A turn's body and headers (after the credential step); LLMClosed
-        when the provider is closed."""
-        codec = self._codec
         if self._closed:
             raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=stream)
+        body = codec.body(request, stream=False)
         credential = None if self._credentials is None else await self._credential()
-        return body, self._headers(codec.headers(request, stream=stream, credential=credential))
+        headers = self._headers(codec.headers(request, stream=False, credential=credential))
+        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
 
     async def _post(
         self,
@@ -538,7 +530,11 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         hold.task = asyncio.current_task()
         try:
             codec = self._codec
-            body, headers = await self._prepared(request, stream=True)
+            if self._closed:
+                raise LLMClosed(codec.endpoint.label)
+            body = codec.body(request, stream=True)
+            credential = None if self._credentials is None else await self._credential()
+            headers = self._headers(codec.headers(request, stream=True, credential=credential))
             session, gate = self._http()
             answer: Mapping[str, str] | None = None
             stalling = request.stall_ms is not None

@@ -46,10 +46,13 @@ import msgspec
 
 from vaelii_llm import errors
 from vaelii_llm._protocol import (
+    Block,
     Response,
     StopReason,
     StreamItem,
+    TextBlock,
     TextDelta,
+    ThinkingBlock,
     ThinkingDelta,
     ToolUseBlock,
     Usage,
@@ -326,42 +329,74 @@ class ChatAssembler:
         self._run = None
         calls = self._calls
         content, out = self._parts.finish(lambda call: calls[call.number])
-        self._response = Response(
-            content=content,
-            stop_reason=stop_reason(chunk.done_reason, bool(self._calls)),
-            vendor_stop_reason=chunk.done_reason,
-            model=chunk.model or self._model,
-            usage=Usage(
-                input_tokens=chunk.prompt_eval_count,
-                output_tokens=chunk.eval_count,
-                prompt_eval_count=chunk.prompt_eval_count,
-                eval_count=chunk.eval_count,
-                total_duration=chunk.total_duration,
-                load_duration=chunk.load_duration,
-                prompt_eval_duration=chunk.prompt_eval_duration,
-                eval_duration=chunk.eval_duration,
-            ),
-        )
+        self._response = _response(chunk, content, self._model, called=bool(calls))
         return out
 
     def _tool_use(self, raw: msgspec.Raw, position: int) -> ToolUseBlock:
-        try:
-            call = _TOOL_CALL_DECODER.decode(raw)
-            original = _RAW_DECODER.decode(raw)
-        except Exception as exc:
-            raise errors.LLMBadResponse(
-                self._label, "sent a tool call that will not decode", bytes(raw)
-            ) from exc
-        return ToolUseBlock(
-            id=call.id or f"call_{position}",
-            name=call.function.name,
-            input=call.function.arguments,
-            raw=original,
-        )
+        return _tool_use(raw, position, self._label)
+
+
+def _tool_use(raw: msgspec.Raw, position: int, label: str) -> ToolUseBlock:
+    try:
+        call = _TOOL_CALL_DECODER.decode(raw)
+        original = _RAW_DECODER.decode(raw)
+    except Exception as exc:
+        raise errors.LLMBadResponse(
+            label, "sent a tool call that will not decode", bytes(raw)
+        ) from exc
+    return ToolUseBlock(
+        id=call.id or f"call_{position}",
+        name=call.function.name,
+        input=call.function.arguments,
+        raw=original,
+    )
+
+
+def _response(
+    chunk: ChatChunk, content: list[Block], model: str | None, *, called: bool
+) -> Response:
+    """The turn, from its ``done: true`` object and its blocks."""
+    return Response(
+        content=content,
+        stop_reason=stop_reason(chunk.done_reason, called),
+        vendor_stop_reason=chunk.done_reason,
+        model=chunk.model or model,
+        usage=Usage(
+            input_tokens=chunk.prompt_eval_count,
+            output_tokens=chunk.eval_count,
+            prompt_eval_count=chunk.prompt_eval_count,
+            eval_count=chunk.eval_count,
+            total_duration=chunk.total_duration,
+            load_duration=chunk.load_duration,
+            prompt_eval_duration=chunk.prompt_eval_duration,
+            eval_duration=chunk.eval_duration,
+        ),
+    )
 
 
 def response_of(chunk: ChatChunk, label: str) -> Response:
-    """The Response of a non-streamed answer (one object, ``done: true``)."""
-    assembler = ChatAssembler(label)
-    assembler._apply(chunk)
-    return assembler.result()
+    """The Response of a non-streamed answer (one object, ``done: true``).
+
+    Built straight from its one message: the blocks the assembler would make
+    of it, in its order (thinking, text, the calls), refused as it would
+    refuse it (an ``error``, a call that will not decode, one call too many,
+    no ``done: true``), without its reassembly (``tests/providers`` holds the
+    two equal on generated answers)."""
+    if chunk.error is not None:
+        raise errors.LLMApiError(label, 200, chunk.error)
+    content: list[Block] = []
+    called = False
+    message = chunk.message
+    if message is not None:
+        raw_calls = message.tool_calls
+        if message.thinking:
+            content.append(ThinkingBlock(thinking=message.thinking))
+        if message.content:
+            content.append(TextBlock(text=message.content))
+        if raw_calls:
+            count_call(len(raw_calls) - 1, label)
+            content += [_tool_use(raw, n, label) for n, raw in enumerate(raw_calls)]
+            called = True
+    if not chunk.done:
+        raise errors.LLMBadResponse(label, "ended the stream without done: true")
+    return _response(chunk, content, chunk.model, called=called)

@@ -58,13 +58,15 @@ from vaelii_llm._protocol import (
     Response,
     StopReason,
     StreamItem,
+    TextBlock,
     TextDelta,
+    ThinkingBlock,
     ToolUseBlock,
     Usage,
     nearest_stop_reason,
 )
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._turn import Accumulator, Call
+from vaelii_llm.providers._turn import Accumulator, Call, count_call
 
 __all__ = [
     "WHOLE_DECODER",
@@ -261,20 +263,41 @@ class _Turn:
         return lambda call: _tool_use(call, cut and call.number == last, label)
 
     def response(self, content: list[Block]) -> Response:
-        refusal = "".join(self.refusal)
-        stop_string = self.stop_string
-        called = bool(self.parts.calls)
-        reason = stop_reason(self.finish, called, bool(refusal), stop_string is not None)
-        return Response(
-            content=content,
-            stop_reason=reason,
-            vendor_stop_reason=self.finish,
+        return _response(
+            content,
+            self.finish,
+            "".join(self.refusal),
+            self.stop_string,
+            called=bool(self.parts.calls),
             model=self.model,
             id=self.id,
-            stop_sequence=stop_string if reason == "stop_sequence" else None,
-            stop_details={"type": "refusal", "explanation": refusal} if refusal else None,
-            usage=_usage(self.usage),
+            usage=self.usage,
         )
+
+
+def _response(
+    content: list[Block],
+    finish: str | None,
+    refusal: str,
+    stop_string: str | None,
+    *,
+    called: bool,
+    model: str | None,
+    id: str | None,
+    usage: dict[str, Any] | None,
+) -> Response:
+    """The turn, from its blocks and what this wire says of it."""
+    reason = stop_reason(finish, called, bool(refusal), stop_string is not None)
+    return Response(
+        content=content,
+        stop_reason=reason,
+        vendor_stop_reason=finish,
+        model=model,
+        id=id,
+        stop_sequence=stop_string if reason == "stop_sequence" else None,
+        stop_details={"type": "refusal", "explanation": refusal} if refusal else None,
+        usage=_usage(usage),
+    )
 
 
 def _tool_use(call: Call, may_be_cut: bool, label: str) -> ToolUseBlock:
@@ -350,34 +373,41 @@ def _refuse_error(parsed: _Chunk | Completion, label: str) -> None:
 
 
 def response_of(parsed: Completion, label: str = "the Chat Completions API") -> Response:
-    """The Response for a whole answer: its first choice, read as a stream of
-    it would be."""
+    """The Response for a whole answer: its first choice, the blocks a stream
+    of it would make, in their order, refused as a stream of it would be,
+    built straight from its one message (``tests/providers`` holds it equal
+    to the stream's way on generated answers)."""
     _refuse_error(parsed, label)
     if not parsed.choices:
         raise errors.LLMBadResponse(label, "answered a completion with no choices")
     choice = parsed.choices[0]
     message = choice.message
-    turn = _Turn(label)
-    parts = turn.parts
-    turn.id = parsed.id
-    turn.model = parsed.model
-    turn.usage = parsed.usage
-    turn.finish = choice.finish_reason
-    if type(choice.stop_reason) is str:
-        turn.stop_string = choice.stop_reason
+    finish = choice.finish_reason
+    content: list[Block] = []
     thinking = _text_of(message.reasoning_content) or _text_of(message.reasoning)
-    out: list[StreamItem] = []  # no deltas asked for: stays empty
     if thinking:
-        parts.add_thinking(thinking, out)
+        content.append(ThinkingBlock(thinking=thinking))
     if message.content:
-        parts.add_text(message.content, out)
-    if message.refusal:
-        turn.refusal.append(message.refusal)
-    for call in message.tool_calls or ():
-        parts.add_arguments(
-            parts.open_call(call.id, call.function.name), call.function.arguments, out
-        )
-    return turn.response(parts.blocks(turn.tool_use()))
+        content.append(TextBlock(text=message.content))
+    calls = message.tool_calls
+    if calls:
+        count_call(len(calls) - 1, label)
+        cut = len(calls) - 1 if finish == "length" else -1  # the one call read leniently
+        for number, raw in enumerate(calls):
+            call = Call(number, raw.id, raw.function.name)
+            if raw.function.arguments:
+                call.arguments.append(raw.function.arguments)
+            content.append(_tool_use(call, number == cut, label))
+    return _response(
+        content,
+        finish,
+        message.refusal or "",
+        choice.stop_reason if type(choice.stop_reason) is str else None,
+        called=bool(calls),
+        model=parsed.model,
+        id=parsed.id,
+        usage=parsed.usage,
+    )
 
 
 # -- the stream ---------------------------------------------------------------------
