@@ -26,7 +26,7 @@ its ``raw``, and with deltas a start, for the agent to run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from vaelii_llm import errors
 from vaelii_llm._protocol import (
@@ -41,7 +41,7 @@ from vaelii_llm._protocol import (
     ToolUseStart,
 )
 
-__all__ = ["MAX_TOOL_CALLS", "Accumulator", "Call", "count_call"]
+__all__ = ["MAX_TOOL_CALLS", "Accumulator", "Call", "count_call", "lenient_object"]
 
 MAX_TOOL_CALLS: Final = 1024
 """The most tool calls one turn may hold, on every wire; far above what a
@@ -55,6 +55,19 @@ def count_call(calls: int, label: str) -> None:
         raise errors.LLMBadResponse(
             label, f"answered more than MAX_TOOL_CALLS ({MAX_TOOL_CALLS}) tool calls in one turn"
         )
+
+
+def lenient_object(arguments: str) -> dict[str, Any]:
+    """What a tool call's arguments cut by the token budget hold: whole
+    members kept, a cut string up to the cut (jiter's partial mode); anything
+    unreadable, or no object, is no argument."""
+    from jiter import from_json  # on the first cut turn only (see _IMPORTED_ON_FIRST_USE)
+
+    try:
+        value = from_json(arguments.encode(), partial_mode="trailing-strings")
+    except Exception:
+        return {}
+    return value if type(value) is dict else {}
 
 
 class Call:

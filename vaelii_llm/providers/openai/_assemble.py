@@ -49,7 +49,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, Literal
 
-import jiter
 import msgspec
 
 from vaelii_llm import errors
@@ -66,7 +65,7 @@ from vaelii_llm._protocol import (
     nearest_stop_reason,
 )
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._turn import Accumulator, Call, count_call
+from vaelii_llm.providers._turn import Accumulator, Call, count_call, lenient_object
 
 __all__ = [
     "WHOLE_DECODER",
@@ -317,7 +316,7 @@ def _tool_use(call: Call, may_be_cut: bool, label: str) -> ToolUseBlock:
             raise errors.LLMBadResponse(
                 label, f"answered a tool call to {name!r} whose arguments are not JSON", arguments
             ) from exc
-        parsed = _lenient(arguments)
+        parsed = lenient_object(arguments)
         partial = True
     if parsed is None:
         parsed = {}
@@ -328,16 +327,6 @@ def _tool_use(call: Call, may_be_cut: bool, label: str) -> ToolUseBlock:
     if may_be_cut:
         partial = True  # the last call of a cut turn is never run, whole or not
     return ToolUseBlock(id=call_id, name=name, input=parsed, partial=partial, raw=raw)
-
-
-def _lenient(arguments: str) -> dict[str, Any]:
-    """What a cut arguments string holds: whole members kept, a cut string up
-    to the cut (jiter's partial mode); anything unreadable is no argument."""
-    try:
-        value = jiter.from_json(arguments.encode(), partial_mode="trailing-strings")
-    except Exception:
-        return {}
-    return value if type(value) is dict else {}
 
 
 _COUNTED: Final = frozenset({"prompt_tokens", "completion_tokens"})

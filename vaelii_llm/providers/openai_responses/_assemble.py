@@ -53,7 +53,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Final, Literal
 
-import jiter
 import msgspec
 
 from vaelii_llm import errors
@@ -75,7 +74,7 @@ from vaelii_llm._protocol import (
     nearest_stop_reason,
 )
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._turn import count_call
+from vaelii_llm.providers._turn import count_call, lenient_object
 
 __all__ = [
     "WHOLE_DECODER",
@@ -212,22 +211,12 @@ def _tool_use(item: dict[str, Any], label: str) -> ToolUseBlock:
                 f"answered a function call to {name!r} whose arguments are not JSON",
                 arguments,
             ) from exc
-        parsed = _lenient(arguments)
+        parsed = lenient_object(arguments)
     if type(parsed) is not dict:
         raise errors.LLMBadResponse(
             label, f"answered a function call to {name!r} whose arguments are no object", arguments
         )
     return ToolUseBlock(id=call_id, name=name, input=parsed, partial=cut, raw=item)
-
-
-def _lenient(arguments: str) -> dict[str, Any]:
-    """What a cut arguments string holds: whole members kept, a cut string up
-    to the cut; anything unreadable is no argument."""
-    try:
-        value = jiter.from_json(arguments.encode(), partial_mode="trailing-strings")
-    except Exception:
-        return {}
-    return value if type(value) is dict else {}
 
 
 # -- the turn ---------------------------------------------------------------------------
