@@ -207,6 +207,7 @@ MODULES = [
     "vaelii_llm.providers.openai._key",
     "vaelii_llm.providers.openai._probes",
     "vaelii_llm.providers.openai._provider",
+    "vaelii_llm.providers.openai._server",
     "vaelii_llm.providers.openai._status",
     "vaelii_llm.providers.openai_responses",
     "vaelii_llm.providers.openai_responses._assemble",

@@ -18,12 +18,9 @@ from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline
 from vaelii_llm.providers._http import ClientSession, SSLOption, network
-from vaelii_llm.providers.openai._chat import (
-    endpoint,
-    refuse_two_authorizations,
-    session_headers,
-)
+from vaelii_llm.providers.openai._chat import endpoint
 from vaelii_llm.providers.openai._key import APIKey
+from vaelii_llm.providers.openai._server import refuse_two_authorizations, session_headers
 
 __all__ = ["MODELS_PATH", "MODELS_TIMEOUT_MS", "available", "models", "unavailable_reason"]
 
