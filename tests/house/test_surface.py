@@ -17,8 +17,9 @@ from typing import get_args
 import pytest
 
 import vaelii_llm
-from vaelii_llm import _backends, config
+from vaelii_llm import _backends
 from vaelii_llm import _protocol as protocol
+from vaelii_llm import config
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDER_METHODS = {

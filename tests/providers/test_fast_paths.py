@@ -20,37 +20,39 @@ the whole line refuses it.
 from __future__ import annotations
 
 import random
-from typing import Any, get_args
+from typing import Any
+from typing import get_args
 
 import msgspec
 import pytest
 from anthropic_fake import generate
-from hypothesis import example, given, settings
+from hypothesis import example
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from vaelii_llm._protocol import (
-    Block,
-    Delta,
-    Response,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolUseBlock,
-    ToolUseStart,
-    Usage,
-)
-from vaelii_llm._wire.ndjson import NDJSONDecoder, refuse_line
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
+from vaelii_llm._protocol import Usage
+from vaelii_llm._wire.ndjson import NDJSONDecoder
+from vaelii_llm._wire.ndjson import refuse_line
 from vaelii_llm._wire.sse import SSEDecoder
-from vaelii_llm.errors import LLMApiError, LLMBadResponse, LLMError
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadResponse
+from vaelii_llm.errors import LLMError
 from vaelii_llm.providers.anthropic._stream import StreamAssembler
-from vaelii_llm.providers.ollama._assemble import (
-    CHUNK_DECODER,
-    ChatAssembler,
-    ChatChunk,
-    _InMessage,
-    stop_reason,
-)
+from vaelii_llm.providers.ollama._assemble import CHUNK_DECODER
+from vaelii_llm.providers.ollama._assemble import ChatAssembler
+from vaelii_llm.providers.ollama._assemble import ChatChunk
+from vaelii_llm.providers.ollama._assemble import _InMessage
+from vaelii_llm.providers.ollama._assemble import stop_reason
 
 
 def anthropic_run(stream: bytes, cuts: list[int], frames: bool, deltas: bool = False) -> list[Any]:

@@ -56,47 +56,44 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any
+from typing import Final
+from typing import Literal
 from urllib.parse import urlsplit
 
 import msgspec
 
 from vaelii_llm import errors
-from vaelii_llm._media import (
-    MAX_BASE64,
-    MB,
-    WEB_IMAGE_TYPES,
-    MediaLimits,
-    check_document,
-    check_image,
-)
-from vaelii_llm._protocol import (
-    Block,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    system_text,
-    unhandled_block,
-)
-from vaelii_llm._transport.settings import Endpoint, Headers
+from vaelii_llm._media import MAX_BASE64
+from vaelii_llm._media import MB
+from vaelii_llm._media import WEB_IMAGE_TYPES
+from vaelii_llm._media import MediaLimits
+from vaelii_llm._media import check_document
+from vaelii_llm._media import check_image
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import DocumentBlock
+from vaelii_llm._protocol import ImageBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import system_text
+from vaelii_llm._protocol import unhandled_block
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.settings import Headers
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
-from vaelii_llm.providers.openai._assemble import (
-    WHOLE_DECODER,
-    ChunkAssembler,
-    Completion,
-    not_sse,
-    response_of,
-)
+from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._assemble import ChunkAssembler
+from vaelii_llm.providers.openai._assemble import Completion
+from vaelii_llm.providers.openai._assemble import not_sse
+from vaelii_llm.providers.openai._assemble import response_of
 from vaelii_llm.providers.openai._server import ServerCodec
 
 __all__ = [

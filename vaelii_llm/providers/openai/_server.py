@@ -7,12 +7,16 @@ same headers by the same rule (:func:`session_headers`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
+from collections.abc import Collection
+from collections.abc import Mapping
 from typing import Any
 
 from vaelii_llm import _backends
-from vaelii_llm._transport.settings import Endpoint, with_json_content_type
-from vaelii_llm._transport.urls import hide_userinfo, userinfo
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.settings import with_json_content_type
+from vaelii_llm._transport.urls import hide_userinfo
+from vaelii_llm._transport.urls import userinfo
 from vaelii_llm.providers._http import SessionHeadersOnly
 from vaelii_llm.providers.openai._key import APIKey
 

@@ -9,29 +9,27 @@ server, another path.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import Request, Response
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._chat import HEADERS
 from vaelii_llm.providers.openai._server import ServerCodec
-from vaelii_llm.providers.openai_responses._assemble import (
-    WHOLE_DECODER,
-    EventAssembler,
-    Whole,
-    not_sse,
-    response_of,
-)
-from vaelii_llm.providers.openai_responses._request import (
-    COUNT_PATH,
-    RESPONSES_PATH,
-    responses_body,
-)
+from vaelii_llm.providers.openai_responses._assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai_responses._assemble import EventAssembler
+from vaelii_llm.providers.openai_responses._assemble import Whole
+from vaelii_llm.providers.openai_responses._assemble import not_sse
+from vaelii_llm.providers.openai_responses._assemble import response_of
+from vaelii_llm.providers.openai_responses._request import COUNT_PATH
+from vaelii_llm.providers.openai_responses._request import RESPONSES_PATH
+from vaelii_llm.providers.openai_responses._request import responses_body
 
 __all__ = ["Options", "ResponsesCodec", "endpoint"]
 
