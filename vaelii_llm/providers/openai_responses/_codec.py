@@ -2,8 +2,9 @@
 and the options a provider is built from.
 
 The key, the caller's headers, the base URL and its user:password rule are
-the Chat Completions backend's (:mod:`vaelii_llm.providers.openai`): the same
-server, another path.
+the Chat Completions backend's, read by the base both codecs share
+(:class:`~vaelii_llm.providers.openai._server.ServerCodec`): the same server,
+another path.
 """
 
 from __future__ import annotations
