@@ -32,7 +32,8 @@ from typing import Any
 import griffe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hooks import members, public_modules
+from hooks import members
+from hooks import public_modules
 
 ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|data|mod|exc|obj|const):`(?P<body>[^`]+)`")
 TITLED = re.compile(r"(?P<title>.*?)\s*<(?P<target>[^>]+)>")

@@ -122,7 +122,8 @@ def configuration_table() -> str:
     """One row per ``config.SWITCHES`` entry, in its order; its role (a
     backend's host, hosts, model or key) read from each backend's record
     (:class:`vaelii_llm.providers.Backend`)."""
-    from vaelii_llm import _backends, config
+    from vaelii_llm import _backends
+    from vaelii_llm import config
 
     roles: dict[str, list[str]] = {}
     for backend in _backends.BUILTIN:

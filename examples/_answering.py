@@ -18,7 +18,9 @@ import time
 from types import TracebackType
 from typing import TextIO
 
-from vaelii_llm import Provider, config, providers
+from vaelii_llm import Provider
+from vaelii_llm import config
+from vaelii_llm import providers
 from vaelii_llm.providers.stub import StubProvider
 
 

@@ -29,21 +29,20 @@ import asyncio
 import sys
 
 import msgspec
-from _answering import Progress, who_answers
+from _answering import Progress
+from _answering import who_answers
 
-from vaelii_llm import (
-    Block,
-    Message,
-    Provider,
-    Request,
-    Response,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    kb,
-    providers,
-    tools,
-)
+from vaelii_llm import Block
+from vaelii_llm import Message
+from vaelii_llm import Provider
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
+from vaelii_llm import ToolResultBlock
+from vaelii_llm import ToolUseBlock
+from vaelii_llm import kb
+from vaelii_llm import providers
+from vaelii_llm import tools
 
 QUESTION = "Who is Miss Muffet afraid of, and what kind of thing is Muffet?"
 SYSTEM = "Answer from the knowledge base, reading it with the tools given."

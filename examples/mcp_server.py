@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from vaelii_llm import kb, tools
+from vaelii_llm import kb
+from vaelii_llm import tools
 
 try:
     import mcp.types as types

@@ -22,13 +22,15 @@ import sys
 
 from _answering import who_answers
 
-from vaelii_llm import kb, providers
+from vaelii_llm import kb
+from vaelii_llm import providers
 
 try:
     from pydantic_ai import Agent
     from pydantic_ai import messages as pai
 
-    from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
+    from vaelii_llm.integrations.pydantic_ai import KBToolset
+    from vaelii_llm.integrations.pydantic_ai import VaeliiModel
 except ImportError as missing:  # the extra is not installed: say how, as the command does
     if (missing.name or "").partition(".")[0] != "pydantic_ai":
         raise

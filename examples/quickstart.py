@@ -18,22 +18,21 @@ import asyncio
 from contextlib import aclosing
 
 import msgspec
-from _answering import Progress, who_answers
+from _answering import Progress
+from _answering import who_answers
 
-from vaelii_llm import (
-    Message,
-    Provider,
-    Request,
-    Response,
-    TextBlock,
-    ToolSchema,
-    ToolUseBlock,
-    config,
-    kb,
-    pool,
-    providers,
-    tools,
-)
+from vaelii_llm import Message
+from vaelii_llm import Provider
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
+from vaelii_llm import ToolSchema
+from vaelii_llm import ToolUseBlock
+from vaelii_llm import config
+from vaelii_llm import kb
+from vaelii_llm import pool
+from vaelii_llm import providers
+from vaelii_llm import tools
 
 QUESTION = "Who is Miss Muffet afraid of, and what kind of thing is Muffet?"
 

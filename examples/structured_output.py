@@ -27,9 +27,17 @@ import sys
 from contextlib import aclosing
 
 import msgspec
-from _answering import Progress, who_answers
+from _answering import Progress
+from _answering import who_answers
 
-from vaelii_llm import Message, Request, Response, TextBlock, TextDelta, kb, providers, tools
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
+from vaelii_llm import TextDelta
+from vaelii_llm import kb
+from vaelii_llm import providers
+from vaelii_llm import tools
 
 
 class Creature(msgspec.Struct, frozen=True):

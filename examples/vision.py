@@ -23,9 +23,15 @@ import asyncio
 import sys
 from pathlib import Path
 
-from _answering import Progress, who_answers
+from _answering import Progress
+from _answering import who_answers
 
-from vaelii_llm import ImageBlock, Message, Request, TextBlock, errors, providers
+from vaelii_llm import ImageBlock
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import TextBlock
+from vaelii_llm import errors
+from vaelii_llm import providers
 
 IMAGE = Path(__file__).with_name("red_square.png")
 QUESTION = "What shape is in this image, and what colour is it? One sentence."

@@ -21,7 +21,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from vaelii_llm import Message, Request, config, pool
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import config
+from vaelii_llm import pool
 
 QUESTION = "Is a spider an insect? Answer yes or no first, then one sentence."
 

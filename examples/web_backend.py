@@ -75,14 +75,26 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
 from contextlib import aclosing
-from typing import Annotated, Any, Final, cast
+from typing import Annotated
+from typing import Any
+from typing import Final
+from typing import cast
 
 import msgspec
 from aiohttp import web
 
-from vaelii_llm import Provider, Request, agent, config, errors, kb, providers, tools
+from vaelii_llm import Provider
+from vaelii_llm import Request
+from vaelii_llm import agent
+from vaelii_llm import config
+from vaelii_llm import errors
+from vaelii_llm import kb
+from vaelii_llm import providers
+from vaelii_llm import tools
 from vaelii_llm.providers.stub import StubProvider
 
 log = logging.getLogger("web_backend")

@@ -10,23 +10,33 @@ import gc
 import os
 import signal
 import types
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
 
 import aiohttp
 import pytest
 
 from vaelii_llm import config as vconfig
-from vaelii_llm import kb, telemetry
-from vaelii_llm._protocol import Request, StreamItem
+from vaelii_llm import kb
+from vaelii_llm import telemetry
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import StreamItem
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.metrics.export import HistogramDataPoint
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 # bounded_runs: every test ends by its bound, every failure's report is bounded.

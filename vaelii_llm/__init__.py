@@ -28,36 +28,41 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from vaelii_llm._protocol import (
-    Block,
-    Cache,
-    Delta,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    Provider,
-    ProviderBase,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    StopReason,
-    StreamItem,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    ToolUseStart,
-    Usage,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Cache
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import DocumentBlock
+from vaelii_llm._protocol import ImageBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import ProviderBase
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
+from vaelii_llm._protocol import Usage
 from vaelii_llm._version import __version__
 
 if TYPE_CHECKING:
-    from vaelii_llm import agent, config, engine, errors, kb, pool, providers, tools
+    from vaelii_llm import agent
+    from vaelii_llm import config
+    from vaelii_llm import engine
+    from vaelii_llm import errors
+    from vaelii_llm import kb
+    from vaelii_llm import pool
+    from vaelii_llm import providers
+    from vaelii_llm import tools
 
 __all__ = [
     "Block",

@@ -22,10 +22,15 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Final
 
-from vaelii_llm._switches import Switch, getenv, text, text_of
+from vaelii_llm._switches import Switch
+from vaelii_llm._switches import getenv
+from vaelii_llm._switches import text
+from vaelii_llm._switches import text_of
 
 __all__ = [
     "BIND_ADDRESSES",

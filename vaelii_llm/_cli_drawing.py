@@ -9,7 +9,8 @@ import contextlib
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
+from typing import TextIO
 
 if TYPE_CHECKING:
     from vaelii_llm import agent

@@ -53,14 +53,22 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+from collections.abc import Set
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Final, NamedTuple
+from typing import Any
+from typing import Final
+from typing import NamedTuple
 
 import msgspec
 
-from vaelii_llm.engine import MAX_NESTING, too_deep
+from vaelii_llm.engine import MAX_NESTING
+from vaelii_llm.engine import too_deep
 
 __all__ = [
     "CLOCK_MARKER",

@@ -7,8 +7,10 @@ stops as soon as it has what it needs, so the walk costs no more than that.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any, Final
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import Any
+from typing import Final
 
 __all__ = ["atoms"]
 

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from os import PathLike
-from typing import Any, ClassVar, Final, Self
+from typing import Any
+from typing import ClassVar
+from typing import Final
+from typing import Self
 
 from msgspec import Struct
 

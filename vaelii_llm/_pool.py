@@ -17,16 +17,25 @@ every process holds (:mod:`vaelii_llm._slots`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Generic, TypeVar
+from typing import Final
+from typing import Generic
+from typing import TypeVar
 
 from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import Provider
-from vaelii_llm._slots import POOL_LABEL, Ledger, LocalSlots, Slots, Spread
+from vaelii_llm._slots import POOL_LABEL
+from vaelii_llm._slots import Ledger
+from vaelii_llm._slots import LocalSlots
+from vaelii_llm._slots import Slots
+from vaelii_llm._slots import Spread
 from vaelii_llm._transport.urls import hide_userinfo
-from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMUnreachable
+from vaelii_llm.errors import LLMBadHosts
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMUnreachable
 
 __all__ = [
     "DEFAULT_ACQUIRE_TIMEOUT_MS",

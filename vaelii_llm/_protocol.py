@@ -72,15 +72,28 @@ Deltas
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Final, Literal, Never, Protocol, Self, runtime_checkable
+from typing import Any
+from typing import ClassVar
+from typing import Final
+from typing import Literal
+from typing import Never
+from typing import Protocol
+from typing import Self
+from typing import runtime_checkable
 
-from msgspec import UNSET, Struct, UnsetType, field
+from msgspec import UNSET
+from msgspec import Struct
+from msgspec import UnsetType
+from msgspec import field
 
 from vaelii_llm._closing import ClosesOnExit
-from vaelii_llm._media import DocumentBlock, ImageBlock
-from vaelii_llm.errors import LLMEncode, LLMUnsupported
+from vaelii_llm._media import DocumentBlock
+from vaelii_llm._media import ImageBlock
+from vaelii_llm.errors import LLMEncode
+from vaelii_llm.errors import LLMUnsupported
 
 __all__ = [
     "UNSET",

@@ -18,10 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+from typing import Final
 
-from vaelii_llm.errors import LLMBadHosts, LLMError
+from vaelii_llm.errors import LLMBadHosts
+from vaelii_llm.errors import LLMError
 
 __all__ = ["AGREE", "Limits", "disagreement"]
 

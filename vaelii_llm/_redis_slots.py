@@ -59,26 +59,40 @@ import math
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 try:
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import NoScriptError, RedisError
+    from redis.exceptions import NoScriptError
+    from redis.exceptions import RedisError
 except ImportError as exc:  # pragma: no cover - the extra is in the test extra
     raise ImportError(
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
     ) from exc
 
-from vaelii_llm._redis_limits import AGREE, Limits
-from vaelii_llm._redis_scripts import COUNT, RENEW, STEP, read_reply
-from vaelii_llm._slots import POLL_S, POOL_LABEL, Ledger, Spread
+from vaelii_llm._redis_limits import AGREE
+from vaelii_llm._redis_limits import Limits
+from vaelii_llm._redis_scripts import COUNT
+from vaelii_llm._redis_scripts import RENEW
+from vaelii_llm._redis_scripts import STEP
+from vaelii_llm._redis_scripts import read_reply
+from vaelii_llm._slots import POLL_S
+from vaelii_llm._slots import POOL_LABEL
+from vaelii_llm._slots import Ledger
+from vaelii_llm._slots import Spread
 from vaelii_llm._transport.urls import hide_userinfo
-from vaelii_llm.errors import LLMClosed, LLMPoolTimeout, LLMUnreachable, excerpt
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMPoolTimeout
+from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.errors import excerpt
 
 __all__ = ["RedisSlots"]
 

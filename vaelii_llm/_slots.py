@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Final
+from typing import Protocol
 
-from vaelii_llm.errors import LLMClosed, LLMPoolTimeout
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMPoolTimeout
 
 __all__ = ["POLL_S", "POOL_LABEL", "Ledger", "LocalSlots", "Slots", "Spread"]
 

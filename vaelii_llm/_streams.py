@@ -12,7 +12,9 @@ cancelled, the generator takes that cancellation back and ends quietly.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Coroutine
+from collections.abc import AsyncGenerator
+from collections.abc import Callable
+from collections.abc import Coroutine
 from typing import Any
 
 from vaelii_llm._protocol import StreamItem

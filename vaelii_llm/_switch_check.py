@@ -15,7 +15,8 @@ import re
 from typing import Final
 from urllib.parse import urlsplit
 
-from vaelii_llm import _backends, config
+from vaelii_llm import _backends
+from vaelii_llm import config
 from vaelii_llm._backends import REGISTRY
 from vaelii_llm._transport.urls import hide_userinfo
 

@@ -4,22 +4,22 @@ JSON cut to a bound, whatever a model wrote."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
 
 import msgspec
 
 from vaelii_llm._edn import DEFAULT_MAX_CHARS
 from vaelii_llm._json_walk import atoms
-from vaelii_llm._protocol import (
-    Block,
-    Message,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolUseBlock
 
 __all__ = ["ARGUMENTS_CHARS", "arguments", "as_json", "message_parts", "parts_of"]
 

@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 from vaelii_llm import _edn as edn
 from vaelii_llm import engine as engine_mod
 from vaelii_llm._json_walk import atoms
-from vaelii_llm._tool_schemas import Param, Shape, Tool
+from vaelii_llm._tool_schemas import Param
+from vaelii_llm._tool_schemas import Shape
+from vaelii_llm._tool_schemas import Tool
 
 __all__ = [
     "CLOCK_GRACE_S",

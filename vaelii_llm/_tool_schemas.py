@@ -16,15 +16,19 @@ import itertools
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 
 from vaelii_llm import engine as engine_mod
 from vaelii_llm._protocol import ToolSchema
-from vaelii_llm.engine import READ, Options
+from vaelii_llm.engine import READ
+from vaelii_llm.engine import Options
 
 __all__ = ["NAME_GRAMMAR", "NAME_MAX", "Param", "Shape", "Table", "Tool", "tool_name"]
 

@@ -20,15 +20,26 @@ from __future__ import annotations
 
 import asyncio
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeVar
+from typing import Final
+from typing import Literal
+from typing import TypeVar
 
 from vaelii_llm import telemetry
 from vaelii_llm._pool import Pool
-from vaelii_llm._protocol import Message, Provider, Request, Response, StopReason, TextBlock
-from vaelii_llm._slots import POOL_LABEL, Spread
-from vaelii_llm.errors import LLMClosed, LLMError
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._slots import POOL_LABEL
+from vaelii_llm._slots import Spread
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMError
 
 __all__ = ["Vote", "read_response", "read_yes_no", "vote"]
 

@@ -59,31 +59,35 @@ turns it off; a first :class:`~vaelii_llm._protocol.Request` carrying its own
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator
+from collections.abc import Callable
+from collections.abc import Sequence
 from contextlib import aclosing
-from typing import Any, ClassVar, Literal
+from typing import Any
+from typing import ClassVar
+from typing import Literal
 
 import msgspec
 
 from vaelii_llm import config
-from vaelii_llm._protocol import (
-    Block,
-    Cache,
-    Message,
-    Provider,
-    Request,
-    Response,
-    StopReason,
-    TextBlock,
-    TextDelta,
-    ToolInputDelta,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    ToolUseStart,
-    Usage,
-)
-from vaelii_llm.tools import ToolResult, ToolSource, _unknown_tool
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Cache
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
+from vaelii_llm._protocol import Usage
+from vaelii_llm.tools import ToolResult
+from vaelii_llm.tools import ToolSource
+from vaelii_llm.tools import _unknown_tool
 
 __all__ = [
     "AgentResult",

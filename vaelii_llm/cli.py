@@ -19,18 +19,30 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from contextlib import asynccontextmanager
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+from typing import Any
 
-from vaelii_llm import _edn, config, errors
-from vaelii_llm._cli_drawing import AskPrinter, Waiting, say_ignored
+from vaelii_llm import _edn
+from vaelii_llm import config
+from vaelii_llm import errors
+from vaelii_llm._cli_drawing import AskPrinter
+from vaelii_llm._cli_drawing import Waiting
+from vaelii_llm._cli_drawing import say_ignored
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._version import __version__
 from vaelii_llm.engine import EngineRefusal
 
 if TYPE_CHECKING:
-    from vaelii_llm import agent, pool
+    from vaelii_llm import agent
+    from vaelii_llm import pool
     from vaelii_llm._protocol import Provider
 
 __all__ = ["main"]
@@ -71,7 +83,8 @@ def _checked_kind(explicit: str | None = None, *, hosts: bool = False) -> str:
 
 def _bad_hosts(kind: str) -> str | None:
     """Why the pool's host list of ``kind`` will not read, naming its variable."""
-    from vaelii_llm import _backends, pool
+    from vaelii_llm import _backends
+    from vaelii_llm import pool
 
     switch = _backends.record(kind).hosts_switch
     if switch is None or config._getenv(switch) is None:
@@ -84,7 +97,8 @@ def _bad_hosts(kind: str) -> str | None:
 
 
 async def _status() -> int:
-    from vaelii_llm import _backends, providers
+    from vaelii_llm import _backends
+    from vaelii_llm import providers
 
     kind = _checked_kind()
     reason = await providers.unavailable_reason(kind)
@@ -103,7 +117,8 @@ async def _status() -> int:
 async def _print_tools(as_json: bool, servers: Sequence[_Server] = (), kb_too: bool = True) -> int:
     import msgspec
 
-    from vaelii_llm import agent, tools
+    from vaelii_llm import agent
+    from vaelii_llm import tools
 
     if not (kb_too or servers):
         raise _Stop(2, "error", "--no-kb leaves no tools: name a server with --mcp or --mcp-http")
@@ -236,7 +251,8 @@ def _load_kb(kb_path: str | None) -> Any:
     """The KB ``--kb`` names (the sample without it). It reads a file: a
     coroutine calls it through ``asyncio.to_thread``. A file holding no
     sentence is refused: a model would read an empty KB and say nothing of it."""
-    from vaelii_llm import engine, kb
+    from vaelii_llm import engine
+    from vaelii_llm import kb
 
     if not kb_path:
         return kb.sample()
@@ -277,7 +293,8 @@ async def _with_servers(
         yield sources
         return
     try:
-        from vaelii_llm.integrations.mcp_client import McpServerError, McpToolset
+        from vaelii_llm.integrations.mcp_client import McpServerError
+        from vaelii_llm.integrations.mcp_client import McpToolset
     except ImportError:
         raise _Stop(
             2, "error", "--mcp needs the mcp extra: pip install 'vaelii-llm[mcp]'"
@@ -309,7 +326,9 @@ async def _ask(
     budgets: Mapping[str, int | None] | None = None,
     stall_ms: int | None = None,
 ) -> int:
-    from vaelii_llm import _backends, agent, providers
+    from vaelii_llm import _backends
+    from vaelii_llm import agent
+    from vaelii_llm import providers
     from vaelii_llm.providers.stub import StubProvider
 
     chosen = _checked_kind(kind)
@@ -509,7 +528,8 @@ def _vote_progress(so_far: pool.Vote) -> None:
 
 
 async def _vote(question: str, votes: int) -> int:
-    from vaelii_llm import _backends, pool
+    from vaelii_llm import _backends
+    from vaelii_llm import pool
 
     kind = _checked_kind(hosts=True)
     if kind == _backends.STUB:
@@ -542,7 +562,9 @@ async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
     answer, or the model the hosts lack: each with its next step), else the
     first failed turn's own typed error. A kind with no host list is its one
     host, probed as `status` probes it."""
-    from vaelii_llm import _backends, pool, providers
+    from vaelii_llm import _backends
+    from vaelii_llm import pool
+    from vaelii_llm import providers
 
     backend = _backends.record(kind)
     if backend.host_option is None:

@@ -27,8 +27,13 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Final
 
-from vaelii_llm._backends import BUILTIN, REGISTRY, STUB, Backend
-from vaelii_llm._switches import Switch, getenv, text
+from vaelii_llm._backends import BUILTIN
+from vaelii_llm._backends import REGISTRY
+from vaelii_llm._backends import STUB
+from vaelii_llm._backends import Backend
+from vaelii_llm._switches import Switch
+from vaelii_llm._switches import getenv
+from vaelii_llm._switches import text
 
 __all__ = ["SWITCHES", "Switch", "provider_kind", "read"]
 

@@ -19,40 +19,39 @@ Nothing model-side lives here or in `vaelii_llm.kb`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any
+from typing import Final
+from typing import TypeVar
 
 from vaelii_llm.kb import _ops as _kb_ops
-from vaelii_llm.kb._declare import (
-    FEED,
-    HOST_PATH,
-    IRREVERSIBLE,
-    KBLESS,
-    UNBOUNDED,
-    WRITE,
-    Declared,
-    Options,
-    op,
-)
+from vaelii_llm.kb._declare import FEED
+from vaelii_llm.kb._declare import HOST_PATH
+from vaelii_llm.kb._declare import IRREVERSIBLE
+from vaelii_llm.kb._declare import KBLESS
 
 # re-exported for the tools (not public: not in __all__)
 from vaelii_llm.kb._declare import MAX_LIMIT as MAX_LIMIT
 from vaelii_llm.kb._declare import READ as READ
+from vaelii_llm.kb._declare import UNBOUNDED
+from vaelii_llm.kb._declare import WRITE
+from vaelii_llm.kb._declare import Declared
+from vaelii_llm.kb._declare import Options
 from vaelii_llm.kb._declare import check_options as check_options
 from vaelii_llm.kb._declare import declared as declared
-from vaelii_llm.kb._types import (
-    IRREVERSIBLE_ATTR,
-    Context,
-    Handle,
-    Sentence,
-    Term,
-)
+from vaelii_llm.kb._declare import op
+from vaelii_llm.kb._types import IRREVERSIBLE_ATTR
 
 # re-exported for the EDN reader (its nesting cap is the engine's) and the
 # command and the tools (the engine's refusal), none public
 from vaelii_llm.kb._types import MAX_NESTING as MAX_NESTING
+from vaelii_llm.kb._types import Context
 from vaelii_llm.kb._types import EngineRefusal as EngineRefusal
+from vaelii_llm.kb._types import Handle
+from vaelii_llm.kb._types import Sentence
+from vaelii_llm.kb._types import Term
 from vaelii_llm.kb._types import too_deep as too_deep
 
 __all__ = [

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import ClassVar, Final, Literal
+from typing import ClassVar
+from typing import Final
+from typing import Literal
 
 __all__ = [
     "EXCERPT_CHARS",

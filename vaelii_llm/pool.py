@@ -24,23 +24,31 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any
 
-from vaelii_llm import config, telemetry
-from vaelii_llm._backends import REGISTRY, STUB, pool_kind
-from vaelii_llm._pool import (
-    DEFAULT_ACQUIRE_TIMEOUT_MS,
-    DEFAULT_COOLDOWN_MS,
-    DEFAULT_LEASE_TTL_MS,
-    DEFAULT_POOL_NAME,
-    Pool,
-)
+from vaelii_llm import config
+from vaelii_llm import telemetry
+from vaelii_llm._backends import REGISTRY
+from vaelii_llm._backends import STUB
+from vaelii_llm._backends import pool_kind
+from vaelii_llm._pool import DEFAULT_ACQUIRE_TIMEOUT_MS
+from vaelii_llm._pool import DEFAULT_COOLDOWN_MS
+from vaelii_llm._pool import DEFAULT_LEASE_TTL_MS
+from vaelii_llm._pool import DEFAULT_POOL_NAME
+from vaelii_llm._pool import Pool
 from vaelii_llm._protocol import Provider
-from vaelii_llm._vote import ASK_YES_NO, Vote, read_yes_no, vote
+from vaelii_llm._vote import ASK_YES_NO
+from vaelii_llm._vote import Vote
+from vaelii_llm._vote import read_yes_no
+from vaelii_llm._vote import vote
 from vaelii_llm.errors import LLMBadHosts
-from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST, Host, hosts
-from vaelii_llm.providers.stub import Entry, StubProvider
+from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST
+from vaelii_llm.providers._hosts import Host
+from vaelii_llm.providers._hosts import hosts
+from vaelii_llm.providers.stub import Entry
+from vaelii_llm.providers.stub import StubProvider
 
 __all__ = [
     "ASK_YES_NO",

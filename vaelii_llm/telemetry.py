@@ -76,27 +76,39 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncGenerator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Coroutine
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Final
+from typing import ParamSpec
+from typing import Protocol
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from vaelii_llm import config
-from vaelii_llm._protocol import (
-    Provider,
-    Request,
-    Response,
-    StreamItem,
-    TextDelta,
-    ThinkingDelta,
-    ToolUseStart,
-)
+from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._streams import Stream
-from vaelii_llm.errors import LLMApiError, LLMError, LLMTimeout
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMTimeout
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import Histogram, MeterProvider
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from opentelemetry.metrics import Histogram
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Span
+    from opentelemetry.trace import Tracer
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["disable", "enable", "enabled"]
 
@@ -247,7 +259,8 @@ def enable(
     ``opentelemetry-api`` is not installed."""
     global active
     try:
-        from opentelemetry import metrics, trace
+        from opentelemetry import metrics
+        from opentelemetry import trace
     except ImportError as exc:
         raise ImportError(
             "vaelii_llm.telemetry needs opentelemetry-api: pip install 'vaelii-llm[otel]'"
@@ -456,7 +469,8 @@ async def _stream_in_span(
     the backend's work for each item and the release when the stream closes.
     ``closed``: says whether a stream that ended without its Response was
     closed by another task (closed early, not a backend's bug)."""
-    from opentelemetry import context, trace
+    from opentelemetry import context
+    from opentelemetry import trace
 
     turn = _Turn(state, target, request, streamed=True)
     ctx = trace.set_span_in_context(turn.span)
@@ -713,7 +727,8 @@ async def _run_tool(
     state: _State, span_name: str, attrs: dict[str, Any], work: Awaitable[ToolR]
 ) -> ToolR:
     from opentelemetry import trace
-    from opentelemetry.trace import SpanKind, StatusCode
+    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace import StatusCode
 
     span = state.tracer.start_span(span_name, kind=SpanKind.INTERNAL, attributes=attrs)
     try:

@@ -47,8 +47,13 @@ import asyncio
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, Protocol, runtime_checkable
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
+from typing import Protocol
+from typing import runtime_checkable
 
 import anyio
 import anyio.to_thread
@@ -57,18 +62,23 @@ import msgspec
 from vaelii_llm import _edn as edn
 from vaelii_llm import engine as engine_mod
 from vaelii_llm import telemetry
-from vaelii_llm._protocol import ToolResultBlock, ToolSchema
-from vaelii_llm._tool_args import (
-    MAX_INPUT_CHARS,
-    ToolRefusal,
-    check_sizes,
-    input_chars,
-    opening_of,
-    prepare,
-    select_shape,
-)
-from vaelii_llm._tool_schemas import NAME_GRAMMAR, NAME_MAX, Shape, Table, Tool, tool_name
-from vaelii_llm.engine import MAX_LIMIT, EngineRefusal
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._tool_args import MAX_INPUT_CHARS
+from vaelii_llm._tool_args import ToolRefusal
+from vaelii_llm._tool_args import check_sizes
+from vaelii_llm._tool_args import input_chars
+from vaelii_llm._tool_args import opening_of
+from vaelii_llm._tool_args import prepare
+from vaelii_llm._tool_args import select_shape
+from vaelii_llm._tool_schemas import NAME_GRAMMAR
+from vaelii_llm._tool_schemas import NAME_MAX
+from vaelii_llm._tool_schemas import Shape
+from vaelii_llm._tool_schemas import Table
+from vaelii_llm._tool_schemas import Tool
+from vaelii_llm._tool_schemas import tool_name
+from vaelii_llm.engine import MAX_LIMIT
+from vaelii_llm.engine import EngineRefusal
 
 __all__ = [
     "HOST_PATH_OPS",

@@ -29,14 +29,17 @@ import json
 import random
 import statistics
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import msgspec
-from timing import beside_server, throughput, timed
+from timing import beside_server
+from timing import throughput
+from timing import timed
 
 MODEL = "claude-opus-5-5"
 BIG_RUNS = 9
@@ -470,7 +473,10 @@ async def floor_stream(session: aiohttp.ClientSession, url: str, text: str) -> d
 async def main(url: str) -> None:  # noqa: C901
     import anthropic as official
 
-    from vaelii_llm._protocol import Message, Request, Response, TextBlock
+    from vaelii_llm._protocol import Message
+    from vaelii_llm._protocol import Request
+    from vaelii_llm._protocol import Response
+    from vaelii_llm._protocol import TextBlock
     from vaelii_llm.providers import anthropic as ours
 
     def ask(text: str) -> Request:

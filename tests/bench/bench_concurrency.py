@@ -45,7 +45,8 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -222,7 +223,10 @@ def floor_turn(session: aiohttp.ClientSession, url: str, wire: str) -> Turn:
 
 
 def ours_turn(provider: Any) -> Turn:
-    from vaelii_llm import Message, Request, Response, TextBlock
+    from vaelii_llm import Message
+    from vaelii_llm import Request
+    from vaelii_llm import Response
+    from vaelii_llm import TextBlock
 
     request = Request(messages=[Message(role="user", content="hi")], timeout_ms=600_000)
 
@@ -239,7 +243,9 @@ def ours_turn(provider: Any) -> Turn:
 
 
 def ours_provider(wire: str, url: str, **options: Any) -> Any:
-    from vaelii_llm.providers import anthropic, ollama, openai
+    from vaelii_llm.providers import anthropic
+    from vaelii_llm.providers import ollama
+    from vaelii_llm.providers import openai
 
     if wire == "anthropic":
         return anthropic.provider(credential="sk-bench", base_url=url, model=MODEL, **options)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import statistics
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
@@ -28,9 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from loopback import serve
 
-from vaelii_llm._transport.send import open_stream, request_json
+from vaelii_llm._transport.send import open_stream
+from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import create_session
-from vaelii_llm._transport.settings import Deadline, Endpoint
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm.errors import LLMTimeout
 
 END = Endpoint("bench", "bench")

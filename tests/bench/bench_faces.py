@@ -19,17 +19,24 @@ import asyncio
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from pydantic_ai import Agent
 from pydantic_ai import messages as pai
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo
+from pydantic_ai.models.function import FunctionModel
 
-from vaelii_llm import Message, Request, ToolUseBlock, kb, tools
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import ToolUseBlock
+from vaelii_llm import kb
+from vaelii_llm import tools
 from vaelii_llm.integrations import mcp as mcp_face
-from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
+from vaelii_llm.integrations.pydantic_ai import KBToolset
+from vaelii_llm.integrations.pydantic_ai import VaeliiModel
 from vaelii_llm.providers import stub
 
 CALLS = 300

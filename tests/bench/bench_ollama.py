@@ -30,7 +30,8 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
 
@@ -40,11 +41,17 @@ import ollama as official
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from fake_ollama import BIG, BIG_TOKENS
-from timing import beside_server, throughput, timed
+from fake_ollama import BIG
+from fake_ollama import BIG_TOKENS
+from timing import beside_server
+from timing import throughput
+from timing import timed
 
 from vaelii_llm import _backends
-from vaelii_llm._protocol import Message, Request, Response, TextBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
 from vaelii_llm.providers import ollama as ours
 
 MODEL = "phi4:14b"

@@ -31,18 +31,24 @@ import json
 import random
 import statistics
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import msgspec
-from timing import beside_server, throughput, timed
+from timing import beside_server
+from timing import throughput
+from timing import timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from fake_openai import MODEL, Call, Turn, transcript
+from fake_openai import MODEL
+from fake_openai import Call
+from fake_openai import Turn
+from fake_openai import transcript
 
 BIG_RUNS = 9
 PAIRED_RUNS = 9
@@ -228,7 +234,11 @@ async def floor_stream(session: aiohttp.ClientSession, url: str, body: bytes) ->
 async def main(url: str) -> None:
     import openai as official
 
-    from vaelii_llm._protocol import Message, Request, Response, TextBlock, ToolUseBlock
+    from vaelii_llm._protocol import Message
+    from vaelii_llm._protocol import Request
+    from vaelii_llm._protocol import Response
+    from vaelii_llm._protocol import TextBlock
+    from vaelii_llm._protocol import ToolUseBlock
     from vaelii_llm.providers import openai as ours
 
     def ask(text: str) -> Request:

@@ -42,23 +42,25 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from vaelii_llm._protocol import (
-    Message,
-    ProviderBase,
-    Request,
-    Response,
-    StreamItem,
-    TextBlock,
-)
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import ProviderBase
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
 from vaelii_llm._vote import read_response
-from vaelii_llm.pool import Pool, vote
+from vaelii_llm.pool import Pool
+from vaelii_llm.pool import vote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from redis_server import RedisServer  # tests/support/, beside this folder

@@ -32,11 +32,15 @@ from typing import Any
 
 import aiohttp
 import msgspec
-from timing import beside_server, timed
+from timing import beside_server
+from timing import timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from fake_openai_responses import MODEL, Item, Turn, sse
+from fake_openai_responses import MODEL
+from fake_openai_responses import Item
+from fake_openai_responses import Turn
+from fake_openai_responses import sse
 
 PAIRED_RUNS = 9
 THEIR_RUNS = 5
@@ -168,7 +172,11 @@ async def floor_stream(session: aiohttp.ClientSession, url: str, body: bytes) ->
 async def main(url: str) -> None:
     import openai as official
 
-    from vaelii_llm._protocol import Message, Request, Response, TextBlock, ToolUseBlock
+    from vaelii_llm._protocol import Message
+    from vaelii_llm._protocol import Request
+    from vaelii_llm._protocol import Response
+    from vaelii_llm._protocol import TextBlock
+    from vaelii_llm._protocol import ToolUseBlock
     from vaelii_llm.providers import openai_responses as ours
 
     request = Request(messages=[Message(role="user", content="big")], timeout_ms=120_000)

@@ -20,7 +20,8 @@ import statistics
 import time
 from typing import Any
 
-from vaelii_llm import kb, tools
+from vaelii_llm import kb
+from vaelii_llm import tools
 from vaelii_llm.kb import _tacticians as tacticians
 
 CALLS = 100

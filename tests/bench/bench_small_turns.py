@@ -30,7 +30,8 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,8 @@ async def measure(wire: str, ours: Turn, floor: Turn, official: Turn | None, nam
 
 
 def _ask() -> Any:
-    from vaelii_llm import Message, Request
+    from vaelii_llm import Message
+    from vaelii_llm import Request
 
     return Request(messages=[Message(role="user", content="hi")], timeout_ms=120_000)
 

@@ -32,23 +32,37 @@ import asyncio
 import statistics
 import sys
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from fake_ollama import FakeOllama
 
-from vaelii_llm import kb, pool, telemetry, tools
-from vaelii_llm._protocol import Message, Request, Response, TextBlock, Usage
-from vaelii_llm.providers import ollama, stub
+from vaelii_llm import kb
+from vaelii_llm import pool
+from vaelii_llm import telemetry
+from vaelii_llm import tools
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import Usage
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import stub
 from vaelii_llm.providers.stub import StubProvider
 
 REQUEST = Request(messages=[Message(role="user", content="Is a spider an insect?")])

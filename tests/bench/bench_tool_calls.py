@@ -25,10 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from fake_openai import Call, FakeOpenAI, Turn, transcript
+from fake_openai import Call
+from fake_openai import FakeOpenAI
+from fake_openai import Turn
+from fake_openai import transcript
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import Message, Request
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
 from vaelii_llm.providers import openai
 
 RUNS = 3

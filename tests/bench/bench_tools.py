@@ -28,7 +28,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from vaelii_llm import engine, kb, tools
+from vaelii_llm import engine
+from vaelii_llm import kb
+from vaelii_llm import tools
 
 CALLS = 200
 WARMUP = 30

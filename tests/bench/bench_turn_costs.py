@@ -30,7 +30,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,8 @@ async def ollama_wire(url: str, turns: int, rounds: int) -> None:
 
 
 def _ask() -> Any:
-    from vaelii_llm import Message, Request
+    from vaelii_llm import Message
+    from vaelii_llm import Request
 
     return Request(messages=[Message(role="user", content="hi")], timeout_ms=120_000)
 

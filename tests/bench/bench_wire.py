@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 import msgspec
 
-from vaelii_llm._wire import NDJSONDecoder, SSEDecoder
+from vaelii_llm._wire import NDJSONDecoder
+from vaelii_llm._wire import SSEDecoder
 
 TARGET_BYTES = 4_000_000
 RUNS = 15

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 
 
 async def timed(fn: Callable[[], Awaitable[object]]) -> float:

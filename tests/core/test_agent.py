@@ -9,17 +9,18 @@ from typing import Any
 import msgspec
 import pytest
 
-from vaelii_llm import agent, errors, kb, tools
-from vaelii_llm._protocol import (
-    Message,
-    Request,
-    Response,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    Usage,
-)
+from vaelii_llm import agent
+from vaelii_llm import errors
+from vaelii_llm import kb
+from vaelii_llm import tools
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import Usage
 from vaelii_llm.providers import stub
 
 QUERY = {"tool": "kb_query", "input": {"goal": "(afraidOf MissMuffet ?who)"}}

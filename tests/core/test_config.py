@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from vaelii_llm import _backends, config
+from vaelii_llm import _backends
+from vaelii_llm import config
 from vaelii_llm._transport import urls
 from vaelii_llm.providers._hosts import normalize_host
 
@@ -244,7 +245,8 @@ def test_switches_are_read_through_public_interfaces_alone() -> None:
     import ast
     from pathlib import Path
 
-    from vaelii_llm import _backends, _switches
+    from vaelii_llm import _backends
+    from vaelii_llm import _switches
 
     for module in (config, _switches, _backends):
         tree = ast.parse(Path(str(module.__file__)).read_text())

@@ -5,22 +5,20 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from vaelii_llm._protocol import (
-    UNSET,
-    Message,
-    OpaqueBlock,
-    Provider,
-    ProviderBase,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    Usage,
-)
+from vaelii_llm._protocol import UNSET
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import ProviderBase
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import Usage
 
 
 def test_request_defaults_leave_fallbacks_unset_not_none() -> None:

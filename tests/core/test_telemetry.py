@@ -16,27 +16,44 @@ import types
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 import pytest
 from aiohttp import web
-from anthropic_fake import FakeMessagesAPI, generate
-from fake_ollama import FakeOllama, chunk, final
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import generate
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
 from fake_openai import MODEL as OPENAI_MODEL
 from fake_openai import FakeOpenAI
 from loopback import serve
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanKind
+from opentelemetry.trace import StatusCode
 
-from vaelii_llm import kb, pool, telemetry, tools
-from vaelii_llm._protocol import Message, Request, Response, TextBlock, Usage
-from vaelii_llm.errors import LLMApiError, LLMTimeout
-from vaelii_llm.providers import anthropic, ollama, openai, stub
+from vaelii_llm import kb
+from vaelii_llm import pool
+from vaelii_llm import telemetry
+from vaelii_llm import tools
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import Usage
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import stub
 from vaelii_llm.providers.stub import StubProvider
 
 if TYPE_CHECKING:
-    from conftest import Collect, Recorded
+    from conftest import Collect
+    from conftest import Recorded
 
 SECRET = "sk-ant-api03-TELEMETRY-SECRET-never-recorded-0123456789"
 ASK = Request(
@@ -55,7 +72,8 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
 def test_every_name_is_the_conventions_own() -> None:
     from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
     from opentelemetry.semconv._incubating.metrics import gen_ai_metrics as gm
-    from opentelemetry.semconv.attributes import error_attributes, server_attributes
+    from opentelemetry.semconv.attributes import error_attributes
+    from opentelemetry.semconv.attributes import server_attributes
 
     assert telemetry.OPERATION == ga.GEN_AI_OPERATION_NAME
     assert telemetry.PROVIDER_NAME == ga.GEN_AI_PROVIDER_NAME
@@ -926,7 +944,8 @@ async def available(base_url="http://yonder.example:8123/v1"):
 def yonder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A backend module outside the package, registered for the test only."""
     from vaelii_llm import providers
-    from vaelii_llm.providers import Backend, Option
+    from vaelii_llm.providers import Backend
+    from vaelii_llm.providers import Option
 
     (tmp_path / "yonder_backend.py").write_text(OWN_BACKEND)
     monkeypatch.syspath_prepend(str(tmp_path))

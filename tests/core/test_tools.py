@@ -14,24 +14,35 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, overload
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import Any
+from typing import overload
 
 import edn_format
 import msgspec
 import pytest
 from conftest import BIG_KB_SENTEXES
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis_helpers import recursive
 
-from vaelii_llm import Message, Request, kb, tools
+from vaelii_llm import Message
+from vaelii_llm import Request
 from vaelii_llm import engine as engine_mod
-from vaelii_llm._edn import CLOCK_MARKER, CUT_MARKER
+from vaelii_llm import kb
+from vaelii_llm import tools
+from vaelii_llm._edn import CLOCK_MARKER
+from vaelii_llm._edn import CUT_MARKER
 from vaelii_llm.kb import KB
 from vaelii_llm.kb import _declare as declare
-from vaelii_llm.kb._types import Context, Handle, Sentence
-from vaelii_llm.tools import MAX_LIMIT, ToolResult
+from vaelii_llm.kb._types import Context
+from vaelii_llm.kb._types import Handle
+from vaelii_llm.kb._types import Sentence
+from vaelii_llm.tools import MAX_LIMIT
+from vaelii_llm.tools import ToolResult
 
 NURSERY = """
 (in-context CxWell)

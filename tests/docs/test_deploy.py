@@ -16,7 +16,8 @@ import ssl
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -26,15 +27,26 @@ import pytest
 import trustme
 from aiohttp import web
 from conftest import Recorded
-from fake_ollama import FakeOllama, hello, merged
+from fake_ollama import FakeOllama
+from fake_ollama import hello
+from fake_ollama import merged
 from loopback import serve
 from proxy import forward_proxy
 
-from vaelii_llm import Message, Request, Response, TextBlock
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
 from vaelii_llm._transport import settings
-from vaelii_llm._transport.settings import USER_AGENT, Network
-from vaelii_llm.errors import LLMApiError, LLMError, LLMTimeout, LLMUnreachable
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm._transport.settings import USER_AGENT
+from vaelii_llm._transport.settings import Network
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "tests" / "support"

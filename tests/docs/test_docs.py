@@ -20,22 +20,25 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from doc_pages import (
-    LANGUAGES,
-    ROOT,
-    Pages,
-    blocks,
-    clean_env,
-    page_names,
-    read_pages,
-    run,
-    shell_kind,
-)
-from fake_ollama import FakeOllama, chunk, final
-from kb_model import ANSWER, ollama_reader
+from doc_pages import LANGUAGES
+from doc_pages import ROOT
+from doc_pages import Pages
+from doc_pages import blocks
+from doc_pages import clean_env
+from doc_pages import page_names
+from doc_pages import read_pages
+from doc_pages import run
+from doc_pages import shell_kind
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
+from kb_model import ANSWER
+from kb_model import ollama_reader
 from test_exported_members import EXPORTS
 
-from vaelii_llm import cli, config, errors
+from vaelii_llm import cli
+from vaelii_llm import config
+from vaelii_llm import errors
 
 PAGES = read_pages()
 

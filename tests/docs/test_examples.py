@@ -21,7 +21,11 @@ import aiohttp
 import msgspec
 import pytest
 
-from vaelii_llm import Response, TextBlock, agent, kb, tools
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
+from vaelii_llm import agent
+from vaelii_llm import kb
+from vaelii_llm import tools
 from vaelii_llm.providers import stub
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,7 +203,9 @@ async def test_structured_output_sends_the_schema_to_a_loopback_ollama(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The fake fills the schema from the facts in the prompt: a model's job, done plainly."""
-    from fake_ollama import FakeOllama, chunk, final
+    from fake_ollama import FakeOllama
+    from fake_ollama import chunk
+    from fake_ollama import final
 
     example = load_example("structured_output")
 
@@ -238,7 +244,9 @@ def test_vote_runs_on_the_stub_with_a_progress_line_per_turn() -> None:
 
 
 async def test_vote_runs_over_configured_loopback_hosts() -> None:
-    from fake_ollama import FakeOllama, chunk, final
+    from fake_ollama import FakeOllama
+    from fake_ollama import chunk
+    from fake_ollama import final
 
     server = await FakeOllama(script=lambda body: [chunk("Yes, by this fake."), final()]).start()
     try:
@@ -291,7 +299,8 @@ PNG_B64 = base64.b64encode((EXAMPLES / "red_square.png").read_bytes()).decode()
 
 async def test_vision_sends_the_image_to_a_loopback_messages_api(tmp_path: Path) -> None:
     from aiohttp.test_utils import TestServer
-    from anthropic_fake import FakeMessagesAPI, Transcript
+    from anthropic_fake import FakeMessagesAPI
+    from anthropic_fake import Transcript
 
     message = {
         "id": "msg_vision",
@@ -333,7 +342,10 @@ async def test_vision_sends_the_image_to_a_loopback_messages_api(tmp_path: Path)
 
 
 async def test_vision_sends_the_image_to_a_loopback_ollama() -> None:
-    from fake_ollama import MODEL, FakeOllama, chunk, final
+    from fake_ollama import MODEL
+    from fake_ollama import FakeOllama
+    from fake_ollama import chunk
+    from fake_ollama import final
 
     server = await FakeOllama(script=lambda body: [chunk("Red. A square."), final()]).start()
     env = {
@@ -440,7 +452,9 @@ def test_an_example_without_its_extra_prints_the_install_hint_and_exits_2(
 async def test_structured_output_cut_at_max_tokens_says_so_and_exits_1() -> None:
     """A busy server's answer stopped at max_tokens is no whole JSON object:
     the example reads the stop reason first, never msgspec's DecodeError."""
-    from fake_ollama import FakeOllama, chunk, final
+    from fake_ollama import FakeOllama
+    from fake_ollama import chunk
+    from fake_ollama import final
 
     server = await FakeOllama(
         script=lambda body: [
@@ -469,7 +483,9 @@ async def test_structured_output_cut_at_max_tokens_says_so_and_exits_1() -> None
 
 
 async def test_structured_output_shows_its_wait_then_the_tokens_on_a_terminal() -> None:
-    from fake_ollama import FakeOllama, chunk, final
+    from fake_ollama import FakeOllama
+    from fake_ollama import chunk
+    from fake_ollama import final
     from terminal import run_on_terminal
 
     answer = json.loads(load_example("structured_output").STUB_ANSWER)

@@ -12,11 +12,19 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from fake_ollama import FakeOllama, chunk, final, tool_call
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import tool_call
 from test_examples import load_example
 
-from vaelii_llm import Message, Request, TextBlock, kb, tools
-from vaelii_llm.providers import anthropic, ollama
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import TextBlock
+from vaelii_llm import kb
+from vaelii_llm import tools
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
 
 GOAL = "(afraidOf MissMuffet ?who)"
 QUESTION = "Who is Miss Muffet afraid of?"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vaelii_llm import __version__, cli
+from vaelii_llm import __version__
+from vaelii_llm import cli
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

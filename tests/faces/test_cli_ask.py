@@ -13,24 +13,24 @@ import io
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from cli_runs import run_cli
 from fake_ollama import FakeOllama
-from kb_model import (
-    ANSWER,
-    GOAL,
-    NAMES,
-    QUESTION,
-    ollama_keeps_asking,
-    ollama_reader,
-    ollama_truncated,
-)
+from kb_model import ANSWER
+from kb_model import GOAL
+from kb_model import NAMES
+from kb_model import QUESTION
+from kb_model import ollama_keeps_asking
+from kb_model import ollama_reader
+from kb_model import ollama_truncated
 from loopback import refused_url
 
-from vaelii_llm import _cli_drawing, cli
+from vaelii_llm import _cli_drawing
+from vaelii_llm import cli
 
 TOOLS_MODEL = "llama3.2"  # the fake's model with the tools capability
 
@@ -209,7 +209,8 @@ async def test_ask_reports_a_refusal_with_its_own_code(
     """The Messages API is the backend that refuses: its loopback fake streams a refusal."""
     import random
 
-    from anthropic_fake import FakeMessagesAPI, generate
+    from anthropic_fake import FakeMessagesAPI
+    from anthropic_fake import generate
     from loopback import serve
 
     fake = FakeMessagesAPI(
@@ -265,7 +266,8 @@ class Terminal(io.StringIO):
 async def test_vote_draws_no_progress_when_stderr_is_not_a_terminal(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fake_ollama import chunk, final
+    from fake_ollama import chunk
+    from fake_ollama import final
 
     server = await FakeOllama(script=lambda body: [chunk("Yes."), final()]).start()
     try:
@@ -281,7 +283,8 @@ async def test_vote_draws_no_progress_when_stderr_is_not_a_terminal(
 async def test_vote_over_a_loopback_host_counts_its_answers(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fake_ollama import chunk, final
+    from fake_ollama import chunk
+    from fake_ollama import final
 
     server = await FakeOllama(
         script=lambda body: [chunk("No, it is an arachnid."), final()]
@@ -320,7 +323,9 @@ async def test_warm_reports_how_long_the_load_took(
 
 
 async def test_text_before_a_tool_call_ends_its_line_before_the_call_is_printed() -> None:
-    from vaelii_llm import agent, kb, tools
+    from vaelii_llm import agent
+    from vaelii_llm import kb
+    from vaelii_llm import tools
     from vaelii_llm.providers import stub
 
     out = io.StringIO()
@@ -346,7 +351,8 @@ async def test_ask_stall_ms_bounds_each_turn_of_the_loop(
 ) -> None:
     """``--stall-ms`` becomes the first turn's ``Request.stall_ms`` (#51); a
     stall is a typed failure, exit 1, named as such."""
-    from vaelii_llm import Request, agent
+    from vaelii_llm import Request
+    from vaelii_llm import agent
     from vaelii_llm.errors import LLMTimeout
 
     asked: list[object] = []

@@ -22,10 +22,13 @@ from typing import Any
 import jsonschema
 import pytest
 from fake_ollama import FakeOllama
-from kb_model import QUESTION, ollama_reader
+from kb_model import QUESTION
+from kb_model import ollama_reader
 from loopback import refused_url
 
-from vaelii_llm import cli, kb, tools
+from vaelii_llm import cli
+from vaelii_llm import kb
+from vaelii_llm import tools
 
 
 def clear_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from test_cli import run
 
-from vaelii_llm import cli, tools
+from vaelii_llm import cli
+from vaelii_llm import tools
 
 SERVER = (
     f"{sys.executable} {Path(__file__).resolve().parents[1] / 'support' / 'mcp_tools_server.py'}"

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from anthropic_fake import FakeMessagesAPI, generate
-from loopback import refused_url, serve
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import generate
+from loopback import refused_url
+from loopback import serve
 
 SECRET = "sk-ant-round-three-SECRET"
 
@@ -344,7 +346,9 @@ async def test_an_answer_whose_input_tokens_could_not_hold_the_tools_says_so_onc
 
 
 async def test_ask_shows_how_long_it_has_waited_on_a_terminal_and_erases_it() -> None:
-    from fake_ollama import FakeOllama, chunk, final
+    from fake_ollama import FakeOllama
+    from fake_ollama import chunk
+    from fake_ollama import final
     from terminal import run_on_terminal
 
     server = await FakeOllama(

@@ -21,7 +21,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
+from typing import ClassVar
+from typing import Literal
 
 import anyio
 import mcp.types as types
@@ -30,7 +32,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from vaelii_llm import kb, tools
+from vaelii_llm import kb
+from vaelii_llm import tools
 from vaelii_llm.integrations import mcp as mcp_face
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,33 +20,37 @@ import fake_ollama
 import fake_openai
 import pytest
 from aiohttp import web
-from anthropic_fake import FakeMessagesAPI, Transcript
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import Transcript
 from loopback import serve
-from messages_transcripts import message, transcript
+from messages_transcripts import message
+from messages_transcripts import transcript
 from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai import exceptions as pai_errors
 from pydantic_ai import messages as pai
 
-from vaelii_llm import (
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    Usage,
-    kb,
-    tools,
-)
+from vaelii_llm import DocumentBlock
+from vaelii_llm import ImageBlock
+from vaelii_llm import Message
+from vaelii_llm import OpaqueBlock
+from vaelii_llm import RedactedThinkingBlock
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
+from vaelii_llm import ThinkingBlock
+from vaelii_llm import ToolResultBlock
+from vaelii_llm import ToolUseBlock
+from vaelii_llm import Usage
 from vaelii_llm import errors as verrors
-from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
-from vaelii_llm.providers import anthropic, ollama, openai, stub
+from vaelii_llm import kb
+from vaelii_llm import tools
+from vaelii_llm.integrations.pydantic_ai import KBToolset
+from vaelii_llm.integrations.pydantic_ai import VaeliiModel
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import stub
 
 ROOT = Path(__file__).resolve().parents[2]
 GOAL = "(afraidOf MissMuffet ?who)"

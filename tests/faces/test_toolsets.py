@@ -14,15 +14,26 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 import msgspec
 import pytest
-from fake_ollama import FakeOllama, chunk, final, tool_call
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import tool_call
 
-from vaelii_llm import _edn, agent, cli, kb, telemetry, tools
-from vaelii_llm.integrations import _mcp_stdio, mcp_client
-from vaelii_llm.integrations.mcp_client import McpServerError, McpToolset
+from vaelii_llm import _edn
+from vaelii_llm import agent
+from vaelii_llm import cli
+from vaelii_llm import kb
+from vaelii_llm import telemetry
+from vaelii_llm import tools
+from vaelii_llm.integrations import _mcp_stdio
+from vaelii_llm.integrations import mcp_client
+from vaelii_llm.integrations.mcp_client import McpServerError
+from vaelii_llm.integrations.mcp_client import McpToolset
 from vaelii_llm.providers import stub
 
 if TYPE_CHECKING:
@@ -385,7 +396,8 @@ async def test_ask_mcp_refused_exits_3(
 ) -> None:
     import random
 
-    from anthropic_fake import FakeMessagesAPI, generate
+    from anthropic_fake import FakeMessagesAPI
+    from anthropic_fake import generate
     from loopback import serve
 
     fake = FakeMessagesAPI(

@@ -16,19 +16,33 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
-from fake_ollama import FakeOllama, chunk, final
-from kb_model import ANSWER, GOAL, NAMES, QUESTION, KBModel, ollama_reader
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
+from kb_model import ANSWER
+from kb_model import GOAL
+from kb_model import NAMES
+from kb_model import QUESTION
+from kb_model import KBModel
+from kb_model import ollama_reader
 from loopback import refused_url
-from web_example import PATH, web_backend
+from web_example import PATH
+from web_example import web_backend
 
-from vaelii_llm import Provider, ProviderBase, Request, Response, StreamItem, TextDelta
+from vaelii_llm import Provider
+from vaelii_llm import ProviderBase
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import StreamItem
+from vaelii_llm import TextDelta
 from vaelii_llm.providers import ollama
 
 SHAPE = '{"question": str, "timeout_ms": int?, "stall_ms": int?}'
@@ -535,7 +549,8 @@ async def test_a_registered_backend_that_cannot_answer_is_named_with_its_own_rea
     """The reason comes from the kind's own record and module, whatever the kind."""
     import types
 
-    from vaelii_llm import _backends, providers
+    from vaelii_llm import _backends
+    from vaelii_llm import providers
 
     module = types.ModuleType("web_backend_test_kind")
 
@@ -848,7 +863,9 @@ async def test_the_backend_and_model_that_answer_are_said_at_start_and_with_each
 
 
 async def test_tools_the_far_end_ignored_are_an_event_of_the_stream() -> None:
-    from vaelii_llm import Response, TextBlock, Usage
+    from vaelii_llm import Response
+    from vaelii_llm import TextBlock
+    from vaelii_llm import Usage
     from vaelii_llm.providers import stub
 
     async def open_model() -> Provider:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,17 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 from fake_ollama import FakeOllama
-from kb_model import ANSWER, GOAL, QUESTION, ollama_reader
+from kb_model import ANSWER
+from kb_model import GOAL
+from kb_model import QUESTION
+from kb_model import ollama_reader
 from web_example import web_backend
 
-from vaelii_llm import Provider, ProviderBase, Request, Response, StreamItem
+from vaelii_llm import Provider
+from vaelii_llm import ProviderBase
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import StreamItem
 from vaelii_llm.providers import ollama
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]  # a browser start
@@ -258,7 +266,8 @@ async def test_the_page_says_when_the_far_end_ignored_the_tools(
 ) -> None:
     """#48 item 5: a far end that read the prompt without the tools (74 input
     tokens, as llama-server with SmolLM2's own template) is said on the page."""
-    from vaelii_llm import TextBlock, Usage
+    from vaelii_llm import TextBlock
+    from vaelii_llm import Usage
     from vaelii_llm.providers import stub
 
     monkeypatch.setenv("VAELII_LLM_PROVIDER", "stub")

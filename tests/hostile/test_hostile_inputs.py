@@ -16,19 +16,28 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
 
-from vaelii_llm import _edn, _telemetry_content, _tool_args, kb, tools
-from vaelii_llm.kb import _args, _io, _reads
+from vaelii_llm import _edn
+from vaelii_llm import _telemetry_content
+from vaelii_llm import _tool_args
+from vaelii_llm import kb
+from vaelii_llm import tools
+from vaelii_llm.kb import _args
+from vaelii_llm.kb import _io
+from vaelii_llm.kb import _reads
 from vaelii_llm.kb._scenarios import MAX_SCENARIO_SENTENCES
-from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal
+from vaelii_llm.kb._types import MAX_NESTING
+from vaelii_llm.kb._types import EngineRefusal
 
 if TYPE_CHECKING:
     from conftest import Recorded

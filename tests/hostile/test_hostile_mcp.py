@@ -27,8 +27,11 @@ pytest.importorskip("mcp")
 
 from mcp import Client
 
-from vaelii_llm import agent, kb, tools
-from vaelii_llm.integrations.mcp_client import McpServerError, McpToolset
+from vaelii_llm import agent
+from vaelii_llm import kb
+from vaelii_llm import tools
+from vaelii_llm.integrations.mcp_client import McpServerError
+from vaelii_llm.integrations.mcp_client import McpToolset
 from vaelii_llm.providers import stub
 
 START_TIMEOUT_S = 60.0  # a loaded 2-core machine starts the server slowly; a well one never waits

@@ -17,25 +17,37 @@ import asyncio
 import gc
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from contextlib import asynccontextmanager
+from contextlib import contextmanager
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aioredis
 from aiohttp import web
-from fake_ollama import chunk, final, merged
-from loopback import serve, serve_raw
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import merged
+from loopback import serve
+from loopback import serve_raw
 from polling import until
-from redis_pools import TTL_MS, hosts, shared_pool
+from redis_pools import TTL_MS
+from redis_pools import hosts
+from redis_pools import shared_pool
 from redis_server import RedisServer
 
 from vaelii_llm import _redis_slots
 from vaelii_llm._pool import Pool
-from vaelii_llm._redis_scripts import COUNT, RENEW, STEP
-from vaelii_llm._redis_slots import OP_TIMEOUT_S, RedisSlots
+from vaelii_llm._redis_scripts import COUNT
+from vaelii_llm._redis_scripts import RENEW
+from vaelii_llm._redis_scripts import STEP
+from vaelii_llm._redis_slots import OP_TIMEOUT_S
+from vaelii_llm._redis_slots import RedisSlots
 from vaelii_llm.errors import LLMUnreachable
 from vaelii_llm.pool import vote
 from vaelii_llm.providers import ollama

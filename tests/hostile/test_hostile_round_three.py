@@ -20,7 +20,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,34 @@ import mcp_http_fake
 import pytest
 from aiohttp import web
 from conftest import Recorded
-from far_end_answers import ANSWERS, MESSAGE, OLLAMA_DONE, built
-from loopback import RawHandler, refused_url, serve, serve_raw
-from redis_pools import hosts, shared_pool
+from far_end_answers import ANSWERS
+from far_end_answers import MESSAGE
+from far_end_answers import OLLAMA_DONE
+from far_end_answers import built
+from loopback import RawHandler
+from loopback import refused_url
+from loopback import serve
+from loopback import serve_raw
+from redis_pools import hosts
+from redis_pools import shared_pool
 from redis_server import RedisServer
 
-from vaelii_llm import _backends, agent, cli, config, errors, kb, providers, tools
-from vaelii_llm._protocol import Message, Request, Response
-from vaelii_llm.integrations.mcp_client import McpServerError, McpToolset
+from vaelii_llm import _backends
+from vaelii_llm import agent
+from vaelii_llm import cli
+from vaelii_llm import config
+from vaelii_llm import errors
+from vaelii_llm import kb
+from vaelii_llm import providers
+from vaelii_llm import tools
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm.integrations.mcp_client import McpServerError
+from vaelii_llm.integrations.mcp_client import McpToolset
 from vaelii_llm.pool import vote
-from vaelii_llm.providers import anthropic, openai
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import openai
 from vaelii_llm.providers.stub import StubProvider
 
 KEY = "sk-ant-api03-Q7m2Xv9LtR4pWsH3jN8cYbZ5"

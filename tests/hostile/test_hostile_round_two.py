@@ -16,34 +16,38 @@ import resource
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, Transcript
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import Transcript
 from fake_ollama import FakeOllama
 from fake_openai import FakeOpenAI
 
-from vaelii_llm import (
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    Provider,
-    Request,
-    agent,
-    cli,
-    errors,
-    kb,
-    tools,
-)
+from vaelii_llm import DocumentBlock
+from vaelii_llm import ImageBlock
+from vaelii_llm import Message
+from vaelii_llm import Provider
+from vaelii_llm import Request
+from vaelii_llm import agent
+from vaelii_llm import cli
+from vaelii_llm import errors
+from vaelii_llm import kb
+from vaelii_llm import tools
 from vaelii_llm._files import FileRefused
-from vaelii_llm._media import MAX_BASE64, MediaLimits, check_document
+from vaelii_llm._media import MAX_BASE64
+from vaelii_llm._media import MediaLimits
+from vaelii_llm._media import check_document
 from vaelii_llm.kb._io import MAX_EDN_FILE_BYTES
 from vaelii_llm.kb._types import EngineRefusal
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
 from vaelii_llm.providers.anthropic._encode import MEDIA as ANTHROPIC_MEDIA
 from vaelii_llm.providers.anthropic._encode import build_body as anthropic_body
 from vaelii_llm.providers.ollama._chat import MEDIA as OLLAMA_MEDIA
@@ -333,7 +337,8 @@ def _env() -> dict[str, str]:
 
 async def test_the_stdio_server_answers_a_call_nested_too_deep_for_its_reader() -> None:
     from mcp import Client
-    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.stdio import StdioServerParameters
+    from mcp.client.stdio import stdio_client
     from mcp.shared.exceptions import MCPError
     from mcp_types import PARSE_ERROR
 

@@ -13,10 +13,14 @@ from typing import Any
 import pytest
 from loopback import refused_url
 
-from vaelii_llm import Message, Request, cli
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import cli
 from vaelii_llm._transport import urls
 from vaelii_llm.errors import LLMError
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
 
 PASSWORDS = ("pa#ss-w0rd", "pa/ss-w0rd", "pa?ss-w0rd", "p@ss#w0rd/x?y")
 """Each with a ``#``, ``/`` or ``?`` a parser stops at (the last with an ``@`` too)."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -20,13 +21,22 @@ import msgspec
 import pytest
 from aiohttp import web
 from conftest import Recorded
-from loopback import Taking, serve, serve_raw
+from loopback import Taking
+from loopback import serve
+from loopback import serve_raw
 
-from vaelii_llm import cli, errors
-from vaelii_llm._protocol import Message, Request
+from vaelii_llm import cli
+from vaelii_llm import errors
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
 from vaelii_llm._transport.send import request_json
-from vaelii_llm._transport.settings import Deadline, Endpoint, Network
-from vaelii_llm.providers import anthropic, ollama, openai, openai_responses
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.settings import Network
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import openai_responses
 
 KEY = "sk-ant-api03-K9v2QmZt7LwR4pXsH3jN8cYb"
 TOKEN = "gw-tok-Fq6Wd1Zr9Tk3Mv5Bn8Ls"

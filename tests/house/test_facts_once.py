@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 import vaelii_llm
-from vaelii_llm import _edn, cli
-from vaelii_llm._backends import OLLAMA_WARM_TIMEOUT_MS, record
+from vaelii_llm import _edn
+from vaelii_llm import cli
+from vaelii_llm._backends import OLLAMA_WARM_TIMEOUT_MS
+from vaelii_llm._backends import record
 from vaelii_llm.providers.ollama import _probes as ollama_probes
 
 PACKAGE = Path(vaelii_llm.__file__).parent

@@ -17,8 +17,9 @@ from typing import get_args
 import pytest
 
 import vaelii_llm
-from vaelii_llm import _backends, config
+from vaelii_llm import _backends
 from vaelii_llm import _protocol as protocol
+from vaelii_llm import config
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDER_METHODS = {
@@ -207,6 +208,7 @@ MODULES = [
     "vaelii_llm.providers.openai._key",
     "vaelii_llm.providers.openai._probes",
     "vaelii_llm.providers.openai._provider",
+    "vaelii_llm.providers.openai._server",
     "vaelii_llm.providers.openai._status",
     "vaelii_llm.providers.openai_responses",
     "vaelii_llm.providers.openai_responses._assemble",

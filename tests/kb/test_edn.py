@@ -17,13 +17,18 @@ from typing import Any
 import edn_format
 import msgspec
 import pytest
-from edn_format import Keyword, Symbol
-from hypothesis import HealthCheck, given, settings
+from edn_format import Keyword
+from edn_format import Symbol
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis_helpers import recursive
 
 from vaelii_llm import _edn as edn
-from vaelii_llm._edn import CUT_MARKER, MAX_DEPTH, EDNRefusal
+from vaelii_llm._edn import CUT_MARKER
+from vaelii_llm._edn import MAX_DEPTH
+from vaelii_llm._edn import EDNRefusal
 
 # -- strategies ------------------------------------------------------------------------
 

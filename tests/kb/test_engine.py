@@ -13,7 +13,8 @@ import msgspec
 import pytest
 from conftest import BIG_KB_SENTEXES
 
-from vaelii_llm import engine, kb
+from vaelii_llm import engine
+from vaelii_llm import kb
 from vaelii_llm.kb import _audits as audits
 from vaelii_llm.kb import _declare as declare
 from vaelii_llm.kb import _ops as ops

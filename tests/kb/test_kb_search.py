@@ -11,28 +11,38 @@ from typing import Any
 
 import edn_format
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from vaelii_llm import kb, tools
-from vaelii_llm.kb import EngineRefusal, _scenarios, _search_tree, _tacticians, _verdicts, _within
+from vaelii_llm import kb
+from vaelii_llm import tools
+from vaelii_llm.kb import EngineRefusal
 from vaelii_llm.kb import _args as args
 from vaelii_llm.kb import _ops as ops
 from vaelii_llm.kb import _prover as prover_mod
 from vaelii_llm.kb import _reads as reads
-from vaelii_llm.kb._declare import MAX_MS_CEILING, declared
-from vaelii_llm.kb._query import (
-    Bindings,
-    Clock,
-    Var,
-    candidates,
-    order_goals,
-    rename,
-    subst,
-    unify,
-)
-from vaelii_llm.kb._store import KB, symbol
-from vaelii_llm.kb._types import Answer, Cut, Sentex
+from vaelii_llm.kb import _scenarios
+from vaelii_llm.kb import _search_tree
+from vaelii_llm.kb import _tacticians
+from vaelii_llm.kb import _verdicts
+from vaelii_llm.kb import _within
+from vaelii_llm.kb._declare import MAX_MS_CEILING
+from vaelii_llm.kb._declare import declared
+from vaelii_llm.kb._query import Bindings
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import Var
+from vaelii_llm.kb._query import candidates
+from vaelii_llm.kb._query import order_goals
+from vaelii_llm.kb._query import rename
+from vaelii_llm.kb._query import subst
+from vaelii_llm.kb._query import unify
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._store import symbol
+from vaelii_llm.kb._types import Answer
+from vaelii_llm.kb._types import Cut
+from vaelii_llm.kb._types import Sentex
 
 #: the search reads, each from its own module, and the prover they share
 search = SimpleNamespace(

@@ -8,35 +8,38 @@ import sys
 import types
 from collections import Counter
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from vaelii_llm import pool as vpool
-from vaelii_llm._pool import DEFAULT_ACQUIRE_TIMEOUT_MS, HostStatistics, PoolStatistics
-from vaelii_llm._protocol import (
-    Message,
-    ProviderBase,
-    Request,
-    Response,
-    StopReason,
-    StreamItem,
-    TextBlock,
-    ThinkingBlock,
-)
+from vaelii_llm._pool import DEFAULT_ACQUIRE_TIMEOUT_MS
+from vaelii_llm._pool import HostStatistics
+from vaelii_llm._pool import PoolStatistics
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import ProviderBase
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
 from vaelii_llm._vote import read_response
-from vaelii_llm.errors import (
-    LLMApiError,
-    LLMBadHosts,
-    LLMClosed,
-    LLMError,
-    LLMPoolTimeout,
-    LLMTimeout,
-    LLMUnreachable,
-)
-from vaelii_llm.pool import ASK_YES_NO, Pool, hosts, read_yes_no, vote
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadHosts
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMPoolTimeout
+from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.pool import ASK_YES_NO
+from vaelii_llm.pool import Pool
+from vaelii_llm.pool import hosts
+from vaelii_llm.pool import read_yes_no
+from vaelii_llm.pool import vote
 from vaelii_llm.providers._hosts import Host
 from vaelii_llm.providers.stub import StubProvider
 

@@ -21,17 +21,26 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from fake_openai import MODEL
-from loopback import refused_url, serve_raw
+from loopback import refused_url
+from loopback import serve_raw
 from polling import until
-from redis_pools import TTL_MS, hosts, shared_pool
+from redis_pools import TTL_MS
+from redis_pools import hosts
+from redis_pools import shared_pool
 from redis_server import RedisServer
 
 from vaelii_llm import config
 from vaelii_llm._pool import Pool
-from vaelii_llm._redis_scripts import CHUNK, STEP
-from vaelii_llm.errors import LLMBadHosts, LLMClosed, LLMPoolTimeout, LLMUnreachable
-from vaelii_llm.pool import pool_from_config, vote
-from vaelii_llm.providers import ollama, openai
+from vaelii_llm._redis_scripts import CHUNK
+from vaelii_llm._redis_scripts import STEP
+from vaelii_llm.errors import LLMBadHosts
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMPoolTimeout
+from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.pool import pool_from_config
+from vaelii_llm.pool import vote
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,61 +10,66 @@ import os
 import random
 import shutil
 import stat
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
-from aioresponses import CallbackResult, aioresponses
-from anthropic_fake import FakeMessagesAPI, Seen, Transcript, frame, generate
+from aioresponses import CallbackResult
+from aioresponses import aioresponses
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import Seen
+from anthropic_fake import Transcript
+from anthropic_fake import frame
+from anthropic_fake import generate
 from conftest import MockedResponse
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 from loopback import refused_url
 from polling import until
 from yarl import URL
 
 from vaelii_llm import providers
-from vaelii_llm._protocol import (
-    Block,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    ToolUseStart,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._wire.sse import SSEDecoder
-from vaelii_llm.errors import (
-    LLMApiError,
-    LLMBadResponse,
-    LLMClosed,
-    LLMEncode,
-    LLMError,
-    LLMNoCredential,
-)
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadResponse
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMEncode
+from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMNoCredential
 from vaelii_llm.providers import anthropic
 from vaelii_llm.providers.anthropic import AnthropicProvider
 from vaelii_llm.providers.anthropic._codec import API_VERSION
-from vaelii_llm.providers.anthropic._credentials import OAUTH_BETA, Credential
+from vaelii_llm.providers.anthropic._credentials import OAUTH_BETA
+from vaelii_llm.providers.anthropic._credentials import Credential
 from vaelii_llm.providers.anthropic._decode import decode_response
-from vaelii_llm.providers.anthropic._encode import (
-    FALLBACK_BETA,
-    NEVER_SENT,
-    betas,
-    build_body,
-    encode_block,
-)
+from vaelii_llm.providers.anthropic._encode import FALLBACK_BETA
+from vaelii_llm.providers.anthropic._encode import NEVER_SENT
+from vaelii_llm.providers.anthropic._encode import betas
+from vaelii_llm.providers.anthropic._encode import build_body
+from vaelii_llm.providers.anthropic._encode import encode_block
 from vaelii_llm.providers.anthropic._stream import StreamAssembler
 
 SECRET = "sk-ant-test-SECRET-9876543210"

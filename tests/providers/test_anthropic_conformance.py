@@ -19,9 +19,12 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, generate
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import generate
 
-from vaelii_llm._protocol import Message, Request, Response
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
 from vaelii_llm.providers import anthropic
 
 anthropic_sdk = pytest.importorskip("anthropic")

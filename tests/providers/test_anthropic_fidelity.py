@@ -14,43 +14,43 @@ import contextlib
 import json
 import random
 from collections.abc import AsyncIterator
-from typing import Any, get_args
+from typing import Any
+from typing import get_args
 
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, Transcript
-from hypothesis import HealthCheck, given, settings
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import Transcript
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
-from messages_transcripts import (
-    Plan,
-    Turn,
-    citation,
-    compaction,
-    fallback,
-    lenient,
-    message,
-    messages,
-    server_tool_use,
-    text,
-    thinking,
-    tool_use,
-    transcript,
-    web_search_result,
-)
+from messages_transcripts import Plan
+from messages_transcripts import Turn
+from messages_transcripts import citation
+from messages_transcripts import compaction
+from messages_transcripts import fallback
+from messages_transcripts import lenient
+from messages_transcripts import message
+from messages_transcripts import messages
+from messages_transcripts import server_tool_use
+from messages_transcripts import text
+from messages_transcripts import thinking
+from messages_transcripts import tool_use
+from messages_transcripts import transcript
+from messages_transcripts import web_search_result
 
-from vaelii_llm._protocol import (
-    Block,
-    Delta,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    TextBlock,
-    ThinkingBlock,
-    ToolUseBlock,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._wire.sse import SSEDecoder
 from vaelii_llm.errors import LLMBadResponse
 from vaelii_llm.providers import anthropic

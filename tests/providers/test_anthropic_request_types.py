@@ -15,18 +15,17 @@ from aiohttp.test_utils import TestServer
 from anthropic_fake import FakeMessagesAPI
 from typed_conformance import conforms
 
-from vaelii_llm._protocol import (
-    Cache,
-    Message,
-    Request,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-)
+from vaelii_llm._protocol import Cache
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm.providers import anthropic
-from vaelii_llm.providers.anthropic._encode import build_body, count_body
+from vaelii_llm.providers.anthropic._encode import build_body
+from vaelii_llm.providers.anthropic._encode import count_body
 
 sdk = pytest.importorskip("anthropic")
 turn_params = pytest.importorskip("anthropic.types.beta.message_create_params")

@@ -12,11 +12,21 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, generate, prompt_units, tokens
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import generate
+from anthropic_fake import prompt_units
+from anthropic_fake import tokens
 
-from vaelii_llm import ProviderBase, errors
-from vaelii_llm._protocol import Cache, Message, Request, ToolSchema
-from vaelii_llm.providers import anthropic, ollama, openai, stub
+from vaelii_llm import ProviderBase
+from vaelii_llm import errors
+from vaelii_llm._protocol import Cache
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import stub
 from vaelii_llm.providers.anthropic._encode import FALLBACK_BETA
 
 NOWHERE = "http://127.0.0.1:9"

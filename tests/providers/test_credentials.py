@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
+from vaelii_llm.errors import LLMBadCredential
+from vaelii_llm.errors import LLMNoCredential
 from vaelii_llm.providers.anthropic import _credentials as credentials
 from vaelii_llm.providers.anthropic._credentials import Credential
 

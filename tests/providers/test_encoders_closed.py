@@ -11,20 +11,20 @@ from typing import Any
 import pytest
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import (
-    Block,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import DocumentBlock
+from vaelii_llm._protocol import ImageBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 

@@ -26,46 +26,46 @@ the whole line refuses it.
 from __future__ import annotations
 
 import random
-from typing import Any, get_args
+from typing import Any
+from typing import get_args
 
 import msgspec
 import pytest
 from anthropic_fake import generate
-from hypothesis import example, given, settings
+from hypothesis import example
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from vaelii_llm._protocol import (
-    Block,
-    Delta,
-    Response,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolUseBlock,
-    ToolUseStart,
-    Usage,
-)
-from vaelii_llm._wire.ndjson import NDJSONDecoder, refuse_line
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
+from vaelii_llm._protocol import Usage
+from vaelii_llm._wire.ndjson import NDJSONDecoder
+from vaelii_llm._wire.ndjson import refuse_line
 from vaelii_llm._wire.sse import SSEDecoder
-from vaelii_llm.errors import LLMApiError, LLMBadResponse, LLMError
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadResponse
+from vaelii_llm.errors import LLMError
 from vaelii_llm.providers._turn import MAX_TOOL_CALLS
 from vaelii_llm.providers.anthropic._stream import StreamAssembler
-from vaelii_llm.providers.ollama._assemble import (
-    CHUNK_DECODER,
-    ChatAssembler,
-    ChatChunk,
-    _InMessage,
-    response_of,
-    stop_reason,
-)
-from vaelii_llm.providers.openai._assemble import (
-    WHOLE_DECODER,
-    Completion,
-    _refuse_error,
-    _text_of,
-    _Turn,
-)
+from vaelii_llm.providers.ollama._assemble import CHUNK_DECODER
+from vaelii_llm.providers.ollama._assemble import ChatAssembler
+from vaelii_llm.providers.ollama._assemble import ChatChunk
+from vaelii_llm.providers.ollama._assemble import _InMessage
+from vaelii_llm.providers.ollama._assemble import response_of
+from vaelii_llm.providers.ollama._assemble import stop_reason
+from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._assemble import Completion
+from vaelii_llm.providers.openai._assemble import _refuse_error
+from vaelii_llm.providers.openai._assemble import _text_of
+from vaelii_llm.providers.openai._assemble import _Turn
 from vaelii_llm.providers.openai._assemble import response_of as completion_response
 
 

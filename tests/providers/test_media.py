@@ -16,31 +16,36 @@ import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from contextlib import aclosing
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, Transcript
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import Transcript
 from fake_ollama import MODEL as OLLAMA_MODEL
-from fake_ollama import FakeOllama, chunk, final
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
 from fake_openai import FakeOpenAI
 from typed_conformance import conforms
 
-from vaelii_llm import (
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    Provider,
-    Request,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    errors,
-)
-from vaelii_llm.providers import anthropic, ollama, openai, stub
+from vaelii_llm import DocumentBlock
+from vaelii_llm import ImageBlock
+from vaelii_llm import Message
+from vaelii_llm import Provider
+from vaelii_llm import Request
+from vaelii_llm import TextBlock
+from vaelii_llm import ToolResultBlock
+from vaelii_llm import ToolUseBlock
+from vaelii_llm import errors
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import stub
 from vaelii_llm.providers.anthropic._encode import build_body
 from vaelii_llm.providers.ollama._chat import chat_body as ollama_body
 from vaelii_llm.providers.openai._chat import chat_body as openai_body
@@ -515,7 +520,9 @@ async def test_the_stub_takes_images_and_documents_and_keeps_them_for_the_test()
 
 
 async def test_the_agent_loop_carries_an_image_question_through_a_tool_turn() -> None:
-    from vaelii_llm import agent, kb, tools
+    from vaelii_llm import agent
+    from vaelii_llm import kb
+    from vaelii_llm import tools
 
     toolset = tools.Toolset(kb.sample())
     first = agent.request("What is in this picture?", toolset)

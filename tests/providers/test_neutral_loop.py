@@ -19,34 +19,46 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import aclosing, asynccontextmanager
-from typing import Any, Literal, get_args
+from contextlib import aclosing
+from contextlib import asynccontextmanager
+from typing import Any
+from typing import Literal
+from typing import get_args
 
 import pytest
 from aiohttp import web
-from anthropic_fake import FakeMessagesAPI, Transcript
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import Transcript
 from deltas_check import assert_deltas_make_the_blocks
-from fake_ollama import FakeOllama, chunk, final, tool_call
-from fake_openai import Call, FakeOpenAI, Turn, split, transcript
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import tool_call
+from fake_openai import Call
+from fake_openai import FakeOpenAI
 from fake_openai import Transcript as ChatTranscript
-from fake_openai_responses import FakeResponses, Item
+from fake_openai import Turn
+from fake_openai import split
+from fake_openai import transcript
+from fake_openai_responses import FakeResponses
+from fake_openai_responses import Item
 from fake_openai_responses import Turn as ResponsesTurn
 from loopback import serve
 from messages_transcripts import message
 from messages_transcripts import transcript as messages_of
 
-from vaelii_llm import kb, providers, tools
-from vaelii_llm._protocol import (
-    Delta,
-    Message,
-    Provider,
-    Request,
-    Response,
-    StreamItem,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
+from vaelii_llm import kb
+from vaelii_llm import providers
+from vaelii_llm import tools
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolUseBlock
 
 Mode = Literal["complete", "stream", "deltas"]
 

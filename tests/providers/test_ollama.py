@@ -7,54 +7,54 @@ import asyncio
 import inspect
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
+from collections.abc import Mapping
 from contextlib import aclosing
 from typing import Any
 
 import msgspec
 import pytest
 import yarl
-from aioresponses import CallbackResult, aioresponses
+from aioresponses import CallbackResult
+from aioresponses import aioresponses
 from conftest import MockedResponse
-from fake_ollama import (
-    FakeOllama,
-    Transcript,
-    chunk,
-    final,
-    hello,
-    merged,
-    tool_call,
-)
-from hypothesis import HealthCheck, given, settings
+from fake_ollama import FakeOllama
+from fake_ollama import Transcript
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import hello
+from fake_ollama import merged
+from fake_ollama import tool_call
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from vaelii_llm import errors, providers
-from vaelii_llm._protocol import (
-    Message,
-    OpaqueBlock,
-    Provider,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    StreamItem,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    ToolUseStart,
-    Usage,
-)
+from vaelii_llm import errors
+from vaelii_llm import providers
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
+from vaelii_llm._protocol import Usage
 from vaelii_llm.providers import ollama
 from vaelii_llm.providers._hosts import normalize_host
-from vaelii_llm.providers.ollama._assemble import (
-    ChatAssembler,
-    ChatChunk,
-    response_of,
-    stop_reason,
-)
+from vaelii_llm.providers.ollama._assemble import ChatAssembler
+from vaelii_llm.providers.ollama._assemble import ChatChunk
+from vaelii_llm.providers.ollama._assemble import response_of
+from vaelii_llm.providers.ollama._assemble import stop_reason
 from vaelii_llm.providers.ollama._chat import chat_body
 
 LABEL = "Ollama at test"

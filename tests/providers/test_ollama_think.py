@@ -8,18 +8,18 @@ import json
 from typing import Any
 
 import pytest
-from fake_ollama import FakeOllama, chunk, final
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
 
-from vaelii_llm._protocol import (
-    Cache,
-    Message,
-    Request,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-)
+from vaelii_llm._protocol import Cache
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm.errors import LLMEncode
 from vaelii_llm.providers import ollama
 from vaelii_llm.providers.anthropic._encode import build_body

@@ -9,50 +9,56 @@ import logging
 import random
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any, get_args
+from typing import Any
+from typing import get_args
 
 import msgspec
 import pytest
 from deltas_check import assert_deltas_make_the_blocks
-from fake_openai import (
-    MODEL,
-    MODELS,
-    Call,
-    FakeOpenAI,
-    Transcript,
-    Turn,
-    hello,
-    random_turn,
-    transcript,
-)
-from hypothesis import HealthCheck, given, settings
+from fake_openai import MODEL
+from fake_openai import MODELS
+from fake_openai import Call
+from fake_openai import FakeOpenAI
+from fake_openai import Transcript
+from fake_openai import Turn
+from fake_openai import hello
+from fake_openai import random_turn
+from fake_openai import transcript
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
-from kb_model import GOAL, NAMES, QUESTION, answer_from
+from kb_model import GOAL
+from kb_model import NAMES
+from kb_model import QUESTION
+from kb_model import answer_from
 
-from vaelii_llm import errors, providers
-from vaelii_llm._protocol import (
-    Delta,
-    Message,
-    OpaqueBlock,
-    Provider,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    StreamItem,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    ToolUseStart,
-    Usage,
-)
+from vaelii_llm import errors
+from vaelii_llm import providers
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
+from vaelii_llm._protocol import Usage
 from vaelii_llm.providers import openai
-from vaelii_llm.providers.openai._assemble import WHOLE_DECODER, ChunkAssembler, response_of
-from vaelii_llm.providers.openai._chat import chat_body, token_field
+from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._assemble import ChunkAssembler
+from vaelii_llm.providers.openai._assemble import response_of
+from vaelii_llm.providers.openai._chat import chat_body
+from vaelii_llm.providers.openai._chat import token_field
 from vaelii_llm.providers.openai._key import APIKey
 
 SECRET = "sk-proj-SECRET-do-not-show-1234"
@@ -1023,8 +1029,11 @@ def two_turns(body: dict[str, Any]) -> Transcript:
 async def test_the_agent_loop_and_pydantic_ai_run_on_it_unchanged(fake: FakeOpenAI) -> None:
     from pydantic_ai import Agent
 
-    from vaelii_llm import agent, kb, tools
-    from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
+    from vaelii_llm import agent
+    from vaelii_llm import kb
+    from vaelii_llm import tools
+    from vaelii_llm.integrations.pydantic_ai import KBToolset
+    from vaelii_llm.integrations.pydantic_ai import VaeliiModel
 
     fake.script = two_turns
     async with openai.provider(base_url=fake.base_url, model=MODEL) as p:

@@ -18,19 +18,20 @@ from typing import Any
 
 import msgspec
 import pytest
-from fake_openai import MODEL, FakeOpenAI, random_turn, transcript
+from fake_openai import MODEL
+from fake_openai import FakeOpenAI
+from fake_openai import random_turn
+from fake_openai import transcript
 from typed_conformance import conforms
 
-from vaelii_llm._protocol import (
-    Cache,
-    Message,
-    Request,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-)
+from vaelii_llm._protocol import Cache
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm.providers import openai as ours
 from vaelii_llm.providers.openai._chat import chat_body
 

@@ -7,49 +7,49 @@ import asyncio
 import json
 import logging
 import random
-from contextlib import aclosing, suppress
-from typing import Any, get_args
+from contextlib import aclosing
+from contextlib import suppress
+from typing import Any
+from typing import get_args
 
 import msgspec
 import pytest
 from deltas_check import assert_deltas_make_the_blocks
-from fake_openai import json_value, split, words
-from fake_openai_responses import (
-    MODEL,
-    RATE_HEADERS,
-    REQUEST_ID,
-    FakeResponses,
-    Item,
-    Turn,
-    sse,
-)
-from hypothesis import given, settings
+from fake_openai import json_value
+from fake_openai import split
+from fake_openai import words
+from fake_openai_responses import MODEL
+from fake_openai_responses import RATE_HEADERS
+from fake_openai_responses import REQUEST_ID
+from fake_openai_responses import FakeResponses
+from fake_openai_responses import Item
+from fake_openai_responses import Turn
+from fake_openai_responses import sse
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from vaelii_llm import errors, providers
-from vaelii_llm._protocol import (
-    Delta,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-)
+from vaelii_llm import errors
+from vaelii_llm import providers
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import DocumentBlock
+from vaelii_llm._protocol import ImageBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers import openai_responses
-from vaelii_llm.providers.openai_responses._assemble import (
-    WHOLE_DECODER,
-    EventAssembler,
-    not_sse,
-    response_of,
-)
+from vaelii_llm.providers.openai_responses._assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai_responses._assemble import EventAssembler
+from vaelii_llm.providers.openai_responses._assemble import not_sse
+from vaelii_llm.providers.openai_responses._assemble import response_of
 from vaelii_llm.providers.openai_responses._request import responses_body
 
 SECRET = "sk-proj-SECRET-responses-do-not-show-5678"

@@ -19,9 +19,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from vaelii_llm import _backends, cli, config, pool, providers
+from vaelii_llm import _backends
+from vaelii_llm import cli
+from vaelii_llm import config
+from vaelii_llm import pool
+from vaelii_llm import providers
 from vaelii_llm.errors import LLMBadHosts
-from vaelii_llm.providers import Backend, Option
+from vaelii_llm.providers import Backend
+from vaelii_llm.providers import Option
 
 if TYPE_CHECKING:
     from conftest import Recorded
@@ -257,7 +262,8 @@ async def test_its_turns_make_the_built_in_chat_span_and_the_command_lists_its_s
 ) -> None:
     """The backend holds no telemetry code: selection hands it out traced, as
     a built-in provider is, and its record's switches reach the command."""
-    from vaelii_llm import Message, Request
+    from vaelii_llm import Message
+    from vaelii_llm import Request
     from vaelii_llm.providers import stub
 
     monkeypatch.setenv(ZONE, "west")

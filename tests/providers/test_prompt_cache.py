@@ -14,24 +14,28 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, generate, prompt_units, tokens
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import generate
+from anthropic_fake import prompt_units
+from anthropic_fake import tokens
 
-from vaelii_llm import agent, kb, tools
-from vaelii_llm._protocol import (
-    Cache,
-    Message,
-    Request,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-)
+from vaelii_llm import agent
+from vaelii_llm import kb
+from vaelii_llm import tools
+from vaelii_llm._protocol import Cache
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm.errors import LLMEncode
 from vaelii_llm.providers import anthropic
 from vaelii_llm.providers.anthropic._encode import build_body
 from vaelii_llm.providers.ollama._chat import chat_body as ollama_body
-from vaelii_llm.providers.openai._assemble import WHOLE_DECODER, response_of
+from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._assemble import response_of
 from vaelii_llm.providers.openai._chat import chat_body as openai_body
 
 EPHEMERAL = {"type": "ephemeral", "ttl": "5m"}

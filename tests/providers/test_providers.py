@@ -10,14 +10,20 @@ import random
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from vaelii_llm import _backends, providers
-from vaelii_llm._protocol import Message, Request, TextBlock
-from vaelii_llm.providers import Backend, Option, stub
+from vaelii_llm import _backends
+from vaelii_llm import providers
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm.providers import Backend
+from vaelii_llm.providers import Option
+from vaelii_llm.providers import stub
 
 SECRET = "sk-ant-SECRET-do-not-print-0123456789"
 
@@ -520,7 +526,8 @@ def no_anthropic_env(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_one_call_serves_whichever_kind_the_environment_names(
     monkeypatch: pytest.MonkeyPatch, kind: str, answers: str
 ) -> None:
-    from anthropic_fake import FakeMessagesAPI, generate
+    from anthropic_fake import FakeMessagesAPI
+    from anthropic_fake import generate
     from fake_ollama import FakeOllama
     from fake_openai import FakeOpenAI
     from fake_openai_responses import FakeResponses

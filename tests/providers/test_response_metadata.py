@@ -8,12 +8,19 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from far_end_answers import ANSWERS, KEY, built
+from far_end_answers import ANSWERS
+from far_end_answers import KEY
+from far_end_answers import built
 from loopback import serve
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import Message, Request, Response, TextBlock
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
 
 QUESTION = Request(messages=[Message(role="user", content="Is a spider an insect?")])
 

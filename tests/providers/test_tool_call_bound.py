@@ -11,22 +11,37 @@ from __future__ import annotations
 import contextlib
 import random
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, generate
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import generate
 from deltas_check import assert_deltas_make_the_blocks
-from fake_ollama import FakeOllama, chunk, final, merged, tool_call
-from fake_openai import Call, FakeOpenAI, Turn, transcript
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import merged
+from fake_ollama import tool_call
+from fake_openai import Call
+from fake_openai import FakeOpenAI
+from fake_openai import Turn
+from fake_openai import transcript
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import Message, Request, Response, ToolUseBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._wire.sse import SSEDecoder
-from vaelii_llm.providers import _turn, anthropic, ollama, openai
+from vaelii_llm.providers import _turn
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
 from vaelii_llm.providers.openai._assemble import ChunkAssembler
 
 BOUND = _turn.MAX_TOOL_CALLS

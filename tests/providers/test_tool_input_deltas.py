@@ -11,28 +11,33 @@ import contextlib
 import json
 import random
 from collections.abc import AsyncIterator
-from typing import Any, get_args
+from typing import Any
+from typing import get_args
 
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, Transcript, generate
-from deltas_check import assert_deltas_make_the_blocks, input_json
-from hypothesis import given, settings
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import Transcript
+from anthropic_fake import generate
+from deltas_check import assert_deltas_make_the_blocks
+from deltas_check import input_json
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from vaelii_llm._protocol import (
-    Delta,
-    Message,
-    Request,
-    Response,
-    ToolInputDelta,
-    ToolUseBlock,
-    ToolUseStart,
-)
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm.providers import anthropic
 from vaelii_llm.providers.anthropic._decode import from_parsed
 from vaelii_llm.providers.anthropic._stream import StreamAssembler
-from vaelii_llm.providers.openai._assemble import WHOLE_DECODER, ChunkAssembler, response_of
+from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._assemble import ChunkAssembler
+from vaelii_llm.providers.openai._assemble import response_of
 
 DELTAS = get_args(Delta)
 
@@ -241,7 +246,8 @@ async def test_the_pydantic_ai_face_builds_each_call_from_its_pieces() -> None:
     pai_agent = pytest.importorskip("pydantic_ai")
     messages = pytest.importorskip("pydantic_ai.messages")
     from vaelii_llm import kb
-    from vaelii_llm.integrations.pydantic_ai import KBToolset, VaeliiModel
+    from vaelii_llm.integrations.pydantic_ai import KBToolset
+    from vaelii_llm.integrations.pydantic_ai import VaeliiModel
     from vaelii_llm.providers import stub
 
     goal = {"goal": "(afraidOf MissMuffet ?who)"}

@@ -20,7 +20,9 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from vaelii_llm import Message, ToolResultBlock, ToolUseBlock
+from vaelii_llm import Message
+from vaelii_llm import ToolResultBlock
+from vaelii_llm import ToolUseBlock
 
 __all__ = ["TOOL_TEMPLATE", "WORKED", "LlamaServer", "built", "worked_exchanges"]
 

@@ -23,9 +23,13 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llama_server import TOOL_TEMPLATE, WORKED, LlamaServer, built
+from llama_server import TOOL_TEMPLATE
+from llama_server import WORKED
+from llama_server import LlamaServer
+from llama_server import built
 
-from vaelii_llm import kb, tools
+from vaelii_llm import kb
+from vaelii_llm import tools
 
 OUT = Path(__file__).parent / "recorded" / "llama_server.json"
 PNG = base64.b64encode(

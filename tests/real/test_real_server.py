@@ -14,7 +14,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -25,13 +26,25 @@ import openai as openai_sdk
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
-from llama_server import TOOL_TEMPLATE, LlamaServer, worked_exchanges
+from llama_server import TOOL_TEMPLATE
+from llama_server import LlamaServer
+from llama_server import worked_exchanges
 from redis_server import RedisServer
 
-from vaelii_llm import Message, Request, Response, agent, kb, tools
-from vaelii_llm.errors import LLMError, LLMTimeout
-from vaelii_llm.pool import Pool, pool_from_config, vote
-from vaelii_llm.providers import anthropic, openai, openai_responses
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import agent
+from vaelii_llm import kb
+from vaelii_llm import tools
+from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.pool import Pool
+from vaelii_llm.pool import pool_from_config
+from vaelii_llm.pool import vote
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import openai_responses
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="module")]
 

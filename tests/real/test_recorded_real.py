@@ -18,9 +18,18 @@ from aiohttp import web
 from llama_server import worked_exchanges
 from loopback import serve
 
-from vaelii_llm import ImageBlock, Message, Request, Response, TextBlock, ToolUseBlock, kb, tools
+from vaelii_llm import ImageBlock
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
+from vaelii_llm import ToolUseBlock
+from vaelii_llm import kb
+from vaelii_llm import tools
 from vaelii_llm.errors import LLMApiError
-from vaelii_llm.providers import anthropic, openai, openai_responses
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import openai_responses
 
 RECORDED = json.loads((Path(__file__).parent / "recorded" / "llama_server.json").read_text())
 CASES: dict[str, dict[str, Any]] = RECORDED["cases"]

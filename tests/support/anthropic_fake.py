@@ -22,7 +22,8 @@ import itertools
 import json
 import random
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from aiohttp import web

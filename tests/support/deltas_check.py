@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
-from vaelii_llm import (
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolUseBlock,
-    ToolUseStart,
-)
+from vaelii_llm import TextBlock
+from vaelii_llm import TextDelta
+from vaelii_llm import ThinkingBlock
+from vaelii_llm import ThinkingDelta
+from vaelii_llm import ToolInputDelta
+from vaelii_llm import ToolUseBlock
+from vaelii_llm import ToolUseStart
 
 
 def input_json(pieces: Iterable[str]) -> Any:

@@ -37,8 +37,10 @@ import json
 import random
 import string
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Literal
 
 from aiohttp import web
 from loopback import FakeServer

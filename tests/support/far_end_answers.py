@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from vaelii_llm.providers import anthropic, ollama, openai
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
 
 KEY = "sk-ant-api03-K9v2QmZt7LwR4pXsH3jN8cYb"
 

@@ -15,19 +15,19 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
-from fake_ollama import chunk, final, tool_call
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import tool_call
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import (
-    Message,
-    ProviderBase,
-    Request,
-    Response,
-    StreamItem,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import ProviderBase
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm.providers import stub
 
 GOAL = "(afraidOf MissMuffet ?who)"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vaelii_llm import config, errors
+from vaelii_llm import config
+from vaelii_llm import errors
 
 
 async def live_model(name: str, host: str | None = None) -> str:

@@ -13,10 +13,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
+from collections.abc import Coroutine
 from typing import Any
 
-from vaelii_llm import Message, Request, Response, TextBlock
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
 from vaelii_llm.providers import ollama
 
 

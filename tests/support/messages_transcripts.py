@@ -46,11 +46,13 @@ import json
 import random
 import string
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import jiter
-from anthropic_fake import Event, Transcript
+from anthropic_fake import Event
+from anthropic_fake import Transcript
 from hypothesis import strategies as st
 from hypothesis_helpers import recursive
 

@@ -20,7 +20,9 @@ import sys
 from typing import Any
 
 from vaelii_llm._pool import PoolStatistics
-from vaelii_llm.pool import Pool, pool_from_config, vote
+from vaelii_llm.pool import Pool
+from vaelii_llm.pool import pool_from_config
+from vaelii_llm.pool import vote
 
 TTL_MS = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 

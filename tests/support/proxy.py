@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from contextlib import asynccontextmanager
+from contextlib import suppress
+from dataclasses import dataclass
+from dataclasses import field
 from urllib.parse import urlsplit
 
 __all__ = ["Proxy", "forward_proxy"]

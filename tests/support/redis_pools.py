@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
-from fake_ollama import chunk, final, merged
-from fake_openai import Turn, transcript
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import merged
+from fake_openai import Turn
+from fake_openai import transcript
 from loopback import serve
 
 from vaelii_llm._pool import Pool

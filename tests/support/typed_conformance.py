@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import typing_extensions

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from contextlib import aclosing
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +25,28 @@ import aiohttp
 import pytest
 from aiohttp import web
 from anthropic_fake import frame
-from fake_ollama import chunk, final, merged
-from fake_openai_responses import Item, Turn, sse
-from loopback import serve, serve_raw
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import merged
+from fake_openai_responses import Item
+from fake_openai_responses import Turn
+from fake_openai_responses import sse
+from loopback import serve
+from loopback import serve_raw
 
-from vaelii_llm import Message, Request, Response, TextBlock
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
 from vaelii_llm._transport.sessions import create_session
-from vaelii_llm._transport.settings import DEFAULT_MAX_CONNECTIONS, Network
-from vaelii_llm.errors import LLMError, LLMTimeout
-from vaelii_llm.providers import anthropic, ollama, openai, openai_responses
+from vaelii_llm._transport.settings import DEFAULT_MAX_CONNECTIONS
+from vaelii_llm._transport.settings import Network
+from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import openai_responses
 from vaelii_llm.providers._http import HTTPProvider
 
 ANSWER = "Hello! How are you today?"
@@ -607,7 +624,8 @@ async def test_aiohttp_keeps_idle_connections_in_the_shape_the_check_reads() -> 
     aiohttp that changes either fails here, by name, as well as above."""
     from collections.abc import Mapping
 
-    from vaelii_llm._transport.sessions import _closed_kept, _FreshConnector
+    from vaelii_llm._transport.sessions import _closed_kept
+    from vaelii_llm._transport.sessions import _FreshConnector
 
     assert callable(getattr(aiohttp.TCPConnector, "_get", None))
     assert _FreshConnector._get is not aiohttp.TCPConnector._get

@@ -11,38 +11,49 @@ from __future__ import annotations
 import ast
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncIterator
+from collections.abc import Callable
+from contextlib import aclosing
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
+from typing import get_args
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI, generate
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import generate
 from deltas_check import input_json
-from fake_ollama import FakeOllama, chunk, final, tool_call
-from fake_openai import FakeOpenAI, random_turn, transcript
+from fake_ollama import FakeOllama
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_ollama import tool_call
+from fake_openai import FakeOpenAI
+from fake_openai import random_turn
+from fake_openai import transcript
 from fake_openai_responses import FakeResponses
 from loopback import serve
 
-from vaelii_llm._protocol import (
-    Delta,
-    Message,
-    Request,
-    Response,
-    StreamItem,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolUseBlock,
-    ToolUseStart,
-)
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._transport.settings import USER_AGENT
-from vaelii_llm.errors import LLMClosed, LLMTimeout
-from vaelii_llm.providers import anthropic, ollama, openai, openai_responses
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import openai_responses
 from vaelii_llm.providers._http import HTTPProvider
 
 BACKENDS = ["ollama", "anthropic", "openai", "openai-responses"]

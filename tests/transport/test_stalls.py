@@ -28,13 +28,21 @@ import msgspec
 import pytest
 from aiohttp import web
 from anthropic_fake import frame
-from fake_ollama import chunk, final
-from fake_openai_responses import Item, Turn
+from fake_ollama import chunk
+from fake_ollama import final
+from fake_openai_responses import Item
+from fake_openai_responses import Turn
 from loopback import serve
 
-from vaelii_llm import Message, Request, Response, TextBlock
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import Response
+from vaelii_llm import TextBlock
 from vaelii_llm.errors import LLMTimeout
-from vaelii_llm.providers import anthropic, ollama, openai, openai_responses
+from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import ollama
+from vaelii_llm.providers import openai
+from vaelii_llm.providers import openai_responses
 from vaelii_llm.providers._http import HTTPProvider
 
 STALL_MS = 300
@@ -361,7 +369,8 @@ async def test_a_stall_bound_that_is_no_whole_positive_number_is_refused(stall_m
 
 
 async def test_a_votes_turns_take_stall_ms_from_the_request() -> None:
-    from vaelii_llm.pool import Pool, vote
+    from vaelii_llm.pool import Pool
+    from vaelii_llm.pool import vote
 
     spec = WIRES["ollama"]
     request = ask(stall_ms=STALL_MS, timeout_ms=LONG_MS)

@@ -13,7 +13,8 @@ import asyncio
 import gc
 import random
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest

@@ -21,43 +21,54 @@ import socket
 import traceback
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Coroutine
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextlib import suppress
 from typing import Any
 
 import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
-from hypothesis import example, given, settings
+from hypothesis import example
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
-from loopback import (
-    Handler,
-    Taking,
-    cut_connection,
-    refused_url,
-    reset_connection,
-    serve,
-    serve_raw,
-)
+from loopback import Handler
+from loopback import Taking
+from loopback import cut_connection
+from loopback import refused_url
+from loopback import reset_connection
+from loopback import serve
+from loopback import serve_raw
 
 from vaelii_llm import _timers as timers
 from vaelii_llm import _transport as transport
-from vaelii_llm._transport import boundary, send, sessions, withheld
+from vaelii_llm._transport import boundary
+from vaelii_llm._transport import send
+from vaelii_llm._transport import sessions
 from vaelii_llm._transport import settings as net
+from vaelii_llm._transport import withheld
 from vaelii_llm._transport.boundary import decode_json
-from vaelii_llm._transport.send import open_stream, request_json
-from vaelii_llm._transport.sessions import create_session, probe_session
-from vaelii_llm._transport.settings import Deadline, Endpoint
-from vaelii_llm._wire import NDJSONDecoder, SSEDecoder, SSEEvent
-from vaelii_llm.errors import (
-    LLMApiError,
-    LLMBadCredential,
-    LLMBadResponse,
-    LLMError,
-    LLMTimeout,
-    LLMUnreachable,
-)
+from vaelii_llm._transport.send import open_stream
+from vaelii_llm._transport.send import request_json
+from vaelii_llm._transport.sessions import create_session
+from vaelii_llm._transport.sessions import probe_session
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._wire import NDJSONDecoder
+from vaelii_llm._wire import SSEDecoder
+from vaelii_llm._wire import SSEEvent
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadCredential
+from vaelii_llm.errors import LLMBadResponse
+from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.errors import LLMUnreachable
 
 MODULES = (net, sessions, boundary, withheld, send)
 END = Endpoint("Test server at loopback", "test")

@@ -12,11 +12,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis_helpers import recursive
 
-from vaelii_llm._wire import MAX_EVENT_BYTES, NDJSONDecoder
+from vaelii_llm._wire import MAX_EVENT_BYTES
+from vaelii_llm._wire import NDJSONDecoder
 from vaelii_llm._wire.ndjson import refuse_line
 from vaelii_llm.errors import LLMBadResponse
 

@@ -7,10 +7,14 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from vaelii_llm._wire import MAX_EVENT_BYTES, SSEDecoder, SSEEvent
+from vaelii_llm._wire import MAX_EVENT_BYTES
+from vaelii_llm._wire import SSEDecoder
+from vaelii_llm._wire import SSEEvent
 from vaelii_llm._wire.sse import _each_starts
 from vaelii_llm.errors import LLMBadResponse
 

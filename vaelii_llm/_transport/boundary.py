@@ -74,23 +74,24 @@ keeps none of them). A read its owner ends with :func:`cut` (a provider's
 from __future__ import annotations
 
 import asyncio
-from typing import Final, TypeVar
+from typing import Final
+from typing import TypeVar
 
 import aiohttp
 import msgspec
 
 from vaelii_llm import _timers as timers
 from vaelii_llm._transport import settings
-from vaelii_llm._transport.settings import Deadline, Endpoint
-from vaelii_llm._transport.withheld import _SentTo, withhold
-from vaelii_llm.errors import (
-    LLMApiError,
-    LLMBadResponse,
-    LLMError,
-    LLMTimeout,
-    LLMUnreachable,
-    excerpt,
-)
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.withheld import _SentTo
+from vaelii_llm._transport.withheld import withhold
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadResponse
+from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMTimeout
+from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.errors import excerpt
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "decode_json"]
 

@@ -4,7 +4,8 @@ ending reads (``drain``, ``cut``). Failures: see :mod:`vaelii_llm._transport.bou
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
+from collections.abc import Mapping
 from contextlib import suppress
 from typing import TypeVar
 
@@ -12,20 +13,16 @@ import aiohttp
 import msgspec
 
 from vaelii_llm import _timers as timers
-from vaelii_llm._transport.boundary import (
-    DEFAULT_MAX_BODY_BYTES,
-    _Boundary,
-    _let_go,
-    _read_whole,
-    decode_json,
-)
+from vaelii_llm._transport.boundary import DEFAULT_MAX_BODY_BYTES
+from vaelii_llm._transport.boundary import _Boundary
+from vaelii_llm._transport.boundary import _let_go
+from vaelii_llm._transport.boundary import _read_whole
+from vaelii_llm._transport.boundary import decode_json
 from vaelii_llm._transport.sessions import Gate
-from vaelii_llm._transport.settings import (
-    Deadline,
-    Endpoint,
-    _check_headers,
-    with_json_content_type,
-)
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.settings import _check_headers
+from vaelii_llm._transport.settings import with_json_content_type
 from vaelii_llm._transport.withheld import _SentTo
 from vaelii_llm.errors import LLMError
 

@@ -17,25 +17,26 @@ from __future__ import annotations
 import asyncio
 import select
 import weakref
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator
+from collections.abc import Callable
+from collections.abc import Mapping
 from contextlib import suppress
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import aiohttp
 
 from vaelii_llm import _timers as timers
 from vaelii_llm._transport import settings
-from vaelii_llm._transport.settings import (
-    DEFAULT_NETWORK,
-    USER_AGENT,
-    Deadline,
-    Endpoint,
-    Network,
-    _check_headers,
-    _named,
-    _session_ssl,
-    env_proxy,
-)
+from vaelii_llm._transport.settings import DEFAULT_NETWORK
+from vaelii_llm._transport.settings import USER_AGENT
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.settings import Network
+from vaelii_llm._transport.settings import _check_headers
+from vaelii_llm._transport.settings import _named
+from vaelii_llm._transport.settings import _session_ssl
+from vaelii_llm._transport.settings import env_proxy
 from vaelii_llm.errors import LLMTimeout
 
 __all__ = ["Gate", "LoopSessions", "create_session", "probe_session"]

@@ -11,13 +11,15 @@ import re
 import ssl as _ssl
 import sys
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 import aiohttp
 import msgspec
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
+from multidict import CIMultiDictProxy
 from yarl import URL
 
 from vaelii_llm._transport.urls import hide_userinfo

@@ -18,14 +18,20 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Iterable, Mapping
-from typing import Final, NamedTuple
-from urllib.parse import quote, quote_plus, unquote
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Final
+from typing import NamedTuple
+from urllib.parse import quote
+from urllib.parse import quote_plus
+from urllib.parse import unquote
 
 import aiohttp
 import msgspec
 from aiohttp.client_reqrep import ConnectionKey
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
+from multidict import CIMultiDictProxy
 from yarl import URL
 
 from vaelii_llm._transport.urls import userinfo

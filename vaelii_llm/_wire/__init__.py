@@ -14,6 +14,8 @@ Both decoders cap what they buffer for one event or line at
 from __future__ import annotations
 
 from vaelii_llm._wire.ndjson import NDJSONDecoder
-from vaelii_llm._wire.sse import MAX_EVENT_BYTES, SSEDecoder, SSEEvent
+from vaelii_llm._wire.sse import MAX_EVENT_BYTES
+from vaelii_llm._wire.sse import SSEDecoder
+from vaelii_llm._wire.sse import SSEEvent
 
 __all__ = ["MAX_EVENT_BYTES", "NDJSONDecoder", "SSEDecoder", "SSEEvent"]

@@ -28,7 +28,8 @@ from __future__ import annotations
 from typing import Final
 
 from vaelii_llm._wire.sse import MAX_EVENT_BYTES
-from vaelii_llm.errors import LLMBadResponse, excerpt
+from vaelii_llm.errors import LLMBadResponse
+from vaelii_llm.errors import excerpt
 
 __all__ = ["NDJSONDecoder", "refuse_line"]
 

@@ -13,17 +13,25 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import aclosing, asynccontextmanager, suppress
-from typing import Any, Final
+from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from contextlib import aclosing
+from contextlib import asynccontextmanager
+from contextlib import suppress
+from typing import Any
+from typing import Final
 
 import anyio
 import mcp.types as types
 from anyio.abc import Process
-from mcp.client.stdio import StdioServerParameters, get_default_environment
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from vaelii_llm.errors import EXCERPT_CHARS, excerpt
+from vaelii_llm.errors import EXCERPT_CHARS
+from vaelii_llm.errors import excerpt
 
 __all__ = ["EXIT_WAIT_S", "MAX_MESSAGE_BYTES", "Child", "reason", "stdio_session"]
 

@@ -34,8 +34,10 @@ import errno
 import ipaddress
 import socket
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
 
 import anyio
 import mcp.types as types

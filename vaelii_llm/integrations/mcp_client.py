@@ -55,9 +55,15 @@ import math
 import os
 import re
 import shlex
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, suppress
-from typing import Any, Final, Self
+from collections.abc import AsyncIterator
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from contextlib import suppress
+from typing import Any
+from typing import Final
+from typing import Self
 
 import anyio
 import httpx2
@@ -68,20 +74,21 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from vaelii_llm import _edn, telemetry
+from vaelii_llm import _edn
+from vaelii_llm import telemetry
 from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import ToolSchema
 from vaelii_llm._tool_args import opening_of
-from vaelii_llm._tool_schemas import NAME_GRAMMAR, NAME_MAX
+from vaelii_llm._tool_schemas import NAME_GRAMMAR
+from vaelii_llm._tool_schemas import NAME_MAX
 from vaelii_llm.errors import excerpt
-from vaelii_llm.integrations._mcp_stdio import (
-    EXIT_WAIT_S,
-    MAX_MESSAGE_BYTES,
-    Child,
-    reason,
-    stdio_session,
-)
-from vaelii_llm.tools import _MAX_RESULT_CHARS, ToolResult
+from vaelii_llm.integrations._mcp_stdio import EXIT_WAIT_S
+from vaelii_llm.integrations._mcp_stdio import MAX_MESSAGE_BYTES
+from vaelii_llm.integrations._mcp_stdio import Child
+from vaelii_llm.integrations._mcp_stdio import reason
+from vaelii_llm.integrations._mcp_stdio import stdio_session
+from vaelii_llm.tools import _MAX_RESULT_CHARS
+from vaelii_llm.tools import ToolResult
 
 __all__ = ["McpServerError", "McpToolset"]
 

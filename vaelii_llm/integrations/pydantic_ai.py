@@ -46,52 +46,61 @@ budget is not spent on it.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
-from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, ClassVar, Final
+from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from contextlib import aclosing
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from dataclasses import field
+from datetime import UTC
+from datetime import datetime
+from typing import Any
+from typing import ClassVar
+from typing import Final
 
 import msgspec
 from pydantic_ai import exceptions as pai_errors
 from pydantic_ai import messages as pai
-from pydantic_ai.models import (
-    Model,
-    ModelRequestParameters,
-    StreamedResponse,
-    check_allow_model_requests,
-)
+from pydantic_ai.models import Model
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models import StreamedResponse
+from pydantic_ai.models import check_allow_model_requests
 from pydantic_ai.profiles import ModelProfileSpec
-from pydantic_ai.settings import ModelSettingName, ModelSettings
-from pydantic_ai.tools import RunContext, ToolDefinition
-from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+from pydantic_ai.settings import ModelSettingName
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import RunContext
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets import ToolsetTool
 from pydantic_ai.usage import RequestUsage
-from pydantic_core import SchemaValidator, core_schema
+from pydantic_core import SchemaValidator
+from pydantic_core import core_schema
 
 from vaelii_llm import errors
 from vaelii_llm._media import PDF
-from vaelii_llm._protocol import (
-    Block,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    Provider,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    StopReason,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    ToolUseStart,
-    Usage,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import DocumentBlock
+from vaelii_llm._protocol import ImageBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
+from vaelii_llm._protocol import Usage
 from vaelii_llm.errors import excerpt
 from vaelii_llm.tools import Toolset
 

@@ -11,7 +11,11 @@ This package knows nothing of models: it imports no provider, tool or transport.
 
 from __future__ import annotations
 
-from vaelii_llm.kb._io import load_edn, open, sample, save, synthetic
+from vaelii_llm.kb._io import load_edn
+from vaelii_llm.kb._io import open
+from vaelii_llm.kb._io import sample
+from vaelii_llm.kb._io import save
+from vaelii_llm.kb._io import synthetic
 from vaelii_llm.kb._store import KB
 from vaelii_llm.kb._types import EngineRefusal
 

@@ -7,10 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from vaelii_llm.kb._declare import CLOCK, Options
-from vaelii_llm.kb._query import Clock, Foreign, Var
-from vaelii_llm.kb._store import KB, edn_module, is_symbol, symbol, term_name
-from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal, Sentex, too_deep
+from vaelii_llm.kb._declare import CLOCK
+from vaelii_llm.kb._declare import Options
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import Foreign
+from vaelii_llm.kb._query import Var
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._store import edn_module
+from vaelii_llm.kb._store import is_symbol
+from vaelii_llm.kb._store import symbol
+from vaelii_llm.kb._store import term_name
+from vaelii_llm.kb._types import MAX_NESTING
+from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.kb._types import Sentex
+from vaelii_llm.kb._types import too_deep
 
 __all__ = [
     "check_arity",

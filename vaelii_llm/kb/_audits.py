@@ -13,33 +13,25 @@ from typing import Any
 import msgspec
 
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import (
-    CLOCK,
-    HOST_PATH,
-    READ,
-    UNBOUNDED,
-    ClockOpts,
-    op,
-)
-from vaelii_llm.kb._query import (
-    Clock,
-    ClockOut,
-    candidates,
-)
-from vaelii_llm.kb._store import (
-    KB,
-    LIVE,
-    is_symbol,
-    symbol,
-    term_name,
-)
-from vaelii_llm.kb._types import (
-    Context,
-    Cut,
-    EngineRefusal,
-    Problem,
-    Sentex,
-)
+from vaelii_llm.kb._declare import CLOCK
+from vaelii_llm.kb._declare import HOST_PATH
+from vaelii_llm.kb._declare import READ
+from vaelii_llm.kb._declare import UNBOUNDED
+from vaelii_llm.kb._declare import ClockOpts
+from vaelii_llm.kb._declare import op
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import ClockOut
+from vaelii_llm.kb._query import candidates
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._store import LIVE
+from vaelii_llm.kb._store import is_symbol
+from vaelii_llm.kb._store import symbol
+from vaelii_llm.kb._store import term_name
+from vaelii_llm.kb._types import Context
+from vaelii_llm.kb._types import Cut
+from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.kb._types import Problem
+from vaelii_llm.kb._types import Sentex
 
 __all__ = [
     "Diff",

@@ -26,11 +26,22 @@ from typing import Any
 import msgspec
 
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import MAX_DEPTH_CEILING, UNBOUNDED, op
+from vaelii_llm.kb._declare import MAX_DEPTH_CEILING
+from vaelii_llm.kb._declare import UNBOUNDED
+from vaelii_llm.kb._declare import op
 from vaelii_llm.kb._prover import Prover
-from vaelii_llm.kb._query import Clock, Var, candidates, is_ground, subst, to_edn
-from vaelii_llm.kb._store import KB, symbol, term_name
-from vaelii_llm.kb._types import Context, Problem, Sentence
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import Var
+from vaelii_llm.kb._query import candidates
+from vaelii_llm.kb._query import is_ground
+from vaelii_llm.kb._query import subst
+from vaelii_llm.kb._query import to_edn
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._store import symbol
+from vaelii_llm.kb._store import term_name
+from vaelii_llm.kb._types import Context
+from vaelii_llm.kb._types import Problem
+from vaelii_llm.kb._types import Sentence
 
 __all__ = [
     "Explanation",

@@ -27,14 +27,20 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated
+from typing import Any
+from typing import Final
+from typing import Literal
+from typing import TypeVar
 
 import msgspec
 from msgspec import Meta
 
-from vaelii_llm.kb._types import IRREVERSIBLE_ATTR, EngineRefusal
+from vaelii_llm.kb._types import IRREVERSIBLE_ATTR
+from vaelii_llm.kb._types import EngineRefusal
 
 __all__ = [
     "CLOCK",

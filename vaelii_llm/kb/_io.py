@@ -27,21 +27,23 @@ from array import array
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 
-from vaelii_llm._files import FileRefused, read_regular
+from vaelii_llm._files import FileRefused
+from vaelii_llm._files import read_regular
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._store import (
-    DEFAULT_CONTEXT,
-    KB,
-    _Ctx,
-    edn_module,
-    is_symbol,
-    symbol,
-)
-from vaelii_llm.kb._types import MAX_NESTING, EngineRefusal, too_deep
+from vaelii_llm.kb._store import DEFAULT_CONTEXT
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._store import _Ctx
+from vaelii_llm.kb._store import edn_module
+from vaelii_llm.kb._store import is_symbol
+from vaelii_llm.kb._store import symbol
+from vaelii_llm.kb._types import MAX_NESTING
+from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.kb._types import too_deep
 from vaelii_llm.kb._writes import _assert
 
 __all__ = ["load_edn", "open", "sample", "save", "synthetic"]

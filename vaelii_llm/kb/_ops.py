@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 from vaelii_llm._version import __version__
-from vaelii_llm.kb._declare import KBLESS, declared, op
+from vaelii_llm.kb._declare import KBLESS
+from vaelii_llm.kb._declare import declared
+from vaelii_llm.kb._declare import op
 
 __all__ = ["OPS", "OP_MODULES", "VERSION", "op_names", "version"]
 

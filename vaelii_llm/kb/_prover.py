@@ -12,21 +12,23 @@ Every loop checks the cooperative clock.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import Final
 
-from vaelii_llm.kb._query import (
-    Bindings,
-    Clock,
-    Var,
-    answer_bindings,
-    candidates,
-    order_goals,
-    rename,
-    subst,
-    unify,
-)
-from vaelii_llm.kb._store import KB, symbol
+from vaelii_llm.kb._query import Bindings
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import Var
+from vaelii_llm.kb._query import answer_bindings
+from vaelii_llm.kb._query import candidates
+from vaelii_llm.kb._query import order_goals
+from vaelii_llm.kb._query import rename
+from vaelii_llm.kb._query import subst
+from vaelii_llm.kb._query import unify
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._store import symbol
 from vaelii_llm.kb._types import Answer
 
 __all__ = [

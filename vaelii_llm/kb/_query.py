@@ -15,10 +15,15 @@ held to the same deadline.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
 from typing import Any
 
-from vaelii_llm.kb._store import KB, KEY_POSITIONS, Rule, symbol
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._store import KEY_POSITIONS
+from vaelii_llm.kb._store import Rule
+from vaelii_llm.kb._store import symbol
 
 __all__ = [
     "Bindings",

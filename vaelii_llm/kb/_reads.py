@@ -9,57 +9,52 @@ op's name, kind, options and clock are declared at its definition (`op`).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
-from typing import Any, Final, overload
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import Any
+from typing import Final
+from typing import overload
 
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import (
-    CLOCK,
-    FEED,
-    LIMIT,
-    LIST,
-    MAX_DEPTH_CEILING,
-    PROOF,
-    READ,
-    ClockOpts,
-    LimitOpts,
-    ListOpts,
-    MaxDepth,
-    ProofOpts,
-    op,
-)
+from vaelii_llm.kb._declare import CLOCK
+from vaelii_llm.kb._declare import FEED
+from vaelii_llm.kb._declare import LIMIT
+from vaelii_llm.kb._declare import LIST
+from vaelii_llm.kb._declare import MAX_DEPTH_CEILING
+from vaelii_llm.kb._declare import PROOF
+from vaelii_llm.kb._declare import READ
+from vaelii_llm.kb._declare import ClockOpts
+from vaelii_llm.kb._declare import LimitOpts
+from vaelii_llm.kb._declare import ListOpts
+from vaelii_llm.kb._declare import MaxDepth
+from vaelii_llm.kb._declare import ProofOpts
+from vaelii_llm.kb._declare import op
 from vaelii_llm.kb._prover import Prover
-from vaelii_llm.kb._query import (
-    Clock,
-    ClockOut,
-    Var,
-    answer_bindings,
-    candidates,
-    rename,
-    subst,
-    to_edn,
-    unify,
-)
-from vaelii_llm.kb._store import (
-    KB,
-    KEY_POSITIONS,
-    LIVE,
-    Subscription,
-    term_name,
-)
-from vaelii_llm.kb._types import (
-    Answer,
-    Change,
-    Context,
-    ContextInfo,
-    Cut,
-    EngineRefusal,
-    Handle,
-    Sentence,
-    Sentex,
-    Term,
-    WhyNot,
-)
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import ClockOut
+from vaelii_llm.kb._query import Var
+from vaelii_llm.kb._query import answer_bindings
+from vaelii_llm.kb._query import candidates
+from vaelii_llm.kb._query import rename
+from vaelii_llm.kb._query import subst
+from vaelii_llm.kb._query import to_edn
+from vaelii_llm.kb._query import unify
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._store import KEY_POSITIONS
+from vaelii_llm.kb._store import LIVE
+from vaelii_llm.kb._store import Subscription
+from vaelii_llm.kb._store import term_name
+from vaelii_llm.kb._types import Answer
+from vaelii_llm.kb._types import Change
+from vaelii_llm.kb._types import Context
+from vaelii_llm.kb._types import ContextInfo
+from vaelii_llm.kb._types import Cut
+from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.kb._types import Handle
+from vaelii_llm.kb._types import Sentence
+from vaelii_llm.kb._types import Sentex
+from vaelii_llm.kb._types import Term
+from vaelii_llm.kb._types import WhyNot
 
 __all__ = [
     "ESCALATE",

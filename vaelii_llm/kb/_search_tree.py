@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any, Final
+from typing import Annotated
+from typing import Any
+from typing import Final
 
 import msgspec
 from msgspec import Meta
 
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import MAX_LIMIT, READ, ProofOpts, op
-from vaelii_llm.kb._prover import Prover, State, Step
-from vaelii_llm.kb._query import ClockOut, Var, answer_bindings, subst, to_edn
+from vaelii_llm.kb._declare import MAX_LIMIT
+from vaelii_llm.kb._declare import READ
+from vaelii_llm.kb._declare import ProofOpts
+from vaelii_llm.kb._declare import op
+from vaelii_llm.kb._prover import Prover
+from vaelii_llm.kb._prover import State
+from vaelii_llm.kb._prover import Step
+from vaelii_llm.kb._query import ClockOut
+from vaelii_llm.kb._query import Var
+from vaelii_llm.kb._query import answer_bindings
+from vaelii_llm.kb._query import subst
+from vaelii_llm.kb._query import to_edn
 from vaelii_llm.kb._store import KB
-from vaelii_llm.kb._types import Context, Cut, Sentence
+from vaelii_llm.kb._types import Context
+from vaelii_llm.kb._types import Cut
+from vaelii_llm.kb._types import Sentence
 
 __all__ = ["TREE", "SearchNode", "SearchTree", "TreeOpts", "search_tree"]
 

@@ -31,11 +31,16 @@ from __future__ import annotations
 import sys
 import threading
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
-from vaelii_llm.kb._types import Change, EngineRefusal
+from vaelii_llm.kb._types import Change
+from vaelii_llm.kb._types import EngineRefusal
 
 __all__ = ["KB", "Rule", "edn_module", "handles_in", "is_symbol", "symbol"]
 

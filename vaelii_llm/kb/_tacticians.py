@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import PROOF, READ, ProofOpts, op
-from vaelii_llm.kb._prover import (
-    FrontierFull,
-    Prover,
-    State,
-    answer,
-    breadth_first,
-    depth_first,
-    iterative_deepening,
-)
-from vaelii_llm.kb._query import Clock, ClockOut, Var, ms_since
+from vaelii_llm.kb._declare import PROOF
+from vaelii_llm.kb._declare import READ
+from vaelii_llm.kb._declare import ProofOpts
+from vaelii_llm.kb._declare import op
+from vaelii_llm.kb._prover import FrontierFull
+from vaelii_llm.kb._prover import Prover
+from vaelii_llm.kb._prover import State
+from vaelii_llm.kb._prover import answer
+from vaelii_llm.kb._prover import breadth_first
+from vaelii_llm.kb._prover import depth_first
+from vaelii_llm.kb._prover import iterative_deepening
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import ClockOut
+from vaelii_llm.kb._query import Var
+from vaelii_llm.kb._query import ms_since
 from vaelii_llm.kb._store import KB
-from vaelii_llm.kb._types import Answer, Context, Cut, Sentence
+from vaelii_llm.kb._types import Answer
+from vaelii_llm.kb._types import Context
+from vaelii_llm.kb._types import Cut
+from vaelii_llm.kb._types import Sentence
 
 __all__ = ["STRATEGIES", "TacticianRun", "compare_tacticians"]
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Final, NewType
+from typing import Any
+from typing import Final
+from typing import NewType
 
 import msgspec
 

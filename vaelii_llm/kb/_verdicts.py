@@ -9,28 +9,35 @@ other arguments, so a proof of ``(P a 2)`` argues against ``(P a 4)``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any, Final
+from typing import Annotated
+from typing import Any
+from typing import Final
 
 import msgspec
 from msgspec import Meta
 
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import MAX_LIMIT, PROOF, READ, ProofOpts, op
+from vaelii_llm.kb._declare import MAX_LIMIT
+from vaelii_llm.kb._declare import PROOF
+from vaelii_llm.kb._declare import READ
+from vaelii_llm.kb._declare import ProofOpts
+from vaelii_llm.kb._declare import op
 from vaelii_llm.kb._prover import Prover
-from vaelii_llm.kb._query import (
-    Clock,
-    ClockOut,
-    Var,
-    answer_bindings,
-    is_functional,
-    is_ground,
-    negation,
-    other_value,
-    subst,
-    to_edn,
-)
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import ClockOut
+from vaelii_llm.kb._query import Var
+from vaelii_llm.kb._query import answer_bindings
+from vaelii_llm.kb._query import is_functional
+from vaelii_llm.kb._query import is_ground
+from vaelii_llm.kb._query import negation
+from vaelii_llm.kb._query import other_value
+from vaelii_llm.kb._query import subst
+from vaelii_llm.kb._query import to_edn
 from vaelii_llm.kb._store import KB
-from vaelii_llm.kb._types import Answer, Context, Cut, Sentence
+from vaelii_llm.kb._types import Answer
+from vaelii_llm.kb._types import Context
+from vaelii_llm.kb._types import Cut
+from vaelii_llm.kb._types import Sentence
 
 __all__ = ["ARGUE", "ArgueOpts", "Argument", "Status", "argue", "query_status"]
 

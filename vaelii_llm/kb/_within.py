@@ -4,17 +4,27 @@ answering what was found and whether the search ran to its end."""
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Final
+from typing import Annotated
+from typing import Any
+from typing import Final
 
 import msgspec
 from msgspec import Meta
 
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import MAX_LIMIT, READ, ClockOpts, ProofOpts, op
-from vaelii_llm.kb._query import Clock, ms_since
+from vaelii_llm.kb._declare import MAX_LIMIT
+from vaelii_llm.kb._declare import READ
+from vaelii_llm.kb._declare import ClockOpts
+from vaelii_llm.kb._declare import ProofOpts
+from vaelii_llm.kb._declare import op
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import ms_since
 from vaelii_llm.kb._reads import _query
 from vaelii_llm.kb._store import KB
-from vaelii_llm.kb._types import Answer, Context, Cut, Sentence
+from vaelii_llm.kb._types import Answer
+from vaelii_llm.kb._types import Context
+from vaelii_llm.kb._types import Cut
+from vaelii_llm.kb._types import Sentence
 
 __all__ = [
     "ASK_WITHIN",

@@ -10,44 +10,34 @@ from typing import Any
 import msgspec
 
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import (
-    IRREVERSIBLE,
-    PROOF,
-    WRITE,
-    ProofOpts,
-    op,
-)
+from vaelii_llm.kb._declare import IRREVERSIBLE
+from vaelii_llm.kb._declare import PROOF
+from vaelii_llm.kb._declare import WRITE
+from vaelii_llm.kb._declare import ProofOpts
+from vaelii_llm.kb._declare import op
 from vaelii_llm.kb._prover import Prover
-from vaelii_llm.kb._query import (
-    Clock,
-    ClockOut,
-    Foreign,
-    Var,
-    rename,
-    subst,
-    to_edn,
-    unify,
-)
-from vaelii_llm.kb._reads import (
-    _query,
-)
-from vaelii_llm.kb._store import (
-    KB,
-    LIVE,
-    PENDING,
-    compile_rule,
-    is_symbol,
-    symbol,
-)
-from vaelii_llm.kb._types import (
-    Answer,
-    Context,
-    Cut,
-    EngineRefusal,
-    Handle,
-    Sentence,
-    Sentex,
-)
+from vaelii_llm.kb._query import Clock
+from vaelii_llm.kb._query import ClockOut
+from vaelii_llm.kb._query import Foreign
+from vaelii_llm.kb._query import Var
+from vaelii_llm.kb._query import rename
+from vaelii_llm.kb._query import subst
+from vaelii_llm.kb._query import to_edn
+from vaelii_llm.kb._query import unify
+from vaelii_llm.kb._reads import _query
+from vaelii_llm.kb._store import KB
+from vaelii_llm.kb._store import LIVE
+from vaelii_llm.kb._store import PENDING
+from vaelii_llm.kb._store import compile_rule
+from vaelii_llm.kb._store import is_symbol
+from vaelii_llm.kb._store import symbol
+from vaelii_llm.kb._types import Answer
+from vaelii_llm.kb._types import Context
+from vaelii_llm.kb._types import Cut
+from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.kb._types import Handle
+from vaelii_llm.kb._types import Sentence
+from vaelii_llm.kb._types import Sentex
 
 __all__ = [
     "Abduction",

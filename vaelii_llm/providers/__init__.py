@@ -38,12 +38,19 @@ import dataclasses
 import importlib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
-from vaelii_llm import config, telemetry
-from vaelii_llm._backends import REGISTRY, STUB, Backend, Option, record
+from vaelii_llm import config
+from vaelii_llm import telemetry
+from vaelii_llm._backends import REGISTRY
+from vaelii_llm._backends import STUB
+from vaelii_llm._backends import Backend
+from vaelii_llm._backends import Option
+from vaelii_llm._backends import record
 from vaelii_llm._protocol import Provider
 
 __all__ = [

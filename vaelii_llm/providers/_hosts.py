@@ -9,12 +9,17 @@ loading the HTTP backend.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final, NamedTuple
+from typing import Final
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from vaelii_llm import _backends, config
-from vaelii_llm._backends import DEFAULT_OLLAMA_PORT, import_ref, record
-from vaelii_llm._transport.urls import hide_userinfo, userinfo
+from vaelii_llm import _backends
+from vaelii_llm import config
+from vaelii_llm._backends import DEFAULT_OLLAMA_PORT
+from vaelii_llm._backends import import_ref
+from vaelii_llm._backends import record
+from vaelii_llm._transport.urls import hide_userinfo
+from vaelii_llm._transport.urls import userinfo
 from vaelii_llm.config import SCHEME_PORTS
 from vaelii_llm.errors import LLMBadHosts
 

@@ -86,45 +86,54 @@ from __future__ import annotations
 import asyncio
 import inspect
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
-from typing import (
-    Any,
-    Final,
-    Generic,
-    Protocol,
-    TypedDict,
-    TypeVar,
-    get_type_hints,
-    runtime_checkable,
-)
+from collections.abc import AsyncGenerator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
+from typing import Generic
+from typing import Protocol
+from typing import TypedDict
+from typing import TypeVar
+from typing import get_type_hints
+from typing import runtime_checkable
 
 import aiohttp
 import msgspec
 
 from vaelii_llm import telemetry
-from vaelii_llm._protocol import ProviderBase, Request, Response, StreamItem, usage_fault
-from vaelii_llm._streams import Hold, Stream
-from vaelii_llm._transport.send import cut, drain, open_stream, request_json
-from vaelii_llm._transport.sessions import Gate, LoopSessions, create_session
-from vaelii_llm._transport.settings import (
-    DEFAULT_NETWORK,
-    NO_HEADERS,
-    USER_AGENT,
-    Deadline,
-    Endpoint,
-    Network,
-    SSLOption,
-    checked_headers,
-)
-from vaelii_llm._transport.withheld import sent_rule, withhold
-from vaelii_llm.errors import (
-    LLMApiError,
-    LLMBadResponse,
-    LLMClosed,
-    LLMError,
-    LLMUnreachable,
-    LLMUnsupported,
-)
+from vaelii_llm._protocol import ProviderBase
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import usage_fault
+from vaelii_llm._streams import Hold
+from vaelii_llm._streams import Stream
+from vaelii_llm._transport.send import cut
+from vaelii_llm._transport.send import drain
+from vaelii_llm._transport.send import open_stream
+from vaelii_llm._transport.send import request_json
+from vaelii_llm._transport.sessions import Gate
+from vaelii_llm._transport.sessions import LoopSessions
+from vaelii_llm._transport.sessions import create_session
+from vaelii_llm._transport.settings import DEFAULT_NETWORK
+from vaelii_llm._transport.settings import NO_HEADERS
+from vaelii_llm._transport.settings import USER_AGENT
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.settings import Network
+from vaelii_llm._transport.settings import SSLOption
+from vaelii_llm._transport.settings import checked_headers
+from vaelii_llm._transport.withheld import sent_rule
+from vaelii_llm._transport.withheld import withhold
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadResponse
+from vaelii_llm.errors import LLMClosed
+from vaelii_llm.errors import LLMError
+from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.errors import LLMUnsupported
 
 __all__ = [
     "DRAIN_S",

@@ -9,10 +9,12 @@ written once.
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+from typing import Protocol
+from typing import TypeVar
 
 from vaelii_llm._transport.settings import Network
-from vaelii_llm.providers._http import Codec, HTTPProvider
+from vaelii_llm.providers._http import Codec
+from vaelii_llm.providers._http import HTTPProvider
 
 __all__ = ["ModelCodec", "OneModelProvider"]
 

@@ -12,14 +12,16 @@ is trusted: nothing is known.
 
 from __future__ import annotations
 
-from typing import Final, TypeVar
+from typing import Final
+from typing import TypeVar
 
 import msgspec
 
 from vaelii_llm import errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
-from vaelii_llm._transport.settings import Deadline, Endpoint
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._transport.urls import hide_userinfo
 
 __all__ = ["PROPS_TIMEOUT_MS", "no_tools_reason", "served_models"]

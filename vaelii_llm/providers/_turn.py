@@ -26,20 +26,19 @@ its ``raw``, and with deltas a start, for the agent to run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import (
-    Block,
-    StreamItem,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolUseBlock,
-    ToolUseStart,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
 
 __all__ = ["MAX_TOOL_CALLS", "Accumulator", "Call", "count_call", "lenient_object"]
 

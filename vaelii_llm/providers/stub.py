@@ -34,28 +34,33 @@ backend's are when :mod:`vaelii_llm.telemetry` is on.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
-from typing import Any, Final, get_args
+from collections.abc import AsyncGenerator
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
+from typing import get_args
 
 import msgspec
 
-from vaelii_llm import errors, telemetry
-from vaelii_llm._protocol import (
-    Block,
-    Delta,
-    ProviderBase,
-    Request,
-    Response,
-    StopReason,
-    StreamItem,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolUseBlock,
-    ToolUseStart,
-)
+from vaelii_llm import errors
+from vaelii_llm import telemetry
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import ProviderBase
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
 
 __all__ = ["StubProvider", "available", "provider"]
 

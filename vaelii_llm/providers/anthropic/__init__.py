@@ -50,27 +50,32 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 
-from vaelii_llm import _backends, errors
+from vaelii_llm import _backends
+from vaelii_llm import errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
-from vaelii_llm._transport.settings import DEFAULT_NETWORK, Deadline, Network
+from vaelii_llm._transport.settings import DEFAULT_NETWORK
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Network
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
-from vaelii_llm.providers._http import (
-    ClientSession,
-    Credentials,
-    HTTPProvider,
-    SSLOption,
-    network,
-)
+from vaelii_llm.errors import LLMBadCredential
+from vaelii_llm.errors import LLMNoCredential
+from vaelii_llm.providers._http import ClientSession
+from vaelii_llm.providers._http import Credentials
+from vaelii_llm.providers._http import HTTPProvider
+from vaelii_llm.providers._http import SSLOption
+from vaelii_llm.providers._http import network
 from vaelii_llm.providers.anthropic import _credentials as credentials
-from vaelii_llm.providers.anthropic._codec import MessagesCodec, endpoint
+from vaelii_llm.providers.anthropic._codec import MessagesCodec
+from vaelii_llm.providers.anthropic._codec import endpoint
 from vaelii_llm.providers.anthropic._credentials import Credential
-from vaelii_llm.providers.anthropic._encode import DEFAULT_EFFORT, DEFAULT_MODEL
+from vaelii_llm.providers.anthropic._encode import DEFAULT_EFFORT
+from vaelii_llm.providers.anthropic._encode import DEFAULT_MODEL
 
 __all__ = [
     "DEFAULT_EFFORT",

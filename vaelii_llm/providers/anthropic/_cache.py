@@ -17,9 +17,11 @@ an empty text block.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
-from vaelii_llm._protocol import MAX_CACHE_BREAKPOINTS, Cache
+from vaelii_llm._protocol import MAX_CACHE_BREAKPOINTS
+from vaelii_llm._protocol import Cache
 from vaelii_llm.errors import LLMEncode
 
 __all__ = ["apply_cache"]

@@ -10,23 +10,28 @@ skeleton's :meth:`~vaelii_llm.providers._http.HTTPProvider.count_tokens` drives.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 
-from vaelii_llm._protocol import Request, Response
-from vaelii_llm._transport.settings import (
-    Endpoint,
-    Headers,
-    checked_headers,
-    with_json_content_type,
-)
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.settings import Headers
+from vaelii_llm._transport.settings import checked_headers
+from vaelii_llm._transport.settings import with_json_content_type
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._wire.sse import SSEFrames
-from vaelii_llm.errors import LLMApiError, LLMBadResponse
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadResponse
 from vaelii_llm.providers.anthropic._credentials import Credential
-from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER, from_parsed, not_sse
-from vaelii_llm.providers.anthropic._encode import betas, build_body, count_body
+from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER
+from vaelii_llm.providers.anthropic._decode import from_parsed
+from vaelii_llm.providers.anthropic._decode import not_sse
+from vaelii_llm.providers.anthropic._encode import betas
+from vaelii_llm.providers.anthropic._encode import build_body
+from vaelii_llm.providers.anthropic._encode import count_body
 from vaelii_llm.providers.anthropic._stream import StreamAssembler
 
 __all__ = ["API_VERSION", "MessagesCodec", "endpoint"]

@@ -51,11 +51,14 @@ import os
 import signal
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
-from typing import Final, Literal
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Final
+from typing import Literal
 
 from vaelii_llm import _backends
-from vaelii_llm.errors import LLMBadCredential, LLMNoCredential
+from vaelii_llm.errors import LLMBadCredential
+from vaelii_llm.errors import LLMNoCredential
 
 __all__ = [
     "ANT_COMMAND",

@@ -38,25 +38,26 @@ Stop reasons
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
 
 import msgspec
 
-from vaelii_llm._protocol import (
-    Block,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Response,
-    StopReason,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    Usage,
-    nearest_stop_reason,
-)
-from vaelii_llm.errors import LLMApiError, LLMBadResponse
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import Usage
+from vaelii_llm._protocol import nearest_stop_reason
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadResponse
 from vaelii_llm.providers._turn import count_call
 
 __all__ = [

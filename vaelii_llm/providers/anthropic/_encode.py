@@ -41,26 +41,29 @@ Images and documents
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 
-from vaelii_llm._media import MB, WEB_IMAGE_TYPES, MediaLimits, check_document, check_image
-from vaelii_llm._protocol import (
-    UNSET,
-    Block,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    unhandled_block,
-)
+from vaelii_llm._media import MB
+from vaelii_llm._media import WEB_IMAGE_TYPES
+from vaelii_llm._media import MediaLimits
+from vaelii_llm._media import check_document
+from vaelii_llm._media import check_image
+from vaelii_llm._protocol import UNSET
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import DocumentBlock
+from vaelii_llm._protocol import ImageBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import unhandled_block
 from vaelii_llm.errors import LLMEncode
 from vaelii_llm.providers.anthropic._cache import apply_cache
 from vaelii_llm.providers.anthropic._credentials import Credential

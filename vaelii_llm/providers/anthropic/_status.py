@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 
 from vaelii_llm import _backends
 from vaelii_llm._transport.urls import hide_userinfo
-from vaelii_llm.providers._props import no_tools_reason, served_models
+from vaelii_llm.providers._props import no_tools_reason
+from vaelii_llm.providers._props import served_models
 from vaelii_llm.providers.anthropic._encode import DEFAULT_MODEL
 
 __all__ = ["drops_tools", "status_lines"]

@@ -43,32 +43,32 @@ Streamed turns equal whole ones:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
 
 import msgspec
 
-from vaelii_llm._protocol import (
-    Block,
-    Delta,
-    Response,
-    StreamItem,
-    TextDelta,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolUseBlock,
-    ToolUseStart,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Delta
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.errors import LLMApiError, LLMBadResponse
+from vaelii_llm.errors import LLMApiError
+from vaelii_llm.errors import LLMBadResponse
 from vaelii_llm.providers._turn import count_call
-from vaelii_llm.providers.anthropic._decode import (
-    WHOLE_DECODER,
-    Top,
-    decode_block,
-    lenient,
-    mark_cut,
-)
+from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER
+from vaelii_llm.providers.anthropic._decode import Top
+from vaelii_llm.providers.anthropic._decode import decode_block
+from vaelii_llm.providers.anthropic._decode import lenient
+from vaelii_llm.providers.anthropic._decode import mark_cut
 
 __all__ = ["StreamAssembler"]
 

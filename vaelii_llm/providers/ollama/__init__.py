@@ -22,16 +22,16 @@ skeleton's (:mod:`vaelii_llm.providers._http`).
 from __future__ import annotations
 
 from vaelii_llm.providers.ollama._chat import base_url
-from vaelii_llm.providers.ollama._probes import (
-    available,
-    capabilities,
-    context_length,
-    supports_tools,
-    unavailable_reason,
-    version,
-    warm,
-)
-from vaelii_llm.providers.ollama._provider import OllamaProvider, generation_provider, provider
+from vaelii_llm.providers.ollama._probes import available
+from vaelii_llm.providers.ollama._probes import capabilities
+from vaelii_llm.providers.ollama._probes import context_length
+from vaelii_llm.providers.ollama._probes import supports_tools
+from vaelii_llm.providers.ollama._probes import unavailable_reason
+from vaelii_llm.providers.ollama._probes import version
+from vaelii_llm.providers.ollama._probes import warm
+from vaelii_llm.providers.ollama._provider import OllamaProvider
+from vaelii_llm.providers.ollama._provider import generation_provider
+from vaelii_llm.providers.ollama._provider import provider
 
 OllamaProvider.__module__ = __name__  # where a user finds it, as trio names its classes
 

@@ -39,27 +39,29 @@ tool call with no id gets ``call_<n>``, its position in the turn.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any, Final, Literal
+from collections.abc import Iterable
+from collections.abc import Iterator
+from typing import Any
+from typing import Final
+from typing import Literal
 
 import msgspec
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import (
-    Block,
-    Response,
-    StopReason,
-    StreamItem,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolUseBlock,
-    Usage,
-    nearest_stop_reason,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import Usage
+from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.ndjson import refuse_line
-from vaelii_llm.providers._turn import Accumulator, count_call
+from vaelii_llm.providers._turn import Accumulator
+from vaelii_llm.providers._turn import count_call
 
 __all__ = ["CHUNK_DECODER", "ChatAssembler", "ChatChunk", "response_of", "stop_reason"]
 

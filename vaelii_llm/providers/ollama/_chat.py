@@ -34,40 +34,44 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
 
 import msgspec
 
-from vaelii_llm import _backends, errors
-from vaelii_llm._media import MAX_BASE64, MB, MediaLimits, check_image
-from vaelii_llm._protocol import (
-    Block,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    system_text,
-    unhandled_block,
-)
-from vaelii_llm._transport.settings import Endpoint, with_json_content_type
+from vaelii_llm import _backends
+from vaelii_llm import errors
+from vaelii_llm._media import MAX_BASE64
+from vaelii_llm._media import MB
+from vaelii_llm._media import MediaLimits
+from vaelii_llm._media import check_image
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import DocumentBlock
+from vaelii_llm._protocol import ImageBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import system_text
+from vaelii_llm._protocol import unhandled_block
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.settings import with_json_content_type
 from vaelii_llm._wire.ndjson import NDJSONDecoder
 from vaelii_llm.providers._hosts import normalize_host
-from vaelii_llm.providers._http import NetworkOptions, SessionHeadersOnly
-from vaelii_llm.providers.ollama._assemble import (
-    CHUNK_DECODER,
-    ChatAssembler,
-    ChatChunk,
-    response_of,
-)
+from vaelii_llm.providers._http import NetworkOptions
+from vaelii_llm.providers._http import SessionHeadersOnly
+from vaelii_llm.providers.ollama._assemble import CHUNK_DECODER
+from vaelii_llm.providers.ollama._assemble import ChatAssembler
+from vaelii_llm.providers.ollama._assemble import ChatChunk
+from vaelii_llm.providers.ollama._assemble import response_of
 
 __all__ = [
     "CHAT_PATH",

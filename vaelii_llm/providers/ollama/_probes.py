@@ -9,18 +9,30 @@ deadline.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, TypeVar
+from typing import Any
+from typing import Final
+from typing import TypeVar
 
 import msgspec
 
-from vaelii_llm import _backends, errors
+from vaelii_llm import _backends
+from vaelii_llm import errors
 from vaelii_llm._backends import OLLAMA_WARM_TIMEOUT_MS
-from vaelii_llm._protocol import Message, Request, Response
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
-from vaelii_llm._transport.settings import DEFAULT_NETWORK, Deadline, Network
-from vaelii_llm.providers._http import ClientSession, SSLOption, network
-from vaelii_llm.providers.ollama._chat import _ENCODER, ChatCodec, base_url, endpoint
+from vaelii_llm._transport.settings import DEFAULT_NETWORK
+from vaelii_llm._transport.settings import Deadline
+from vaelii_llm._transport.settings import Network
+from vaelii_llm.providers._http import ClientSession
+from vaelii_llm.providers._http import SSLOption
+from vaelii_llm.providers._http import network
+from vaelii_llm.providers.ollama._chat import _ENCODER
+from vaelii_llm.providers.ollama._chat import ChatCodec
+from vaelii_llm.providers.ollama._chat import base_url
+from vaelii_llm.providers.ollama._chat import endpoint
 
 __all__ = [
     "ShowResponse",

@@ -9,18 +9,18 @@ inspection (selection reads which options a backend takes from there).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar, Unpack
+from typing import TypeVar
+from typing import Unpack
 
 from vaelii_llm import _backends
-from vaelii_llm.providers._http import (
-    ClientSession,
-    SSLOption,
-    keyword_signature,
-    network,
-)
+from vaelii_llm.providers._http import ClientSession
+from vaelii_llm.providers._http import SSLOption
+from vaelii_llm.providers._http import keyword_signature
+from vaelii_llm.providers._http import network
 from vaelii_llm.providers._one_model import OneModelProvider
 from vaelii_llm.providers.ollama._assemble import ChatChunk
-from vaelii_llm.providers.ollama._chat import ChatCodec, Options
+from vaelii_llm.providers.ollama._chat import ChatCodec
+from vaelii_llm.providers.ollama._chat import Options
 
 __all__ = ["OllamaProvider", "generation_provider", "provider"]
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from vaelii_llm import _backends, errors
+from vaelii_llm import _backends
+from vaelii_llm import errors
 from vaelii_llm.providers.ollama._chat import base_url
-from vaelii_llm.providers.ollama._probes import capabilities, context_length
+from vaelii_llm.providers.ollama._probes import capabilities
+from vaelii_llm.providers.ollama._probes import context_length
 
 __all__ = ["TOOL_MODELS", "cannot_call_tools", "missing", "missing_model", "status_lines"]
 

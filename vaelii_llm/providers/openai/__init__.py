@@ -19,8 +19,11 @@ the closed state, the turn and the stream pump are the shared skeleton's
 
 from __future__ import annotations
 
-from vaelii_llm.providers.openai._probes import available, models, unavailable_reason
-from vaelii_llm.providers.openai._provider import OpenAIProvider, provider
+from vaelii_llm.providers.openai._probes import available
+from vaelii_llm.providers.openai._probes import models
+from vaelii_llm.providers.openai._probes import unavailable_reason
+from vaelii_llm.providers.openai._provider import OpenAIProvider
+from vaelii_llm.providers.openai._provider import provider
 
 OpenAIProvider.__module__ = __name__  # where a user finds it, as trio names its classes
 

@@ -46,26 +46,31 @@ Prose carries no block JSON on this wire, so text and thinking have ``raw=None``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, Literal
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from typing import Any
+from typing import Final
+from typing import Literal
 
 import msgspec
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import (
-    Block,
-    Response,
-    StopReason,
-    StreamItem,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ToolUseBlock,
-    Usage,
-    nearest_stop_reason,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import Usage
+from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._turn import Accumulator, Call, count_call, lenient_object
+from vaelii_llm.providers._turn import Accumulator
+from vaelii_llm.providers._turn import Call
+from vaelii_llm.providers._turn import count_call
+from vaelii_llm.providers._turn import lenient_object
 
 __all__ = [
     "WHOLE_DECODER",

@@ -56,49 +56,45 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any
+from typing import Final
+from typing import Literal
 from urllib.parse import urlsplit
 
 import msgspec
 
-from vaelii_llm import _backends, errors
-from vaelii_llm._media import (
-    MAX_BASE64,
-    MB,
-    WEB_IMAGE_TYPES,
-    MediaLimits,
-    check_document,
-    check_image,
-)
-from vaelii_llm._protocol import (
-    Block,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    Response,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    system_text,
-    unhandled_block,
-)
-from vaelii_llm._transport.settings import Endpoint, Headers, with_json_content_type
-from vaelii_llm._transport.urls import hide_userinfo, userinfo
+from vaelii_llm import errors
+from vaelii_llm._media import MAX_BASE64
+from vaelii_llm._media import MB
+from vaelii_llm._media import WEB_IMAGE_TYPES
+from vaelii_llm._media import MediaLimits
+from vaelii_llm._media import check_document
+from vaelii_llm._media import check_image
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import DocumentBlock
+from vaelii_llm._protocol import ImageBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import system_text
+from vaelii_llm._protocol import unhandled_block
+from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._transport.settings import Headers
 from vaelii_llm._wire.sse import SSEFrames
-from vaelii_llm.providers._http import NetworkOptions, SessionHeadersOnly
-from vaelii_llm.providers.openai._assemble import (
-    WHOLE_DECODER,
-    ChunkAssembler,
-    Completion,
-    not_sse,
-    response_of,
-)
-from vaelii_llm.providers.openai._key import APIKey
+from vaelii_llm.providers._http import NetworkOptions
+from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._assemble import ChunkAssembler
+from vaelii_llm.providers.openai._assemble import Completion
+from vaelii_llm.providers.openai._assemble import not_sse
+from vaelii_llm.providers.openai._assemble import response_of
+from vaelii_llm.providers.openai._server import ServerCodec
 
 __all__ = [
     "CHAT_PATH",
@@ -456,50 +452,19 @@ def chat_body(
     return _ENCODER.encode(body)
 
 
-def refuse_two_authorizations(
-    base_url: str, named_by: str, key: APIKey | None, headers: Mapping[str, str] | None
-) -> None:
-    """A base URL carrying ``user:password@`` is sent as a Basic
-    ``Authorization``; a key (or a caller's own ``Authorization`` header) is
-    one too, and a request carries one. The conflict is the configuration's,
-    refused (ValueError naming both, quoting neither) before any I/O, not
-    reported later as the far end unreachable. ``named_by``: where the URL came from."""
-    if not userinfo(base_url):
-        return
-    other = None if key is None else ("api_key" if key.source == "explicit" else key.source)
-    if other is None and any(name.lower() == "authorization" for name in headers or {}):
-        other = "the Authorization header in headers"
-    if other is not None:
-        raise ValueError(
-            f"{named_by} carries a user:password@ and {other} is set: both are sent as the "
-            f"Authorization header, and a request carries one; drop one of them"
-        )
-
-
-class ChatCodec(SessionHeadersOnly):
+class ChatCodec(ServerCodec):
     """``/chat/completions`` as the shared HTTP skeleton drives it (no I/O here).
 
-    Built from a provider's :class:`Options`, each resolved here, once: the
-    base URL, the key (checked: a control character is refused naming the
-    header), the model and the token field.
+    Built from a provider's :class:`Options`, each resolved once: the base
+    URL, the key (checked: a control character is refused naming the header)
+    and the model as :class:`ServerCodec` reads them, then the token field.
     """
 
     whole_decoder: Final = WHOLE_DECODER
 
     def __init__(self, options: Options) -> None:
-        unknown = options.keys() - Options.__annotations__.keys()
-        if unknown:  # as a keyword signature refuses it
-            raise TypeError(f"unexpected OpenAI option(s): {', '.join(sorted(unknown))}")
-        self.base_url = _backends.openai_base_url(options.get("base_url"))
-        self.model = _backends.openai_model(options.get("model"))
+        super().__init__(options, Options.__annotations__, "OpenAI", CHAT_PATH, endpoint)
         self.max_tokens_field = token_field(self.base_url, options.get("max_tokens_field"))
-        self.shown_url = hide_userinfo(self.base_url)
-        self.endpoint = endpoint(self.base_url)
-        self.url = self.base_url + CHAT_PATH
-        self.key = APIKey.of(options.get("api_key"))
-        named_by = "base_url" if options.get("base_url") else "OPENAI_BASE_URL"
-        refuse_two_authorizations(self.base_url, named_by, self.key, options.get("headers"))
-        self._headers = session_headers(self.key, options.get("headers"))
 
     def body(self, request: Request, *, stream: bool) -> bytes:
         return chat_body(
@@ -518,14 +483,3 @@ class ChatCodec(SessionHeadersOnly):
 
     def assembler(self, *, deltas: bool) -> ChunkAssembler:
         return ChunkAssembler(self.endpoint.label, deltas=deltas)
-
-
-def session_headers(key: APIKey | None, headers: Mapping[str, str] | None) -> dict[str, str]:
-    """The headers of every request: the key's ``Authorization``, then the
-    caller's own (which win), and ``Content-Type`` unless they name one."""
-    out = dict(key.headers() if key is not None else {})
-    for name, value in (headers or {}).items():
-        for held in [held for held in out if held.lower() == name.lower()]:
-            del out[held]
-        out[name] = value
-    return with_json_content_type(out)

@@ -12,7 +12,8 @@ message, log line, repr or span holds it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Final
 
 from vaelii_llm import _backends

@@ -12,15 +12,14 @@ from __future__ import annotations
 from typing import Unpack
 
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._http import (
-    ClientSession,
-    SSLOption,
-    keyword_signature,
-    network,
-)
+from vaelii_llm.providers._http import ClientSession
+from vaelii_llm.providers._http import SSLOption
+from vaelii_llm.providers._http import keyword_signature
+from vaelii_llm.providers._http import network
 from vaelii_llm.providers._one_model import OneModelProvider
 from vaelii_llm.providers.openai._assemble import Completion
-from vaelii_llm.providers.openai._chat import ChatCodec, Options
+from vaelii_llm.providers.openai._chat import ChatCodec
+from vaelii_llm.providers.openai._chat import Options
 
 __all__ = ["OpenAIProvider", "provider"]
 

@@ -20,8 +20,11 @@ session, turn and pump are the shared skeleton's.
 
 from __future__ import annotations
 
-from vaelii_llm.providers.openai._probes import available, models, unavailable_reason
-from vaelii_llm.providers.openai_responses._provider import OpenAIResponsesProvider, provider
+from vaelii_llm.providers.openai._probes import available
+from vaelii_llm.providers.openai._probes import models
+from vaelii_llm.providers.openai._probes import unavailable_reason
+from vaelii_llm.providers.openai_responses._provider import OpenAIResponsesProvider
+from vaelii_llm.providers.openai_responses._provider import provider
 
 OpenAIResponsesProvider.__module__ = __name__  # where a user finds it
 

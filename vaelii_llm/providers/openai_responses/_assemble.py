@@ -50,31 +50,33 @@ and usage. A server that lists its items only there has them read from it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any, Final, Literal
+from collections.abc import Iterable
+from collections.abc import Iterator
+from typing import Any
+from typing import Final
+from typing import Literal
 
 import msgspec
 
 from vaelii_llm import errors
-from vaelii_llm._protocol import (
-    Block,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Response,
-    StopReason,
-    StreamItem,
-    TextBlock,
-    TextDelta,
-    ThinkingBlock,
-    ThinkingDelta,
-    ToolInputDelta,
-    ToolUseBlock,
-    ToolUseStart,
-    Usage,
-    nearest_stop_reason,
-)
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StopReason
+from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import TextDelta
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ThinkingDelta
+from vaelii_llm._protocol import ToolInputDelta
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import ToolUseStart
+from vaelii_llm._protocol import Usage
+from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._turn import count_call, lenient_object
+from vaelii_llm.providers._turn import count_call
+from vaelii_llm.providers._turn import lenient_object
 
 __all__ = [
     "WHOLE_DECODER",

@@ -2,37 +2,35 @@
 and the options a provider is built from.
 
 The key, the caller's headers, the base URL and its user:password rule are
-the Chat Completions backend's (:mod:`vaelii_llm.providers.openai`): the same
-server, another path.
+the Chat Completions backend's, read by the base both codecs share
+(:class:`~vaelii_llm.providers.openai._server.ServerCodec`): the same server,
+another path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 
-from vaelii_llm import _backends, errors
-from vaelii_llm._protocol import Request, Response
+from vaelii_llm import errors
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
 from vaelii_llm._transport.settings import Endpoint
-from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._wire.sse import SSEFrames
-from vaelii_llm.providers._http import NetworkOptions, SessionHeadersOnly
-from vaelii_llm.providers.openai._chat import HEADERS, refuse_two_authorizations, session_headers
-from vaelii_llm.providers.openai._key import APIKey
-from vaelii_llm.providers.openai_responses._assemble import (
-    WHOLE_DECODER,
-    EventAssembler,
-    Whole,
-    not_sse,
-    response_of,
-)
-from vaelii_llm.providers.openai_responses._request import (
-    COUNT_PATH,
-    RESPONSES_PATH,
-    responses_body,
-)
+from vaelii_llm.providers._http import NetworkOptions
+from vaelii_llm.providers.openai._chat import HEADERS
+from vaelii_llm.providers.openai._server import ServerCodec
+from vaelii_llm.providers.openai_responses._assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai_responses._assemble import EventAssembler
+from vaelii_llm.providers.openai_responses._assemble import Whole
+from vaelii_llm.providers.openai_responses._assemble import not_sse
+from vaelii_llm.providers.openai_responses._assemble import response_of
+from vaelii_llm.providers.openai_responses._request import COUNT_PATH
+from vaelii_llm.providers.openai_responses._request import RESPONSES_PATH
+from vaelii_llm.providers.openai_responses._request import responses_body
 
 __all__ = ["Options", "ResponsesCodec", "endpoint"]
 
@@ -63,28 +61,19 @@ def endpoint(base_url: str) -> Endpoint:
     return Endpoint.at("the Responses API", base_url, "openai", HEADERS)
 
 
-class ResponsesCodec(SessionHeadersOnly):
+class ResponsesCodec(ServerCodec):
     """``/responses`` as the skeleton drives it; also a token counter
     (``/responses/input_tokens``). Built from :class:`Options`, each resolved
-    here, once."""
+    once: the server's as :class:`ServerCodec` reads them, then ``store``."""
 
     whole_decoder: Final = WHOLE_DECODER
 
     def __init__(self, options: Options) -> None:
-        unknown = options.keys() - Options.__annotations__.keys()
-        if unknown:  # as a keyword signature refuses it
-            raise TypeError(f"unexpected Responses API option(s): {', '.join(sorted(unknown))}")
-        self.base_url = _backends.openai_base_url(options.get("base_url"))
-        self.model = _backends.openai_model(options.get("model"))
+        super().__init__(
+            options, Options.__annotations__, "Responses API", RESPONSES_PATH, endpoint
+        )
         self.store = bool(options.get("store"))
-        self.shown_url = hide_userinfo(self.base_url)
-        self.endpoint = endpoint(self.base_url)
-        self.url = self.base_url + RESPONSES_PATH
         self.count_url = self.base_url + COUNT_PATH
-        key = APIKey.of(options.get("api_key"))
-        named_by = "base_url" if options.get("base_url") else "OPENAI_BASE_URL"
-        refuse_two_authorizations(self.base_url, named_by, key, options.get("headers"))
-        self._headers = session_headers(key, options.get("headers"))
 
     def body(self, request: Request, *, stream: bool) -> bytes:
         return responses_body(

@@ -5,15 +5,14 @@ from __future__ import annotations
 from typing import Unpack
 
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._http import (
-    ClientSession,
-    SSLOption,
-    keyword_signature,
-    network,
-)
+from vaelii_llm.providers._http import ClientSession
+from vaelii_llm.providers._http import SSLOption
+from vaelii_llm.providers._http import keyword_signature
+from vaelii_llm.providers._http import network
 from vaelii_llm.providers._one_model import OneModelProvider
 from vaelii_llm.providers.openai_responses._assemble import Whole
-from vaelii_llm.providers.openai_responses._codec import Options, ResponsesCodec
+from vaelii_llm.providers.openai_responses._codec import Options
+from vaelii_llm.providers.openai_responses._codec import ResponsesCodec
 
 __all__ = ["OpenAIResponsesProvider", "provider"]
 

@@ -42,29 +42,30 @@ Input items
 from __future__ import annotations
 
 import base64
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 
 from vaelii_llm import errors
-from vaelii_llm._media import check_document, check_image
-from vaelii_llm._protocol import (
-    Block,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    Request,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolSchema,
-    ToolUseBlock,
-    system_text,
-    unhandled_block,
-)
-from vaelii_llm.providers.openai._chat import MEDIA, _response_format
+from vaelii_llm._media import check_document
+from vaelii_llm._media import check_image
+from vaelii_llm._protocol import Block
+from vaelii_llm._protocol import DocumentBlock
+from vaelii_llm._protocol import ImageBlock
+from vaelii_llm._protocol import Message
+from vaelii_llm._protocol import OpaqueBlock
+from vaelii_llm._protocol import RedactedThinkingBlock
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import ThinkingBlock
+from vaelii_llm._protocol import ToolResultBlock
+from vaelii_llm._protocol import ToolSchema
+from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm._protocol import system_text
+from vaelii_llm._protocol import unhandled_block
+from vaelii_llm.providers.openai._chat import MEDIA
+from vaelii_llm.providers.openai._chat import _response_format
 
 __all__ = ["COUNT_PATH", "RESPONSES_PATH", "responses_body"]
 
