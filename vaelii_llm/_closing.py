@@ -3,7 +3,6 @@ caller hold open (a provider, a pool, an MCP toolset)."""
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Self
 
 __all__ = ["ClosesOnExit"]
@@ -20,10 +19,5 @@ class ClosesOnExit:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

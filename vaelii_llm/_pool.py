@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Final
 from typing import Generic
 from typing import TypeVar
@@ -364,12 +363,7 @@ class _Checkout(Generic[P]):
         held = self._held = await pool._slots.acquire(self._spread)  # one await on the hot path
         return pool._hosts[held[0]]
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         held, self._held = self._held, None
         if held is not None:
             self._pool._release(*held)

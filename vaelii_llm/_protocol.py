@@ -74,7 +74,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 from typing import ClassVar
 from typing import Final
@@ -497,12 +496,7 @@ class Provider(Protocol):
 
     async def __aenter__(self) -> Self: ...
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
+    async def __aexit__(self, *exc_info: object) -> None: ...
 
 
 class ProviderBase(ClosesOnExit):

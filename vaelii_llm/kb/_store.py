@@ -38,9 +38,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from typing import Final
+from typing import TypeVar
 
 from vaelii_llm.kb._types import Change
 from vaelii_llm.kb._types import EngineRefusal
+
+V = TypeVar("V")
 
 __all__ = ["KB", "Rule", "edn_module", "handles_in", "is_symbol", "symbol"]
 
@@ -424,10 +427,7 @@ class KB:
 
     def _note_genl(self, h: int, child: int, parent: Any, added: bool) -> None:
         rows = self._genl_rows.setdefault(child, {})
-        if added:
-            rows[h] = parent
-        else:
-            rows.pop(h, None)
+        _set_row(rows, h, parent, added)
         # the child's parents in the order their rows were stored, each once
         parents = tuple(dict.fromkeys(rows.values()))
         if parents:
@@ -449,10 +449,7 @@ class KB:
 
     def _note_arity(self, h: int, pred: int, n: int, added: bool) -> None:
         declared = self._arity_rows.setdefault(pred, {})
-        if added:
-            declared[h] = n
-        else:
-            declared.pop(h, None)
+        _set_row(declared, h, n, added)
         if declared:  # the last row stored wins
             self._arity[pred] = next(reversed(declared.values()))
         else:
@@ -582,3 +579,11 @@ def _decode(items: array[int], i: int, n: int) -> tuple[tuple[Any, ...], int]:
             sub, i = _decode(items, i, -x)
             out.append(sub)
     return tuple(out), i
+
+
+def _set_row(rows: dict[int, V], handle: int, value: V, added: bool) -> None:
+    """A stored row's value under its handle, or a retracted one's gone."""
+    if added:
+        rows[handle] = value
+    else:
+        rows.pop(handle, None)

@@ -455,12 +455,24 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
     async def complete(self, request: Request) -> Response:
         """One non-streamed turn under ``request.timeout_ms``, headers and body."""
         codec = self._codec
-        if self._closed:
-            raise LLMClosed(codec.endpoint.label)
-        body = codec.body(request, stream=False)
+        body = self._body(request, stream=False)
         credential = None if self._credentials is None else await self._credential()
-        headers = self._headers(codec.headers(request, stream=False, credential=credential))
+        headers = self._turn_headers(request, credential, stream=False)
         return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
+
+    def _body(self, request: Request, *, stream: bool) -> bytes:
+        """A turn's body; LLMClosed when the provider is closed. (A turn
+        builds it before it awaits its credential, in its own coroutine: no
+        coroutine of ours per step.)"""
+        if self._closed:
+            raise LLMClosed(self._codec.endpoint.label)
+        return self._codec.body(request, stream=stream)
+
+    def _turn_headers(
+        self, request: Request, credential: Any, *, stream: bool
+    ) -> Mapping[str, str] | None:
+        """A turn's headers, given its credential (None with no credential step)."""
+        return self._headers(self._codec.headers(request, stream=stream, credential=credential))
 
     async def _post(
         self,
@@ -539,11 +551,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         hold.task = asyncio.current_task()
         try:
             codec = self._codec
-            if self._closed:
-                raise LLMClosed(codec.endpoint.label)
-            body = codec.body(request, stream=True)
+            body = self._body(request, stream=True)
             credential = None if self._credentials is None else await self._credential()
-            headers = self._headers(codec.headers(request, stream=True, credential=credential))
+            headers = self._turn_headers(request, credential, stream=True)
             session, gate = self._http()
             answer: Mapping[str, str] | None = None
             stalling = request.stall_ms is not None

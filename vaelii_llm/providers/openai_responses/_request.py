@@ -152,20 +152,21 @@ def _output(block: ToolResultBlock, label: str) -> str | list[dict[str, Any]]:
     content = block.content
     if isinstance(content, str):
         return content
-    parts: list[dict[str, Any]] = []
-    media = False
-    for part in content:
-        match part:
-            case TextBlock():
-                parts.append({"type": "input_text", "text": part.text})
-            case ImageBlock() | DocumentBlock():
-                parts.append(_media(part, label))
-                media = True
-            case _:
-                raise unhandled_block(part, label)
-    if not media:
+    parts = [_input_part(part, label) for part in content]
+    if all(isinstance(part, TextBlock) for part in content):  # no media: one string
         return "".join(part["text"] for part in parts)
     return parts
+
+
+def _input_part(block: TextBlock | ImageBlock | DocumentBlock, label: str) -> dict[str, Any]:
+    """A text, image or document block as a message's input part."""
+    match block:
+        case TextBlock():
+            return {"type": "input_text", "text": block.text}
+        case ImageBlock() | DocumentBlock():
+            return _media(block, label)
+        case _:
+            raise unhandled_block(block, label)
 
 
 def _user(blocks: list[Block], label: str) -> list[dict[str, Any]]:
@@ -181,10 +182,8 @@ def _user(blocks: list[Block], label: str) -> list[dict[str, Any]]:
 
     for block in blocks:
         match block:
-            case TextBlock():
-                parts.append({"type": "input_text", "text": block.text})
-            case ImageBlock() | DocumentBlock():
-                parts.append(_media(block, label))
+            case TextBlock() | ImageBlock() | DocumentBlock():
+                parts.append(_input_part(block, label))
             case ToolResultBlock():
                 flush()
                 out.append(
