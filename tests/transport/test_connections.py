@@ -622,7 +622,6 @@ async def test_aiohttp_keeps_idle_connections_in_the_shape_the_check_reads() -> 
     ``_get``: after a turn, its connection sits there as a ``(protocol,
     time)`` pair with a socket, and the check finds nothing to read on it. An
     aiohttp that changes either fails here, by name, as well as above."""
-    from collections.abc import Mapping
 
     from vaelii_llm._transport.sessions import _closed_kept
     from vaelii_llm._transport.sessions import _FreshConnector
@@ -638,7 +637,7 @@ async def test_aiohttp_keeps_idle_connections_in_the_shape_the_check_reads() -> 
             connector = session.connector
             assert isinstance(connector, _FreshConnector)
             conns = connector._conns
-            assert isinstance(conns, Mapping)
+            assert isinstance(conns, dict)
             [(key, kept)] = list(conns.items())
             [(proto, since)] = list(kept)
             assert isinstance(since, float)

@@ -357,6 +357,8 @@ async def _read_whole(boundary: _Boundary, max_bytes: int) -> bytes:
                 f"sent a body over the {max_bytes}-byte cap (its opening is kept)",
                 b"".join(kept)[:_OPENING],
             )
+        if content.at_eof():  # the end came with it (a small body's usual case): no read more
+            break
     data = kept[0] if len(kept) == 1 else b"".join(kept)
     if 200 <= response.status < 300:
         return data

@@ -108,7 +108,7 @@ class _FreshConnector(aiohttp.TCPConnector):
     protocol and when it was kept) and wraps its ``_get``: both private.
     Should their shape change, nothing is checked and the connector is
     aiohttp's own (:func:`_closed_kept` refuses what it does not recognise;
-    ``tests/test_connections.py`` pins the shape and fails where the check
+    ``tests/transport/test_connections.py`` pins the shape and fails where the check
     stops working). Where ``select.poll`` is missing (Windows) nothing is
     checked either.
     """
@@ -130,9 +130,9 @@ def _closed_kept(conns: object, key: object, readable: Any = None) -> list[Any]:
     have something to read, looked for where aiohttp takes the next one: the
     oldest first, each up to the first with nothing to read, so a turn
     usually checks one (``tests/transport/test_connections.py`` pins that
-    order). None when ``conns`` is not of the shape known (a mapping of
+    order). None when ``conns`` is not of the shape known (a dict of
     ``(protocol, time)`` pairs)."""
-    if not isinstance(conns, Mapping):
+    if not isinstance(conns, dict):
         return []
     kept = conns.get(key)
     if not kept:
@@ -143,9 +143,9 @@ def _closed_kept(conns: object, key: object, readable: Any = None) -> list[Any]:
     try:
         for proto, _since in kept:
             said = _has_input(proto, readable)
-            if said is None:
-                continue  # aiohttp passes it over itself
             if not said:
+                if said is None:
+                    continue  # aiohttp passes it over itself
                 break
             stale.append(proto)
     except (AttributeError, TypeError, ValueError):  # not the shape known: check nothing
@@ -161,15 +161,18 @@ def _has_input(proto: Any, readable: Any) -> bool | None:
         return None
     sock = transport.get_extra_info("socket")
     fd = -1 if sock is None else sock.fileno()
-    if not isinstance(fd, int) or fd < 0:
+    if type(fd) is not int or fd < 0:
         return None
-    readable.register(fd, select.POLLIN)
+    readable.register(fd, _POLLIN)
     try:
         return bool(readable.poll(0))
     except OSError:
         return None
     finally:
         readable.unregister(fd)
+
+
+_POLLIN: Final = getattr(select, "POLLIN", 1)
 
 
 class Gate:
