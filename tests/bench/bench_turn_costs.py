@@ -64,8 +64,8 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "_request.py",
             "_codec.py:body",
             "_chat.py:body",
-            "_http.py:_sent",
-            "_http.py:_prepared",
+            "_http.py:_body",
+            "_http.py:_turn_headers",
             "_http.py:_headers",
         ),
     ),
@@ -115,7 +115,15 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
         "body read and decode",
         ("boundary.py:_read_whole", "aiohttp/streams.py", "send.py", "msgspec"),
     ),
-    ("Usage and Response", ("_assemble.py", "vaelii_llm/_protocol.py", "_http.py:_check_usage")),
+    (
+        "Usage and Response",
+        (
+            "_assemble.py",
+            "anthropic/_decode.py",
+            "vaelii_llm/_protocol.py",
+            "_http.py:_check_usage",
+        ),
+    ),
     ("the rest of the turn (skeleton)", ("vaelii_llm/",)),
     ("aiohttp, the rest", ("aiohttp/",)),
     (
