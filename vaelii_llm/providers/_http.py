@@ -461,9 +461,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
 
     def _body(self, request: Request, *, stream: bool) -> bytes:
-        """A turn's body; LLMClosed when the provider is closed. (A turn
-        builds it before it awaits its credential, in its own coroutine: no
-        coroutine of ours per step.)"""
+        """A turn's body, made in the turn's own coroutine before its credential
+        is awaited (no coroutine of its own per turn); LLMClosed when the
+        provider is closed."""
         if self._closed:
             raise LLMClosed(self._codec.endpoint.label)
         return self._codec.body(request, stream=stream)
