@@ -3,6 +3,7 @@ caller hold open (a provider, a pool, an MCP toolset)."""
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Self
 
 __all__ = ["ClosesOnExit"]
@@ -19,5 +20,10 @@ class ClosesOnExit:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()

@@ -74,6 +74,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from collections.abc import Sequence
+from types import TracebackType
 from typing import Any
 from typing import ClassVar
 from typing import Final
@@ -496,7 +497,12 @@ class Provider(Protocol):
 
     async def __aenter__(self) -> Self: ...
 
-    async def __aexit__(self, *exc_info: object) -> None: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 
 class ProviderBase(ClosesOnExit):
