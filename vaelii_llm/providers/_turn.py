@@ -60,7 +60,7 @@ def lenient_object(arguments: str) -> dict[str, Any]:
     """What a tool call's arguments cut by the token budget hold: whole
     members kept, a cut string up to the cut (jiter's partial mode); anything
     unreadable, or no object, is no argument."""
-    from jiter import from_json  # on the first cut turn only (see _IMPORTED_ON_FIRST_USE)
+    from jiter import from_json  # on the first cut call only: listed in tests/house/test_imports.py
 
     try:
         value = from_json(arguments.encode(), partial_mode="trailing-strings")
