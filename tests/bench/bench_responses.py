@@ -72,13 +72,18 @@ def _big_turn() -> Turn:
     return turn
 
 
+SMALL = json.dumps(Turn(items=[Item("message", ["Yes."])], id="resp_small").response()).encode()
+"""The small whole answer (a request not streamed): one message, "Yes."."""
+
+
 async def _serve() -> None:
     from aiohttp import web
 
     big = sse(_big_turn().events())
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        await request.read()
+        if not msgspec.json.decode(await request.read()).get("stream"):
+            return web.Response(body=SMALL, content_type="application/json")
         resp = web.StreamResponse(headers={"content-type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
         for i in range(0, len(big), 16_384):
@@ -128,6 +133,36 @@ class _FEvent(msgspec.Struct, gc=False):
 _F_EVENT = msgspec.json.Decoder(_FEvent)
 _F_ANY = msgspec.json.Decoder()
 _F_HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
+
+
+class _FPart(msgspec.Struct, gc=False):
+    type: str
+    text: str = ""
+
+
+class _FOutput(msgspec.Struct, gc=False):
+    type: str
+    content: list[_FPart] = []
+
+
+class _FSmall(msgspec.Struct, gc=False):
+    """A whole answer with what a caller reads: the text, the status, the counts."""
+
+    id: str
+    status: str
+    output: list[_FOutput]
+    usage: _FUsage | None = None
+
+
+_F_SMALL = msgspec.json.Decoder(_FSmall)
+
+
+async def floor_small(session: aiohttp.ClientSession, url: str, body: bytes) -> None:
+    """The small-turn floor: a plain aiohttp POST of a pre-encoded body, the
+    whole answer read and decoded by one typed msgspec decoder."""
+    async with session.post(url + "/responses", data=body, headers=_F_HEADERS) as resp:
+        answer = _F_SMALL.decode(await resp.read())
+    assert answer.status == "completed"
 
 
 async def floor_stream(session: aiohttp.ClientSession, url: str, body: bytes) -> dict[str, Any]:

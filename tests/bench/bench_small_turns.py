@@ -2,7 +2,7 @@
 
 A vote is many small whole turns at once, and so is an agent's tool loop on
 a fast local model: there the client's own work is what shows. For each wire
-(Ollama, Chat Completions, the Messages API) the wire's own bench serves its
+(Ollama, Chat Completions, the Messages API, the Responses API) the wire's own bench serves its
 pre-encoded small answer from a process of its own (``--serve``), and this
 process runs :data:`TURNS` turns shared by :data:`CONCURRENCY` workers with:
 
@@ -10,7 +10,8 @@ process runs :data:`TURNS` turns shared by :data:`CONCURRENCY` workers with:
   pre-encoded body, the answer decoded by one typed msgspec decoder (the
   least work that reads the answer);
 * ``vaelii_llm``: the wire's provider, ``complete`` with default options;
-* the official client (``ollama``, ``openai``, ``anthropic``), default
+* the official client (``ollama``, ``openai``, ``anthropic``; ``openai`` for
+  both OpenAI wires), default
   options but no retries.
 
 Ours and the floor run in turn, order alternating, :data:`PAIRED_RUNS` times;
@@ -178,10 +179,40 @@ async def anthropic_row(url: str) -> Row:
             await client.close()
 
 
+async def responses_row(url: str) -> Row:
+    import bench_responses as wire
+    import openai as official
+
+    from vaelii_llm.providers import openai_responses
+
+    body = msgspec.json.encode({"model": wire.MODEL, "input": "hi", "store": False})
+    client = official.AsyncOpenAI(api_key="sk-bench", base_url=url, max_retries=0)
+    request = _ask()
+
+    async def theirs() -> None:
+        await client.responses.create(model=wire.MODEL, input="hi", store=False)
+
+    async with (
+        openai_responses.provider(base_url=url, api_key="sk-bench", model=wire.MODEL) as p,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+    ):
+        try:
+            return await measure(
+                "Responses API",
+                lambda: p.complete(request),
+                lambda: wire.floor_small(session, url, body),
+                theirs,
+                "openai",
+            )
+        finally:
+            await client.close()
+
+
 WIRES: tuple[tuple[list[str], Callable[[str], Awaitable[Row]]], ...] = (
     ([sys.executable, str(BENCH.parent / "support" / "fake_ollama.py")], ollama_row),
     ([sys.executable, str(BENCH / "bench_openai.py"), "--serve"], openai_row),
     ([sys.executable, str(BENCH / "bench_anthropic.py"), "--serve"], anthropic_row),
+    ([sys.executable, str(BENCH / "bench_responses.py"), "--serve"], responses_row),
 )
 
 HEADER = [
