@@ -119,6 +119,29 @@ async def ollama_row(url: str) -> Row:
         )
 
 
+async def _hosted_row(
+    wire: str,
+    provider: Any,
+    floor: Callable[[aiohttp.ClientSession], Awaitable[object]],
+    theirs: Turn,
+    official: str,
+    close_official: Callable[[], Awaitable[object]],
+) -> Row:
+    """A wire the official client reaches with a key: ours ``provider.complete``
+    of the one small request, the floor given the floor's session."""
+    request = _ask()
+    async with (
+        provider as p,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+    ):
+        try:
+            return await measure(
+                wire, lambda: p.complete(request), lambda: floor(session), theirs, official
+            )
+        finally:
+            await close_official()
+
+
 async def openai_row(url: str) -> Row:
     import bench_openai as wire
     import openai as official
@@ -128,25 +151,18 @@ async def openai_row(url: str) -> Row:
     hi: Any = [{"role": "user", "content": "hi"}]
     body = msgspec.json.encode({"model": wire.MODEL, "messages": hi})
     client = official.AsyncOpenAI(api_key="sk-bench", base_url=url, max_retries=0)
-    request = _ask()
 
     async def theirs() -> None:
         await client.chat.completions.create(model=wire.MODEL, messages=hi)
 
-    async with (
-        openai.provider(base_url=url, api_key="sk-bench", model=wire.MODEL) as p,
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
-    ):
-        try:
-            return await measure(
-                "Chat Completions",
-                lambda: p.complete(request),
-                lambda: wire.floor_small(session, url, body),
-                theirs,
-                "openai",
-            )
-        finally:
-            await client.close()
+    return await _hosted_row(
+        "Chat Completions",
+        openai.provider(base_url=url, api_key="sk-bench", model=wire.MODEL),
+        lambda session: wire.floor_small(session, url, body),
+        theirs,
+        "openai",
+        client.close,
+    )
 
 
 async def anthropic_row(url: str) -> Row:
@@ -158,25 +174,18 @@ async def anthropic_row(url: str) -> Row:
     hi: Any = [{"role": "user", "content": "hi"}]
     body = msgspec.json.encode({"model": wire.MODEL, "max_tokens": 1024, "messages": hi})
     client = official.AsyncAnthropic(api_key="sk-bench", base_url=url, max_retries=0)
-    request = _ask()
 
     async def theirs() -> None:
         await client.messages.create(model=wire.MODEL, max_tokens=1024, messages=hi)
 
-    async with (
-        anthropic.provider(credential="sk-bench", base_url=url) as p,
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
-    ):
-        try:
-            return await measure(
-                "Messages API",
-                lambda: p.complete(request),
-                lambda: wire.floor_small(session, url, body),
-                theirs,
-                "anthropic",
-            )
-        finally:
-            await client.close()
+    return await _hosted_row(
+        "Messages API",
+        anthropic.provider(credential="sk-bench", base_url=url),
+        lambda session: wire.floor_small(session, url, body),
+        theirs,
+        "anthropic",
+        client.close,
+    )
 
 
 async def responses_row(url: str) -> Row:
@@ -187,25 +196,18 @@ async def responses_row(url: str) -> Row:
 
     body = msgspec.json.encode({"model": wire.MODEL, "input": "hi", "store": False})
     client = official.AsyncOpenAI(api_key="sk-bench", base_url=url, max_retries=0)
-    request = _ask()
 
     async def theirs() -> None:
         await client.responses.create(model=wire.MODEL, input="hi", store=False)
 
-    async with (
-        openai_responses.provider(base_url=url, api_key="sk-bench", model=wire.MODEL) as p,
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
-    ):
-        try:
-            return await measure(
-                "Responses API",
-                lambda: p.complete(request),
-                lambda: wire.floor_small(session, url, body),
-                theirs,
-                "openai",
-            )
-        finally:
-            await client.close()
+    return await _hosted_row(
+        "Responses API",
+        openai_responses.provider(base_url=url, api_key="sk-bench", model=wire.MODEL),
+        lambda session: wire.floor_small(session, url, body),
+        theirs,
+        "openai",
+        client.close,
+    )
 
 
 WIRES: tuple[tuple[list[str], Callable[[str], Awaitable[Row]]], ...] = (
