@@ -22,10 +22,10 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from dataclasses import field
 from typing import Any
 from typing import Final
+
+import msgspec
 
 from vaelii_llm._switches import Switch
 from vaelii_llm._switches import getenv
@@ -75,8 +75,7 @@ STUB: Final = "stub"
 are a namespace of the bag (``stub={...}``), not options of the bag."""
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
+class Option(msgspec.Struct, frozen=True):
     """One keyword option of a backend: its name, its annotation as the
     backend's code writes it, its default there, and which of the backend's
     functions (:data:`ENTRY_POINTS`) take it."""
@@ -97,8 +96,7 @@ class Option:
             raise ValueError(f"{STUB!r} is the stub's namespace, not an option")
 
 
-@dataclass(frozen=True, slots=True)
-class Backend:
+class Backend(msgspec.Struct, frozen=True):
     """A kind, the module that implements it (imported when the kind is
     chosen), the options its functions take, and what the pool and the
     command need of it.
@@ -143,9 +141,6 @@ class Backend:
     drops_tools: str | None = None
     missing_model: str | None = None
     switch_rows: tuple[Switch, ...] = ()
-    names: frozenset[str] = field(init=False, repr=False, compare=False)
-    _by_entry: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)
-    _table: tuple[Switch, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [option.name for option in self.options]
@@ -162,17 +157,18 @@ class Backend:
         for ref in self.refs():
             if ref.count(":") != 1 or not all(ref.split(":")):
                 raise ValueError(f"provider {self.kind!r}: {ref!r} is no module:name")
-        object.__setattr__(self, "names", frozenset(names))
-        by_entry = {
-            entry: frozenset(o.name for o in self.options if entry in o.read_by)
-            for entry in ENTRY_POINTS
-        }
-        object.__setattr__(self, "_by_entry", by_entry)
-        object.__setattr__(self, "_table", self._switch_table())
+        self.switch_table()  # refuses rows that are not Switch rows, or one declared twice
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The names of the backend's options."""
+        return frozenset(option.name for option in self.options)
 
     def read_by(self, entry: str) -> frozenset[str]:
-        """The options the function ``entry`` takes."""
-        return self._by_entry[entry]
+        """The options the function ``entry`` takes (KeyError for no entry point)."""
+        if entry not in ENTRY_POINTS:
+            raise KeyError(entry)
+        return frozenset(option.name for option in self.options if entry in option.read_by)
 
     def switches(self) -> dict[str, str]:
         """Each switch the record names, and its role (host, hosts, model, key)."""
@@ -187,9 +183,6 @@ class Backend:
     def switch_table(self) -> tuple[Switch, ...]:
         """Every switch the backend reads: its rows, then a plain row for each
         variable a role names that no row declares (a key's a secret)."""
-        return self._table
-
-    def _switch_table(self) -> tuple[Switch, ...]:
         rows = self.switch_rows
         strays = [row for row in rows if not isinstance(row, Switch)]
         if not isinstance(rows, tuple) or strays:

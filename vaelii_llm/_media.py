@@ -15,7 +15,6 @@ built, so no byte is sent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 from typing import ClassVar
@@ -200,8 +199,7 @@ def _media_type(data: bytes, given: str | None, kind: str, family: str) -> str:
     return found or given  # type: ignore[return-value]  # one of them is set
 
 
-@dataclass(frozen=True, slots=True)
-class MediaLimits:
+class MediaLimits(Struct, frozen=True, gc=False):
     """What one far end takes, from its documentation: the image media types
     (None: it documents none, so none is refused here), the largest image's
     base64 length and the largest document's (None: no documented limit),

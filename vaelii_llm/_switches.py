@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 __all__ = ["Switch", "getenv", "text", "text_of"]
 
 
-@dataclass(frozen=True, slots=True)
-class Switch:
+class Switch(msgspec.Struct, frozen=True):
     """One row of the configuration table: the variable's ``name``, the
     ``reader`` that reads it as the package does (called with no argument:
     the environment, its default applied), its ``legal`` values, its

@@ -23,9 +23,10 @@ modules that share it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Final
+
+import msgspec
 
 from vaelii_llm._backends import BUILTIN
 from vaelii_llm._backends import REGISTRY
@@ -162,7 +163,7 @@ def every_switch() -> tuple[Switch, ...]:
         for row in backend.switch_table():
             kept = rows.setdefault(row.name, row)
             if row.secret and not kept.secret:
-                rows[row.name] = dataclasses.replace(kept, secret=True)
+                rows[row.name] = msgspec.structs.replace(kept, secret=True)
     return tuple(rows.values())
 
 

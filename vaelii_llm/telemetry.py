@@ -81,7 +81,6 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Coroutine
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Final
@@ -89,6 +88,8 @@ from typing import ParamSpec
 from typing import Protocol
 from typing import TypeVar
 from urllib.parse import urlsplit
+
+import msgspec
 
 from vaelii_llm import config
 from vaelii_llm._protocol import Provider
@@ -230,8 +231,7 @@ Params = ParamSpec("Params")
 P = TypeVar("P", bound=Provider)
 
 
-@dataclass(frozen=True, slots=True)
-class _State:
+class _State(msgspec.Struct, frozen=True, kw_only=True):
     """What :func:`enable` set up."""
 
     tracer: Tracer
@@ -412,8 +412,7 @@ def _enable_from_environment() -> None:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
+class _Target(msgspec.Struct, frozen=True, gc=False):
     """What a turn's span names besides the request: who is called, where."""
 
     provider_name: str

@@ -107,15 +107,17 @@ ON_FIRST_USE = {
     "vaelii_llm._switch_check": "checking a selection's switches",
     "vaelii_llm._files": "a document or image read from a file",
     "vaelii_llm.integrations": "the faces: MCP, pydantic-ai",
+    "vaelii_llm.providers.anthropic._stream": "a streamed Messages API turn",
 }
 """Every module the package imports inside a function, on first use rather
 than when it or a backend is imported, and what uses it: the one list (the
 AST check below keeps it whole; the import-time check keeps each off a
 backend's first turn)."""
 
-IMPORT_TIME_STDLIB = {"dataclasses"}
+IMPORT_TIME_STDLIB: set[str] = set()
 """The standard modules a backend's first turn loads that aiohttp and msgspec
-do not: the public records (``providers.Backend``…) are dataclasses."""
+do not: none (the records are msgspec Structs, not dataclasses, whose
+decorator writes each class's methods at import)."""
 
 LIBRARY = Path(__file__).resolve().parents[2] / "vaelii_llm"
 

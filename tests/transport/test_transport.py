@@ -768,6 +768,7 @@ def test_public_surfaces_are_frozen() -> None:
             "Endpoint",
             "Network",
             "SSLOption",
+            "Secret",
             "USER_AGENT",
             "checked_headers",
             "env_proxy",

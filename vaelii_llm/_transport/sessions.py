@@ -118,11 +118,13 @@ class _FreshConnector(aiohttp.TCPConnector):
         # One poll set per connector (so per loop), holding one fd at a time.
         self._readable = select.poll() if hasattr(select, "poll") else None
 
-    async def _get(self, key: Any, traces: list[Any]) -> Any:
+    def _get(self, key: Any, traces: list[Any]) -> Any:
+        # aiohttp awaits what this returns: its own coroutine, once the kept
+        # connections are checked (no coroutine of ours around it)
         if self._readable is not None:
             for proto in _closed_kept(getattr(self, "_conns", None), key, self._readable):
                 proto.close()  # aiohttp's own _get passes a closed one over
-        return await super()._get(key, traces)
+        return super()._get(key, traces)
 
 
 def _closed_kept(conns: object, key: object, readable: Any = None) -> list[Any]:

@@ -13,7 +13,7 @@ import sys
 import urllib.request
 from collections.abc import Callable
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import ClassVar
 from typing import Final
 
 import aiohttp
@@ -35,6 +35,7 @@ __all__ = [
     "Endpoint",
     "Network",
     "SSLOption",
+    "Secret",
     "checked_headers",
     "env_proxy",
     "with_json_content_type",
@@ -95,8 +96,7 @@ def shown_header(value: str, withheld: Callable[[str], str] | None = None) -> st
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class Headers:
+class Headers(msgspec.Struct, frozen=True, gc=False):
     """The response headers a backend hands on to callers: its request id's
     header, and the allow-list of the rest (whole ``names``, or ``prefixes``
     of names), all lowercase. No entry may match a header that can carry a
@@ -132,8 +132,7 @@ NO_HEADERS: Final = Headers()
 """A far end that sends no request id and no rate-limit headers (Ollama)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
+class Endpoint(msgspec.Struct, frozen=True, gc=False):
     """Names the far end: ``label`` in every message, ``slug`` as a short id,
     ``headers`` what of a response's headers callers see."""
 
@@ -146,6 +145,45 @@ class Endpoint:
         """``what`` (``"the Messages API"``) at ``base_url``, as messages name it:
         any ``user:password@`` in the URL cut."""
         return cls(label=f"{what} at {hide_userinfo(base_url)}", slug=slug, headers=headers)
+
+
+class Secret:
+    """An immutable holder of a credential's ``value`` beside fields that may
+    be shown (``shown``, named in that order): its repr and str name those and
+    withhold the value; two are equal when all their fields are. A subclass
+    lists every field in ``__slots__`` and sets them once with :meth:`_hold`."""
+
+    __slots__ = ()
+    shown: ClassVar[tuple[str, ...]] = ()
+    value: str
+
+    def _hold(self, **fields: object) -> None:
+        for name, held in fields.items():
+            object.__setattr__(self, name, held)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a {type(self).__name__} is immutable (cannot set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a {type(self).__name__} is immutable (cannot delete {name!r})")
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.value, *(getattr(self, name) for name in self.shown))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, Secret)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.shown)
+        return f"{type(self).__name__}({shown}, value=<withheld>)"
+
+    __str__ = __repr__
 
 
 class Deadline(msgspec.Struct, frozen=True, gc=False):

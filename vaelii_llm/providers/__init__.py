@@ -34,7 +34,6 @@ credential) and the stub built from ``opts["stub"]`` answers instead.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib
 import logging
 import re
@@ -43,6 +42,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 from typing import Final
+
+import msgspec
 
 from vaelii_llm import config
 from vaelii_llm import telemetry
@@ -110,7 +111,7 @@ def register(backend: Backend, *, replace: bool = False) -> None:
             "(it would receive what that backend is configured with, its credential included)"
         )
     if chosen_as != backend.kind:
-        backend = dataclasses.replace(backend, kind=chosen_as)
+        backend = msgspec.structs.replace(backend, kind=chosen_as)
     REGISTRY[chosen_as] = backend
 
 

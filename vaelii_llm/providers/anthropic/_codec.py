@@ -10,6 +10,7 @@ skeleton's :meth:`~vaelii_llm.providers._http.HTTPProvider.count_tokens` drives.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Final
 
@@ -32,7 +33,9 @@ from vaelii_llm.providers.anthropic._decode import not_sse
 from vaelii_llm.providers.anthropic._encode import betas
 from vaelii_llm.providers.anthropic._encode import build_body
 from vaelii_llm.providers.anthropic._encode import count_body
-from vaelii_llm.providers.anthropic._stream import StreamAssembler
+
+if TYPE_CHECKING:
+    from vaelii_llm.providers.anthropic._stream import StreamAssembler
 
 __all__ = ["API_VERSION", "MessagesCodec", "endpoint"]
 
@@ -141,4 +144,6 @@ class MessagesCodec:
         return SSEFrames(self.endpoint.label, not_sse, self._event_names)
 
     def assembler(self, *, deltas: bool) -> StreamAssembler:
+        from vaelii_llm.providers.anthropic._stream import StreamAssembler  # a stream's first
+
         return StreamAssembler(self.endpoint.label, deltas=deltas)

@@ -51,12 +51,11 @@ import os
 import signal
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
-from dataclasses import field
 from typing import Final
 from typing import Literal
 
 from vaelii_llm import _backends
+from vaelii_llm._transport.settings import Secret
 from vaelii_llm.errors import LLMBadCredential
 from vaelii_llm.errors import LLMNoCredential
 
@@ -112,25 +111,26 @@ def _is_control(ch: str) -> bool:
     return code < 0x20 or 0x7F <= code <= 0x9F or code in (0x2028, 0x2029)
 
 
-@dataclass(frozen=True, slots=True)
-class Credential:
+class Credential(Secret):
     """A resolved credential: the secret, how it is sent, and where it came from.
 
     ``value`` is trimmed and checked at construction; its repr is withheld.
     """
 
-    value: str = field(repr=False)
-    kind: Kind = "api-key"
-    source: str = "explicit"
+    __slots__ = ("kind", "source", "value")
+    shown = ("kind", "source")
 
-    def __post_init__(self) -> None:
-        trimmed = self.value.strip()
-        if trimmed != self.value:
-            object.__setattr__(self, "value", trimmed)
+    kind: Kind
+    source: str
+
+    def __init__(self, value: str, kind: Kind = "api-key", source: str = "explicit") -> None:
+        self._hold(kind=kind, source=source)
+        trimmed = value.strip()
         if not trimmed:
-            raise LLMNoCredential(f"the {self.source} credential is blank")
+            raise LLMNoCredential(f"the {source} credential is blank")
         if any(_is_control(ch) for ch in trimmed):
             raise LLMBadCredential(self.header)
+        self._hold(value=trimmed)
 
     @property
     def header(self) -> str:
@@ -147,11 +147,6 @@ class Credential:
         if self.kind == "api-key":
             return {"x-api-key": self.value}
         return {"Authorization": f"Bearer {self.value}"}
-
-    def __repr__(self) -> str:
-        return f"Credential(kind={self.kind!r}, source={self.source!r}, value=<withheld>)"
-
-    __str__ = __repr__
 
 
 class AntTokens:

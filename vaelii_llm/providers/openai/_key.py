@@ -12,11 +12,10 @@ message, log line, repr or span holds it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from dataclasses import field
 from typing import Final
 
 from vaelii_llm import _backends
+from vaelii_llm._transport.settings import Secret
 from vaelii_llm._transport.settings import checked_headers
 
 __all__ = ["HEADER", "APIKey"]
@@ -25,12 +24,17 @@ HEADER: Final = "Authorization"
 """The header the key travels in, as ``Bearer <key>``."""
 
 
-@dataclass(frozen=True, slots=True)
-class APIKey:
+class APIKey(Secret):
     """A checked key and where it came from; its repr withholds the value."""
 
-    value: str = field(repr=False)
+    __slots__ = ("source", "value")
+    shown = ("source",)
+
     source: str
+
+    def __init__(self, value: str, source: str) -> None:
+        self._hold(value=value.strip(), source=source)
+        checked_headers(self.headers())  # LLMBadCredential naming the header
 
     @classmethod
     def of(cls, explicit: str | None = None) -> APIKey | None:
@@ -42,17 +46,6 @@ class APIKey:
         found = _backends.openai_api_key()
         return cls(found, "OPENAI_API_KEY") if found is not None else None
 
-    def __post_init__(self) -> None:
-        trimmed = self.value.strip()
-        if trimmed != self.value:
-            object.__setattr__(self, "value", trimmed)
-        checked_headers(self.headers())  # LLMBadCredential naming the header
-
     def headers(self) -> dict[str, str]:
         """The authentication header."""
         return {HEADER: f"Bearer {self.value}"}
-
-    def __repr__(self) -> str:
-        return f"APIKey(source={self.source!r}, value=<withheld>)"
-
-    __str__ = __repr__
