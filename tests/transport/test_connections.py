@@ -253,6 +253,92 @@ async def test_a_cancelled_wait_gives_nothing_away_and_takes_nothing() -> None:
     assert record.connections == 1
 
 
+@pytest.mark.parametrize("seed", range(12))
+async def test_the_gate_holds_its_limit_and_its_order_through_timeouts_and_cancellations(
+    seed: int,
+) -> None:
+    """Turns that take at once, wait, time out, or are cancelled (while
+    waiting, or as a connection is handed to them): no more than the limit
+    ever hold one, turns that waited are served in the order they came, and
+    when all are done every connection is free and nobody is left waiting."""
+    import random
+
+    from vaelii_llm._transport.sessions import Gate
+    from vaelii_llm._transport.settings import Deadline
+    from vaelii_llm._transport.settings import Endpoint
+
+    rng = random.Random(seed)
+    gate = Gate(rng.randint(1, 4))
+    endpoint = Endpoint("the far end", "test")
+    holding = most = 0
+    waited_and_served: list[int] = []
+    ends: dict[str, int] = {"held": 0, "timed out": 0, "cancelled": 0}
+    phases: list[str] = []
+
+    async def turn(n: int, timeout_ms: int, hold_s: float) -> None:
+        nonlocal holding, most
+        try:
+            if not gate.take_now():
+                await gate.take(endpoint, Deadline.after_ms(timeout_ms))
+                waited_and_served.append(n)
+        except LLMTimeout as exc:
+            phases.append(exc.phase)
+            ends["timed out"] += 1
+            return
+        except asyncio.CancelledError:
+            ends["cancelled"] += 1
+            raise
+        holding += 1
+        most = max(most, holding)
+        try:
+            await asyncio.sleep(hold_s)
+        finally:
+            holding -= 1
+            gate.give()
+        ends["held"] += 1
+
+    tasks: list[asyncio.Future[None]] = []
+    for n in range(80):
+        tasks.append(asyncio.ensure_future(turn(n, rng.choice([3, 15, 1000]), rng.random() / 200)))
+        if rng.random() < 0.4:
+            await asyncio.sleep(rng.choice([0, 0, 0.001]))
+        if rng.random() < 0.2:
+            rng.choice(tasks).cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert most <= gate.limit
+    assert gate.taken == 0
+    assert not gate._waiting
+    assert waited_and_served == sorted(waited_and_served)
+    assert set(phases) <= {"connection"}
+    assert ends["held"], ends
+    assert ends["timed out"] + ends["cancelled"], ends
+
+
+async def test_a_wait_that_ended_leaves_no_place_in_the_queue() -> None:
+    """A turn cancelled or timed out while waiting leaves the queue at once
+    (however long the connection is held, ended waits do not pile up); once
+    the connection is given back, the next turn takes it at once."""
+    from vaelii_llm._transport.sessions import Gate
+    from vaelii_llm._transport.settings import Deadline
+    from vaelii_llm._transport.settings import Endpoint
+
+    gate = Gate(1)
+    endpoint = Endpoint("the far end", "test")
+    assert gate.take_now()
+    cancelled = asyncio.ensure_future(gate.take(endpoint, Deadline.after_ms(10_000)))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    with pytest.raises(LLMTimeout):
+        await gate.take(endpoint, Deadline.after_ms(5))
+    assert not gate._waiting  # a long hold does not pile up ended waits
+    gate.give()
+    assert gate.taken == 0
+    assert gate.take_now()
+    gate.give()
+
+
 async def test_the_default_is_bounded_and_zero_asks_for_no_bound() -> None:
     assert Network().max_connections == DEFAULT_MAX_CONNECTIONS
     async with counting(whole_stream) as (url, _record):

@@ -58,7 +58,7 @@ async def request_json(
     response. ``seen``: a list the response's headers are appended to.
     """
     sent = _outgoing(session, headers, body)
-    if gate is not None:
+    if gate is not None and not gate.take_now():
         await gate.take(endpoint, deadline)
     try:
         boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url))
@@ -212,7 +212,7 @@ class _Stream:
         session, endpoint, method, url, deadline, body, headers, max_body_bytes = self._args
         sent = _outgoing(session, headers, body)
         gate = self._gate
-        if gate is not None:
+        if gate is not None and not gate.take_now():
             await gate.take(endpoint, deadline)
         try:
             self._clock = clock = asyncio.get_running_loop().time

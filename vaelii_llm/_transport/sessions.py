@@ -15,6 +15,7 @@ never hands a turn a kept connection its far end has already closed
 from __future__ import annotations
 
 import asyncio
+import collections
 import select
 import weakref
 from collections.abc import AsyncGenerator
@@ -181,39 +182,65 @@ class Gate:
     """A provider's connections to its far end on one event loop: at most
     ``limit`` turns hold one at once, the rest wait their turn in order.
 
-    A turn takes one (:meth:`take`) before it is sent and gives it back
-    (:meth:`give`) once its response is let go (its connection back in the
-    connector's pool, or closed), so the connector never holds more than
-    ``limit`` and never queues. A wait here is under the turn's deadline; one
-    that outlasts it is :class:`LLMTimeout` with phase ``connection``.
+    A turn takes one before it is sent (:meth:`take_now`, or when none is
+    free :meth:`take`, which waits) and gives it back (:meth:`give`) once its
+    response is let go (its connection back in the connector's pool, or
+    closed), so the connector never holds more than ``limit`` and never
+    queues. A connection given back goes straight to the turn that has waited
+    longest. A wait here is under the turn's deadline; one that outlasts it is
+    :class:`LLMTimeout` with phase ``connection``, and a wait that ends in any
+    way but with a connection holds none (one handed over at that moment is
+    passed on).
     """
 
-    __slots__ = ("_free", "limit")
+    __slots__ = ("_free", "_waiting", "limit")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._free = asyncio.Semaphore(limit)
+        self._free = limit
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
     @property
     def taken(self) -> int:
-        """How many turns hold a connection now."""
-        return self.limit - self._free._value
+        """How many turns hold a connection now (one handed to a waiting turn counts)."""
+        return self.limit - self._free
+
+    def take_now(self) -> bool:
+        """Take a connection if one is free and no turn waits for one (no
+        coroutine, no timer: a small turn's usual case); False takes nothing."""
+        if self._free and not self._waiting:
+            self._free -= 1
+            return True
+        return False
 
     async def take(self, endpoint: Endpoint, deadline: Deadline) -> None:
-        """Wait for a connection, at most until ``deadline`` (no timer when one is free)."""
-        free = self._free
-        if not free.locked():
-            await free.acquire()  # returns at once
+        """Take a connection, waiting for one in order at most until ``deadline``."""
+        if self.take_now():
             return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
         try:
             with timers.timeout_at(deadline.when):
-                await free.acquire()
-        except TimeoutError:
-            raise LLMTimeout(endpoint.label, deadline.timeout_ms, "connection") from None
+                await waiter
+        except BaseException as exc:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed one as the wait ended: the next turn has it
+            else:
+                with suppress(ValueError):
+                    self._waiting.remove(waiter)
+            if isinstance(exc, TimeoutError):
+                raise LLMTimeout(endpoint.label, deadline.timeout_ms, "connection") from None
+            raise
 
     def give(self) -> None:
-        """Give a connection back (the next waiting turn takes it)."""
-        self._free.release()
+        """Give a connection back: to the turn that has waited longest, else to the free ones."""
+        waiting = self._waiting
+        while waiting:
+            waiter = waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
 
 class LoopSessions:
