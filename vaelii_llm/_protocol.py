@@ -88,6 +88,7 @@ from msgspec import UNSET
 from msgspec import Struct
 from msgspec import UnsetType
 from msgspec import field
+from msgspec.structs import astuple
 
 from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._media import DocumentBlock
@@ -281,13 +282,22 @@ def usage_fault(usage: Usage | None) -> str | None:
     as the counts, so a backend refuses such a turn rather than pass it on."""
     if usage is None:
         return None
-    for fields, most in ((_TOKEN_FIELDS, MAX_TOKEN_COUNT), (_DURATION_FIELDS, MAX_DURATION_NS)):
-        for name in fields:
-            value = getattr(usage, name)
-            if value is not None and not 0 <= value <= most:
-                shown = value if abs(value) < 10**24 else "a number of 25 digits or more"
-                return f"reported a usage whose {name} is {shown}, outside 0 to {most}"
+    values = astuple(usage)
+    for at, name, most in _BOUNDED:
+        value = values[at]
+        if value is not None and not 0 <= value <= most:
+            shown = value if abs(value) < 10**24 else "a number of 25 digits or more"
+            return f"reported a usage whose {name} is {shown}, outside 0 to {most}"
     return None
+
+
+_BOUNDED: Final = tuple(
+    (Usage.__struct_fields__.index(name), name, most)
+    for fields, most in ((_TOKEN_FIELDS, MAX_TOKEN_COUNT), (_DURATION_FIELDS, MAX_DURATION_NS))
+    for name in fields
+)
+"""Each bounded count's place among :class:`Usage`'s fields, its name and its
+bound: :func:`usage_fault` reads every turn's counts in one ``astuple``."""
 
 
 CacheTTL = Literal["5m", "1h"]

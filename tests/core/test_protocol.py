@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from vaelii_llm import _protocol as proto
 from vaelii_llm._protocol import UNSET
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import OpaqueBlock
@@ -113,3 +114,21 @@ def test_module_docstring_lists_every_request_and_response_field() -> None:
     for struct in (Request, Response):
         for name in struct.__struct_fields__:
             assert f"``{name}``" in doc, f"{struct.__name__}.{name} is not in the docstring"
+
+
+_COUNTED = (
+    *(("token", name) for name in proto._TOKEN_FIELDS),
+    *(("duration", name) for name in proto._DURATION_FIELDS),
+)
+
+
+@pytest.mark.parametrize(("kind", "name"), _COUNTED)
+def test_every_count_of_a_usage_is_held_to_its_bounds(kind: str, name: str) -> None:
+    most = proto.MAX_TOKEN_COUNT if kind == "token" else proto.MAX_DURATION_NS
+    fine = {"input_tokens": 3, "output_tokens": 4, "total_duration": 5}
+    assert proto.usage_fault(proto.Usage(**{**fine, name: 0})) is None
+    assert proto.usage_fault(proto.Usage(**{**fine, name: most})) is None
+    for wrong in (-1, most + 1):
+        fault = proto.usage_fault(proto.Usage(**{**fine, name: wrong}))
+        assert fault == f"reported a usage whose {name} is {wrong}, outside 0 to {most}"
+    assert set(proto.Usage.__struct_fields__) - {n for _, n in _COUNTED} == {"extra"}
