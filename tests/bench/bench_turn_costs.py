@@ -15,6 +15,17 @@ bench serves pre-encoded small answers from a process of its own
   a place to look and a before/after of the same row is the figure to quote,
   never one row alone.
 
+* the required work, one piece at a time: CPU per turn of ours with one
+  piece of what a turn must do (build the request from a Request, read
+  Ollama's switches, check the kept connection, run the deadline, take the
+  gate, build the Usage and Response, check the counts, capture headers)
+  replaced by nothing (or, for what a turn makes, by what the first turn
+  made), alternating with the unpatched turn, and then with all of them
+  replaced at once: what is left beside the floor is the skeleton's own
+  cost. The patched turns are for measuring only, never a way to run. One
+  row moves by a few µs from run to run (the pieces are small beside the
+  noise); the last row, all of them at once, is the figure to quote.
+
 Run: ``.venv/bin/python tests/bench/bench_turn_costs.py [--turns 1024] [--rounds 5]``
 (about a minute a wire). Quote it on a quiet machine, with the load it prints.
 """
@@ -23,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import os
 import pstats
@@ -32,6 +44,7 @@ import sys
 import time
 from collections.abc import Awaitable
 from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +173,135 @@ def cost_table(profile: cProfile.Profile) -> dict[str, float]:
     return {phase: own / whole for phase, own in totals.items()}
 
 
+Patch = Callable[[], contextlib.AbstractContextManager[None]]
+"""A piece of a turn's work left out while the context lasts."""
+
+
+@contextlib.contextmanager
+def _patched(owner: object, name: str, value: object) -> Iterator[None]:
+    kept = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, kept)
+
+
+def _made_once(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` answering every call with what its first call with the same owner made."""
+    made: dict[tuple[int, object], Any] = {}
+
+    def once(owner: object, first: object, **options: Any) -> Any:
+        key = (id(owner), tuple(options.items()))
+        if key not in made:
+            made[key] = function(owner, first, **options)
+        return made[key]
+
+    return once
+
+
+class _NoTimer:
+    """A deadline block that never fires (the deadline piece left out)."""
+
+    def __init__(self, _when: float) -> None:
+        pass
+
+    def __enter__(self) -> _NoTimer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def expired(self) -> bool:
+        return False
+
+    def reschedule(self, _when: float) -> None:
+        pass
+
+
+def required_work(
+    provider: Any,
+) -> dict[str, Callable[[], contextlib.AbstractContextManager[None]]]:
+    """Each piece of a turn's required work, as a patch that leaves it out."""
+    from types import SimpleNamespace
+
+    from vaelii_llm import _backends
+    from vaelii_llm._transport import boundary
+    from vaelii_llm._transport import sessions
+    from vaelii_llm.providers import _http
+
+    codec = type(provider._codec)
+    pieces: dict[str, Patch] = {
+        "request building (the body from a Request)": lambda: _patched(
+            _http.HTTPProvider, "_body", _made_once(_http.HTTPProvider._body)
+        ),
+        "Usage and Response building": lambda: _patched(codec, "whole", _made_once(codec.whole)),
+        "kept-connection check": lambda: _patched(
+            sessions._FreshConnector, "_get", aiohttp.TCPConnector._get
+        ),
+        "deadline": lambda: _patched(boundary, "timers", SimpleNamespace(timeout_at=_NoTimer)),
+        "connection gate": lambda: _gate_left_out(sessions.Gate),
+        "usage bounds check": lambda: _patched(_http, "_check_usage", lambda *_: None),
+        "header capture": lambda: _patched(_http, "_with_headers", lambda r, *_: r),
+    }
+    if provider._codec.endpoint.slug == "ollama":
+        pieces["switch reads (two a turn)"] = lambda: _switches_left_out(_backends)
+    return pieces
+
+
+@contextlib.contextmanager
+def _gate_left_out(gate: Any) -> Iterator[None]:
+    with _patched(gate, "take_now", lambda _self: True), _patched(gate, "give", lambda _self: None):
+        yield
+
+
+@contextlib.contextmanager
+def _switches_left_out(backends: Any) -> Iterator[None]:
+    num_ctx, keep_alive = backends.ollama_num_ctx(), backends.ollama_keep_alive()
+    with (
+        _patched(backends, "ollama_num_ctx", lambda explicit=None: explicit or num_ctx),
+        _patched(backends, "ollama_keep_alive", lambda explicit=None: explicit or keep_alive),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def _all_of(pieces: list[Patch]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for piece in pieces:
+            stack.enter_context(piece())
+        yield
+
+
+async def without_table(
+    provider: Any,
+    ours: Callable[[], Awaitable[object]],
+    floor: Callable[[], Awaitable[object]],
+    turns: int,
+    rounds: int,
+) -> None:
+    """CPU per turn with each piece of the required work left out, and all at once."""
+    pieces = required_work(provider)
+    rows = {"(nothing left out)": contextlib.nullcontext, **pieces}
+    rows["all of the above"] = lambda: _all_of(list(pieces.values()))
+    runs: dict[str, list[float]] = {name: [] for name in rows}
+    least: list[float] = []
+    for n in range(rounds):
+        for name in list(rows) if n % 2 else list(reversed(rows)):
+            with rows[name]():
+                runs[name].append(await cpu_per_turn(ours, turns))
+        least.append(await cpu_per_turn(floor, turns))
+    whole = statistics.median(runs["(nothing left out)"])
+    floor_us = statistics.median(least) * 1e6
+    print(f"  {'left out':<44} {'ours us':>8} {'saves us':>9} {'ours/floor':>11}")
+    for name, times in runs.items():
+        mine = statistics.median(times)
+        print(
+            f"  {name:<44} {mine * 1e6:8.1f} {(whole - mine) * 1e6:9.1f} "
+            f"{mine * 1e6 / floor_us:11.2f}"
+        )
+
+
 async def cpu_per_turn(turn: Callable[[], Awaitable[object]], turns: int) -> float:
     """Client CPU seconds per turn over ``turns`` turns at :data:`CONCURRENCY`."""
     per_worker = turns // CONCURRENCY
@@ -179,6 +321,7 @@ async def measure(
     floor: Callable[[], Awaitable[object]],
     turns: int,
     rounds: int,
+    provider: Any,
 ) -> None:
     await cpu_per_turn(ours, turns)  # warm: connections made, code loaded
     await cpu_per_turn(floor, turns)
@@ -206,6 +349,7 @@ async def measure(
         mine_us = share * ours_us
         least_us = tables[1].get(phase, 0.0) * floor_us
         print(f"  {phase:<42} {mine_us:8.1f} {least_us:9.1f} {mine_us - least_us:8.1f}")
+    await without_table(provider, ours, floor, turns, rounds)
 
 
 async def ollama_wire(url: str, turns: int, rounds: int) -> None:
@@ -221,6 +365,7 @@ async def ollama_wire(url: str, turns: int, rounds: int) -> None:
             lambda: wire.floor_small(session, url),
             turns,
             rounds,
+            p,
         )
 
 
@@ -250,6 +395,7 @@ async def openai_wire(url: str, turns: int, rounds: int) -> None:
             lambda: wire.floor_small(session, url, body),
             turns,
             rounds,
+            p,
         )
 
 
@@ -271,6 +417,7 @@ async def anthropic_wire(url: str, turns: int, rounds: int) -> None:
             lambda: wire.floor_small(session, url, body),
             turns,
             rounds,
+            p,
         )
 
 

@@ -122,10 +122,14 @@ class _FreshConnector(aiohttp.TCPConnector):
     def _get(self, key: Any, traces: list[Any]) -> Any:
         # aiohttp awaits what this returns: its own coroutine, once the kept
         # connections are checked (no coroutine of ours around it)
-        if self._readable is not None:
-            for proto in _closed_kept(getattr(self, "_conns", None), key, self._readable):
+        readable = self._readable
+        if readable is not None:
+            for proto in _closed_kept(getattr(self, "_conns", None), key, readable):
                 proto.close()  # aiohttp's own _get passes a closed one over
-        return super()._get(key, traces)
+        return _aiohttp_get(self, key, traces)
+
+
+_aiohttp_get: Final = aiohttp.TCPConnector._get
 
 
 def _closed_kept(conns: object, key: object, readable: Any = None) -> list[Any]:
@@ -149,7 +153,7 @@ def _closed_kept(conns: object, key: object, readable: Any = None) -> list[Any]:
             if not said:
                 if said is None:
                     continue  # aiohttp passes it over itself
-                break
+                return stale
             stale.append(proto)
     except (AttributeError, TypeError, ValueError):  # not the shape known: check nothing
         return []
