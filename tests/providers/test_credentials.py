@@ -18,6 +18,7 @@ from vaelii_llm.errors import LLMBadCredential
 from vaelii_llm.errors import LLMNoCredential
 from vaelii_llm.providers.anthropic import _credentials as credentials
 from vaelii_llm.providers.anthropic._credentials import Credential
+from vaelii_llm.providers.openai._key import APIKey
 
 SECRET = "sk-ant-test-SECRET-0123456789"
 SLEEP = shutil.which("sleep") or "/bin/sleep"  # PATH holds only the fake ant in these tests
@@ -403,3 +404,30 @@ async def test_a_setsid_grandchild_is_not_waited_on(bin_dir: Path, tmp_path: Pat
         assert stray_pid not in _children()  # and not ours to reap
     finally:
         end_stray(stray)
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        lambda: Credential(" sk-ant-SECRET-1 \n", "bearer", "ANTHROPIC_AUTH_TOKEN"),
+        lambda: APIKey(" sk-SECRET-2 ", "OPENAI_API_KEY"),
+    ],
+    ids=["messages-api", "openai"],
+)
+def test_a_credential_holder_is_immutable_copyable_and_withholds_its_value(secret: Any) -> None:
+    import copy
+    import pickle
+
+    held = secret()
+    assert held.value == held.value.strip()
+    assert "SECRET" not in repr(held)
+    assert "SECRET" not in str(held)
+    assert repr(held).endswith("value=<withheld>)")
+    with pytest.raises(AttributeError):
+        held.value = "other"
+    with pytest.raises(AttributeError):
+        del held.source
+    for made in (copy.copy(held), copy.deepcopy(held), pickle.loads(pickle.dumps(held))):
+        assert made == held
+        assert hash(made) == hash(held)
+        assert type(made) is type(held)

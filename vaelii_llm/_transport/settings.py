@@ -170,6 +170,12 @@ class Secret:
     def _fields(self) -> tuple[object, ...]:
         return (self.value, *(getattr(self, name) for name in self.shown))
 
+    def __getstate__(self) -> dict[str, object]:  # copy and pickle, which set no attribute
+        return {"value": self.value, **{name: getattr(self, name) for name in self.shown}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self._hold(**state)
+
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
