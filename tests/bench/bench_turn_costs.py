@@ -27,7 +27,7 @@ bench serves pre-encoded small answers from a process of its own
   noise); the last row, all of them at once, is the figure to quote.
 
 Run: ``.venv/bin/python tests/bench/bench_turn_costs.py [--turns 1024] [--rounds 5]``
-(about a minute a wire). Quote it on a quiet machine, with the load it prints.
+(about two minutes a wire). Quote it on a quiet machine, with the load it prints.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent / "support"))
 
 CONCURRENCY = 32
+WITHOUT_TURNS = 4
+"""The required-work table runs this many times ``--turns`` a row: its
+pieces are a few µs each, so each row needs more turns than the rest."""
 
 PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("telemetry (off)", ("vaelii_llm/telemetry.py",)),
@@ -349,7 +352,7 @@ async def measure(
         mine_us = share * ours_us
         least_us = tables[1].get(phase, 0.0) * floor_us
         print(f"  {phase:<42} {mine_us:8.1f} {least_us:9.1f} {mine_us - least_us:8.1f}")
-    await without_table(provider, ours, floor, turns, rounds)
+    await without_table(provider, ours, floor, turns * WITHOUT_TURNS, rounds)
 
 
 async def ollama_wire(url: str, turns: int, rounds: int) -> None:
