@@ -171,7 +171,7 @@ class Secret:
         return (self.value, *(getattr(self, name) for name in self.shown))
 
     def __getstate__(self) -> dict[str, object]:  # copy and pickle, which set no attribute
-        return {"value": self.value, **{name: getattr(self, name) for name in self.shown}}
+        return dict(zip(("value", *self.shown), self._fields(), strict=True))
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self._hold(**state)

@@ -309,9 +309,9 @@ class ChatAssembler:
         if message is not None:
             parts = self._parts
             if message.tool_calls:  # first: a refused call leaves the turn as it was
-                start = len(self._calls)
-                count_call(start + len(message.tool_calls) - 1, self._label)
-                calls = [self._tool_use(raw, start + n) for n, raw in enumerate(message.tool_calls)]
+                raw_calls, start, label = message.tool_calls, len(self._calls), self._label
+                count_call(start + len(raw_calls) - 1, label)
+                calls = [_tool_use(raw, start + n, label) for n, raw in enumerate(raw_calls)]
                 for call in calls:
                     parts.open_call(call.id, call.name)
                 self._calls += calls
@@ -333,9 +333,6 @@ class ChatAssembler:
         content, out = self._parts.finish(lambda call: calls[call.number])
         self._response = _response(chunk, content, self._model, called=bool(calls))
         return out
-
-    def _tool_use(self, raw: msgspec.Raw, position: int) -> ToolUseBlock:
-        return _tool_use(raw, position, self._label)
 
 
 def _tool_use(raw: msgspec.Raw, position: int, label: str) -> ToolUseBlock:
