@@ -74,11 +74,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from collections.abc import Sequence
+from itertools import repeat
 from types import TracebackType
 from typing import Any
 from typing import ClassVar
 from typing import Final
 from typing import Literal
+from typing import NamedTuple
 from typing import Never
 from typing import Protocol
 from typing import Self
@@ -95,6 +97,7 @@ from vaelii_llm._media import DocumentBlock
 from vaelii_llm._media import ImageBlock
 from vaelii_llm.errors import LLMEncode
 from vaelii_llm.errors import LLMUnsupported
+from vaelii_llm.errors import excerpt
 
 __all__ = [
     "UNSET",
@@ -286,9 +289,16 @@ def usage_fault(usage: Usage | None) -> str | None:
     for at, name, most in _BOUNDED:
         value = values[at]
         if value is not None and not 0 <= value <= most:
-            shown = value if abs(value) < 10**24 else "a number of 25 digits or more"
-            return f"reported a usage whose {name} is {shown}, outside 0 to {most}"
+            return f"reported a usage whose {name} is {_shown(value)}, outside 0 to {most}"
     return None
+
+
+def _shown(value: object) -> str:
+    """A refused value for a message: a number too long to print whole is
+    named by its length, anything else is cut to an excerpt."""
+    if isinstance(value, int) and not -(10**24) < value < 10**24:
+        return "a number of 25 digits or more"
+    return excerpt(repr(value), 60)
 
 
 _BOUNDED: Final = tuple(
@@ -369,6 +379,128 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     think: bool | Literal["low", "medium", "high"] | None = None
     cache: Cache | None = None
     stall_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse a field of the wrong type (``TypeError``) or out of its range
+        (``ValueError``) by :data:`_RULES`, before any turn can send it: a
+        NaN or a 400-digit budget never reaches a deadline. Every turn makes
+        a request, so the types are read at once and compared with the sets
+        of types already found to fit; only the bounded fields are read one
+        by one."""
+        values = astuple(self)
+        kinds = tuple(map(type, values))
+        if kinds not in _FITTING:
+            _check_types(values)
+            if len(_FITTING) < _FITTING_MOST:
+                _FITTING.add(kinds)
+        for at, least, most in _BOUNDED_FIELDS:
+            value = values[at]
+            if value is not None and not least <= value <= most:
+                _refuse(at, value)
+        for at, item in _LIST_FIELDS:
+            value = values[at]
+            if type(value) is list and value and not all(map(isinstance, value, repeat(item))):
+                _refuse_item(at, value)
+        think = values[_THINK_AT]
+        if type(think) is str and think not in THINK_LEVELS:
+            _refuse(_THINK_AT, think)
+
+
+MAX_WAIT_MS: Final = 7 * 24 * 3600 * 1000
+"""The longest ``timeout_ms`` or ``stall_ms`` a request may carry (a week):
+past any turn's need, and far inside what a loop's clock can hold."""
+
+THINK_LEVELS: Final = ("low", "medium", "high")
+"""The levels ``think`` takes besides on and off (for a model that takes levels)."""
+
+
+class _Rule(NamedTuple):
+    """What one :class:`Request` field takes: ``types`` (``bool`` only where
+    named), a list's ``item`` type, a number's ``least`` and ``most``, a
+    string's ``words``, and all of it in words (``takes``) for the refusal."""
+
+    takes: str
+    types: tuple[type, ...]
+    item: type | None = None
+    least: float | None = None
+    most: float = 0
+    words: tuple[str, ...] = ()
+
+
+_NONE: Final = type(None)
+_RULES: Final = tuple(
+    {
+        "messages": _Rule("a list of Message", (list,), Message),
+        "system": _Rule("a str, a list of TextBlock or None", (str, list, _NONE), TextBlock),
+        "model": _Rule("a str or None", (str, _NONE)),
+        "tools": _Rule("a list of ToolSchema", (list,), ToolSchema),
+        "max_tokens": _Rule(
+            f"a whole number, 1 to {MAX_TOKEN_COUNT}", (int,), None, 1, MAX_TOKEN_COUNT
+        ),
+        "timeout_ms": _Rule(
+            f"a whole number of ms, 1 to {MAX_WAIT_MS}", (int,), None, 1, MAX_WAIT_MS
+        ),
+        "stop_sequences": _Rule("a list of str", (list,), str),
+        "format": _Rule("a dict (a JSON schema) or None", (dict, _NONE)),
+        "effort": _Rule("a str or None", (str, _NONE)),
+        "thinking_display": _Rule("a str or None", (str, _NONE)),
+        "temperature": _Rule("a number from 0 to 2, or None", (float, int, _NONE), None, 0, 2),
+        "num_ctx": _Rule(
+            f"a whole number, 1 to {MAX_TOKEN_COUNT}, or None",
+            (int, _NONE),
+            None,
+            1,
+            MAX_TOKEN_COUNT,
+        ),
+        "keep_alive": _Rule("a str or None", (str, _NONE)),
+        "fallbacks": _Rule(
+            "a str, a list of str, None or UNSET", (str, list, _NONE, UnsetType), str
+        ),
+        "think": _Rule(
+            "True, False, 'low', 'medium', 'high' or None", (bool, str, _NONE), words=THINK_LEVELS
+        ),
+        "cache": _Rule("a Cache or None", (Cache, _NONE)),
+        "stall_ms": _Rule(
+            f"a whole number of ms, 1 to {MAX_WAIT_MS}, or None", (int, _NONE), None, 1, MAX_WAIT_MS
+        ),
+    }.items()
+)
+"""One rule per :class:`Request` field, in the fields' order."""
+if tuple(name for name, _ in _RULES) != Request.__struct_fields__:  # pragma: no cover
+    raise RuntimeError("Request's rules name its fields in their order")
+_BOUNDED_FIELDS: Final = tuple(
+    (at, rule.least, rule.most) for at, (_, rule) in enumerate(_RULES) if rule.least is not None
+)
+_LIST_FIELDS: Final = tuple(
+    (at, rule.item) for at, (_, rule) in enumerate(_RULES) if rule.item is not None
+)
+_THINK_AT: Final = Request.__struct_fields__.index("think")
+_FITTING: Final[set[tuple[type, ...]]] = set()
+"""The tuples of field types already found to fit :data:`_RULES` (a value of
+a new type is checked once; at most :data:`_FITTING_MOST` are kept)."""
+_FITTING_MOST: Final = 256
+
+
+def _check_types(values: tuple[Any, ...]) -> None:
+    for at, value in enumerate(values):
+        types = _RULES[at][1].types
+        if not isinstance(value, types) or (type(value) is bool and bool not in types):
+            name, rule = _RULES[at]
+            raise TypeError(f"Request.{name} takes {rule.takes}; got {type(value).__name__}")
+
+
+def _refuse(at: int, value: object) -> Never:
+    name, rule = _RULES[at]
+    raise ValueError(f"Request.{name} takes {rule.takes}; got {_shown(value)}")
+
+
+def _refuse_item(at: int, values: list[Any]) -> Never:
+    name, rule = _RULES[at]
+    assert rule.item is not None
+    first = next(i for i, item in enumerate(values) if not isinstance(item, rule.item))
+    raise TypeError(
+        f"Request.{name} takes {rule.takes}; got {type(values[first]).__name__} at {first}"
+    )
 
 
 SYSTEM_JOIN: Final = "\n\n"

@@ -25,6 +25,8 @@ ends first); the others stay until the heap is more than half such entries,
 then it is rebuilt from the live ones (amortised constant per block); when
 no block is live the heap is emptied and the loop timer cancelled, so an
 idle loop holds no timer of ours, and nothing here keeps a loop alive.
+A deadline is held inside ``±_FAR`` and NaN is refused
+(``ValueError``), so no value one block carries can stop another's.
 A block rescheduled later (:meth:`Timeout.reschedule`) only has its
 deadline moved: its one entry stays where it was, and when the loop timer
 reaches it the entry goes back on the heap at the block's deadline then:
@@ -56,6 +58,22 @@ _COMPACT_AT: Final = 64
 """A heap shorter than this is never rebuilt: sweeping it would cost more than it holds."""
 
 
+_FAR: Final = 1e15
+"""The farthest a deadline is held from the clock's zero (seconds: tens of
+millions of years): an infinite or 400-digit one is held here, so every entry
+on the shared heap is a float every other entry orders against, and the loop
+timer armed for it is one the loop can compute a wait for."""
+
+
+def _bounded(when: float) -> float:
+    """A deadline outside ``±_FAR``, held at the nearer end; NaN is refused:
+    it orders against nothing, and on the shared heap it would stop every
+    other block's deadline on the loop."""
+    if when != when:
+        raise ValueError("a deadline is a point on the loop's clock, not NaN")
+    return _FAR if when > 0 else -_FAR
+
+
 class Timeout:
     """One block under a deadline (see the module docstring); made by :func:`timeout_at`."""
 
@@ -66,7 +84,7 @@ class Timeout:
     _watch: _Watch
 
     def __init__(self, when: float) -> None:
-        self.when = when
+        self.when = when if -_FAR <= when <= _FAR else _bounded(when)
         self._state = 0
 
     def expired(self) -> bool:
@@ -110,7 +128,7 @@ class Timeout:
         reaches it. A block no longer running, or an earlier deadline, is
         left as it is."""
         if when > self.when and self._state == _ENTERED:
-            self.when = when
+            self.when = when if when <= _FAR else _bounded(when)
 
     def _expire(self) -> None:
         """Called at the deadline by the loop's watch, for a block still running."""

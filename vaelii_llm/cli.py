@@ -36,9 +36,11 @@ from vaelii_llm import errors
 from vaelii_llm._cli_drawing import AskPrinter
 from vaelii_llm._cli_drawing import Waiting
 from vaelii_llm._cli_drawing import say_ignored
+from vaelii_llm._protocol import MAX_WAIT_MS
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._version import __version__
 from vaelii_llm.engine import EngineRefusal
+from vaelii_llm.errors import excerpt
 
 if TYPE_CHECKING:
     from vaelii_llm import agent
@@ -402,16 +404,25 @@ async def _ask(
     return ASK_EXIT[result.stopped]
 
 
-def _whole_number(least: int, what: str) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least ``least``, refused in words."""
+def _whole_number(least: int, what: str, most: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``least`` (and at most
+    ``most``, when given), refused in words."""
 
     def read(text: str) -> int:
         try:
             number = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} takes a whole number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"{what} takes a whole number, got {excerpt(text, 40)!r}"
+            ) from None
         if number < least:
-            raise argparse.ArgumentTypeError(f"{what} takes at least {least}, got {number}")
+            raise argparse.ArgumentTypeError(
+                f"{what} takes at least {least}, got {excerpt(text, 40)}"
+            )
+        if most is not None and number > most:
+            raise argparse.ArgumentTypeError(
+                f"{what} takes at most {most}, got {excerpt(text, 40)}"
+            )
         return number
 
     read.__name__ = what  # argparse names a failed type by it
@@ -470,7 +481,7 @@ def _add_ask(commands: Any) -> None:
         ask.add_argument(flag, type=_whole_number(1, flag), help=f"stop at {name} (default none)")
     ask.add_argument(
         "--stall-ms",
-        type=_whole_number(1, "--stall-ms"),
+        type=_whole_number(1, "--stall-ms", MAX_WAIT_MS),
         help="end a turn whose model sends nothing for this many ms (keep-alives do "
         "not count; default: only the turn's whole timeout)",
     )

@@ -222,8 +222,8 @@ class LLMClosed(LLMError):
 class LLMEncode(LLMError):
     """A built content block whose ``type`` the request encoder writes no shape
     for, or, with ``reason``, one the far end is known to refuse (an image over
-    its size limit or of a type it does not take, a fifth cache breakpoint, a
-    ``think`` value Ollama does not take): refused before any byte is sent."""
+    its size limit or of a type it does not take, a fifth cache breakpoint):
+    refused before any byte is sent."""
 
     type: ClassVar[ErrorType] = "llm-encode"
 

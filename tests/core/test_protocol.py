@@ -132,3 +132,85 @@ def test_every_count_of_a_usage_is_held_to_its_bounds(kind: str, name: str) -> N
         fault = proto.usage_fault(proto.Usage(**{**fine, name: wrong}))
         assert fault == f"reported a usage whose {name} is {wrong}, outside 0 to {most}"
     assert set(proto.Usage.__struct_fields__) - {n for _, n in _COUNTED} == {"extra"}
+
+
+BAD_FIELDS: list[tuple[dict[str, object], type[Exception], str]] = [
+    ({"timeout_ms": float("nan")}, TypeError, "Request.timeout_ms takes a whole number of ms"),
+    ({"timeout_ms": 10**400}, ValueError, "got a number of 25 digits or more"),
+    ({"timeout_ms": 0}, ValueError, "Request.timeout_ms takes a whole number of ms, 1 to"),
+    ({"timeout_ms": True}, TypeError, "Request.timeout_ms .*; got bool"),
+    ({"stall_ms": 10**400}, ValueError, "Request.stall_ms .*25 digits or more"),
+    ({"stall_ms": 1.5}, TypeError, "Request.stall_ms"),
+    ({"max_tokens": 0}, ValueError, "Request.max_tokens takes a whole number, 1 to 1000000000"),
+    ({"max_tokens": "8"}, TypeError, "Request.max_tokens .*; got str"),
+    ({"num_ctx": -1}, ValueError, "Request.num_ctx"),
+    ({"temperature": float("nan")}, ValueError, "Request.temperature takes a number from 0 to 2"),
+    ({"temperature": float("inf")}, ValueError, "Request.temperature .*; got inf"),
+    ({"temperature": "hot"}, TypeError, "Request.temperature"),
+    (
+        {"messages": [Message(role="user", content="hi"), {"role": "user"}]},
+        TypeError,
+        "got dict at 1",
+    ),
+    (
+        {"messages": (Message(role="user", content="hi"),)},
+        TypeError,
+        "Request.messages .*; got tuple",
+    ),
+    ({"system": [TextBlock(text="a"), "b"]}, TypeError, "Request.system .*; got str at 1"),
+    ({"model": 3}, TypeError, "Request.model takes a str or None; got int"),
+    (
+        {"tools": [{"name": "x"}]},
+        TypeError,
+        "Request.tools takes a list of ToolSchema; got dict at 0",
+    ),
+    ({"stop_sequences": ["END", None]}, TypeError, "Request.stop_sequences .*; got NoneType at 1"),
+    ({"format": "json"}, TypeError, "Request.format"),
+    ({"effort": 2}, TypeError, "Request.effort"),
+    ({"thinking_display": True}, TypeError, "Request.thinking_display"),
+    ({"keep_alive": 5}, TypeError, "Request.keep_alive"),
+    ({"fallbacks": ["m", 1]}, TypeError, "Request.fallbacks .*; got int at 1"),
+    ({"think": "max"}, ValueError, "Request.think takes True, False, 'low', 'medium', 'high'"),
+    ({"think": 1}, TypeError, "Request.think .*; got int"),
+    ({"cache": {"auto": True}}, TypeError, "Request.cache takes a Cache or None; got dict"),
+]
+
+
+@pytest.mark.parametrize(("fields", "kind", "says"), BAD_FIELDS)
+def test_every_request_field_is_checked_for_type_and_range_as_it_is_made(
+    fields: dict[str, object], kind: type[Exception], says: str
+) -> None:
+    """(#58) ``timeout_ms=NaN`` was accepted (only ``stall_ms`` was checked, when
+    sent) and a 400-digit budget was a bare ``OverflowError``: each field is
+    refused as the request is made, by type (``TypeError``) or range
+    (``ValueError``), naming the field and what it takes, never a value of 400 digits."""
+    fields.setdefault("messages", [Message(role="user", content="hi")])
+    with pytest.raises(kind, match=says) as caught:
+        Request(**fields)  # type: ignore[arg-type]
+    assert len(str(caught.value)) < 200
+    with pytest.raises(kind, match=says):  # a copy with one field changed is checked too
+        msgspec.structs.replace(Request(messages=[]), **fields)
+
+
+def test_every_request_field_has_one_rule_and_good_values_pass() -> None:
+    assert tuple(name for name, _ in proto._RULES) == Request.__struct_fields__
+    Request(
+        messages=[Message(role="user", content="hi")],
+        system=[TextBlock(text="s")],
+        model="m",
+        tools=[ToolSchema(name="t", description="d", input_schema={})],
+        max_tokens=proto.MAX_TOKEN_COUNT,
+        timeout_ms=proto.MAX_WAIT_MS,
+        stop_sequences=["END"],
+        format={"type": "object"},
+        effort="high",
+        thinking_display="summarized",
+        temperature=2,
+        num_ctx=1,
+        keep_alive="5m",
+        fallbacks=["a"],
+        think="low",
+        cache=proto.Cache(auto=True),
+        stall_ms=1,
+    )
+    Request(messages=[], temperature=0.0, think=False, fallbacks="a", system="s")

@@ -376,3 +376,11 @@ async def test_ask_stall_ms_bounds_each_turn_of_the_loop(
     with pytest.raises(SystemExit):
         cli.main(["ask", QUESTION, "--stall-ms", "0"])
     assert "--stall-ms takes at least 1, got 0" in capsys.readouterr().err
+    # (#58) 401 digits were a traceback (OverflowError): refused in words, exit 2
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["ask", QUESTION, "--stall-ms", "9" * 401])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--stall-ms takes at most 604800000, got 99999" in err
+    assert "Traceback" not in err
+    assert len(err.splitlines()[-1]) < 200

@@ -364,7 +364,7 @@ async def test_a_whole_body_read_in_steps_restarts_the_bound_at_each_read(wire: 
 async def test_a_stall_bound_that_is_no_whole_positive_number_is_refused(stall_ms: Any) -> None:
     spec = WIRES["ollama"]
     async with spec.make("http://127.0.0.1:9") as provider:
-        with pytest.raises(ValueError, match="stall_ms"):
+        with pytest.raises((TypeError, ValueError), match=r"Request\.stall_ms takes"):
             await provider.complete(ask(stall_ms=stall_ms))
 
 
@@ -497,3 +497,41 @@ def test_the_timings_are_measurements_not_part_of_the_answer() -> None:
     assert other != plain
     assert other != timed
     assert msgspec.structs.replace(plain, stop_reason="max_tokens") != plain
+
+
+async def test_a_bad_deadline_on_one_turn_is_refused_and_delays_no_other_turn() -> None:
+    """(#58) ``Request(timeout_ms=float("nan"))`` was accepted, and with NaN on
+    the shared timer heap two ordinary turns with 1 s and 1.5 s budgets never
+    timed out. Now the bad values are refused typed as the third turn's
+    request is made, a NaN or 400-digit deadline that reaches the timer
+    anyway is refused or held far away, and the two turns end at their
+    budgets (bounds wide: each well under twice its budget)."""
+    from vaelii_llm import _timers as timers
+
+    spec = WIRES["ollama"]
+    for bad, kind in (
+        ({"timeout_ms": float("nan")}, TypeError),
+        ({"timeout_ms": 10**400}, ValueError),
+        ({"stall_ms": 10**400}, ValueError),
+        ({"stall_ms": float("nan")}, TypeError),
+    ):
+        with pytest.raises(kind, match=r"Request\.(timeout|stall)_ms takes a whole number of ms"):
+            ask(**bad)
+    async with serve(silent(spec)) as url, spec.make(url) as provider:
+
+        async def turn(timeout_ms: int) -> float:
+            started = time.monotonic()
+            with pytest.raises(LLMTimeout) as caught:
+                await provider.complete(ask(timeout_ms=timeout_ms))
+            assert caught.value.phase in {"headers", "body"}
+            return time.monotonic() - started
+
+        async def third() -> None:
+            with pytest.raises(ValueError, match="not NaN"):
+                timers.timeout_at(float("nan"))
+            with timers.timeout_at(10**400):
+                await asyncio.sleep(2.5)
+
+        took = await asyncio.wait_for(asyncio.gather(turn(1_000), turn(1_500), third()), 20)
+    assert 1.0 <= took[0] < 2.0, took
+    assert 1.5 <= took[1] < 3.0, took

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import random
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -292,3 +293,42 @@ async def test_moving_a_block_a_thousand_times_keeps_one_entry_and_the_loop_time
     assert checked == [True]
     assert watch is not None
     assert not watch._heap
+
+
+async def test_no_deadline_one_block_carries_stops_another_blocks() -> None:
+    """(#58) A NaN deadline on top of the shared heap ordered against nothing,
+    and every other block on the loop was never cut; a 400-digit one armed a
+    loop timer the loop could not compute a wait for. NaN is refused
+    (``ValueError``); an infinite or 400-digit deadline, given or moved to, is
+    held far away; blocks beside them are cut at their own deadlines."""
+    with pytest.raises(ValueError, match="not NaN"):
+        timers.timeout_at(float("nan"))
+    held = asyncio.Event()
+    all_in = asyncio.Event()
+    entered = 0
+
+    async def far(when: float, moved_to: float | None = None) -> None:
+        nonlocal entered
+        with timers.timeout_at(when) as timer:
+            if moved_to is not None:
+                timer.reschedule(moved_to)
+            entered += 1
+            if entered == 6:
+                all_in.set()
+            await held.wait()
+        assert not timer.expired()
+
+    hold = [asyncio.create_task(far(when)) for when in (math.inf, 10**400, 1e300)]
+    hold.append(asyncio.create_task(far(now() + FAR, moved_to=10**400)))
+    hold.append(asyncio.create_task(far(now() + FAR, moved_to=math.inf)))
+    hold.append(asyncio.create_task(far(now() + FAR, moved_to=math.nan)))
+    await all_in.wait()
+    for _ in range(3):  # each cut at its own near deadline, again and again
+        with pytest.raises(TimeoutError):
+            async with ours(now() + NEAR):
+                await asyncio.sleep(FAR)
+    with pytest.raises(TimeoutError):  # a deadline already past, beside them
+        async with ours(-(10**400)):
+            await asyncio.sleep(FAR)
+    held.set()
+    await asyncio.gather(*hold)

@@ -209,11 +209,8 @@ class Deadline(msgspec.Struct, frozen=True, gc=False):
     @classmethod
     def after_ms(cls, timeout_ms: int, stall_ms: int | None = None) -> Deadline:
         """The deadline ``timeout_ms`` from now on the running loop's clock,
-        with ``stall_ms`` as the bound between content (refused below 1)."""
-        if stall_ms is not None and (
-            isinstance(stall_ms, bool) or not isinstance(stall_ms, int) or stall_ms < 1
-        ):
-            raise ValueError(f"stall_ms is a whole number of ms, 1 or more, not {stall_ms!r}")
+        with ``stall_ms`` as the bound between content (both checked where a
+        :class:`~vaelii_llm.Request` is made)."""
         return cls(timeout_ms, asyncio.get_running_loop().time() + timeout_ms / 1000, stall_ms)
 
     @property

@@ -76,7 +76,6 @@ from vaelii_llm.providers.ollama._assemble import response_of
 __all__ = [
     "CHAT_PATH",
     "MEDIA",
-    "THINK_LEVELS",
     "ChatCodec",
     "Options",
     "base_url",
@@ -168,9 +167,6 @@ class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 _ENCODER: Final = msgspec.json.Encoder()
-
-THINK_LEVELS: Final = frozenset({"low", "medium", "high"})
-"""The levels Ollama's ``think`` takes besides on and off (for a model that takes levels)."""
 
 
 def _wire_tool(tool: ToolSchema) -> _Tool:
@@ -320,13 +316,8 @@ def chat_body(
     request has them.
     Raises :class:`~vaelii_llm.errors.LLMEncode` for a block this wire has no
     shape for (redacted thinking, a vendor's opaque block, a tool result in an
-    assistant message), and for a ``think`` neither a bool nor one of :data:`THINK_LEVELS`.
+    assistant message); a ``think`` Ollama does not take is refused where the request is made.
     """
-    think = request.think
-    if think is not None and type(think) is not bool and str(think) not in THINK_LEVELS:
-        raise errors.LLMEncode(
-            "think", label, reason=f"think is True, False, 'low', 'medium' or 'high', not {think!r}"
-        )
     options = _Options(
         num_ctx=request.num_ctx if request.num_ctx is not None else num_ctx,
         temperature=request.temperature if request.temperature is not None else 0.0,
@@ -341,7 +332,7 @@ def chat_body(
         options=options,
         tools=[_wire_tool(t) for t in request.tools] or None,
         format=request.format,
-        think=think,
+        think=request.think,
     )
     return _ENCODER.encode(body)
 
