@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import unicodedata
 from collections.abc import AsyncIterator
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,6 +218,42 @@ def raw_answer(
         writer.close()
 
     return handler
+
+
+INVISIBLE = "\ufeff\u2060\u061c\ufff9\u00ad\u200d\U000e0041"
+"""Format characters (Unicode category Cf) that passed before #58: the byte-order
+mark, the word joiner, the Arabic letter mark, an interlinear annotation
+anchor, the soft hyphen, the zero-width joiner and a tag character."""
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("status", [200, 529])
+@pytest.mark.parametrize("kind", list(HOSTED))
+async def test_shown_header_values_hold_no_format_character_and_hide_no_key(
+    kind: str, status: int, streamed: bool
+) -> None:
+    """(#58) U+FEFF, U+2060, U+061C and U+FFF9 reached ``request_id`` and
+    ``headers``, and a key echoed with a U+FEFF inside was not withheld: every
+    format character is dropped, then the key is withheld."""
+    request_id, limit = HOSTED[kind]
+    split_key = KEY[:10] + "\ufeff" + KEY[10:]
+    echoed = [
+        (request_id, "".join(f"{c}{INVISIBLE}" for c in "req_1")),
+        (limit, f"9{INVISIBLE}9"),
+        ("retry-after", split_key),
+    ]
+    content_type, text = ANSWERS[kind][streamed]
+    if status != 200:
+        content_type, text = "application/json", '{"error": "no"}'
+    async with serve_raw(raw_answer(status, content_type, text, echoed)) as url:
+        outcome = await answered(kind, url, streamed)
+    assert outcome.request_id == "req_1"
+    headers = outcome.headers or {}
+    assert headers[limit] == "99"
+    assert headers["retry-after"].startswith("<")
+    assert KEY[:8] not in shown(outcome)
+    values = [outcome.request_id, *headers.values()]
+    assert not any(unicodedata.category(c) == "Cf" for value in values for c in value)
 
 
 async def test_a_long_request_id_is_cut() -> None:

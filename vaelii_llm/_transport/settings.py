@@ -15,6 +15,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from typing import ClassVar
 from typing import Final
+from unicodedata import category
 
 import aiohttp
 import msgspec
@@ -77,18 +78,30 @@ _SHOWN_HEADERS_CHARS: Final = 2048
 """What all the shown headers of one answer may add up to (names and values):
 enough for every rate-limit header a hosted API sends, so a far end cannot
 make each Response and error carry its own megabyte."""
-_UNSHOWN_CHARS: Final = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
-"""Dropped from a shown header value: C0 and C1 controls (a terminal's escape
-and bell among them), DEL, and the Unicode separators and direction marks that
-rewrite how a line reads."""
+_UNSHOWN_ASCII: Final = re.compile("[\x00-\x1f\x7f]")
+"""The ASCII characters dropped from a shown header value: C0 controls (a
+terminal's escape and bell among them) and DEL."""
+_UNSHOWN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""The Unicode categories dropped from a shown header value: controls (C1
+too), every format character (direction marks and isolates, zero-width
+joiners, the byte-order mark, word joiners, Arabic letter marks, interlinear
+annotation anchors: invisible, and able to rewrite how a line reads or split
+an echoed key), lone surrogates (undecodable bytes, which no text output can
+write), and the line and paragraph separators."""
+
+
+def _drop_unshown(value: str) -> str:
+    if value.isascii():
+        return _UNSHOWN_ASCII.sub("", value)
+    return "".join(char for char in value if category(char) not in _UNSHOWN_CATEGORIES)
 
 
 def shown_header(value: str, withheld: Callable[[str], str] | None = None) -> str:
-    """A far end's header value as a caller may see it: its control
-    characters dropped, the credentials ``withheld`` names replaced (after the
-    drop, so a control character cannot hide an echoed key), cut at
-    :data:`_SHOWN_VALUE_CHARS`."""
-    value = _UNSHOWN_CHARS.sub("", value)
+    """A far end's header value as a caller may see it: its controls, format
+    characters and separators dropped (:data:`_UNSHOWN_CATEGORIES`), the
+    credentials ``withheld`` names replaced (after the drop, so an invisible
+    character cannot hide an echoed key), cut at :data:`_SHOWN_VALUE_CHARS`."""
+    value = _drop_unshown(value)
     if withheld is not None:
         value = withheld(value)
     if len(value) > _SHOWN_VALUE_CHARS:
