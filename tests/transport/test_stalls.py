@@ -123,7 +123,20 @@ WIRES: dict[str, Wire] = {
             "content_block_delta",
             {"type": "content_block_delta", "index": 0, "delta": _text_delta(text)},
         ),
-        (frame("ping", {"type": "ping"}), b": keep-alive\n\n"),
+        (
+            frame("ping", {"type": "ping"}),
+            b": keep-alive\n\n",
+            # (#58) empty events, which restarted the bound
+            frame(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": _text_delta("")},
+            ),
+            frame("message_delta", {"type": "message_delta", "delta": {}, "usage": _USAGE}),
+            frame(
+                "message_delta",
+                {"type": "message_delta", "delta": {"stop_reason": None}, "usage": _USAGE},
+            ),
+        ),
         frame("content_block_stop", {"type": "content_block_stop", "index": 0})
         + frame(
             "message_delta",

@@ -272,8 +272,9 @@ class StreamAssembler:
     @property
     def pieces(self) -> int:
         """Content events taken so far: every event of the message but
-        ``ping`` and the types this package does not know (a keep-alive
-        adds nothing)."""
+        ``ping``, the types this package does not know, a delta whose piece
+        is empty and a ``message_delta`` whose ``delta`` carries nothing
+        (usage counts alone): a keep-alive adds nothing."""
         return self._pieces
 
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
@@ -309,7 +310,6 @@ class StreamAssembler:
                 raise LLMBadResponse(
                     self._label, "streamed a content_block_delta event that will not parse", data
                 ) from exc
-            self._pieces += 1
             index = parsed.index
             if index != last:
                 block = opened.get(index)
@@ -319,6 +319,8 @@ class StreamAssembler:
             if texts is not None and delta.type == "text_delta":
                 text = delta.text
                 if type(text) is str:  # else _delta refuses it
+                    if text:
+                        self._pieces += 1
                     texts.append(text)
                     if deltas:
                         yield TextDelta(index=index, text=text)
@@ -339,13 +341,13 @@ class StreamAssembler:
                 self._pieces += 1
                 return self._finish()
             return []  # an event type this package does not know yet
-        self._pieces += 1
         try:
             parsed = decoder.decode(data)
         except Exception as exc:
             raise LLMBadResponse(
                 self._label, f"streamed a {event.decode()} event that will not parse", data
             ) from exc
+        self._pieces += _carries(parsed)
         if isinstance(parsed, _MessageStart):
             if self._top is not None:
                 raise LLMBadResponse(self._label, "streamed a second message_start", data)
@@ -442,28 +444,34 @@ class StreamAssembler:
         if kind == "input_json_delta":
             if block_type == "tool_use" or block_type not in _TYPED:
                 piece = self._str(delta, delta.partial_json, "partial_json", data)
+                self._pieces += piece != ""
                 block.json.append(piece)
                 if self._deltas and piece and block_type == "tool_use":
                     return ToolInputDelta(index=parsed.index, partial_json=piece)
         elif kind == "citations_delta":
             if block_type == "text" or block_type not in _TYPED:
+                self._pieces += 1
                 block.citations.append(delta.citation)
         elif block_type not in _TYPED:
+            self._pieces += 1
             block.apply(_WHOLE_DELTA_DECODER.decode(data).delta)
         elif kind == "text_delta":
             if block_type == "text":
                 text = self._str(delta, delta.text, "text", data)
+                self._pieces += text != ""
                 block.text.append(text)
                 if self._deltas:
                     return TextDelta(index=parsed.index, text=text)
         elif kind == "thinking_delta":
             if block_type == "thinking":
                 thinking = self._str(delta, delta.thinking, "thinking", data)
+                self._pieces += thinking != ""
                 block.thinking.append(thinking)
                 if self._deltas:
                     return ThinkingDelta(index=parsed.index, thinking=thinking)
         elif kind == "signature_delta" and block_type == "thinking":
             block.signature = self._str(delta, delta.signature, "signature", data)
+            self._pieces += block.signature != ""
         # any other delta on a modelled block: added by a later API version; skipped
         return None
 
@@ -502,6 +510,19 @@ class StreamAssembler:
         if not self._stopped or self._top is None:
             raise LLMBadResponse(self._label, "ended the stream without message_stop")
         return self._top.response([self._blocks[i] for i in sorted(self._blocks)])
+
+
+def _carries(event: object) -> bool:
+    """Whether a decoded event is content, counted here: a block's delta is
+    not (:meth:`StreamAssembler._delta` counts it when its piece is not
+    empty), nor a ``message_delta`` whose ``delta`` names no stop reason nor
+    another field of the message (usage counts alone); any other is."""
+    if type(event) is _BlockDelta:
+        return False
+    if type(event) is not dict:
+        return True  # a typed event, or a message_delta refused where it is applied
+    delta = event.get("delta")
+    return type(delta) is not dict or any(value is not None for value in delta.values())
 
 
 def _start_delta(index: int, start: dict[str, Any]) -> Delta | None:
