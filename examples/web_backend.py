@@ -61,8 +61,9 @@ the scripted stub answers every question with a line saying which. Set
 ``VAELII_OLLAMA_MODEL``), ``anthropic`` (``ANTHROPIC_API_KEY``) or ``openai``
 (a server at ``OPENAI_BASE_URL``); ``vaelii-llm config`` lists every kind's
 switches. A configured backend that cannot answer at start is logged once with
-the reason (its address and what to do), and both routes answer 503 with that
-reason until it is fixed and the server restarted: never the stub in its place.
+the reason (its address and what to do), and both routes answer 503
+``{"error": "no-model"}`` naming the kind and the refusal's type (never the
+address) until it is fixed and the server restarted: never the stub in its place.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ from typing import Annotated
 from typing import Any
 from typing import Final
 from typing import cast
+from typing import get_args
 
 import msgspec
 from aiohttp import web
@@ -127,8 +129,6 @@ MAX_CONNECTIONS: Final = 1000
 """The most connections served at once, below the usual 1,024-descriptor limit."""
 
 PROVIDER = web.AppKey("provider", Provider)
-NO_MODEL = web.AppKey("no_model", str)
-"""Why the configured backend cannot answer, when it could not at start."""
 TOOLSET = web.AppKey("toolset", tools.Toolset)
 ANSWERED_BY = web.AppKey("answered_by", str)
 """Who answers the app's questions: the backend and its model, or the stub."""
@@ -146,7 +146,22 @@ ASK_DECODER = msgspec.json.Decoder(AskBody)
 
 
 class NoModel(Exception):
-    """The configured backend cannot answer: the message says why and what to do."""
+    """The configured backend ``kind`` cannot answer. The message, for the
+    server's log, says why, where and what to do (``reason``); ``public``, what
+    a client is told, names the kind and the refusal's type alone: the reason
+    names the upstream's address, which is no browser's business."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        self.kind = kind
+        self.reason = reason
+        refusal = reason.split(":", 1)[0]
+        named = f" ({refusal})" if refusal in get_args(errors.ErrorType) else ""
+        self.public = f"{kind} cannot answer{named}; the server's log says why and what to do"
+        super().__init__(f"{kind} cannot answer: {reason}")
+
+
+NO_MODEL = web.AppKey("no_model", NoModel)
+"""Why the configured backend cannot answer, when it could not at start."""
 
 
 async def configured_provider() -> Provider:
@@ -158,12 +173,12 @@ async def configured_provider() -> Provider:
     if kind != "stub":
         reason = await providers.unavailable_reason(kind)
         if reason is not None:
-            raise NoModel(f"{kind} cannot answer: {reason}")
+            raise NoModel(kind, reason)
     said = STUB_NAMED_ANSWER if stub_named() else STUB_ANSWER
     model = await providers.provider(kind, stub={"default": said})
     if kind != "stub" and isinstance(model, StubProvider):  # it went away since the probe
         await model.aclose()
-        raise NoModel(f"{kind} stopped answering at start; `vaelii-llm status` checks")
+        raise NoModel(kind, "it stopped answering at start; `vaelii-llm status` checks")
     return model
 
 
@@ -218,7 +233,7 @@ async def errors_as_json(
     except BadBody as exc:
         return error_body(400, "bad-request", str(exc))
     except NoModel as exc:
-        return error_body(503, "no-model", str(exc))
+        return error_body(503, "no-model", exc.public)
     except errors.LLMError as exc:
         failure = llm_failure(exc)
         return error_body(failure["status"], failure["error"], failure["message"])
@@ -343,7 +358,8 @@ def first_request(app: web.Application, body: AskBody) -> Request:
 def model_of(app: web.Application) -> Provider:
     """The app's provider, or :class:`NoModel` (a 503) with the reason it has none."""
     if NO_MODEL in app:
-        raise NoModel(app[NO_MODEL])
+        held = app[NO_MODEL]
+        raise NoModel(held.kind, held.reason)  # afresh: no traceback grows on the held one
     return app[PROVIDER]
 
 
@@ -555,7 +571,7 @@ def make_app(
 ) -> web.Application:
     """The app; ``open_provider`` builds the provider it holds (a test hands its
     own). When it raises :class:`NoModel` the reason is logged once, here, and
-    both routes answer 503 with it."""
+    both routes answer 503 with its public part (:attr:`NoModel.public`)."""
     app = web.Application(middlewares=[errors_as_json, guarded], client_max_size=MAX_BODY_BYTES)
     app[TOOLSET] = toolset if toolset is not None else tools.Toolset(kb.sample())
 
@@ -566,7 +582,7 @@ def make_app(
             log.warning(
                 "%s; /ask and /ask/stream answer 503 until it is fixed and this restarts", exc
             )
-            app[NO_MODEL] = str(exc)
+            app[NO_MODEL] = exc
             yield
             return
         async with model:

@@ -532,10 +532,13 @@ async def test_a_configured_backend_that_cannot_answer_is_503_with_its_reason_lo
                 answers.append((resp.status, await resp.json()))
     for status, body in answers:
         assert (status, body["error"]) == (503, "no-model")
-        assert body["message"].startswith(
-            f"ollama cannot answer: llm-unreachable: Ollama at {dead}"
+        # (#58) the body named the upstream ("... Ollama at http://127.0.0.1:P did
+        # not answer"): this test asserted it did, and the round-one check of
+        # short bodies covered only refusals raised by a turn, not the start check
+        assert body["message"] == (
+            "ollama cannot answer (llm-unreachable); the server's log says why and what to do"
         )
-        assert "`ollama serve`" in body["message"]
+        assert dead.split("://", 1)[1] not in json.dumps(body)
         assert web_backend.STUB_ANSWER not in json.dumps(body)
     said = [line for line in log if "ollama serve" in line]
     assert len(said) == 1, log  # once, at start: not per request
@@ -573,9 +576,36 @@ async def test_a_registered_backend_that_cannot_answer_is_named_with_its_own_rea
             503,
             {
                 "error": "no-model",
-                "message": "testkind cannot answer: the test kind is switched off; switch it on",
+                "message": "testkind cannot answer; the server's log says why and what to do",
             },
         )
+
+
+@pytest.mark.parametrize("path", ["/ask", "/ask/stream"])
+async def test_a_backend_that_cannot_answer_at_start_never_names_its_upstream(
+    path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """(#58) With the Messages API behind an internal gateway that did not
+    answer, every ``/ask`` and ``/ask/stream`` said "the Messages API at
+    http://127.0.0.1:P/internal/gateway ...": the start check passed the
+    backend's reason through. The body names the kind and the refusal's type;
+    the address is in the server's log alone."""
+    gateway = refused_url() + "/internal/gateway"
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "anthropic")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", gateway)
+    with caplog.at_level(logging.WARNING, logger="web_backend"):
+        async for served in serving(web_backend.configured_provider)():
+            answers = [await served.post(path, {"question": "Who?"}) for _ in range(2)]
+    for status, body in answers:
+        assert (status, body["error"]) == (503, "no-model")
+        assert body["message"] == (
+            "anthropic cannot answer (llm-unreachable); the server's log says why and what to do"
+        )
+        assert "internal/gateway" not in json.dumps(body)
+        assert "127.0.0.1" not in json.dumps(body)
+    said = [r.getMessage() for r in caplog.records if "internal/gateway" in r.getMessage()]
+    assert len(said) == 1  # once, at start, with the address and what to do
 
 
 # -- issue #36 item 6: drippers, slow second heads and foreign pages --------------------
