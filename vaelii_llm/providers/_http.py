@@ -108,6 +108,7 @@ from vaelii_llm._protocol import ProviderBase
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
 from vaelii_llm._protocol import StreamItem
+from vaelii_llm._protocol import Usage
 from vaelii_llm._protocol import usage_fault
 from vaelii_llm._streams import Hold
 from vaelii_llm._streams import Stream
@@ -535,7 +536,11 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 credential=None if self._credentials is None else await self._credential(),
             )
         )
-        return await self._post(codec.count_url, body, headers, request, _ANY_JSON, codec.count_of)
+        count = await self._post(codec.count_url, body, headers, request, _ANY_JSON, codec.count_of)
+        fault = usage_fault(Usage(input_tokens=count))  # the bound a turn's counts have
+        if fault is not None:
+            raise LLMBadResponse(codec.endpoint.label, fault)
+        return count
 
     def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
         """Whole blocks as they close (and, with ``deltas``, the deltas before

@@ -45,7 +45,9 @@ holds the cached part, as OpenTelemetry's meaning does);
 The stream hands each item's blocks over at its ``response.output_item.done``
 (the item whole, as the final response lists it); ``response.completed`` or
 ``response.incomplete`` ends the turn with the response's id, model, status
-and usage. A server that lists its items only there has them read from it.
+and usage (one whose status is ``failed`` is refused as the whole answer is).
+A server that lists its items only there has them read from it. A turn holds
+at most :data:`MAX_OUTPUT_ITEMS` items on both paths.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._protocol import Usage
 from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.sse import Frame
+from vaelii_llm.providers._turn import MAX_TOOL_CALLS
 from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
 
@@ -90,6 +93,20 @@ __all__ = [
 
 SUMMARY_JOIN: Final = "\n\n"
 """What joins a reasoning item's summary parts into one thinking text."""
+
+MAX_OUTPUT_ITEMS: Final = 4 * MAX_TOOL_CALLS
+"""The most output items one turn may hold, whole or streamed: far above a
+turn's reasoning, messages and every call :data:`MAX_TOOL_CALLS` allows, and
+small enough that a stream beginning a new item per event (each an open item
+held until the end) cannot make the turn's memory many times its bytes."""
+
+
+def count_item(items: int, label: str) -> None:
+    """Refuse the ``items``-th output item of a turn past :data:`MAX_OUTPUT_ITEMS`."""
+    if items > MAX_OUTPUT_ITEMS:
+        raise errors.LLMBadResponse(
+            label, f"answered more than MAX_OUTPUT_ITEMS ({MAX_OUTPUT_ITEMS}) output items"
+        )
 
 
 class Whole(msgspec.Struct, frozen=True, gc=False):
@@ -289,7 +306,8 @@ def _response(parsed: Whole, content: list[Block], refusal: list[str]) -> Respon
 def _all_blocks(items: Iterable[dict[str, Any]], refusal: list[str], label: str) -> list[Block]:
     content: list[Block] = []
     calls = 0
-    for item in items:
+    for number, item in enumerate(items, 1):
+        count_item(number, label)
         if type(item) is not dict:
             raise errors.LLMBadResponse(label, "answered an output item that is no object")
         if item.get("type") == "function_call":
@@ -495,7 +513,9 @@ class EventAssembler:
         key = -1 if index is None else index
         begun = self._open.get(key)
         if begun is None:
-            begun = self._open[key] = _Open(len(self._blocks) + len(self._open), item)
+            position = len(self._blocks) + len(self._open)
+            count_item(position + 1, self._label)
+            begun = self._open[key] = _Open(position, item)
         elif item is not None and not begun.item:
             begun.item = item
         return begun
@@ -532,6 +552,8 @@ class EventAssembler:
         if type(item) is not dict:
             raise errors.LLMBadResponse(self._label, "streamed an output item that is no object")
         begun = self._open.pop(-1 if parsed.output_index is None else parsed.output_index, None)
+        if begun is None:  # an item done that was never begun: one more all the same
+            count_item(len(self._blocks) + len(self._open) + 1, self._label)
         if item.get("type") == "function_call":
             count_call(self._calls, self._label)
             self._calls += 1
@@ -561,13 +583,15 @@ class EventAssembler:
     def _finish(self, response: Whole | None, data: bytes, out: list[StreamItem]) -> None:
         if response is None:
             raise errors.LLMBadResponse(self._label, "ended its stream with no response", data)
+        _refuse_failure(response, self._label)  # a terminal event saying it failed, as whole
         if response.output and not self._blocks:
             # A server that listed its items only in the final response.
             listed = [(item, self._open.get(n)) for n, item in enumerate(response.output)]
         else:  # items never done, the response listing none: what their pieces made
             listed = [(self._open[n].unfinished(), self._open[n]) for n in sorted(self._open)]
         self._open.clear()
-        for item, begun in listed:
+        for number, (item, begun) in enumerate(listed, len(self._blocks) + 1):
+            count_item(number, self._label)
             if type(item) is not dict:
                 raise errors.LLMBadResponse(
                     self._label, "answered an output item that is no object"

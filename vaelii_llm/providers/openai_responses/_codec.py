@@ -9,6 +9,7 @@ another path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 from typing import Final
@@ -18,7 +19,9 @@ import msgspec
 from vaelii_llm import errors
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
+from vaelii_llm._transport.boundary import DEFAULT_MAX_BODY_BYTES
 from vaelii_llm._transport.settings import Endpoint
+from vaelii_llm._wire.sse import Frame
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._chat import HEADERS
@@ -61,6 +64,27 @@ def endpoint(base_url: str) -> Endpoint:
     return Endpoint.at("the Responses API", base_url, "openai", HEADERS)
 
 
+class _BoundedFrames(SSEFrames):
+    """The stream's frames, refused (:class:`~vaelii_llm.errors.LLMBadResponse`)
+    once its body passes :data:`DEFAULT_MAX_BODY_BYTES`, the bound a whole
+    body has: a stream of tiny deltas is otherwise held whole in memory."""
+
+    __slots__ = ("_left",)
+
+    def __init__(self, label: str, refuse: Callable[[bytes, str], Exception]) -> None:
+        super().__init__(label, refuse)
+        self._left = DEFAULT_MAX_BODY_BYTES
+
+    def feed(self, data: bytes) -> list[Frame]:
+        left = self._left = self._left - len(data)
+        if left < 0:
+            raise errors.LLMBadResponse(
+                self._label,
+                f"streamed more than {DEFAULT_MAX_BODY_BYTES} bytes, the bound of a whole body",
+            )
+        return super().feed(data)
+
+
 class ResponsesCodec(ServerCodec):
     """``/responses`` as the skeleton drives it; also a token counter
     (``/responses/input_tokens``). Built from :class:`Options`, each resolved
@@ -84,7 +108,7 @@ class ResponsesCodec(ServerCodec):
         return response_of(parsed, self.endpoint.label)
 
     def stream_decoder(self) -> SSEFrames:
-        return SSEFrames(self.endpoint.label, not_sse)
+        return _BoundedFrames(self.endpoint.label, not_sse)
 
     def assembler(self, *, deltas: bool) -> EventAssembler:
         return EventAssembler(self.endpoint.label, deltas=deltas)
