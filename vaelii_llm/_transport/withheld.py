@@ -58,10 +58,14 @@ _MIN_SECRET: Final = 4
 """A value shorter than this is not searched for: it would match ordinary text
 everywhere and guards nothing."""
 
-_SEARCHED_CUTS: Final = 1024
-"""Texts up to this long (messages, reasons, excerpts) are searched for a
-secret's opening cut by an excerpt's ``…`` anywhere in them; longer ones (a
-body) only at their end."""
+_CUTS: Final = ("…", "...")
+"""What marks a cut: an excerpt's ``…``, and the ``...`` a parser's repr of a
+long value puts between its opening and its end (pydantic's ``input_value``)."""
+
+_SEARCHED_CUTS: Final = 64
+"""How many cuts of one text are searched for a secret's opening before them
+and its ending after them (a body of a million ``...`` costs no more than
+one of a few)."""
 
 
 class _SentTo(NamedTuple):
@@ -80,7 +84,8 @@ class _Withheld:
     token's ``user:password`` and password, the URL's password, and each of
     those JSON-, repr- and percent-encoded) is replaced by ``<NAME withheld>``
     wherever it occurs; an opening of one (four characters or more) left by
-    a cut, at a text's end or before an excerpt's ``…``, is replaced too.
+    a cut, at a text's end or before a cut (:data:`_CUTS`), and an ending of
+    one after a cut, are replaced too.
     """
 
     __slots__ = ("_secrets",)
@@ -97,11 +102,23 @@ class _Withheld:
         for value, name in self._secrets:
             if value in text:
                 text = text.replace(value, f"<{name} withheld>")
-        ends = [len(text)]
-        if len(text) <= _SEARCHED_CUTS and "…" in text:
-            ends += [at for at, char in enumerate(text) if char == "…"]
-        for end in sorted(ends, reverse=True):  # from the back: earlier ends stay put
+        cuts = _cuts(text)
+        for start in sorted((at + len(cut) for at, cut in cuts), reverse=True):
+            text = self._cut_ending(text, start)  # from the back: earlier cuts stay put
+        for end in sorted([len(text)] + [at for at, _ in _cuts(text)], reverse=True):
             text = self._cut_opening(text, end)
+        return text
+
+    def _cut_ending(self, text: str, start: int) -> str:
+        """``text`` with a secret's ending (four characters or more) that
+        begins at ``start`` withheld."""
+        lead = text[start : start + _MIN_SECRET]
+        for value, name in self._secrets:
+            if len(lead) < _MIN_SECRET or lead not in value:
+                continue
+            for size in range(min(len(value) - 1, len(text) - start), _MIN_SECRET - 1, -1):
+                if value.endswith(text[start : start + size]):
+                    return f"{text[:start]}<{name} withheld>{text[start + size :]}"
         return text
 
     def _cut_opening(self, text: str, end: int) -> str:
@@ -166,6 +183,17 @@ class _Withheld:
                 proxy=None if arg.proxy is None else arg.proxy.with_user(None), proxy_auth=None
             )
         return arg
+
+
+def _cuts(text: str) -> list[tuple[int, str]]:
+    """Where ``text`` was cut (:data:`_CUTS`), the first :data:`_SEARCHED_CUTS`."""
+    found: list[tuple[int, str]] = []
+    for cut in _CUTS:
+        at = text.find(cut)
+        while at != -1 and len(found) < _SEARCHED_CUTS:
+            found.append((at, cut))
+            at = text.find(cut, at + len(cut))
+    return found
 
 
 def _safe_request_info(info: aiohttp.RequestInfo) -> aiohttp.RequestInfo:

@@ -127,9 +127,11 @@ _USER_INFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@")
 _SECRET_WORD = re.compile(r"(?i)token|key|secret|passw|auth|credential|bearer")
 """An option whose name says its value is a credential (``--api-key``, ``--token``…)."""
 
-_HTTP_LOGGERS: Final = ("httpx", "httpcore")
+_HTTP_LOGGERS: Final = ("httpx", "httpcore", "mcp")
 """The packages of the HTTP client ``mcp`` uses (under these names or a numbered
-fork's, ``httpx2``): their loggers write requests and response headers at DEBUG."""
+fork's, ``httpx2``), whose loggers write requests and response headers at
+DEBUG, and ``mcp`` itself, whose streamable HTTP client logs an answer it could
+not read with the parser's words (which quote the answer) in its traceback."""
 
 _GRACE_S: Final = 1.0
 """How long past ``call_timeout`` the client's own timeout has to answer before
@@ -195,15 +197,33 @@ def _withheld_records(make: Callable[..., logging.LogRecord]) -> Callable[..., l
     def made(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = make(*args, **kwargs)
         if _RULES and record.name.split(".", 1)[0].rstrip("0123456789") in _HTTP_LOGGERS:
-            text = shown = record.getMessage()
-            for rule in _RULES.copy():  # another thread may log while one closes
-                shown = rule.text(shown)
-            if shown != text:
+            rules = _RULES.copy()  # another thread may log while one closes
+            shown = _withheld_text(record.getMessage(), rules)
+            if shown is not None:
                 record.msg, record.args = shown, None
+            if record.exc_info and record.exc_info[1] is not None:
+                # The traceback's text, withheld, in place of the exception: a
+                # handler formats exc_text as it would have the exception.
+                text = _TRACEBACK.formatException(record.exc_info)
+                shown = _withheld_text(text, rules)
+                if shown is not None:
+                    record.exc_info, record.exc_text = None, shown
         return record
 
     made.withholds = True  # type: ignore[attr-defined]
     return made
+
+
+_TRACEBACK: Final = logging.Formatter()
+"""What formats a record's exception to be searched for a credential."""
+
+
+def _withheld_text(text: str, rules: list[Any]) -> str | None:
+    """``text`` with what ``rules`` withhold withheld; None when it holds none."""
+    shown = text
+    for rule in rules:
+        shown = rule.text(shown)
+    return None if shown == text else shown
 
 
 def _size(data: str) -> int:
@@ -337,8 +357,9 @@ class McpToolset(ClosesOnExit):
         if isinstance(found, BaseException):
             await asyncio.wait({runner})
             self._runner = None
+            refused = self._not_started(found)
             self._withhold_from_logs(False)
-            raise self._not_started(found) from None
+            raise refused from None
         client, listed = found
         if self._child is not None:
             self._child.listed()
@@ -386,12 +407,21 @@ class McpToolset(ClosesOnExit):
             if _running_cancelled():
                 raise
             if broke is not None:
-                self._broke = excerpt(reason(broke))
+                said = reason(broke)
+                self._broke = excerpt(said if self._log_rule is None else self._log_rule.text(said))
             return
         await _quietly(stack)
 
     def _not_started(self, exc: BaseException) -> BaseException:
-        """Why the server did not start, as the :class:`McpServerError` to raise."""
+        """Why the server did not start, as the :class:`McpServerError` to
+        raise, what the headers send withheld from it (a server may answer
+        with them, and a parser's words quote the answer)."""
+        refused = self._why_not_started(exc)
+        if self._log_rule is not None and isinstance(refused, McpServerError):
+            self._log_rule.error(refused)
+        return refused
+
+    def _why_not_started(self, exc: BaseException) -> BaseException:
         if isinstance(exc, McpServerError):
             return exc
         child = self._child or Child()
