@@ -332,3 +332,56 @@ async def test_no_deadline_one_block_carries_stops_another_blocks() -> None:
             await asyncio.sleep(FAR)
     held.set()
     await asyncio.gather(*hold)
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_bad_deadlines_mixed_in_at_random_delay_no_near_one(seed: int) -> None:
+    """(#58) Blocks entering in random order, some with a near deadline, some
+    with an infinite, 400-digit or far one, some moved to such a value (or to
+    NaN, which a move ignores), and NaN refused as it comes: every near block
+    is cut no earlier than its deadline, and no far one is cut."""
+    loop = asyncio.get_running_loop()
+    rng = random.Random(seed)
+    early = getattr(loop, "_clock_resolution", 1e-3)
+    bad: list[float] = [math.inf, 10**400, 1e300, 10**19]
+    release = asyncio.Event()
+    outcomes: dict[int, tuple[str, float, float]] = {}
+
+    async def block(n: int, when: float, moved_to: float | None) -> None:
+        try:
+            with timers.timeout_at(when) as timer:
+                if moved_to is not None:
+                    timer.reschedule(moved_to)
+                if when > now() + FAR / 2:
+                    await release.wait()
+                else:
+                    await asyncio.sleep(FAR)
+            outcomes[n] = ("done", when, now())
+        except TimeoutError:
+            outcomes[n] = ("cut", when, now())
+
+    tasks = []
+    for n in range(60):
+        roll = rng.random()
+        if roll < 0.1:
+            with pytest.raises(ValueError, match="not NaN"):
+                timers.timeout_at(math.nan)
+            continue
+        if roll < 0.5:
+            when, moved = now() + rng.uniform(0, 0.05), None
+        elif roll < 0.75:
+            when, moved = rng.choice(bad), None
+        else:
+            when, moved = now() + FAR, rng.choice([*bad, math.nan])
+        tasks.append((n, when, asyncio.create_task(block(n, when, moved))))
+        if rng.random() < 0.3:
+            await asyncio.sleep(0)
+    near = [(n, task) for n, when, task in tasks if when < now() + FAR / 2]
+    await asyncio.wait_for(asyncio.gather(*(task for _, task in near)), FAR / 2)
+    release.set()
+    await asyncio.gather(*(task for _, _, task in tasks))
+    for n, when, _ in tasks:
+        kind, _, at = outcomes[n]
+        assert kind == ("cut" if when < FAR / 2 + now() else "done"), n
+        if kind == "cut":
+            assert at >= when - early, (n, at, when)
