@@ -401,9 +401,10 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
             value = values[at]
             if type(value) is list and value and not all(map(isinstance, value, repeat(item))):
                 _refuse_item(at, value)
-        think = values[_THINK_AT]
-        if type(think) is str and think not in THINK_LEVELS:
-            _refuse(_THINK_AT, think)
+        for at, words in _WORD_FIELDS:
+            value = values[at]
+            if type(value) is str and value not in words:
+                _refuse(at, value)
 
 
 MAX_WAIT_MS: Final = 7 * 24 * 3600 * 1000
@@ -474,7 +475,7 @@ _BOUNDED_FIELDS: Final = tuple(
 _LIST_FIELDS: Final = tuple(
     (at, rule.item) for at, (_, rule) in enumerate(_RULES) if rule.item is not None
 )
-_THINK_AT: Final = Request.__struct_fields__.index("think")
+_WORD_FIELDS: Final = tuple((at, rule.words) for at, (_, rule) in enumerate(_RULES) if rule.words)
 _FITTING: Final[set[tuple[type, ...]]] = set()
 """The tuples of field types already found to fit :data:`_RULES` (a value of
 a new type is checked once; at most :data:`_FITTING_MOST` are kept)."""
