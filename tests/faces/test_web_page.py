@@ -185,11 +185,13 @@ async def test_a_question_typed_into_the_page_shows_the_call_then_the_streamed_a
 async def test_the_page_says_why_when_the_configured_backend_cannot_answer(
     tmp_path: Path,
 ) -> None:
-    """Issue #34 item 2: the 503's reason is what the page shows, not a stub's line."""
-    reason = "ollama cannot answer: llm-unreachable: Ollama at http://127.0.0.1:9 is unreachable"
+    """Issue #34 item 2: the 503's reason is what the page shows, not a stub's
+    line; (#58) the kind and the refusal's type, never the upstream's address."""
+    why = "llm-unreachable: Ollama at http://127.0.0.1:9 is unreachable"
+    reason = "ollama cannot answer (llm-unreachable); the server's log says why and what to do"
 
     async def no_model() -> Provider:
-        raise web_backend.NoModel(reason)
+        raise web_backend.NoModel("ollama", why)
 
     server = TestServer(web_backend.make_app(no_model), host="127.0.0.1")
     await server.start_server()
