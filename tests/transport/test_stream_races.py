@@ -238,29 +238,25 @@ async def one_interleaving(provider: HTTPProvider[Any, Any], rng: random.Random)
     turns = [asyncio.Event() for _ in range(readers_n + 1)]
     turns[0].set()
     left_holding: dict[int, int] = {}
-    passing: list[asyncio.Task[None]] = []
 
     async def reader(i: int, take: int | None) -> None:
-        try:
-            await turns[i].wait()
-            read = 0
-            while take is None or read < take:
-                try:
-                    item = await anext(items)
-                except StopAsyncIteration:
-                    break
-                received.append(item)
-                read += 1
-            left_holding[i] = asyncio.current_task().cancelling()  # type: ignore[union-attr]
-        finally:
-            if turns[i].is_set():
-                turns[i + 1].set()
-            else:  # cancelled before its turn: the next reader still waits for the one before
-                passing.append(asyncio.create_task(pass_on(i)))
-
-    async def pass_on(i: int) -> None:
         await turns[i].wait()
-        turns[i + 1].set()
+        read = 0
+        while take is None or read < take:
+            try:
+                item = await anext(items)
+            except StopAsyncIteration:
+                break
+            received.append(item)
+            read += 1
+        left_holding[i] = asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+    async def pass_turns() -> None:
+        """Reader i+1's turn comes once reader i has ended, however it ended
+        (cancelled before it ran, even)."""
+        for i, task in enumerate(readers):
+            await asyncio.wait([task])
+            turns[i + 1].set()
 
     async def closer(at: int) -> None:
         await steps(at)
@@ -272,6 +268,7 @@ async def one_interleaving(provider: HTTPProvider[Any, Any], rng: random.Random)
         asyncio.create_task(reader(i, rng.randint(0, 3) if i < readers_n - 1 else None))
         for i in range(readers_n)
     ]
+    passing = asyncio.create_task(pass_turns())
     closers = [asyncio.create_task(closer(rng.randint(0, 40))) for _ in range(rng.randint(0, 3))]
     cancelled: set[int] = set()
     for _ in range(rng.randint(0, 2)):
@@ -281,7 +278,7 @@ async def one_interleaving(provider: HTTPProvider[Any, Any], rng: random.Random)
             cancelled.add(i)
     _done, pending = await asyncio.wait([*readers, *closers], timeout=BOUND)
     assert not pending, "a reader or a close did not end"
-    await asyncio.gather(*passing)
+    await passing
     for c in closers:
         assert c.exception() is None, c.exception()
     delivered(readers, cancelled, left_holding)
