@@ -796,6 +796,46 @@ async def test_a_stream_client_that_never_reads_is_dropped_and_its_turn_ended(
         await runner.cleanup()
 
 
+async def test_a_stream_client_that_never_reads_holds_no_turn_past_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Clients that never read, turns of a one-second budget, the write bound
+    long (a minute): each turn ends at its deadline, its client dropped, not
+    when the write bound passes (on main: the write bound, past the deadline)."""
+    monkeypatch.setattr(web_backend, "WRITE_TIMEOUT_S", 60.0)
+    model = Endless()
+
+    async def open_model() -> Provider:
+        return model
+
+    clients = 10
+    app = web_backend.make_app(open_model)
+    runner, server = await web_backend.start(app, "127.0.0.1", 0, max_connections=2 * clients)
+    host, port = server.sockets[0].getsockname()[:2]
+    body = json.dumps({"question": QUESTION, "timeout_ms": 1000}).encode()
+    head = NEVER_READS + b"Content-Length: %d\r\n\r\n" % len(body)
+    writers = []
+    try:
+        for _ in range(clients):
+            _reader, writer = await asyncio.open_connection(host, port)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # reads nothing
+            writer.write(head + body)
+            writers.append(writer)
+        async with asyncio.timeout(60):
+            while model.began < clients:  # noqa: ASYNC110 - a count, polled
+                await asyncio.sleep(0.05)
+        async with asyncio.timeout(30):  # main: the minute's write bound
+            while model.live:  # noqa: ASYNC110 - a count, polled
+                await asyncio.sleep(0.05)
+        assert not app[web_backend.GUARD].open
+    finally:
+        for writer in writers:
+            writer.close()
+        server.close()
+        await runner.cleanup()
+
+
 # -- #48 item 7: who answers, said at start and with each answer -----------------------
 
 

@@ -31,6 +31,7 @@ from fake_ollama import merged
 from fake_openai_responses import Item
 from fake_openai_responses import Turn
 from fake_openai_responses import sse
+from kept_streams import proven
 from loopback import serve
 from loopback import serve_raw
 
@@ -157,6 +158,10 @@ async def test_ten_turns_on_two_connections_answer_or_end_typed_naming_the_wait(
     async with counting(held) as (url, record):
         provider = ollama.provider(host=url, max_connections=2)
         loop = asyncio.get_running_loop()
+        release.set()
+        await proven(provider)
+        record.ports.clear()
+        release.clear()
         try:
             ended: list[tuple[float, float]] = []  # (deadline, when it ended) per short turn
 
@@ -505,6 +510,8 @@ async def test_a_stream_read_to_its_end_hands_its_connection_to_the_next_turn(wi
         async with counting(streaming(body, content_type, tail=tail)) as (url, record):
             provider = make(url, cap)
             try:
+                await proven(provider)
+                record.ports.clear()
                 for _ in range(3):
                     assert text(await streamed(provider)) == ANSWER
                 if cap:
@@ -585,6 +592,10 @@ async def test_a_stream_abandoned_early_is_closed_not_handed_on(wire: str) -> No
     hold = asyncio.Event()  # the first body never ends by itself
     async with counting(streaming(body, content_type, hold=hold)) as (url, record):
         provider = make(url, 2)
+        hold.set()
+        await proven(provider)
+        record.ports.clear()
+        hold.clear()
         try:
             async with aclosing(provider.stream(ask(), deltas=True)) as items:
                 async for _item in items:
@@ -812,3 +823,109 @@ async def test_aiohttp_hands_out_the_oldest_kept_connection_first() -> None:
     finally:
         connector._conns.clear()
         await connector.close()
+
+
+# --- a far end that closes a stream's connection just after its last byte (#58) ----------
+
+
+def closing_after_each_stream(record: Counting, close_after_s: float) -> Any:
+    """A raw far end that keeps a connection after a whole answer but closes
+    it ``close_after_s`` after the last chunk of a streamed one, though its
+    head says ``Keep-Alive`` (as llama.cpp's ``llama-server`` does): a request
+    sent on it in between is never read."""
+    whole = json.dumps(merged([*(chunk(p) for p in PIECES), final()])).encode()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("peername")[1]
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                asked = json.loads(await reader.readexactly(length))
+                record.ports.append(port)
+                if not asked.get("stream", True):
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Keep-Alive: timeout=5, max=100\r\nContent-Length: %d\r\n\r\n%s"
+                        % (len(whole), whole)
+                    )
+                    await writer.drain()
+                    continue
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                    b"Keep-Alive: timeout=5, max=100\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
+                for line in OLLAMA_BODY.splitlines(keepends=True):
+                    writer.write(b"%x\r\n%s\r\n" % (len(line), line))
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+                await asyncio.sleep(close_after_s)
+                break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    return handle
+
+
+async def test_a_far_end_closing_each_stream_s_connection_never_has_a_turn_sent_into_it() -> None:
+    """Forty times a stream and then a whole turn, each straight after the
+    last, against a far end that closes a stream's connection a moment after
+    its last chunk: every turn is answered, and every request sent was read
+    (none sent into a closing connection; nothing retried). On main the turn
+    after each stream was sent on the closing connection and failed
+    LLMUnreachable ("closed the connection before answering")."""
+    record = Counting()
+    async with serve_raw(closing_after_each_stream(record, 0.02)) as url:
+        provider = ollama.provider(host=url, max_connections=1)
+        try:
+            for _ in range(40):
+                assert text(await streamed(provider)) == ANSWER
+                assert text(await provider.complete(ask())) == ANSWER
+            checked_in(provider)
+        finally:
+            await provider.aclose()
+    assert len(record.ports) == 80
+
+
+# --- a stream's deadline, whether or not anyone reads it (#58) ---------------------------
+
+
+@pytest.mark.parametrize("wire", sorted(WIRES))
+async def test_a_stream_nobody_reads_ends_at_its_deadline(wire: str) -> None:
+    """The reader takes the first item and then reads no more. At the turn's
+    deadline the far end sees its connection closed and the turn's
+    connection is given back, with no read; the reader's next read is the
+    deadline's LLMTimeout. On main the turn held both until it was read."""
+    body, content_type, make = WIRES[wire]
+    gone = asyncio.Event()
+    cut_at = body.index(PIECES[1].encode())
+
+    async def handle(request: web.Request, _record: Counting) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": content_type})
+        await response.prepare(request)
+        await response.write(body[:cut_at])
+        try:
+            await asyncio.Event().wait()  # nothing more, ever
+        finally:
+            gone.set()  # cancelled: the client closed the connection
+        return response
+
+    async with counting(handle) as (url, _record):
+        provider = make(url, 1)
+        try:
+            items = provider.stream(ask(timeout_ms=300), deltas=True)
+            await anext(items)
+            await asyncio.wait_for(gone.wait(), 10)  # main: never, until read
+            checked_in(provider)
+            with pytest.raises(LLMTimeout) as ended:
+                await anext(items)
+            assert ended.value.phase == "body"
+            await items.aclose()
+            checked_in(provider)
+        finally:
+            await provider.aclose()

@@ -379,7 +379,8 @@ async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
             release.set()  # the far end goes on only once the drain has looked
             await send.drain(chunks, 5)
             assert blocks  # it had to wait for the end: under the drain's bound
-        assert sum(len(c) for c in session.connector._conns.values()) == 1
+        # kept too, beside the first (passed over while young: see _FreshConnector)
+        assert sum(len(c) for c in session.connector._conns.values()) == 2
 
 
 async def test_a_stream_is_exhausted_once_its_block_is_left_or_a_read_failed(
@@ -779,7 +780,7 @@ def test_public_surfaces_are_frozen() -> None:
         "withheld": ["sent_rule", "withhold"],
         "send": ["cut", "drain", "open_stream", "request_json"],
     }
-    assert timers.__all__ == ["timeout_at"]
+    assert timers.__all__ == ["alarm_at", "timeout_at"]
     assert sorted(wire.__all__) == ["MAX_EVENT_BYTES", "NDJSONDecoder", "SSEDecoder", "SSEEvent"]
     for module in (*MODULES, timers, wire):
         assert all(hasattr(module, name) for name in module.__all__)
