@@ -1,4 +1,5 @@
-"""A provider whose far end is known to keep a stream's connection (#58).
+"""A provider's pool, checked: nothing checked out (:func:`checked_in`), and
+its far end known to keep a stream's connection (:func:`proven`, #58).
 
 Until a far end is seen to keep the connection a stream was read on, that
 connection is not handed to the next turn while it is young (``_FreshConnector``):
@@ -16,7 +17,21 @@ from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm._transport.sessions import _PROVEN_S
 
-__all__ = ["proven"]
+__all__ = ["checked_in", "proven"]
+
+
+def checked_in(provider: Any) -> None:
+    """No connection checked out of the provider's pool: its gate whole, its
+    connector holding none (idle ones kept for reuse are not checked out),
+    no body being read."""
+    gate = provider._sessions.gate()
+    assert gate is not None
+    assert gate.taken == 0
+    session = provider._sessions.current()
+    assert session is not None
+    assert session.connector is not None
+    assert not session.connector._acquired
+    assert not provider._inflight
 
 
 async def proven(provider: Any, request: Request | None = None) -> None:

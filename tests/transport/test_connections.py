@@ -31,6 +31,7 @@ from fake_ollama import merged
 from fake_openai_responses import Item
 from fake_openai_responses import Turn
 from fake_openai_responses import sse
+from kept_streams import checked_in
 from kept_streams import proven
 from loopback import serve
 from loopback import serve_raw
@@ -116,18 +117,6 @@ async def whole_stream(request: web.Request, _record: Counting) -> web.StreamRes
         return web.json_response(merged([*(chunk(p) for p in PIECES), final()]))
     # Sent whole, with its length: its end is there when the last line is read.
     return web.Response(body=OLLAMA_BODY, headers={"Content-Type": "application/x-ndjson"})
-
-
-def checked_in(provider: HTTPProvider[Any, Any]) -> None:
-    """No connection is checked out of the provider's pool: its gate is whole and
-    its connector holds none (idle ones kept for reuse are not checked out)."""
-    gate = provider._sessions.gate()
-    assert gate is not None
-    assert gate.taken == 0
-    session = provider._sessions.current()
-    assert session is not None
-    assert session.connector is not None
-    assert not session.connector._acquired  # type: ignore[attr-defined]
 
 
 async def streamed(provider: HTTPProvider[Any, Any], request: Request | None = None) -> Response:
@@ -521,9 +510,12 @@ async def test_a_stream_read_to_its_end_hands_its_connection_to_the_next_turn(wi
         assert (len(record.ports), record.connections) == (3, 1), (wire, cap)
 
 
-def opening_then_held(body: bytes, content_type: str, hold: asyncio.Event) -> Body:
+def opening_then_held(
+    body: bytes, content_type: str, hold: asyncio.Event, gone: asyncio.Event | None = None
+) -> Body:
     """The answer's opening (up to its second piece of text), then nothing
-    until ``hold`` is set, then the rest: a reader waits mid-stream."""
+    until ``hold`` is set, then the rest: a reader waits mid-stream. ``gone``
+    is set if the client closes the connection first (the handler cancelled)."""
     cut_at = body.index(PIECES[1].encode())
 
     async def handle(request: web.Request, _record: Counting) -> web.StreamResponse:
@@ -531,7 +523,11 @@ def opening_then_held(body: bytes, content_type: str, hold: asyncio.Event) -> Bo
         response = web.StreamResponse(headers={"Content-Type": content_type})
         await response.prepare(request)
         await response.write(body[:cut_at])
-        await hold.wait()
+        try:
+            await hold.wait()
+        finally:
+            if gone is not None and not hold.is_set():
+                gone.set()
         await response.write(body[cut_at:])
         await response.write_eof()
         return response
@@ -902,20 +898,8 @@ async def test_a_stream_nobody_reads_ends_at_its_deadline(wire: str) -> None:
     deadline's LLMTimeout. On main the turn held both until it was read."""
     body, content_type, make = WIRES[wire]
     gone = asyncio.Event()
-    cut_at = body.index(PIECES[1].encode())
-
-    async def handle(request: web.Request, _record: Counting) -> web.StreamResponse:
-        await request.read()
-        response = web.StreamResponse(headers={"Content-Type": content_type})
-        await response.prepare(request)
-        await response.write(body[:cut_at])
-        try:
-            await asyncio.Event().wait()  # nothing more, ever
-        finally:
-            gone.set()  # cancelled: the client closed the connection
-        return response
-
-    async with counting(handle) as (url, _record):
+    never = asyncio.Event()  # nothing more, ever
+    async with counting(opening_then_held(body, content_type, never, gone)) as (url, _record):
         provider = make(url, 1)
         try:
             items = provider.stream(ask(timeout_ms=300), deltas=True)

@@ -24,6 +24,7 @@ from typing import Any
 from aiohttp import web
 from fake_ollama import chunk
 from fake_ollama import final
+from kept_streams import checked_in
 from loopback import serve
 from polling import until
 
@@ -47,18 +48,6 @@ def ask() -> Request:
     return Request(messages=[Message(role="user", content="hi")], max_tokens=8, timeout_ms=30_000)
 
 
-def checked_in(provider: HTTPProvider[Any, Any]) -> None:
-    """No connection checked out: the gate whole, the connector holding none, no body in flight."""
-    gate = provider._sessions.gate()
-    assert gate is not None
-    assert gate.taken == 0
-    session = provider._sessions.current()
-    assert session is not None
-    assert session.connector is not None
-    assert not session.connector._acquired  # type: ignore[attr-defined]
-    assert not provider._inflight
-
-
 @asynccontextmanager
 async def held_after_first(hold: asyncio.Event) -> AsyncIterator[HTTPProvider[Any, Any]]:
     """A provider whose far end sends the first line, then nothing until ``hold`` is set."""
@@ -74,12 +63,21 @@ async def held_after_first(hold: asyncio.Event) -> AsyncIterator[HTTPProvider[An
         await response.write_eof()
         return response
 
+    try:
+        async with ollama_at(handle) as provider:
+            yield provider
+    finally:
+        hold.set()
+
+
+@asynccontextmanager
+async def ollama_at(handle: Any) -> AsyncIterator[HTTPProvider[Any, Any]]:
+    """The Ollama provider (two connections) on a loopback server running ``handle``."""
     async with serve(handle) as url:
         provider = ollama.provider(host=url, max_connections=2)
         try:
             yield provider
         finally:
-            hold.set()
             await provider.aclose()
 
 
@@ -90,6 +88,22 @@ async def waiting_inside(provider: HTTPProvider[Any, Any], items: Any) -> None:
         await asyncio.sleep(0)
 
 
+async def reading(
+    provider: HTTPProvider[Any, Any], items: Any, left: list[int]
+) -> asyncio.Task[None]:
+    """A task reading ``items`` to their end, then noting in ``left`` the
+    cancellations its task still holds; returned once it waits inside the stream."""
+
+    async def reader() -> None:
+        async for _ in items:
+            pass
+        left.append(asyncio.current_task().cancelling())  # type: ignore[union-attr]
+
+    task = asyncio.create_task(reader())
+    await waiting_inside(provider, items)
+    return task
+
+
 async def test_two_tasks_closing_one_stream_both_return() -> None:
     """Two closers at once while the reader waits mid-stream: both return,
     the reader's loop ends with no error and no cancellation left on its
@@ -98,14 +112,7 @@ async def test_two_tasks_closing_one_stream_both_return() -> None:
     async with held_after_first(hold) as provider:
         items = provider.stream(ask(), deltas=True)
         left: list[int] = []
-
-        async def reader() -> None:
-            async for _ in items:
-                pass
-            left.append(asyncio.current_task().cancelling())  # type: ignore[union-attr]
-
-        task = asyncio.create_task(reader())
-        await waiting_inside(provider, items)
+        task = await reading(provider, items, left)
         closers = [asyncio.create_task(items.aclose()) for _ in range(2)]
         done, _pending = await asyncio.wait([*closers, task], timeout=BOUND)
         assert len(done) == 3, "a close or the reader did not return"
@@ -167,15 +174,8 @@ async def test_a_cancellation_in_the_same_instant_as_a_close_is_delivered() -> N
     hold = asyncio.Event()
     async with held_after_first(hold) as provider:
         items = provider.stream(ask(), deltas=True)
-        ran_on: list[str] = []
-
-        async def reader() -> None:
-            async for _ in items:
-                pass
-            ran_on.append("after the loop")
-
-        task = asyncio.create_task(reader())
-        await waiting_inside(provider, items)
+        ran_on: list[int] = []
+        task = await reading(provider, items, ran_on)
         assert task.cancel()
         async with asyncio.timeout(BOUND):
             await items.aclose()  # in this task, before the reader wakes
@@ -213,12 +213,8 @@ async def paced(pacing: list[random.Random]) -> AsyncIterator[HTTPProvider[Any, 
             pass
         return response
 
-    async with serve(handle) as url:
-        provider = ollama.provider(host=url, max_connections=2)
-        try:
-            yield provider
-        finally:
-            await provider.aclose()
+    async with ollama_at(handle) as provider:
+        yield provider
 
 
 async def steps(n: int) -> None:
