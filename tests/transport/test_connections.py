@@ -740,6 +740,23 @@ async def test_aiohttp_keeps_idle_connections_in_the_shape_the_check_reads() -> 
             await provider.aclose()
 
 
+async def test_aiohttp_keeps_a_let_go_response_s_protocol_where_the_mark_reads_it() -> None:
+    """A stream whose whole body came with its head has had its connection
+    let go by aiohttp before the stream is marked (``_streamed_on``), which
+    then reads the response's private ``_protocol``: an aiohttp without it
+    fails here (the mark would be lost, and a young stream connection reused)."""
+    async with counting(whole_stream) as (url, _record), aiohttp.ClientSession() as session:
+        response = await session.post(url, json={"stream": True})
+        try:
+            await response.read()
+            assert response.connection is None
+            protocol = getattr(response, "_protocol", None)
+            assert protocol is not None
+            assert callable(protocol.force_close)
+        finally:
+            response.release()
+
+
 class _Odd:
     transport = None
 
