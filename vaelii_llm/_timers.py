@@ -237,14 +237,18 @@ class Alarm:
         watch.add(self)  # type: ignore[arg-type]  # an entry as a block is one
 
     def cancel(self) -> None:
-        """No call now (one already made, or cancelled, stays so)."""
+        """No call now (one already made, or cancelled, stays so). What the
+        call holds is let go at once, though the entry may stay on the heap
+        until it is swept."""
         if self._state == _ENTERED:
             self._state = _EXITED
+            self._call = _nothing
             self._watch.left()
 
     def _expire(self) -> None:
         self._state = _EXPIRED
-        self._call()
+        call, self._call = self._call, _nothing
+        call()
 
 
 def alarm_at(when: float, call: Callable[[], object]) -> Alarm:
