@@ -879,7 +879,8 @@ def closing_after_each_stream(record: Counting, close_after_s: float) -> Any:
                 break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
-        writer.close()
+        finally:  # also when the server stops with this connection open
+            writer.close()
 
     return handle
 
