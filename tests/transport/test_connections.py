@@ -31,10 +31,9 @@ from fake_ollama import merged
 from fake_openai_responses import Item
 from fake_openai_responses import Turn
 from fake_openai_responses import sse
-from kept_streams import checked_in
-from kept_streams import proven
 from loopback import serve
 from loopback import serve_raw
+from pool_check import checked_in
 
 from vaelii_llm import Message
 from vaelii_llm import Request
@@ -147,10 +146,6 @@ async def test_ten_turns_on_two_connections_answer_or_end_typed_naming_the_wait(
     async with counting(held) as (url, record):
         provider = ollama.provider(host=url, max_connections=2)
         loop = asyncio.get_running_loop()
-        release.set()
-        await proven(provider)
-        record.ports.clear()
-        release.clear()
         try:
             ended: list[tuple[float, float]] = []  # (deadline, when it ended) per short turn
 
@@ -499,8 +494,6 @@ async def test_a_stream_read_to_its_end_hands_its_connection_to_the_next_turn(wi
         async with counting(streaming(body, content_type, tail=tail)) as (url, record):
             provider = make(url, cap)
             try:
-                await proven(provider)
-                record.ports.clear()
                 for _ in range(3):
                     assert text(await streamed(provider)) == ANSWER
                 if cap:
@@ -588,10 +581,6 @@ async def test_a_stream_abandoned_early_is_closed_not_handed_on(wire: str) -> No
     hold = asyncio.Event()  # the first body never ends by itself
     async with counting(streaming(body, content_type, hold=hold)) as (url, record):
         provider = make(url, 2)
-        hold.set()
-        await proven(provider)
-        record.ports.clear()
-        hold.clear()
         try:
             async with aclosing(provider.stream(ask(), deltas=True)) as items:
                 async for _item in items:
@@ -900,6 +889,8 @@ async def test_a_far_end_closing_each_stream_s_connection_never_has_a_turn_sent_
                 assert text(await streamed(provider)) == ANSWER
                 assert text(await provider.complete(ask())) == ANSWER
             checked_in(provider)
+            connector = provider._sessions.current().connector  # type: ignore[union-attr]
+            assert connector._keeps_streams is False  # type: ignore[union-attr]  # learnt once
         finally:
             await provider.aclose()
     assert len(record.ports) == 80

@@ -24,9 +24,9 @@ from typing import Any
 from aiohttp import web
 from fake_ollama import chunk
 from fake_ollama import final
-from kept_streams import checked_in
 from loopback import serve
 from polling import until
+from pool_check import checked_in
 
 from vaelii_llm import Message
 from vaelii_llm import Request

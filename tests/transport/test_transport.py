@@ -379,8 +379,7 @@ async def test_a_stream_whose_end_has_come_is_drained_with_no_timer(
             release.set()  # the far end goes on only once the drain has looked
             await send.drain(chunks, 5)
             assert blocks  # it had to wait for the end: under the drain's bound
-        # kept too, beside the first (passed over while young: see _FreshConnector)
-        assert sum(len(c) for c in session.connector._conns.values()) == 2
+        assert sum(len(c) for c in session.connector._conns.values()) == 1
 
 
 async def test_a_stream_is_exhausted_once_its_block_is_left_or_a_read_failed(

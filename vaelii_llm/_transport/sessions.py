@@ -111,12 +111,14 @@ class _FreshConnector(aiohttp.TCPConnector):
     does): a turn taking it at once can find nothing to read yet and be sent
     into the close. So a connection a stream was read on
     (:func:`_streamed_on`) is not handed out until the far end is known to
-    keep such connections: while it is younger than :data:`_PROVEN_S` it is
-    passed over (left idle, a fresh connection used); one found closed
-    teaches that the far end closes them, and from then on a stream's
-    connection is closed when the stream ends, never kept; one found open
-    at that age teaches that it keeps them, and they are checked as any
-    other from then on.
+    keep such connections: while it is younger than :data:`_PROVEN_S` the
+    turn waits until it is not (no fresh connection is opened beside it, so
+    the pool never holds more than it would), then the check decides; one
+    found closed teaches that the far end closes them, and from then on a
+    stream's connection is closed when the stream ends, never kept; one
+    found open at that age teaches that it keeps them, and they are checked
+    as any other from then on. So the wait comes once per far end, in its
+    first tenth of a second.
 
     It reads aiohttp's idle connections (``_conns``: per host, pairs of a
     protocol and when it was kept) and wraps its ``_get``: both private.
@@ -146,7 +148,7 @@ class _FreshConnector(aiohttp.TCPConnector):
     def _get(self, key: Any, traces: list[Any]) -> Any:
         # aiohttp awaits what this returns: its own coroutine, once the kept
         # connections are checked (no coroutine of ours around it, but while
-        # a stream's connection is held back)
+        # a stream's connection is too young to judge)
         readable = self._readable
         if readable is None:
             return _aiohttp_get(self, key, traces)
@@ -160,13 +162,10 @@ class _FreshConnector(aiohttp.TCPConnector):
             proto.close()
         if not held:
             return _aiohttp_get(self, key, traces)
-        kept = conns[key]  # type: ignore[index]
-        for entry in held:
-            kept.remove(entry)
-        return self._get_past(key, traces, held)
+        return self._proof(key, traces, held[0][1])
 
     def _verdict(self, proto: Any, since: float, readable: bool) -> int:
-        """What becomes of a kept connection next in line: used, closed or held back."""
+        """What becomes of a kept connection next in line: used, closed or waited for."""
         streamed = self._streamed
         if proto not in streamed:
             return _CLOSE if readable else _USE
@@ -179,18 +178,12 @@ class _FreshConnector(aiohttp.TCPConnector):
         streamed.clear()
         return _USE
 
-    async def _get_past(self, key: Any, traces: list[Any], held: list[Any]) -> Any:
-        """aiohttp's ``_get`` with ``held`` out of its reach, put back after."""
-        try:
-            return await _aiohttp_get(self, key, traces)
-        finally:
-            if self.closed:
-                for proto, _since in held:
-                    proto.close()
-            else:
-                conns = self._conns  # oldest first, as aiohttp keeps them
-                merged = sorted([*conns.get(key, ()), *held], key=lambda entry: entry[1])
-                conns[key] = collections.deque(merged)
+    async def _proof(self, key: Any, traces: list[Any], since: float) -> Any:
+        """Wait until the stream's connection next in line (kept at ``since``)
+        is old enough to say whether its far end keeps it, then take a
+        connection as :meth:`_get` does (the check now decides)."""
+        await asyncio.sleep(_PROVEN_S - (time.monotonic() - since))
+        return await self._get(key, traces)
 
 
 _aiohttp_get: Final = aiohttp.TCPConnector._get
@@ -233,7 +226,7 @@ def _closed_kept(
     usually checks one (``tests/transport/test_connections.py`` pins that
     order). None when ``conns`` is not of the shape known (a dict of
     ``(protocol, time)`` pairs). With ``verdict`` (the connector's), it says
-    of each whether it is used, closed or held back (added to ``held``)."""
+    of each whether it is used, closed or waited for (added to ``held``)."""
     if not isinstance(conns, dict):
         return []
     kept = conns.get(key)
@@ -247,7 +240,9 @@ def _closed_kept(
             proto, since = entry
             said = _has_input(proto, readable)
             if said is None:
-                continue  # aiohttp passes it over itself
+                if verdict is None:
+                    continue  # aiohttp passes it over itself
+                said = True  # closed while idle: the far end closed it
             way = _CLOSE if said else _USE
             if verdict is not None:
                 way = verdict(proto, since, said)
