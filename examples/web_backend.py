@@ -387,7 +387,7 @@ async def ask_stream(request: web.Request) -> web.StreamResponse:
                 else:
                     await sent(request, response, sse(item.type, item), until)
                     if isinstance(item, agent.ToolCallFinished):
-                        until = loop.time() + budget  # the next model turn, at the latest
+                        until = loop.time() + budget  # the next model turn starts after this
         except errors.LLMError as exc:
             if not response.prepared:
                 raise  # nothing sent yet: the middleware answers 502 or 504
