@@ -73,6 +73,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import math
 import os
 import socket
 import sys
@@ -124,7 +125,7 @@ WRITE_TIMEOUT_S: Final = READ_TIMEOUT_S
 """How long a client of ``/ask/stream`` may leave what it was sent unread once
 the socket's buffers are full: past it the client is dropped and its turn ended.
 A client that never reads would otherwise hold its turn, and every event queued
-for it, until the turn's own deadline."""
+for it, until the turn's own deadline; no write waits past that deadline either."""
 MAX_CONNECTIONS: Final = 1000
 """The most connections served at once, below the usual 1,024-descriptor limit."""
 
@@ -388,6 +389,9 @@ async def ask_stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
+    budget = body.timeout_ms / 1000
+    loop = asyncio.get_running_loop()
+    until = loop.time() + budget  # the model turn's deadline: a write waits no longer
     async with aclosing(items):
         try:
             async for item in items:
@@ -395,13 +399,16 @@ async def ask_stream(request: web.Request) -> web.StreamResponse:
                     bound_buffers(request)
                     await response.prepare(request)
                 if isinstance(item, agent.AgentResult):
-                    await sent(request, response, sse("final", summary(app, item)))
+                    await sent(request, response, sse("final", summary(app, item)), until)
                 else:
-                    await sent(request, response, sse(item.type, item))
+                    await sent(request, response, sse(item.type, item), until)
+                    if isinstance(item, agent.ToolCallFinished):
+                        until = loop.time() + budget  # the next model turn starts after this
         except errors.LLMError as exc:
             if not response.prepared:
                 raise  # nothing sent yet: the middleware answers 502 or 504
-            await sent(request, response, sse("error", llm_failure(exc)))
+            # the turn is over: its refusal gets the write bound of its own
+            await sent(request, response, sse("error", llm_failure(exc)), math.inf)
         except ClientGone:
             return response  # dropped: the turn ends as the loop is closed
     await response.write_eof()
@@ -425,12 +432,17 @@ class ClientGone(Exception):
     """A client of ``/ask/stream`` stopped reading and was dropped."""
 
 
-async def sent(request: web.Request, response: web.StreamResponse, data: bytes) -> None:
+async def sent(
+    request: web.Request, response: web.StreamResponse, data: bytes, until: float
+) -> None:
     """``data`` written to the client, waiting at most :data:`WRITE_TIMEOUT_S`
-    for it to take what is queued; a client that does not is dropped
-    (:class:`ClientGone`), so what one client may hold is the socket's buffers."""
+    for it to take what is queued, and never past ``until`` (the model turn's
+    deadline: a client that does not read holds no turn past it); a client
+    that does not take it is dropped (:class:`ClientGone`), so what one client
+    may hold is the socket's buffers."""
+    loop = asyncio.get_running_loop()
     try:
-        async with asyncio.timeout(WRITE_TIMEOUT_S):
+        async with asyncio.timeout_at(min(loop.time() + WRITE_TIMEOUT_S, until)):
             await response.write(data)
     except TimeoutError:
         log.info("dropped a client of /ask/stream that stopped reading")

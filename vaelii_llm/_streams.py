@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator
 from collections.abc import Callable
 from collections.abc import Coroutine
 from typing import Any
+from typing import Final
 
 from vaelii_llm._protocol import StreamItem
 
@@ -23,36 +24,46 @@ __all__ = ["Hold", "Stream"]
 
 
 class Hold:
-    """What a stream's closer reaches from another task: the task reading it,
-    whether the closer ended it, and the closer's wait for its end."""
+    """What a stream's closer reaches from another task: the task reading it
+    now, whether a closer ended it, and the one end every closer waits for.
 
-    __slots__ = ("_cancelling", "_done", "closed", "task")
+    The generator calls :meth:`reading` each time it is resumed (its start,
+    then after each item), so a stream read by one task, then another, is
+    closed in whichever task reads it when the close comes; it also notes how
+    many cancellations that task already held, so a cancellation of the
+    reader's own, requested in the same instant as the close, is told apart
+    from the closer's and delivered (:meth:`take_back`).
+    """
+
+    __slots__ = ("_base", "_ending", "closed", "task")
 
     def __init__(self) -> None:
         self.task: asyncio.Task[Any] | None = None
         self.closed = False
-        self._done: asyncio.Event | None = None
-        self._cancelling = 0
+        self._ending: asyncio.Event | None = None
+        self._base = 0
 
-    def close(self) -> asyncio.Event:
-        """End the reader's wait: its task is cancelled, the pump takes that
-        cancellation back and ends quietly. The event is set at its end."""
-        task = self.task
-        assert task is not None
-        self.closed = True
-        self._cancelling = task.cancelling()
-        done = self._done = asyncio.Event()
-        task.cancel()
-        return done
+    def reading(self) -> None:
+        """The generator runs again, in the current task: it is the reader now."""
+        task = self.task = _current_task()
+        if task is not None:
+            self._base = task.cancelling()
 
-    def uncancel(self) -> bool:
-        """Take back the closer's cancellation; whether another is pending."""
+    def take_back(self) -> bool:
+        """Take back the closer's cancellation of the reader (in its task);
+        whether another was requested since the reader resumed (it must
+        propagate: every cancellation is delivered)."""
         assert self.task is not None
-        return self.task.uncancel() > self._cancelling
+        return self.task.uncancel() > self._base
 
     def ended(self) -> None:
-        if self._done is not None:
-            self._done.set()
+        """The generator is over: every closer waiting returns."""
+        ending = self._ending
+        if ending is not None:
+            ending.set()
+
+
+_current_task: Final = asyncio.current_task
 
 
 class Stream(AsyncGenerator[StreamItem, None]):
@@ -64,9 +75,12 @@ class Stream(AsyncGenerator[StreamItem, None]):
     (for a connection, the head, or the next bytes), the wait ends at once:
     the response is let go (its connection closed, the half-read body never
     handed on), the reader's loop ends with no further item, and ``aclose``
-    returns once that is done. Cancelling the reader's task instead ends the
-    turn the same way, the cancellation reaching the reader. Items pass
-    straight through: reading costs what the generator costs.
+    returns once that is done. The reader is whichever task reads it then
+    (one task may read the first items, another the rest); several tasks
+    closing it at once all return at that one end. Cancelling the reader's
+    task instead ends the turn the same way, the cancellation reaching the
+    reader, also when a close comes in the same instant. Items pass straight
+    through: reading costs what the generator costs.
     """
 
     __slots__ = ("_hold", "_items")
@@ -89,14 +103,27 @@ class Stream(AsyncGenerator[StreamItem, None]):
 
     async def aclose(self) -> None:
         hold = self._hold
+        ending = hold._ending
+        if ending is not None:  # a close is under way or over: its end is this one's
+            await ending.wait()
+            return
+        ending = hold._ending = asyncio.Event()
+        task = hold.task
         if (
             not self._items.ag_running  # type: ignore[attr-defined]
-            or hold.task is None
-            or hold.task is asyncio.current_task()
+            or task is None
+            or task is _current_task()
+            or task.done()
         ):
-            await self._items.aclose()
+            try:
+                await self._items.aclose()
+            finally:
+                ending.set()
             return
-        await hold.close().wait()
+        # A task waits inside the generator now: end its wait, and the generator.
+        hold.closed = True
+        task.cancel()
+        await ending.wait()
 
     def around(
         self,

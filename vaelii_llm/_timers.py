@@ -43,7 +43,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Final
 
-__all__ = ["timeout_at"]
+__all__ = ["alarm_at", "timeout_at"]
 
 _ENTERED: Final = 1
 _EXPIRED: Final = 2
@@ -238,3 +238,38 @@ def _watch(loop: asyncio.AbstractEventLoop) -> _Watch:
         _watches[loop] = held
     _last = (weakref.ref(loop), held)
     return watch
+
+
+class Alarm:
+    """A call at a deadline on the loop's shared timer, for what no task
+    waits on (a stream left unread): made by :func:`alarm_at`, called at most
+    once, unless :meth:`cancel` comes first."""
+
+    __slots__ = ("_call", "_state", "_watch", "when")
+
+    def __init__(self, when: float, call: Callable[[], object]) -> None:
+        self.when = when
+        self._call = call
+        self._state = _ENTERED
+        watch = self._watch = _watch(_running_loop())
+        watch.add(self)  # type: ignore[arg-type]  # an entry as a block is one
+
+    def cancel(self) -> None:
+        """No call now (one already made, or cancelled, stays so). What the
+        call holds is let go at once, though the entry may stay on the heap
+        until it is swept."""
+        if self._state == _ENTERED:
+            self._state = _EXITED
+            self._call = _nothing
+            self._watch.left()
+
+    def _expire(self) -> None:
+        self._state = _EXPIRED
+        call, self._call = self._call, _nothing
+        call()
+
+
+def alarm_at(when: float, call: Callable[[], object]) -> Alarm:
+    """``call()`` at ``when`` (the running loop's clock) on the shared loop
+    timer; the returned :class:`Alarm`'s ``cancel`` stops it."""
+    return Alarm(when, call)

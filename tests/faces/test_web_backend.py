@@ -782,6 +782,46 @@ CLIENTS = 50
 NEVER_READS = b"POST /ask/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 
 
+async def dropped_within(clients: int, timeout_ms: int, bound_s: float) -> float:
+    """``clients`` clients of ``/ask/stream`` that post a question (its turns
+    of ``timeout_ms``, on a model that talks without end) and never read:
+    how long after every turn began they had all ended, failing past
+    ``bound_s``; no connection is left open."""
+    model = Endless()
+
+    async def open_model() -> Provider:
+        return model
+
+    app = web_backend.make_app(open_model)
+    runner, server = await web_backend.start(app, "127.0.0.1", 0, max_connections=2 * clients)
+    host, port = server.sockets[0].getsockname()[:2]
+    body = json.dumps({"question": QUESTION, "timeout_ms": timeout_ms}).encode()
+    head = NEVER_READS + b"Content-Length: %d\r\n\r\n" % len(body)
+    writers = []
+    try:
+        for _ in range(clients):
+            _reader, writer = await asyncio.open_connection(host, port)
+            writer.transport.set_write_buffer_limits(0)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # reads nothing
+            writer.write(head + body)
+            writers.append(writer)
+        async with asyncio.timeout(60):
+            while model.began < clients:  # noqa: ASYNC110 - a count, polled
+                await asyncio.sleep(0.05)
+        began = time.monotonic()
+        async with asyncio.timeout(bound_s):
+            while model.live:  # noqa: ASYNC110 - a count, polled
+                await asyncio.sleep(0.05)
+        assert not app[web_backend.GUARD].open
+        return time.monotonic() - began
+    finally:
+        for writer in writers:
+            writer.close()
+        server.close()
+        await runner.cleanup()
+
+
 async def test_a_stream_client_that_never_reads_is_dropped_and_its_turn_ended(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -791,39 +831,19 @@ async def test_a_stream_client_that_never_reads_is_dropped_and_its_turn_ended(
     bound passes."""
     # the bound, shortened to test it (raising=False: main has none, and fails below)
     monkeypatch.setattr(web_backend, "WRITE_TIMEOUT_S", 0.5, raising=False)
-    model = Endless()
+    # main: the turns' own 600 s deadline
+    took = await dropped_within(CLIENTS, timeout_ms=600_000, bound_s=30)
+    print(f"{CLIENTS} stalled clients dropped in {took:.2f} s")
 
-    async def open_model() -> Provider:
-        return model
 
-    app = web_backend.make_app(open_model)
-    runner, server = await web_backend.start(app, "127.0.0.1", 0, max_connections=2 * CLIENTS)
-    host, port = server.sockets[0].getsockname()[:2]
-    body = json.dumps({"question": QUESTION, "timeout_ms": 600_000}).encode()
-    head = NEVER_READS + b"Content-Length: %d\r\n\r\n" % len(body)
-    writers = []
-    try:
-        for _ in range(CLIENTS):
-            _reader, writer = await asyncio.open_connection(host, port)
-            writer.transport.set_write_buffer_limits(0)
-            sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # reads nothing
-            writer.write(head + body)
-            writers.append(writer)
-        async with asyncio.timeout(60):
-            while model.began < CLIENTS:  # noqa: ASYNC110 - a count, polled
-                await asyncio.sleep(0.05)
-        began = time.monotonic()
-        async with asyncio.timeout(30):  # main: the turns' own 600 s deadline
-            while model.live:  # noqa: ASYNC110 - a count, polled
-                await asyncio.sleep(0.05)
-        print(f"{CLIENTS} stalled clients dropped in {time.monotonic() - began:.2f} s")
-        assert not app[web_backend.GUARD].open
-    finally:
-        for writer in writers:
-            writer.close()
-        server.close()
-        await runner.cleanup()
+async def test_a_stream_client_that_never_reads_holds_no_turn_past_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Clients that never read, turns of a one-second budget, the write bound
+    long (a minute): each turn ends at its deadline, its client dropped, not
+    when the write bound passes (on main: the write bound, past the deadline)."""
+    monkeypatch.setattr(web_backend, "WRITE_TIMEOUT_S", 60.0)
+    await dropped_within(10, timeout_ms=1000, bound_s=30)  # main: the minute's write bound
 
 
 # -- #48 item 7: who answers, said at start and with each answer -----------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -536,3 +537,41 @@ async def test_a_template_that_renders_no_tools_is_said_not_answered_around(
         assert len(ignored) == 1, (wire, seen)
         assert ignored[0].input_tokens < ignored[0].tools_floor
         assert result.tool_calls == []
+
+
+MIXED_TURNS = 600
+
+
+@pytest.mark.timeout(280)
+async def test_six_hundred_turns_of_streams_whole_turns_and_abandoned_streams_all_answer(
+    server: LlamaServer,
+) -> None:
+    """The server closes a stream's connection just after its last byte, though
+    its head says ``Keep-Alive`` (#58). Six hundred turns, each at once after
+    the last, on one provider, in a seeded random order: streams read to
+    their end, whole turns and streams left at their first delta. Every one
+    answers (on main the turn after a stream failed LLMUnreachable, "closed
+    the connection before answering", 5 to 9 times in 60). Nothing is
+    retried, so no request is sent twice."""
+    rng = random.Random(58)
+    counts = {"stream": 0, "whole": 0, "abandoned": 0}
+    failures: list[tuple[int, str, BaseException]] = []
+    async with WIRES["openai"](server.base) as model:
+        for turn in range(MIXED_TURNS):
+            kind = rng.choices(list(counts), weights=[4, 4, 2])[0]
+            counts[kind] += 1
+            try:
+                if kind == "stream":
+                    assert (await streamed(model, ask("Say yes.", max_tokens=4))).content
+                elif kind == "whole":
+                    assert (await model.complete(ask("Say yes.", max_tokens=2))).usage.output_tokens
+                else:
+                    request = ask(LONG, max_tokens=3000, timeout_ms=60_000)
+                    async with aclosing(model.stream(request, deltas=True)) as items:
+                        async for _ in items:
+                            break
+            except LLMError as exc:
+                failures.append((turn, kind, exc))
+    print(f"{MIXED_TURNS} turns {counts}: {len(failures)} failed")
+    assert failures == []
+    assert await _slots_free_after(server, 0.5)

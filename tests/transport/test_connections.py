@@ -33,6 +33,7 @@ from fake_openai_responses import Turn
 from fake_openai_responses import sse
 from loopback import serve
 from loopback import serve_raw
+from pool_check import checked_in
 
 from vaelii_llm import Message
 from vaelii_llm import Request
@@ -115,18 +116,6 @@ async def whole_stream(request: web.Request, _record: Counting) -> web.StreamRes
         return web.json_response(merged([*(chunk(p) for p in PIECES), final()]))
     # Sent whole, with its length: its end is there when the last line is read.
     return web.Response(body=OLLAMA_BODY, headers={"Content-Type": "application/x-ndjson"})
-
-
-def checked_in(provider: HTTPProvider[Any, Any]) -> None:
-    """No connection is checked out of the provider's pool: its gate is whole and
-    its connector holds none (idle ones kept for reuse are not checked out)."""
-    gate = provider._sessions.gate()
-    assert gate is not None
-    assert gate.taken == 0
-    session = provider._sessions.current()
-    assert session is not None
-    assert session.connector is not None
-    assert not session.connector._acquired  # type: ignore[attr-defined]
 
 
 async def streamed(provider: HTTPProvider[Any, Any], request: Request | None = None) -> Response:
@@ -514,9 +503,12 @@ async def test_a_stream_read_to_its_end_hands_its_connection_to_the_next_turn(wi
         assert (len(record.ports), record.connections) == (3, 1), (wire, cap)
 
 
-def opening_then_held(body: bytes, content_type: str, hold: asyncio.Event) -> Body:
+def opening_then_held(
+    body: bytes, content_type: str, hold: asyncio.Event, gone: asyncio.Event | None = None
+) -> Body:
     """The answer's opening (up to its second piece of text), then nothing
-    until ``hold`` is set, then the rest: a reader waits mid-stream."""
+    until ``hold`` is set, then the rest: a reader waits mid-stream. ``gone``
+    is set if the client closes the connection first (the handler cancelled)."""
     cut_at = body.index(PIECES[1].encode())
 
     async def handle(request: web.Request, _record: Counting) -> web.StreamResponse:
@@ -524,7 +516,11 @@ def opening_then_held(body: bytes, content_type: str, hold: asyncio.Event) -> Bo
         response = web.StreamResponse(headers={"Content-Type": content_type})
         await response.prepare(request)
         await response.write(body[:cut_at])
-        await hold.wait()
+        try:
+            await hold.wait()
+        finally:
+            if gone is not None and not hold.is_set():
+                gone.set()
         await response.write(body[cut_at:])
         await response.write_eof()
         return response
@@ -733,6 +729,23 @@ async def test_aiohttp_keeps_idle_connections_in_the_shape_the_check_reads() -> 
             await provider.aclose()
 
 
+async def test_aiohttp_keeps_a_let_go_response_s_protocol_where_the_mark_reads_it() -> None:
+    """A stream whose whole body came with its head has had its connection
+    let go by aiohttp before the stream is marked (``_streamed_on``), which
+    then reads the response's private ``_protocol``: an aiohttp without it
+    fails here (the mark would be lost, and a young stream connection reused)."""
+    async with counting(whole_stream) as (url, _record), aiohttp.ClientSession() as session:
+        response = await session.post(url, json={"stream": True})
+        try:
+            await response.read()
+            assert response.connection is None
+            protocol = getattr(response, "_protocol", None)
+            assert protocol is not None
+            assert callable(protocol.force_close)
+        finally:
+            response.release()
+
+
 class _Odd:
     transport = None
 
@@ -812,3 +825,100 @@ async def test_aiohttp_hands_out_the_oldest_kept_connection_first() -> None:
     finally:
         connector._conns.clear()
         await connector.close()
+
+
+# --- a far end that closes a stream's connection just after its last byte (#58) ----------
+
+
+def closing_after_each_stream(record: Counting, close_after_s: float) -> Any:
+    """A raw far end that keeps a connection after a whole answer but closes
+    it ``close_after_s`` after the last chunk of a streamed one, though its
+    head says ``Keep-Alive`` (as llama.cpp's ``llama-server`` does): a request
+    sent on it in between is never read."""
+    whole = json.dumps(merged([*(chunk(p) for p in PIECES), final()])).encode()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("peername")[1]
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                asked = json.loads(await reader.readexactly(length))
+                record.ports.append(port)
+                if not asked.get("stream", True):
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Keep-Alive: timeout=5, max=100\r\nContent-Length: %d\r\n\r\n%s"
+                        % (len(whole), whole)
+                    )
+                    await writer.drain()
+                    continue
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                    b"Keep-Alive: timeout=5, max=100\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
+                for line in OLLAMA_BODY.splitlines(keepends=True):
+                    writer.write(b"%x\r\n%s\r\n" % (len(line), line))
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+                await asyncio.sleep(close_after_s)
+                break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:  # also when the server stops with this connection open
+            writer.close()
+
+    return handle
+
+
+async def test_a_far_end_closing_each_stream_s_connection_never_has_a_turn_sent_into_it() -> None:
+    """Forty times a stream and then a whole turn, each straight after the
+    last, against a far end that closes a stream's connection a moment after
+    its last chunk: every turn is answered, and every request sent was read
+    (none sent into a closing connection; nothing retried). On main the turn
+    after each stream was sent on the closing connection and failed
+    LLMUnreachable ("closed the connection before answering")."""
+    record = Counting()
+    async with serve_raw(closing_after_each_stream(record, 0.02)) as url:
+        provider = ollama.provider(host=url, max_connections=1)
+        try:
+            for _ in range(40):
+                assert text(await streamed(provider)) == ANSWER
+                assert text(await provider.complete(ask())) == ANSWER
+            checked_in(provider)
+            connector = provider._sessions.current().connector  # type: ignore[union-attr]
+            assert connector._keeps_streams is False  # type: ignore[union-attr]  # learnt once
+        finally:
+            await provider.aclose()
+    assert len(record.ports) == 80
+
+
+# --- a stream's deadline, whether or not anyone reads it (#58) ---------------------------
+
+
+@pytest.mark.parametrize("wire", sorted(WIRES))
+async def test_a_stream_nobody_reads_ends_at_its_deadline(wire: str) -> None:
+    """The reader takes the first item and then reads no more. At the turn's
+    deadline the far end sees its connection closed and the turn's
+    connection is given back, with no read; the reader's next read is the
+    deadline's LLMTimeout. On main the turn held both until it was read."""
+    body, content_type, make = WIRES[wire]
+    gone = asyncio.Event()
+    never = asyncio.Event()  # nothing more, ever
+    async with counting(opening_then_held(body, content_type, never, gone)) as (url, _record):
+        provider = make(url, 1)
+        try:
+            items = provider.stream(ask(timeout_ms=300), deltas=True)
+            await anext(items)
+            await asyncio.wait_for(gone.wait(), 10)  # main: never, until read
+            checked_in(provider)
+            with pytest.raises(LLMTimeout) as ended:
+                await anext(items)
+            assert ended.value.phase == "body"
+            await items.aclose()
+            checked_in(provider)
+        finally:
+            await provider.aclose()

@@ -779,7 +779,7 @@ def test_public_surfaces_are_frozen() -> None:
         "withheld": ["sent_rule", "withhold"],
         "send": ["cut", "drain", "open_stream", "request_json"],
     }
-    assert timers.__all__ == ["timeout_at"]
+    assert timers.__all__ == ["alarm_at", "timeout_at"]
     assert sorted(wire.__all__) == ["MAX_EVENT_BYTES", "NDJSONDecoder", "SSEDecoder", "SSEEvent"]
     for module in (*MODULES, timers, wire):
         assert all(hasattr(module, name) for name in module.__all__)

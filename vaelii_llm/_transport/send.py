@@ -19,6 +19,7 @@ from vaelii_llm._transport.boundary import _let_go
 from vaelii_llm._transport.boundary import _read_whole
 from vaelii_llm._transport.boundary import decode_json
 from vaelii_llm._transport.sessions import Gate
+from vaelii_llm._transport.sessions import _streamed_on
 from vaelii_llm._transport.settings import Deadline
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._transport.settings import _check_headers
@@ -175,6 +176,7 @@ class _Stream:
     """
 
     __slots__ = (
+        "_alarm",
         "_args",
         "_boundary",
         "_clock",
@@ -224,6 +226,7 @@ class _Stream:
                 )
                 if not 200 <= response.status < 300:
                     await _read_whole(boundary, max_body_bytes)  # raises LLMApiError with the body
+            _streamed_on(session, response)
         except BaseException:
             if gate is not None:
                 gate.give()
@@ -234,17 +237,28 @@ class _Stream:
         self._done = False
         if self._inflight is not None:
             self._inflight.add(response)
+        self._alarm = timers.alarm_at(deadline.when, self._let_go)
         return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         self._done = True
+        self._alarm.cancel()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Let the response go and give its connection back: when the block
+        is left, or at the turn's deadline with the block still open, read
+        or not (a reader away from the stream holds nothing past it; its next
+        read is the deadline's LLMTimeout, a read waiting now ends in it)."""
         try:
             if self._inflight is not None:
                 self._inflight.discard(self._response)
             _let_go(self._response)
         finally:
-            if self._gate is not None:
-                self._gate.give()
+            gate = self._gate
+            if gate is not None:
+                self._gate = None
+                gate.give()
 
     @property
     def headers(self) -> Mapping[str, str]:

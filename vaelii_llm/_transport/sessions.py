@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import select
+import time
 import weakref
 from collections.abc import AsyncGenerator
 from collections.abc import Callable
@@ -89,7 +90,7 @@ def create_session(
 
 class _FreshConnector(aiohttp.TCPConnector):
     """aiohttp's connector, which never hands out a kept connection its far
-    end has already closed.
+    end has already closed, or may be closing now.
 
     A server drops an idle kept-alive connection when it likes (its own idle
     timeout, a request limit, a restart), and the close can be waiting in
@@ -105,6 +106,20 @@ class _FreshConnector(aiohttp.TCPConnector):
     after the request was sent is not retried (the far end may have read
     it); it fails the turn as before.
 
+    Some far ends close a connection just after the last byte of a streamed
+    answer, though they offered to keep it (llama.cpp's ``llama-server``
+    does): a turn taking it at once can find nothing to read yet and be sent
+    into the close. So a connection a stream was read on
+    (:func:`_streamed_on`) is not handed out until the far end is known to
+    keep such connections: while it is younger than :data:`_PROVEN_S` the
+    turn waits until it is not (no fresh connection is opened beside it, so
+    the pool never holds more than it would), then the check decides; one
+    found closed teaches that the far end closes them, and from then on a
+    stream's connection is closed when the stream ends, never kept; one
+    found open at that age teaches that it keeps them, and they are checked
+    as any other from then on. So the wait comes once per far end, in its
+    first tenth of a second.
+
     It reads aiohttp's idle connections (``_conns``: per host, pairs of a
     protocol and when it was kept) and wraps its ``_get``: both private.
     Should their shape change, nothing is checked and the connector is
@@ -118,27 +133,100 @@ class _FreshConnector(aiohttp.TCPConnector):
         super().__init__(**options)
         # One poll set per connector (so per loop), holding one fd at a time.
         self._readable = select.poll() if hasattr(select, "poll") else None
+        self._streamed: weakref.WeakSet[Any] = weakref.WeakSet()  # not yet proven kept
+        self._keeps_streams: bool | None = None  # what the far end does after a stream
+
+    def streamed(self, protocol: Any) -> None:
+        """A stream is read on ``protocol``'s connection (see the class docstring)."""
+        keeps = self._keeps_streams
+        if keeps:
+            return
+        self._streamed.add(protocol)  # and, kept already (the body came whole), closed at a take
+        if keeps is False:
+            protocol.force_close()  # closed, not kept, once the stream ends
 
     def _get(self, key: Any, traces: list[Any]) -> Any:
         # aiohttp awaits what this returns: its own coroutine, once the kept
-        # connections are checked (no coroutine of ours around it)
+        # connections are checked (no coroutine of ours around it, but while
+        # a stream's connection is too young to judge)
         readable = self._readable
-        if readable is not None:
-            for proto in _closed_kept(getattr(self, "_conns", None), key, readable):
+        if readable is None:
+            return _aiohttp_get(self, key, traces)
+        conns = getattr(self, "_conns", None)
+        if not self._streamed:
+            for proto in _closed_kept(conns, key, readable):
                 proto.close()  # aiohttp's own _get passes a closed one over
-        return _aiohttp_get(self, key, traces)
+            return _aiohttp_get(self, key, traces)
+        held: list[Any] = []
+        for proto in _closed_kept(conns, key, readable, self._verdict, held):
+            proto.close()
+        if not held:
+            return _aiohttp_get(self, key, traces)
+        return self._proof(key, traces, held[0][1])
+
+    def _verdict(self, proto: Any, since: float, readable: bool) -> int:
+        """What becomes of a kept connection next in line: used, closed or waited for."""
+        streamed = self._streamed
+        if proto not in streamed:
+            return _CLOSE if readable else _USE
+        if readable or self._keeps_streams is False:
+            self._keeps_streams = False  # it closes what it offered to keep
+            return _CLOSE
+        if time.monotonic() - since < _PROVEN_S:
+            return _HOLD
+        self._keeps_streams = True
+        streamed.clear()
+        return _USE
+
+    async def _proof(self, key: Any, traces: list[Any], since: float) -> Any:
+        """Wait until the stream's connection next in line (kept at ``since``)
+        is old enough to say whether its far end keeps it, then take a
+        connection as :meth:`_get` does (the check now decides)."""
+        await asyncio.sleep(_PROVEN_S - (time.monotonic() - since))
+        return await self._get(key, traces)
 
 
 _aiohttp_get: Final = aiohttp.TCPConnector._get
 
+_USE: Final = 0
+_CLOSE: Final = 1
+_HOLD: Final = 2
 
-def _closed_kept(conns: object, key: object, readable: Any = None) -> list[Any]:
+_PROVEN_S: Final = 0.1
+"""How long a connection a stream was read on stays idle before it may be
+handed out while its far end is not yet known to keep such connections: a
+far end that closes one does so just after the stream's last byte, so a
+connection still open this long after is one it keeps."""
+
+
+def _streamed_on(session: aiohttp.ClientSession, response: aiohttp.ClientResponse) -> None:
+    """Tell ``session``'s connector that a stream is read on ``response``'s
+    connection (see :class:`_FreshConnector`; a caller's own session is not
+    told)."""
+    connector = session.connector
+    if type(connector) is _FreshConnector and connector._keeps_streams is not True:
+        connection = response.connection
+        protocol = connection.protocol if connection is not None else None
+        if protocol is None:  # the whole body came with the head: already let go
+            protocol = getattr(response, "_protocol", None)
+        if protocol is not None:
+            connector.streamed(protocol)
+
+
+def _closed_kept(
+    conns: object,
+    key: object,
+    readable: Any = None,
+    verdict: Callable[[Any, float, bool], int] | None = None,
+    held: list[Any] | None = None,
+) -> list[Any]:
     """The kept connections for ``key`` in aiohttp's idle map ``conns`` that
     have something to read, looked for where aiohttp takes the next one: the
     oldest first, each up to the first with nothing to read, so a turn
     usually checks one (``tests/transport/test_connections.py`` pins that
     order). None when ``conns`` is not of the shape known (a dict of
-    ``(protocol, time)`` pairs)."""
+    ``(protocol, time)`` pairs). With ``verdict`` (the connector's), it says
+    of each whether it is used, closed or waited for (added to ``held``)."""
     if not isinstance(conns, dict):
         return []
     kept = conns.get(key)
@@ -148,13 +236,22 @@ def _closed_kept(conns: object, key: object, readable: Any = None) -> list[Any]:
         readable = select.poll()
     stale: list[Any] = []
     try:
-        for proto, _since in kept:
+        for entry in kept:
+            proto, since = entry
             said = _has_input(proto, readable)
-            if not said:
-                if said is None:
+            if said is None:
+                if verdict is None:
                     continue  # aiohttp passes it over itself
+                said = True  # closed while idle: the far end closed it
+            way = _CLOSE if said else _USE
+            if verdict is not None:
+                way = verdict(proto, since, said)
+            if way == _USE:
                 return stale
-            stale.append(proto)
+            if way == _CLOSE:
+                stale.append(proto)
+            elif held is not None:
+                held.append(entry)
     except (AttributeError, TypeError, ValueError):  # not the shape known: check nothing
         return []
     return stale

@@ -553,7 +553,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
     async def _stream(
         self, request: Request, *, deltas: bool, hold: Hold
     ) -> AsyncGenerator[StreamItem, None]:
-        hold.task = asyncio.current_task()
+        hold.reading()
         try:
             codec = self._codec
             body = self._body(request, stream=True)
@@ -583,6 +583,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                         arrived = chunks.arrived
                         for item in assembler.feed(decoder.feed(data)):
                             yield item
+                            hold.reading()
                         pieces = assembler.pieces
                         if pieces != pace.seen:  # content came, not only keep-alives
                             pace.came(pieces, arrived)
@@ -596,6 +597,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 if not assembler.finished:
                     for item in assembler.feed(decoder.feed(b"")):
                         yield item
+                        hold.reading()
                 result = assembler.result()
                 _check_usage(result, codec.endpoint)
                 if codec.endpoint.headers is not NO_HEADERS:
@@ -610,8 +612,8 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                 raise
             yield result
         except asyncio.CancelledError:
-            # ended by Stream.aclose from another task (not a cancellation of the reader's)
-            if not hold.closed or hold.uncancel():
+            # ended by Stream.aclose from another task (and no cancellation of the reader's)
+            if not hold.closed or hold.take_back():
                 raise
         finally:
             hold.ended()
