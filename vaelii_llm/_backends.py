@@ -27,6 +27,8 @@ from typing import Final
 
 import msgspec
 
+from vaelii_llm._switches import FALSY
+from vaelii_llm._switches import TRUTHY
 from vaelii_llm._switches import Switch
 from vaelii_llm._switches import getenv
 from vaelii_llm._switches import text
@@ -63,6 +65,7 @@ __all__ = [
     "openai_base_url",
     "openai_hosts",
     "openai_model",
+    "openai_send_reasoning",
     "pool_kind",
     "record",
 ]
@@ -346,6 +349,16 @@ def openai_model(explicit: str | None = None) -> str | None:
     return explicit or text(_OPENAI_MODEL)
 
 
+def openai_send_reasoning(explicit: bool | None = None) -> bool | None:
+    """Whether the Chat Completions wire sends thinking back: ``explicit``
+    when given, else ``VAELII_OPENAI_SEND_REASONING`` (a :data:`TRUTHY` or
+    :data:`FALSY` word), else None: the choice by host is the wire's."""
+    if explicit is not None:
+        return explicit
+    value = (text(_OPENAI_SEND_REASONING) or "").lower()
+    return True if value in TRUTHY else False if value in FALSY else None
+
+
 def openai_hosts(explicit: str | None = None) -> str | None:
     """The raw ``base-url[*n],…`` list, read as :func:`ollama_hosts` reads its own."""
     return explicit if explicit is not None else _host_list(_OPENAI_HOSTS)
@@ -456,6 +469,16 @@ _OPENAI_MODEL = Switch(
     "The model an OpenAI-compatible turn runs (unset: no model is sent, and a "
     "server serving one model answers with it).",
 )
+_OPENAI_SEND_REASONING = Switch(
+    "VAELII_OPENAI_SEND_REASONING",
+    openai_send_reasoning,
+    " ".join(sorted(TRUTHY | FALSY)),
+    None,
+    "Whether the Chat Completions backend sends an assistant message's thinking back, as "
+    "reasoning_content (or reasoning, where the server sent it so): DeepSeek's thinking mode "
+    "and llama.cpp's server need it (unset: on, but off for OpenAI's own API; the "
+    "send_reasoning option beats it).",
+)
 _OPENAI_HOSTS = Switch(
     "VAELII_OPENAI_HOSTS",
     openai_hosts,
@@ -503,6 +526,7 @@ def _openai_server_options(*own: Option) -> tuple[Option, ...]:
     )
 
 
+_OPENAI_SWITCHES: Final = (_OPENAI_BASE_URL, _OPENAI_API_KEY, _OPENAI_MODEL, _OPENAI_HOSTS)
 _OPENAI_SERVER: Final[dict[str, Any]] = {
     "host_switch": _OPENAI_BASE_URL.name,
     "hosts_switch": _OPENAI_HOSTS.name,
@@ -513,7 +537,7 @@ _OPENAI_SERVER: Final[dict[str, Any]] = {
     "default_host": "vaelii_llm._backends:openai_base_url",
     "status_lines": "vaelii_llm.providers.openai._status:status_lines",
     "drops_tools": "vaelii_llm.providers.openai._status:drops_tools",
-    "switch_rows": (_OPENAI_BASE_URL, _OPENAI_API_KEY, _OPENAI_MODEL, _OPENAI_HOSTS),
+    "switch_rows": _OPENAI_SWITCHES,
 }
 """What both wires of an OpenAI-compatible server read: one server, two paths."""
 
@@ -576,8 +600,11 @@ BUILTIN: Final = (
     Backend(
         "openai",
         "vaelii_llm.providers.openai",
-        _openai_server_options(Option("max_tokens_field", "str | None", None, ("provider",))),
-        **_OPENAI_SERVER,
+        _openai_server_options(
+            Option("max_tokens_field", "str | None", None, ("provider",)),
+            Option("send_reasoning", "bool | None", None, ("provider",)),
+        ),
+        **(_OPENAI_SERVER | {"switch_rows": (*_OPENAI_SWITCHES, _OPENAI_SEND_REASONING)}),
     ),
     Backend(
         # The OpenAI backend's server on another path: its switches, probe and status.

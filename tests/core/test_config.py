@@ -178,6 +178,7 @@ SET_TO = {
     "VAELII_OPENAI_MODEL": ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),
     "VAELII_ANTHROPIC_MODEL": ("smollm2", "smollm2"),
     "VAELII_OPENAI_HOSTS": ("gpu1:8000*4,gpu2:8000", "gpu1:8000*4,gpu2:8000"),
+    "VAELII_OPENAI_SEND_REASONING": ("No", False),
     "VAELII_PROMPT_CACHE": ("No", False),
     "VAELII_LLM_LIVE": ("yes", True),
     "VAELII_LLM_OTEL": ("TRUE", True),
