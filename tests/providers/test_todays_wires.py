@@ -224,3 +224,103 @@ async def test_the_switch_turns_reasoning_back_off(monkeypatch: pytest.MonkeyPat
     assert ChatCodec({"base_url": "https://api.openai.com/v1"}).send_reasoning is False
     monkeypatch.setenv("VAELII_OPENAI_SEND_REASONING", "yes")
     assert ChatCodec({"base_url": "https://api.openai.com/v1"}).send_reasoning is True
+
+
+# -- the Responses wire: every output item back whole, the reasoning asked for encrypted --
+
+ENCRYPTED = "gAAAAB-chain-of-thought"
+COMMENTARY = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "status": "completed",
+    "phase": "commentary",
+    "content": [{"type": "output_text", "text": "Looking it up.", "annotations": []}],
+    "x_server_note": "kept",  # a field this package does not model
+}
+CALL = {
+    "id": "fc_1",
+    "type": "function_call",
+    "call_id": "call_1",
+    "name": "kb_types_of",
+    "arguments": '{"term": "Muffet"}',
+    "status": "completed",
+}
+
+
+def codex(body: dict[str, Any]) -> web.Response:
+    """A gpt-5.3-codex as OpenAI documents it: with ``store: false`` its
+    reasoning comes encrypted only when ``include`` asks for it (as on
+    Azure/Foundry), and a follow-up that loses the reasoning or an assistant
+    message's ``phase`` stops early."""
+    items = body["input"]
+    asked = "reasoning.encrypted_content" in body.get("include", ())
+    usage = {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10}
+    if not any(item.get("type") == "function_call_output" for item in items):
+        reasoning: dict[str, Any] = {"id": "rs_1", "type": "reasoning", "summary": []}
+        if asked:
+            reasoning["encrypted_content"] = ENCRYPTED
+        output = [reasoning, COMMENTARY, CALL]
+    else:
+        whole = reasoning_kept = False
+        for item in items:
+            whole = whole or item == COMMENTARY
+            reasoning_kept = reasoning_kept or item.get("encrypted_content") == ENCRYPTED
+        text = "Muffet is a dog." if whole and reasoning_kept and CALL in items else "Done."
+        output = [
+            {
+                "id": "msg_2",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "phase": "final_answer",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ]
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "model": "gpt-5.3-codex",
+        "status": "completed",
+        "output": output,
+        "usage": usage,
+    }
+    return web.json_response(response)
+
+
+async def test_the_responses_wire_sends_every_item_back_whole() -> None:
+    """Before #59 the message went back without its id and phase, the call
+    without its id, and the reasoning never came encrypted: the model stopped early."""
+    from vaelii_llm.providers import openai_responses
+
+    seen: list[dict[str, Any]] = []
+
+    async def respond(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        return codex(body)
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", respond)
+    async with (
+        serve(app) as url,
+        openai_responses.provider(base_url=url + "/v1", model="gpt-5.3-codex") as p,
+    ):
+        request = Request(messages=[Message(role="user", content="What is Muffet?")], tools=[TOOL])
+        first = await p.complete(request)
+        assert seen[0]["include"] == ["reasoning.encrypted_content"]
+        result = ToolResultBlock(tool_use_id="call_1", content="(Dog)")
+        follow = Request(
+            messages=[
+                *request.messages,
+                Message(role="assistant", content=first.content),
+                Message(role="user", content=[result]),
+            ],
+            tools=[TOOL],
+        )
+        second = await p.complete(follow)
+    assert [b.text for b in second.content if isinstance(b, TextBlock)] == ["Muffet is a dog."]
+    sent = seen[1]["input"]
+    assert sent[1]["encrypted_content"] == ENCRYPTED
+    assert sent[2:4] == [COMMENTARY, CALL]  # each item as it came, unknown fields and all
