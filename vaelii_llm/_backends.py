@@ -55,6 +55,7 @@ __all__ = [
     "anthropic_base_url",
     "anthropic_model",
     "import_ref",
+    "ollama_api_key",
     "ollama_generation_model",
     "ollama_host",
     "ollama_hosts",
@@ -300,6 +301,11 @@ def ollama_keep_alive(explicit: str | None = None) -> str:
     return explicit or text(_OLLAMA_KEEP_ALIVE) or DEFAULT_OLLAMA_KEEP_ALIVE
 
 
+def ollama_api_key(explicit: str | None = None) -> str | None:
+    """``OLLAMA_API_KEY``, trimmed; None when unset or blank (a local Ollama needs none)."""
+    return explicit if explicit is not None else text(_OLLAMA_API_KEY)
+
+
 def ollama_hosts(explicit: str | None = None) -> str | None:
     """The raw ``host[*n],…`` list. None when unset; ``""`` when set but blank
     (no hosts, which the pool refuses rather than building one nobody answers)."""
@@ -405,6 +411,15 @@ _OLLAMA_KEEP_ALIVE = Switch(
     "an Ollama duration (30m, 0)",
     DEFAULT_OLLAMA_KEEP_ALIVE,
     "How long the host is asked to hold the model resident after a turn.",
+)
+_OLLAMA_API_KEY = Switch(
+    "OLLAMA_API_KEY",
+    ollama_api_key,
+    "an API key (optional: a local Ollama needs none)",
+    None,
+    "The credential sent as Authorization: Bearer to every Ollama request, turns and "
+    "probes, as the official client sends it: a hosted Ollama (https://ollama.com) asks for it.",
+    secret=True,
 )
 _OLLAMA_HOSTS = Switch(
     "VAELII_OLLAMA_HOSTS",
@@ -558,6 +573,7 @@ BUILTIN: Final = (
         host_switch=_OLLAMA_HOST.name,
         hosts_switch=_OLLAMA_HOSTS.name,
         model_switch=_OLLAMA_MODEL.name,
+        key_switch=_OLLAMA_API_KEY.name,
         host_option="host",
         read_host="vaelii_llm.providers._hosts:normalize_host",
         default_host="vaelii_llm.providers._hosts:configured_ollama_host",
@@ -571,6 +587,7 @@ BUILTIN: Final = (
             _OLLAMA_GENERATION_MODEL,
             _OLLAMA_NUM_CTX,
             _OLLAMA_KEEP_ALIVE,
+            _OLLAMA_API_KEY,
             _OLLAMA_HOSTS,
         ),
     ),

@@ -324,3 +324,48 @@ async def test_the_responses_wire_sends_every_item_back_whole() -> None:
     sent = seen[1]["input"]
     assert sent[1]["encrypted_content"] == ENCRYPTED
     assert sent[2:4] == [COMMENTARY, CALL]  # each item as it came, unknown fields and all
+
+
+# -- a hosted Ollama: OLLAMA_API_KEY as Authorization: Bearer, withheld everywhere --
+
+KEY = "ollama-key-59-never-shown"
+
+
+async def test_a_hosted_ollama_is_sent_its_key(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before #59 no key was sent: ollama.com answered every request 401."""
+    from fake_ollama import FakeOllama
+
+    from vaelii_llm import providers
+    from vaelii_llm.providers import ollama
+
+    hi = Request(messages=[Message(role="user", content="hi")])
+    async with FakeOllama(key=KEY) as host:
+        monkeypatch.setenv("OLLAMA_API_KEY", "  " + KEY + "\r\n")  # a .env file's line
+        assert await providers.available("ollama", host=host.url) is True
+        assert await ollama.capabilities("phi4:14b", host=host.url)
+        async with ollama.provider(host=host.url) as p:
+            answer = await p.complete(hi)
+            assert KEY not in repr(p)
+        assert answer.content
+        assert host.headers[-1]["Authorization"] == f"Bearer {KEY}"
+        # a caller's own Authorization beats the key, as in the official client
+        async with ollama.provider(host=host.url, headers={"authorization": "Bearer x"}) as p:
+            with pytest.raises(errors.LLMApiError) as refused:
+                await p.complete(hi)
+        assert refused.value.status == 401
+        # a wrong key echoed by the far end shows nowhere
+        monkeypatch.setenv("OLLAMA_API_KEY", "wrong-" + KEY)
+        reason = await providers.unavailable_reason("ollama", host=host.url)
+        async with ollama.provider(host=host.url) as p:
+            with caplog.at_level("DEBUG"), pytest.raises(errors.LLMApiError) as refused:
+                await p.complete(hi)
+        shown = [str(refused.value), repr(refused.value), refused.value.body, reason or ""]
+        shown += [record.getMessage() for record in caplog.records]
+        assert refused.value.status == 401
+        assert reason is not None
+        assert "401" in reason
+        assert all(KEY not in text for text in shown)
+        monkeypatch.delenv("OLLAMA_API_KEY")
+        assert await providers.available("ollama", host=host.url) is False
