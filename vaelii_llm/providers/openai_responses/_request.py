@@ -5,7 +5,9 @@ What goes out (:func:`responses_body`)
     serving one model answers with it); ``input``, the items below;
     ``instructions`` from ``system``; ``max_output_tokens``; ``temperature``
     only when the request names one (OpenAI's reasoning models refuse it);
-    ``tools`` as ``function`` tools; ``text.format`` a ``json_schema`` for
+    ``tools`` as ``function`` tools, each naming ``strict`` (False unless the
+    schema asks for it: an absent one reads as True on OpenAI's API);
+    ``text.format`` a ``json_schema`` for
     ``format`` (strict where the schema is closed, as on Chat Completions);
     ``reasoning.effort`` from ``effort`` and ``reasoning.summary: "auto"`` for
     ``thinking_display="summarized"``; ``store: false`` unless the provider
@@ -102,15 +104,16 @@ class _Body(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 def _tool(tool: ToolSchema) -> dict[str, Any]:
-    out: dict[str, Any] = {
+    """A ``function`` tool; ``strict`` always named (the official type requires
+    it, and an absent one reads as strict there, which a schema that does not
+    require every property is refused under)."""
+    return {
         "type": "function",
         "name": tool.name,
         "description": tool.description,
         "parameters": tool.input_schema,
+        "strict": bool(tool.strict),
     }
-    if tool.strict is not None:
-        out["strict"] = tool.strict
-    return out
 
 
 def _text_format(schema: dict[str, Any]) -> dict[str, Any]:
