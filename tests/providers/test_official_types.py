@@ -53,6 +53,7 @@ from typing import Any
 import msgspec
 import pytest
 from typed_conformance import conforms
+from typed_conformance import without_reasoning
 
 from vaelii_llm._media import DocumentBlock
 from vaelii_llm._media import ImageBlock
@@ -178,19 +179,6 @@ def _hint(module: Any, name: str, stream: bool) -> Any:
 
 
 # -- Chat Completions ----------------------------------------------------------------------
-
-REASONING_FIELDS = ("reasoning_content", "reasoning")
-
-
-def without_reasoning(body: dict[str, Any]) -> list[str]:
-    """The thinking sent back, taken out of ``body``'s assistant messages."""
-    taken = []
-    for message in body["messages"]:
-        for name in REASONING_FIELDS:
-            if name in message:
-                assert message["role"] == "assistant"
-                taken.append(message.pop(name))
-    return taken
 
 
 @pytest.mark.parametrize("send_reasoning", [True, False])

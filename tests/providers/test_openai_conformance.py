@@ -24,6 +24,7 @@ from fake_openai import FakeOpenAI
 from fake_openai import random_turn
 from fake_openai import transcript
 from typed_conformance import conforms
+from typed_conformance import without_reasoning
 
 from vaelii_llm._protocol import Cache
 from vaelii_llm._protocol import Message
@@ -83,26 +84,6 @@ def neutral_request() -> Request:
         format={"type": "object", "properties": {"answer": {"type": "string"}}},
         temperature=0.2,
     )
-
-
-REASONING_FIELDS = ("reasoning_content", "reasoning")
-"""The one extension the body may carry: an assistant message's thinking,
-which DeepSeek, vLLM and llama.cpp's server read and OpenAI's type has no
-field for (OpenAI's own API is sent none: ``send_reasoning`` is off there)."""
-
-
-def without_reasoning(body: dict[str, Any]) -> list[str]:
-    """Take the thinking sent back out of ``body``'s assistant messages (each
-    a string, on an assistant message only); return what was taken."""
-    taken = []
-    for message in body["messages"]:
-        for name in REASONING_FIELDS:
-            if name in message:
-                assert message["role"] == "assistant"
-                value = message.pop(name)
-                assert type(value) is str
-                taken.append(value)
-    return taken
 
 
 @pytest.mark.parametrize("send_reasoning", [False, True])
