@@ -27,6 +27,8 @@ from typing import Final
 
 import msgspec
 
+from vaelii_llm._switches import FALSY
+from vaelii_llm._switches import TRUTHY
 from vaelii_llm._switches import Switch
 from vaelii_llm._switches import getenv
 from vaelii_llm._switches import text
@@ -53,6 +55,7 @@ __all__ = [
     "anthropic_base_url",
     "anthropic_model",
     "import_ref",
+    "ollama_api_key",
     "ollama_generation_model",
     "ollama_host",
     "ollama_hosts",
@@ -63,6 +66,7 @@ __all__ = [
     "openai_base_url",
     "openai_hosts",
     "openai_model",
+    "openai_send_reasoning",
     "pool_kind",
     "record",
 ]
@@ -297,6 +301,11 @@ def ollama_keep_alive(explicit: str | None = None) -> str:
     return explicit or text(_OLLAMA_KEEP_ALIVE) or DEFAULT_OLLAMA_KEEP_ALIVE
 
 
+def ollama_api_key(explicit: str | None = None) -> str | None:
+    """``OLLAMA_API_KEY``, trimmed; None when unset or blank (a local Ollama needs none)."""
+    return explicit if explicit is not None else text(_OLLAMA_API_KEY)
+
+
 def ollama_hosts(explicit: str | None = None) -> str | None:
     """The raw ``host[*n],…`` list. None when unset; ``""`` when set but blank
     (no hosts, which the pool refuses rather than building one nobody answers)."""
@@ -346,6 +355,16 @@ def openai_model(explicit: str | None = None) -> str | None:
     return explicit or text(_OPENAI_MODEL)
 
 
+def openai_send_reasoning(explicit: bool | None = None) -> bool | None:
+    """Whether the Chat Completions wire sends thinking back: ``explicit``
+    when given, else ``VAELII_OPENAI_SEND_REASONING`` (a :data:`TRUTHY` or
+    :data:`FALSY` word), else None: the choice by host is the wire's."""
+    if explicit is not None:
+        return explicit
+    value = (text(_OPENAI_SEND_REASONING) or "").lower()
+    return True if value in TRUTHY else False if value in FALSY else None
+
+
 def openai_hosts(explicit: str | None = None) -> str | None:
     """The raw ``base-url[*n],…`` list, read as :func:`ollama_hosts` reads its own."""
     return explicit if explicit is not None else _host_list(_OPENAI_HOSTS)
@@ -392,6 +411,15 @@ _OLLAMA_KEEP_ALIVE = Switch(
     "an Ollama duration (30m, 0)",
     DEFAULT_OLLAMA_KEEP_ALIVE,
     "How long the host is asked to hold the model resident after a turn.",
+)
+_OLLAMA_API_KEY = Switch(
+    "OLLAMA_API_KEY",
+    ollama_api_key,
+    "an API key (optional: a local Ollama needs none)",
+    None,
+    "The credential sent as Authorization: Bearer to every Ollama request, turns and "
+    "probes, as the official client sends it: a hosted Ollama (https://ollama.com) asks for it.",
+    secret=True,
 )
 _OLLAMA_HOSTS = Switch(
     "VAELII_OLLAMA_HOSTS",
@@ -456,6 +484,16 @@ _OPENAI_MODEL = Switch(
     "The model an OpenAI-compatible turn runs (unset: no model is sent, and a "
     "server serving one model answers with it).",
 )
+_OPENAI_SEND_REASONING = Switch(
+    "VAELII_OPENAI_SEND_REASONING",
+    openai_send_reasoning,
+    " ".join(sorted(TRUTHY | FALSY)),
+    None,
+    "Whether the Chat Completions backend sends an assistant message's thinking back, as "
+    "reasoning_content (or reasoning, where the server sent it so): DeepSeek's thinking mode "
+    "and llama.cpp's server need it (unset: on, but off for OpenAI's own API; the "
+    "send_reasoning option beats it).",
+)
 _OPENAI_HOSTS = Switch(
     "VAELII_OPENAI_HOSTS",
     openai_hosts,
@@ -503,6 +541,7 @@ def _openai_server_options(*own: Option) -> tuple[Option, ...]:
     )
 
 
+_OPENAI_SWITCHES: Final = (_OPENAI_BASE_URL, _OPENAI_API_KEY, _OPENAI_MODEL, _OPENAI_HOSTS)
 _OPENAI_SERVER: Final[dict[str, Any]] = {
     "host_switch": _OPENAI_BASE_URL.name,
     "hosts_switch": _OPENAI_HOSTS.name,
@@ -513,7 +552,7 @@ _OPENAI_SERVER: Final[dict[str, Any]] = {
     "default_host": "vaelii_llm._backends:openai_base_url",
     "status_lines": "vaelii_llm.providers.openai._status:status_lines",
     "drops_tools": "vaelii_llm.providers.openai._status:drops_tools",
-    "switch_rows": (_OPENAI_BASE_URL, _OPENAI_API_KEY, _OPENAI_MODEL, _OPENAI_HOSTS),
+    "switch_rows": _OPENAI_SWITCHES,
 }
 """What both wires of an OpenAI-compatible server read: one server, two paths."""
 
@@ -534,6 +573,7 @@ BUILTIN: Final = (
         host_switch=_OLLAMA_HOST.name,
         hosts_switch=_OLLAMA_HOSTS.name,
         model_switch=_OLLAMA_MODEL.name,
+        key_switch=_OLLAMA_API_KEY.name,
         host_option="host",
         read_host="vaelii_llm.providers._hosts:normalize_host",
         default_host="vaelii_llm.providers._hosts:configured_ollama_host",
@@ -547,6 +587,7 @@ BUILTIN: Final = (
             _OLLAMA_GENERATION_MODEL,
             _OLLAMA_NUM_CTX,
             _OLLAMA_KEEP_ALIVE,
+            _OLLAMA_API_KEY,
             _OLLAMA_HOSTS,
         ),
     ),
@@ -576,8 +617,11 @@ BUILTIN: Final = (
     Backend(
         "openai",
         "vaelii_llm.providers.openai",
-        _openai_server_options(Option("max_tokens_field", "str | None", None, ("provider",))),
-        **_OPENAI_SERVER,
+        _openai_server_options(
+            Option("max_tokens_field", "str | None", None, ("provider",)),
+            Option("send_reasoning", "bool | None", None, ("provider",)),
+        ),
+        **(_OPENAI_SERVER | {"switch_rows": (*_OPENAI_SWITCHES, _OPENAI_SEND_REASONING)}),
     ),
     Backend(
         # The OpenAI backend's server on another path: its switches, probe and status.

@@ -18,12 +18,12 @@ Request fields
     arriving and between reads of its body;
     ``stop_sequences``; ``format`` a JSON schema the answer must match (Messages
     API ``output_config.format``, Ollama ``format``); ``effort`` (Messages API
-    ``output_config.effort``); ``think`` (Ollama's ``think``: see
+    ``output_config.effort``, Chat Completions ``reasoning_effort``, Responses
+    ``reasoning.effort``; Ollama takes ``think`` instead); ``think`` (Ollama's ``think``: see
     :class:`Request`); ``cache`` where the far end may cache the prompt's
     prefix (:class:`Cache`); ``thinking_display`` (``"summarized"`` opts into
     readable reasoning, ``"omitted"`` is the API's default); ``temperature``
-    (Ollama only, default 0; never sent to the Messages API, whose current
-    models refuse it); ``num_ctx`` and ``keep_alive`` (Ollama only);
+    (each wire's rule: see :class:`Request`); ``num_ctx`` and ``keep_alive`` (Ollama only);
     ``fallbacks`` (Messages API: left :data:`UNSET`, the backend sends its
     default; ``None`` sends none, and no beta header).
 
@@ -360,6 +360,12 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     think refuses any ``think`` sent to it, so a caller's ``effort`` chosen
     for the Messages API must not switch reasoning on at an Ollama host. The
     Messages API and the OpenAI-compatible wire do not send it.
+
+    ``temperature`` by wire: Ollama sends the request's, else 0, so an answer
+    is reproducible; Chat Completions and Responses send it only when the
+    request names one, since OpenAI's GPT-5 and o-series models refuse any
+    but their default (left unset, the server's own default applies); the
+    Messages API never sends it, since its current models refuse it.
     """
 
     messages: list[Message]

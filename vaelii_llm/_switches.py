@@ -19,7 +19,13 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["Switch", "getenv", "text", "text_of"]
+__all__ = ["FALSY", "TRUTHY", "Switch", "getenv", "text", "text_of"]
+
+TRUTHY: Final = frozenset({"1", "true", "yes"})
+"""The words that turn a yes/no switch on, read case-insensitively."""
+
+FALSY: Final = frozenset({"0", "false", "no"})
+"""The words that turn a yes/no switch that defaults to on off, read case-insensitively."""
 
 
 class Switch(msgspec.Struct, frozen=True):

@@ -32,18 +32,14 @@ from vaelii_llm._backends import BUILTIN
 from vaelii_llm._backends import REGISTRY
 from vaelii_llm._backends import STUB
 from vaelii_llm._backends import Backend
+from vaelii_llm._switches import FALSY as FALSY
+from vaelii_llm._switches import TRUTHY as TRUTHY
 from vaelii_llm._switches import Switch
 from vaelii_llm._switches import getenv
 from vaelii_llm._switches import text
 
 __all__ = ["SWITCHES", "Switch", "provider_kind", "read"]
 
-
-TRUTHY: Final = frozenset({"1", "true", "yes"})
-"""The words that turn a yes/no switch on, read case-insensitively."""
-
-FALSY: Final = frozenset({"0", "false", "no"})
-"""The words that turn a yes/no switch that defaults to on off, read case-insensitively."""
 
 SCHEME_PORTS: Final = {"http": 80, "https": 443}
 """The port a URL naming none reaches, by scheme."""

@@ -168,6 +168,7 @@ SET_TO = {
     "VAELII_OLLAMA_GENERATION_MODEL": ("g:2b", "g:2b"),
     "VAELII_OLLAMA_NUM_CTX": ("1234", 1234),
     "VAELII_OLLAMA_KEEP_ALIVE": ("5m", "5m"),
+    "OLLAMA_API_KEY": (" ok-1\r\n", "ok-1"),
     "VAELII_OLLAMA_HOSTS": ("a*2,b", "a*2,b"),
     "VAELII_POOL_REDIS_URL": (" redis://r:6379/0\n", "redis://r:6379/0"),
     "ANTHROPIC_API_KEY": ("sk-1", "sk-1"),
@@ -178,6 +179,7 @@ SET_TO = {
     "VAELII_OPENAI_MODEL": ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),
     "VAELII_ANTHROPIC_MODEL": ("smollm2", "smollm2"),
     "VAELII_OPENAI_HOSTS": ("gpu1:8000*4,gpu2:8000", "gpu1:8000*4,gpu2:8000"),
+    "VAELII_OPENAI_SEND_REASONING": ("No", False),
     "VAELII_PROMPT_CACHE": ("No", False),
     "VAELII_LLM_LIVE": ("yes", True),
     "VAELII_LLM_OTEL": ("TRUE", True),
@@ -222,6 +224,7 @@ def test_the_credentials_are_the_secret_rows() -> None:
         "ANTHROPIC_API_KEY",
         "ANTHROPIC_AUTH_TOKEN",
         "OPENAI_API_KEY",
+        "OLLAMA_API_KEY",
     }
 
 

@@ -36,6 +36,7 @@ from loopback import refused_url
 from polling import until
 from yarl import URL
 
+from vaelii_llm import errors
 from vaelii_llm import providers
 from vaelii_llm._protocol import Block
 from vaelii_llm._protocol import Message
@@ -796,8 +797,9 @@ async def test_cancelled_turn_kills_hung_ant(bin_dir: Path, tmp_path: Path) -> N
 
 
 async def test_selection_wiring() -> None:
-    """A credential and a host that answers HTTP (any status: the fake has no
-    /v1/models) make the Messages API available; a dead host does not (#48)."""
+    """A credential makes the Messages API available, as specified (#59): a
+    host down when the backend is chosen does not leave it on the stub; the
+    reason a command prints still probes the host and names the fix (#48)."""
     assert await providers.available("anthropic") is False
     async with serving(FakeMessagesAPI()) as url:
         assert await providers.available("anthropic", credential=SECRET, base_url=url) is True
@@ -806,14 +808,16 @@ async def test_selection_wiring() -> None:
             assert isinstance(built, AnthropicProvider)
             assert SECRET not in repr(built)
     dead = refused_url()
-    assert await providers.available("anthropic", credential=SECRET, base_url=dead) is False
+    assert await providers.available("anthropic", credential=SECRET, base_url=dead) is True
     reason = await providers.unavailable_reason("anthropic", credential=SECRET, base_url=dead)
     assert reason is not None
     assert reason.startswith(f"llm-unreachable: the Messages API at {dead} is unreachable")
     assert reason.endswith("point ANTHROPIC_BASE_URL at one that serves /v1/messages")
     assert SECRET not in reason
-    fallback = await providers.provider("anthropic", credential=SECRET, base_url=dead)
-    assert not isinstance(fallback, AnthropicProvider)
+    async with await providers.provider("anthropic", credential=SECRET, base_url=dead) as chosen:
+        assert isinstance(chosen, AnthropicProvider)
+        with pytest.raises(errors.LLMUnreachable):  # the turn says so, typed
+            await chosen.complete(Request(messages=[Message(role="user", content="hi")]))
     fallback = await providers.provider("anthropic")
     assert not isinstance(fallback, AnthropicProvider)
 

@@ -555,7 +555,9 @@ def _reference_completion(parsed: Completion, label: str) -> Response:
     turn.finish = choice.finish_reason
     if type(choice.stop_reason) is str:
         turn.stop_string = choice.stop_reason
-    thinking = _text_of(message.reasoning_content) or _text_of(message.reasoning)
+    thinking = _text_of(message.reasoning_content)
+    parts.thinking_field = "reasoning_content" if thinking else "reasoning"
+    thinking = thinking or _text_of(message.reasoning)
     out: list[Any] = []
     if thinking:
         parts.add_thinking(thinking, out)

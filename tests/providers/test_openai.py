@@ -110,14 +110,13 @@ def streamed(t: Transcript, cuts: list[int] | None = None, *, deltas: bool = Fal
 # ---------------------------------------------------------------- the body
 
 
-def test_body_sends_temperature_zero_the_token_limit_and_only_what_is_set() -> None:
+def test_body_sends_the_token_limit_and_only_what_is_set() -> None:
     body = body_of(ask(max_tokens=99))
     assert body == {
         "model": MODEL,
         "messages": [{"role": "user", "content": "hi"}],
-        "temperature": 0.0,
         "max_tokens": 99,
-    }
+    }  # no temperature unless asked for: GPT-5 and the o-series refuse any but 1 (#59)
     streamed_body = body_of(ask(temperature=0.7), stream=True, model=None)
     assert "model" not in streamed_body  # none set: the server answers with what it serves
     assert streamed_body["temperature"] == 0.7
@@ -272,6 +271,7 @@ def test_a_tool_round_trip_maps_to_tool_calls_and_tool_messages() -> None:
                     "function": {"name": "kb_x", "arguments": '{"n":1}'},
                 },
             ],
+            "reasoning_content": "let me see",  # the thinking back; redacted has no text (#59)
         },
         {"role": "tool", "content": "r1", "tool_call_id": "call_1"},
         {"role": "tool", "content": "r2", "tool_call_id": "toolu_2"},
@@ -332,7 +332,7 @@ def test_a_whole_answer_maps_content_usage_and_stop_reason() -> None:
     )
     response = whole(transcript(turn))
     assert response.content == [
-        ThinkingBlock(thinking="Looking."),
+        ThinkingBlock(thinking="Looking.", raw={"reasoning_content": "Looking."}),
         TextBlock(text="The answer."),
         ToolUseBlock(
             id="call_9",
@@ -409,8 +409,9 @@ def test_reasoning_named_reasoning_is_thinking_too() -> None:
             {"index": 0, "message": {"content": "A", "reasoning": "R"}, "finish_reason": "stop"}
         ],
     }
+    named = ThinkingBlock(thinking="R", raw={"reasoning": "R"})  # the field it came in
     assert response_of(msgspec.convert(completion, type=WHOLE_DECODER.type)).content == [
-        ThinkingBlock(thinking="R"),
+        named,
         TextBlock(text="A"),
     ]
     asm = ChunkAssembler()
@@ -419,7 +420,7 @@ def test_reasoning_named_reasoning_is_thinking_too() -> None:
         (b"message", json.dumps({"choices": [{"delta": {"content": "A"}}]}).encode()),
         (b"message", json.dumps({"choices": [{"delta": {}, "finish_reason": "stop"}]}).encode()),
     ]
-    assert list(asm.feed(frames)) == [ThinkingBlock(thinking="R"), TextBlock(text="A")]
+    assert list(asm.feed(frames)) == [named, TextBlock(text="A")]
 
 
 def test_deltas_come_before_their_block_at_its_index() -> None:

@@ -7,7 +7,8 @@ The request check walks the package's ``CompletionCreateParams`` TypedDicts
 literals and scalars of their type, every union tried), for the body of one
 neutral request holding every shape the encoder writes (system, user text,
 an assistant's text and tool calls, tool results, tools with and without
-``strict``, stop sequences, a JSON schema format), streamed and not.
+``strict``, stop sequences, a JSON schema format, the thinking sent back),
+streamed and not.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fake_openai import FakeOpenAI
 from fake_openai import random_turn
 from fake_openai import transcript
 from typed_conformance import conforms
+from typed_conformance import without_reasoning
 
 from vaelii_llm._protocol import Cache
 from vaelii_llm._protocol import Message
@@ -84,17 +86,27 @@ def neutral_request() -> Request:
     )
 
 
+@pytest.mark.parametrize("send_reasoning", [False, True])
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
 @pytest.mark.parametrize("stream", [False, True])
-def test_the_request_is_one_the_official_types_accept(stream: bool, field: Any) -> None:
+def test_the_request_is_one_the_official_types_accept(
+    stream: bool, field: Any, send_reasoning: bool
+) -> None:
     body = json.loads(
-        chat_body(neutral_request(), model=MODEL, max_tokens_field=field, stream=stream)
+        chat_body(
+            neutral_request(),
+            model=MODEL,
+            max_tokens_field=field,
+            stream=stream,
+            send_reasoning=send_reasoning,
+        )
     )
     hint = (
         params.CompletionCreateParamsStreaming
         if stream
         else params.CompletionCreateParamsNonStreaming
     )
+    assert without_reasoning(body) == (["look it up"] if send_reasoning else [])
     assert conforms(body, hint) == []
     assert body[field] == 300
     roles = [m["role"] for m in body["messages"]]
@@ -114,6 +126,7 @@ def test_a_system_prompt_of_blocks_cache_and_think_send_what_the_types_accept(
         think="high",
     )
     sent = json.loads(chat_body(fancy, model=MODEL, max_tokens_field="max_tokens", stream=stream))
+    without_reasoning(sent)
     hint = (
         params.CompletionCreateParamsStreaming
         if stream
@@ -122,14 +135,18 @@ def test_a_system_prompt_of_blocks_cache_and_think_send_what_the_types_accept(
     assert conforms(sent, hint) == []
     assert sent["messages"][0] == {"role": "system", "content": "Answer from\n\nthe KB."}
     joined = msgspec.structs.replace(plain, system="Answer from\n\nthe KB.")
-    expected = chat_body(joined, model=MODEL, max_tokens_field="max_tokens", stream=stream)
-    assert sent == json.loads(expected)
+    expected = json.loads(
+        chat_body(joined, model=MODEL, max_tokens_field="max_tokens", stream=stream)
+    )
+    without_reasoning(expected)
+    assert sent == expected
 
 
 def test_the_checker_refuses_what_the_types_do_not_name() -> None:
     body = json.loads(
         chat_body(neutral_request(), model=MODEL, max_tokens_field="max_tokens", stream=False)
     )
+    without_reasoning(body)
     body["max_tokenz"] = 1
     body["messages"][0]["role"] = "robot"
     body["messages"][2]["tool_calls"][0]["function"]["arguments"] = {"goal": "x"}

@@ -114,6 +114,7 @@ def test_the_body_sends_only_what_is_set_and_store_false() -> None:
         "input": [{"type": "message", "role": "user", "content": "hi"}],
         "max_output_tokens": 99,
         "store": False,
+        "include": ["reasoning.encrypted_content"],  # nothing stored: reasoning comes encrypted
     }
     body = body_of(
         ask(system="Be brief.", temperature=0.5, effort="high", thinking_display="summarized"),
@@ -126,6 +127,7 @@ def test_the_body_sends_only_what_is_set_and_store_false() -> None:
     assert body["temperature"] == 0.5
     assert body["reasoning"] == {"effort": "high", "summary": "auto"}
     assert body["store"] is True
+    assert "include" not in body  # stored: the far end holds the reasoning itself
     assert body["stream"] is True
     assert body_of(ask(model="other"))["model"] == "other"
     assert "temperature" not in body_of(ask())  # OpenAI's reasoning models refuse it
@@ -150,6 +152,7 @@ def test_tools_and_format_are_shaped_for_this_wire() -> None:
             "name": "kb_query",
             "description": "Ask.",
             "parameters": {"type": "object"},
+            "strict": False,  # named: an absent one reads as strict on OpenAI's API (#59)
         },
         {
             "type": "function",
@@ -204,12 +207,7 @@ def test_a_tool_turn_goes_back_as_items_in_order_reasoning_encrypted_only() -> N
         {"type": "message", "role": "user", "content": "q"},
         reasoning,
         {"type": "message", "role": "assistant", "content": "Looking."},
-        {
-            "type": "function_call",
-            "call_id": "c1",
-            "name": "kb_query",
-            "arguments": '{ "goal" : "x" }',
-        },
+        call_raw,  # the item whole: its id and status too (#59)
         {"type": "function_call", "call_id": "t2", "name": "kb_other", "arguments": '{"a":[1]}'},
         {"type": "web_search_call", "id": "ws_1"},
         {"type": "function_call_output", "call_id": "c1", "output": "(isa Muffet Dog)"},
@@ -268,7 +266,9 @@ def test_whole_answer_reads_items_in_order() -> None:
     assert thinking.thinking == "Two lookups.\n\nThen answer."
     assert thinking.raw is not None
     assert thinking.raw["encrypted_content"] == "gAAA-enc"
-    assert text == TextBlock(text="Looking it up.")
+    assert text == TextBlock(text="Looking it up.", raw=whole(tool_turn()).content[1].raw)
+    assert text.raw is not None
+    assert (text.raw["id"], text.raw["type"]) == ("msg_1", "message")  # the item whole
     assert isinstance(first, ToolUseBlock)
     assert isinstance(second, ToolUseBlock)
     assert (first.id, first.name, first.input) == ("c1", "kb_query", {"goal": "(isa ?x Dog)"})
@@ -428,7 +428,10 @@ def test_the_official_clients_incomplete_stream_ends_max_tokens_with_what_came()
     ]
     items = streamed(sse(events), deltas=True)
     final = items[-1]
-    assert final.content == [TextBlock(text='{"val')]
+    (cut,) = final.content
+    assert cut == TextBlock(text='{"val', raw=cut.raw)
+    assert cut.raw is not None
+    assert (cut.raw["id"], cut.raw["status"]) == ("msg_test", "incomplete")
     assert final.stop_reason == "max_tokens"
     assert final.vendor_stop_reason == "max_output_tokens"
     assert_deltas_make_the_blocks([i for i in items if isinstance(i, DELTAS)], final.content)
@@ -563,7 +566,9 @@ async def test_the_kind_is_chosen_by_configuration_and_reads_the_openai_switches
             async with await providers.provider() as p:
                 assert isinstance(p, openai_responses.OpenAIResponsesProvider)
                 text = (await p.complete(ask())).content
-    assert text == [TextBlock(text="Hello! How can I help?")]
+    assert [msgspec.structs.replace(b, raw=None) for b in text] == [
+        TextBlock(text="Hello! How can I help?")
+    ]
     assert all(SECRET not in record.getMessage() for record in caplog.records)
 
 

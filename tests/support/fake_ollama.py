@@ -159,11 +159,15 @@ class FakeOllama(FakeServer):
     cache: bool = False
     """Encode each transcript object once (by identity): for the benchmark,
     so the server's own JSON work does not dominate what is measured."""
+    key: str | None = None
+    """A hosted Ollama's key (ollama.com): every route then answers 401 to a
+    request without ``Authorization: Bearer <key>``, its body echoing the
+    header it got (a careless far end: the client must withhold it)."""
     _encoded: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     _disconnected: asyncio.Event | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 2**20)
+        app = web.Application(client_max_size=64 * 2**20, middlewares=[self._authorized])
         app.router.add_post("/api/chat", self._chat)
         app.router.add_post("/api/show", self._show)
         app.router.add_get("/api/version", self._version)
@@ -179,6 +183,14 @@ class FakeOllama(FakeServer):
     def connections(self) -> int:
         """How many distinct client connections have sent a request."""
         return len(self.peers)
+
+    @web.middleware
+    async def _authorized(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        got = request.headers.get("Authorization")
+        if self.key is not None and got != f"Bearer {self.key}":
+            return web.json_response({"error": f"unauthorized (got {got})"}, status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
 
     def _seen(self, request: web.Request) -> None:
         self.user_agents.append((request.path, request.headers.get("User-Agent")))

@@ -116,7 +116,7 @@ class Turn:
     usage: dict[str, Any] = field(
         default_factory=lambda: {
             "input_tokens": 36,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": 87,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": 123,
@@ -180,6 +180,8 @@ class Turn:
                     out.append(delta)
                 done = {"type": f"response.{kind}.done", **on, "content_index": 0}
                 done["refusal" if item.refusal else "text"] = "".join(item.pieces)
+                if not item.refusal:
+                    done["logprobs"] = []
                 out.append(done)
                 out.append(
                     {"type": "response.content_part.done", **on, "content_index": 0, "part": part}
@@ -218,6 +220,7 @@ class Turn:
                     {
                         "type": "response.function_call_arguments.done",
                         **on,
+                        "name": item.name,
                         "arguments": "".join(item.pieces),
                     }
                 )

@@ -17,7 +17,26 @@ from typing import Any
 
 import typing_extensions
 
-__all__ = ["conforms"]
+__all__ = ["REASONING_FIELDS", "conforms", "without_reasoning"]
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""The one extension a Chat Completions body may carry: an assistant message's
+thinking, which DeepSeek, vLLM and llama.cpp's server read and OpenAI's type
+has no field for (OpenAI's own API is sent none: ``send_reasoning`` is off there)."""
+
+
+def without_reasoning(body: dict[str, Any]) -> list[str]:
+    """Take the thinking sent back out of ``body``'s assistant messages (each
+    a string, on an assistant message only); return what was taken."""
+    taken = []
+    for message in body["messages"]:
+        for name in REASONING_FIELDS:
+            if name in message:
+                assert message["role"] == "assistant"
+                value = message.pop(name)
+                assert type(value) is str
+                taken.append(value)
+    return taken
 
 
 def conforms(value: Any, hint: Any, at: str = "body") -> list[str]:  # noqa: C901 (one rule a kind)

@@ -40,11 +40,23 @@ from vaelii_llm._protocol import ToolInputDelta
 from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import ToolUseStart
 
-__all__ = ["MAX_TOOL_CALLS", "Accumulator", "Call", "count_call", "lenient_object"]
+__all__ = [
+    "MAX_TOOL_CALLS",
+    "Accumulator",
+    "Call",
+    "count_call",
+    "lenient_object",
+    "thinking_block",
+]
 
 MAX_TOOL_CALLS: Final = 1024
 """The most tool calls one turn may hold, on every wire; far above what a
 model asks for in parallel, far below what would stall a turn's reassembly."""
+
+
+def thinking_block(text: str, field: str | None) -> ThinkingBlock:
+    """The turn's thinking, its ``raw`` naming the ``field`` it came in (None: no ``raw``)."""
+    return ThinkingBlock(thinking=text, raw=None if field is None else {field: text})
 
 
 def count_call(calls: int, label: str) -> None:
@@ -104,12 +116,14 @@ class Accumulator:
     delta's.
     """
 
-    __slots__ = ("calls", "deltas", "label", "text", "thinking")
+    __slots__ = ("calls", "deltas", "label", "text", "thinking", "thinking_field")
 
     def __init__(self, label: str, *, deltas: bool) -> None:
         self.label = label
         self.deltas = deltas
         self.thinking: list[str] = []
+        # the wire's field the thinking came in, kept as the block's raw (None: none)
+        self.thinking_field: str | None = None
         self.text: list[str] = []
         self.calls: list[Call] = []
 
@@ -171,7 +185,7 @@ class Accumulator:
         """The thinking block and the text block, each when it has a piece."""
         content: list[Block] = []
         if self.thinking:
-            content.append(ThinkingBlock(thinking="".join(self.thinking)))
+            content.append(thinking_block("".join(self.thinking), self.thinking_field))
         if self.text:
             content.append(TextBlock(text="".join(self.text)))
         return content

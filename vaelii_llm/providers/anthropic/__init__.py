@@ -34,11 +34,15 @@ Credentials
     :mod:`._credentials`.
 
 Availability
-    A credential must be found and the base URL must answer HTTP: a
-    ``GET /v1/models`` probe under :data:`PROBE_TIMEOUT_MS` (any status, a
-    401 or 404 included, is an answer; no credential is sent with it), so a
-    dead local server reads as one that cannot answer, as on the other HTTP
-    backends.
+    :func:`available`, what selection asks, is the credential alone, as
+    specified: a host down for a moment when a provider is chosen must not
+    leave a long-lived process on the stub, and a turn to an unreachable host
+    fails with its own typed error. :func:`unavailable_reason`, what
+    ``vaelii-llm status`` and ``ask`` ask before they start, also probes the
+    base URL: a ``GET /v1/models`` under :data:`PROBE_TIMEOUT_MS` (any
+    status, a 401 or 404 included, is an answer; no credential is sent with
+    it), so a dead local server is named with its fix there, as on the other
+    HTTP backends.
 
 There is no retry: a 429 or 529 is an ``LLMApiError`` carrying its status.
 The session, the closed state, the credential step, the turn and the stream
@@ -206,9 +210,10 @@ async def unavailable_reason(
     ssl: SSLOption = None,
     session: ClientSession | None = None,
 ) -> str | None:
-    """None when a credential can be found and the host answers (see
-    :func:`available`), else one line saying what is missing, unusable or
-    silent and what to do; never a credential's value."""
+    """None when a credential can be found (see :func:`available`) and the
+    host at ``base_url`` (default ``ANTHROPIC_BASE_URL``) answers HTTP within
+    :data:`PROBE_TIMEOUT_MS`, else one line saying what is missing, unusable
+    or silent and what to do; never a credential's value."""
     missing = await _missing(credential)
     if isinstance(missing, LLMBadCredential):
         return f"{missing.type}: {missing}; set it again without that character (a pasted newline?)"
@@ -232,13 +237,13 @@ async def available(
     session: ClientSession | None = None,
 ) -> bool:
     """Whether a credential can be found (the explicit one, the environment's,
-    or the ``ant`` CLI's) and the host at ``base_url`` (default
-    ``ANTHROPIC_BASE_URL``) answers HTTP within :data:`PROBE_TIMEOUT_MS`.
-    An unusable credential (a control character) answers False and is logged
-    at WARNING naming its header, never its value."""
+    or the ``ant`` CLI's): the check the specification hands only the
+    credential, so the host is not asked (see the module docstring). It takes
+    ``base_url``, ``proxy``, ``ssl`` and ``session`` as
+    :func:`unavailable_reason` does, which is given what this takes and
+    probes the host with them. An unusable credential (a control character)
+    answers False and is logged at WARNING naming its header, never its value."""
     missing = await _missing(credential)
     if isinstance(missing, LLMBadCredential):
         log.warning("the Messages API credential is unusable: %s", missing)
-    if missing is not None:
-        return False
-    return await _silent(base_url, proxy, ssl, session) is None
+    return missing is None

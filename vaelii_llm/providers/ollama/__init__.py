@@ -1,8 +1,11 @@
 """The local backend: Ollama's chat API, and the probes that ask a host what it can do.
 
 :func:`provider` builds an :class:`OllamaProvider` on one host and model (no
-I/O); :func:`generation_provider` the same on the generation model. There is
-no credential: :func:`available` is a reachability probe (``/api/version``
+I/O); :func:`generation_provider` the same on the generation model. A local
+host needs no credential; a hosted one (``https://ollama.com``) is sent
+``OLLAMA_API_KEY`` when it is set, as ``Authorization: Bearer`` on every
+request, turns and probes, as the official client sends it, and shown
+nowhere. :func:`available` is a reachability probe (``/api/version``
 under :data:`~vaelii_llm.providers.ollama._probes.VERSION_TIMEOUT_MS`), so the
 backend can be tested end to end against a real model. :func:`warm` loads a
 model and holds it resident;

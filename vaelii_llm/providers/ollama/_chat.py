@@ -63,8 +63,9 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import system_text
 from vaelii_llm._protocol import unhandled_block
 from vaelii_llm._transport.settings import Endpoint
-from vaelii_llm._transport.settings import with_json_content_type
 from vaelii_llm._wire.ndjson import NDJSONDecoder
+from vaelii_llm.providers._bearer import BearerKey
+from vaelii_llm.providers._bearer import session_headers
 from vaelii_llm.providers._hosts import normalize_host
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers._http import SessionHeadersOnly
@@ -78,6 +79,7 @@ __all__ = [
     "MEDIA",
     "ChatCodec",
     "Options",
+    "api_key",
     "base_url",
     "chat_body",
     "endpoint",
@@ -102,7 +104,8 @@ class Options(NetworkOptions, total=False):
     (see :mod:`vaelii_llm.config`). ``num_ctx``, ``keep_alive``: the provider's values for a
     request naming none; unset, ``VAELII_OLLAMA_NUM_CTX`` and
     ``VAELII_OLLAMA_KEEP_ALIVE`` are read at each turn. ``headers``: sent on
-    every turn (a gateway's or proxy's own), never logged or shown.
+    every turn (a gateway's or proxy's own; their ``Authorization`` beats
+    ``OLLAMA_API_KEY``'s), never logged or shown.
     ``proxy``, ``ssl``, ``max_connections``, ``session``: how it reaches
     the host, as on every HTTP backend (:class:`~vaelii_llm.providers._http.NetworkOptions`).
     """
@@ -112,6 +115,14 @@ class Options(NetworkOptions, total=False):
     num_ctx: int | None
     keep_alive: str | None
     headers: Mapping[str, str] | None
+
+
+def api_key() -> BearerKey | None:
+    """``OLLAMA_API_KEY`` as the key every request sends, turns and probes
+    (a hosted Ollama asks for it; a local one ignores it); None when unset.
+    A control character in it is :class:`~vaelii_llm.errors.LLMBadCredential`."""
+    found = _backends.ollama_api_key()
+    return BearerKey(found, "OLLAMA_API_KEY") if found is not None else None
 
 
 def base_url(host: str | None = None) -> str:
@@ -358,7 +369,7 @@ class ChatCodec(SessionHeadersOnly):
         self.url = self.base_url + CHAT_PATH
         self._num_ctx = options.get("num_ctx")
         self._keep_alive = options.get("keep_alive")
-        self._headers = with_json_content_type(options.get("headers"))
+        self._headers = session_headers(api_key(), options.get("headers"))
 
     def body(self, request: Request, *, stream: bool) -> bytes:
         return chat_body(

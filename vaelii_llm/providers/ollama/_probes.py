@@ -31,6 +31,7 @@ from vaelii_llm.providers._http import SSLOption
 from vaelii_llm.providers._http import network
 from vaelii_llm.providers.ollama._chat import _ENCODER
 from vaelii_llm.providers.ollama._chat import ChatCodec
+from vaelii_llm.providers.ollama._chat import api_key
 from vaelii_llm.providers.ollama._chat import base_url
 from vaelii_llm.providers.ollama._chat import endpoint
 
@@ -91,6 +92,7 @@ async def _ask(
 ) -> T:
     """One probe of the host at ``host``: ``path`` under a whole-request deadline."""
     url = base_url(host)
+    key = api_key()
     return await request_json(
         probe_session(reach, url),
         endpoint(url),
@@ -99,6 +101,7 @@ async def _ask(
         deadline=Deadline.after_ms(timeout_ms),
         decoder=decoder,
         body=body,
+        headers=None if key is None else key.headers(),
     )
 
 

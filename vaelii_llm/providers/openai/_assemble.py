@@ -41,7 +41,9 @@ A tool call's ``arguments`` string is parsed once, whole; it keeps its
 original JSON in ``raw`` (``{"id", "type": "function", "function": {"name",
 "arguments"}}``, the arguments as the model wrote them), which the encoder
 sends back as it came. A call with no id gets ``call_<n>``, its position.
-Prose carries no block JSON on this wire, so text and thinking have ``raw=None``.
+Text carries no block JSON on this wire (``raw=None``); thinking keeps the
+field it came in as ``raw`` (``{"reasoning_content": text}`` or
+``{"reasoning": text}``), so the encoder sends it back under that name.
 """
 
 from __future__ import annotations
@@ -62,7 +64,6 @@ from vaelii_llm._protocol import StopReason
 from vaelii_llm._protocol import StreamItem
 from vaelii_llm._protocol import TextBlock
 from vaelii_llm._protocol import TextDelta
-from vaelii_llm._protocol import ThinkingBlock
 from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import Usage
 from vaelii_llm._protocol import nearest_stop_reason
@@ -71,6 +72,7 @@ from vaelii_llm.providers._turn import Accumulator
 from vaelii_llm.providers._turn import Call
 from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
+from vaelii_llm.providers._turn import thinking_block
 
 __all__ = [
     "WHOLE_DECODER",
@@ -234,6 +236,16 @@ def _text_of(value: Any) -> str | None:
     return value if type(value) is str and value else None
 
 
+def _reasoning(message: _Message | _Delta) -> tuple[str, str] | None:
+    """A message's or delta's reasoning and the field it came in
+    (``reasoning_content`` read first), or None when it has none."""
+    text = _text_of(message.reasoning_content)
+    if text is not None:
+        return text, "reasoning_content"
+    text = _text_of(message.reasoning)
+    return None if text is None else (text, "reasoning")
+
+
 class _Turn:
     """What a turn said so far: the shared pieces (:class:`~vaelii_llm.providers._turn.Accumulator`)
     and what only this wire has; :meth:`response` builds it, whichever path filled it."""
@@ -378,9 +390,9 @@ def response_of(parsed: Completion, label: str = "the Chat Completions API") -> 
     message = choice.message
     finish = choice.finish_reason
     content: list[Block] = []
-    thinking = _text_of(message.reasoning_content) or _text_of(message.reasoning)
-    if thinking:
-        content.append(ThinkingBlock(thinking=thinking))
+    thinking = _reasoning(message)
+    if thinking is not None:
+        content.append(thinking_block(*thinking))
     if message.content:
         content.append(TextBlock(text=message.content))
     calls = message.tool_calls
@@ -553,9 +565,11 @@ class ChunkAssembler:
     def _delta(self, delta: _Delta, out: list[StreamItem]) -> None:
         turn = self._turn
         parts = turn.parts
-        thinking = _text_of(delta.reasoning_content) or _text_of(delta.reasoning)
-        if thinking:
-            parts.add_thinking(thinking, out)
+        thinking = _reasoning(delta)
+        if thinking is not None:
+            if parts.thinking_field is None:
+                parts.thinking_field = thinking[1]
+            parts.add_thinking(thinking[0], out)
         if delta.content:
             parts.add_text(delta.content, out)
         if delta.refusal:

@@ -8,9 +8,11 @@ What goes out (:func:`chat_body`)
     reasoning models refuse ``max_tokens``, and as ``max_tokens`` anywhere
     else, since vLLM, llama.cpp's server, LM Studio, SGLang, TGI and Ollama
     all read that one (a provider's ``max_tokens_field`` overrides the
-    choice); ``temperature`` (the request's, default 0 as on Ollama, for
-    reproducible answers); ``stop``, ``tools`` and ``response_format`` when
-    the request has them; on a streamed turn ``stream`` and
+    choice); ``temperature`` only when the request names one (OpenAI's
+    GPT-5 and o-series models refuse any but their default, so none is
+    sent for them to refuse); ``reasoning_effort`` from ``effort``, as
+    OpenAI, vLLM and llama.cpp's server read it; ``stop``, ``tools`` and
+    ``response_format`` when the request has them; on a streamed turn ``stream`` and
     ``stream_options: {"include_usage": true}`` (the usage comes in a last
     chunk).
 
@@ -19,9 +21,14 @@ Messages
     tool result as a ``tool`` message naming its ``tool_call_id``, in order;
     an assistant message as one message with its text as ``content`` and its
     tool calls as ``tool_calls`` (``{"id", "type": "function", "function":
-    {"name", "arguments"}}``, a call this wire made sent back as it came).
-    Reasoning (thinking, redacted thinking) is not sent back: the wire has no
-    field for it, and DeepSeek refuses a request that carries it. A block the
+    {"name", "arguments"}}``, a call this wire made sent back as it came),
+    and its thinking as ``reasoning_content``, or ``reasoning`` where the
+    server sent it so (DeepSeek's thinking mode refuses a tool loop's next
+    turn without it; llama.cpp's server reads it for interleaved thinking):
+    on by default, off for OpenAI's own API, which has no field for it
+    (:func:`send_reasoning`; a provider's ``send_reasoning`` or
+    ``VAELII_OPENAI_SEND_REASONING`` turns it off for a server that refuses
+    it). Redacted thinking has no text to send and is left out. A block the
     wire has no shape for (a vendor's opaque block, a tool result from the
     assistant, a tool call from the user) is :class:`~vaelii_llm.errors.LLMEncode`.
 
@@ -63,6 +70,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from vaelii_llm import _backends
 from vaelii_llm import errors
 from vaelii_llm._media import MAX_BASE64
 from vaelii_llm._media import MB
@@ -104,11 +112,16 @@ __all__ = [
     "Options",
     "chat_body",
     "endpoint",
+    "send_reasoning",
     "token_field",
 ]
 
 CHAT_PATH: Final = "/chat/completions"
 """Where a turn is POSTed, below the base URL."""
+
+ReasoningField = Literal["reasoning_content", "reasoning"]
+REASONING_JOIN: Final = "\n\n"
+"""What joins an assistant message's thinking blocks into its one reasoning field."""
 
 TokenField = Literal["max_tokens", "max_completion_tokens"]
 TOKEN_FIELDS: Final[tuple[TokenField, ...]] = ("max_tokens", "max_completion_tokens")
@@ -137,6 +150,7 @@ class Options(NetworkOptions, total=False):
     request (a gateway's own; their ``Authorization`` beats the key's), never
     logged or shown. ``max_tokens_field``: ``"max_tokens"`` or
     ``"max_completion_tokens"``, instead of the choice by host (:func:`token_field`).
+    ``send_reasoning``: whether thinking goes back (:func:`send_reasoning`).
     ``proxy``, ``ssl``, ``max_connections``, ``session``: how it reaches the
     server, as on every HTTP backend (:class:`~vaelii_llm.providers._http.NetworkOptions`).
     """
@@ -146,6 +160,7 @@ class Options(NetworkOptions, total=False):
     model: str | None
     headers: Mapping[str, str] | None
     max_tokens_field: str | None
+    send_reasoning: bool | None
 
 
 def token_field(base_url: str, explicit: str | None = None) -> TokenField:
@@ -157,13 +172,25 @@ def token_field(base_url: str, explicit: str | None = None) -> TokenField:
             if explicit == name:
                 return name
         raise ValueError(f"max_tokens_field is one of {TOKEN_FIELDS}, not {explicit!r}")
+    return "max_completion_tokens" if _is_openai(base_url) else "max_tokens"
+
+
+def _is_openai(base_url: str) -> bool:
+    """Whether ``base_url`` is OpenAI's own API (:data:`_OPENAI_HOSTS`)."""
     try:
         host = (urlsplit(base_url).hostname or "").lower()
     except ValueError:
         host = ""
-    if host == _OPENAI_HOSTS[0] or host.endswith(_OPENAI_HOSTS[1]):
-        return "max_completion_tokens"
-    return "max_tokens"
+    return host == _OPENAI_HOSTS[0] or host.endswith(_OPENAI_HOSTS[1])
+
+
+def send_reasoning(base_url: str, explicit: bool | None = None) -> bool:
+    """Whether an assistant message's thinking goes back: ``explicit`` when
+    given, else ``VAELII_OPENAI_SEND_REASONING`` when set, else on for every
+    server but OpenAI's own API, which sends no reasoning on this wire and
+    takes no field for it."""
+    chosen = _backends.openai_send_reasoning(explicit)
+    return chosen if chosen is not None else not _is_openai(base_url)
 
 
 def endpoint(base_url: str) -> Endpoint:
@@ -207,6 +234,8 @@ class _OutMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     content: str | list[dict[str, Any]] | None
     tool_calls: list[_OutToolCall | dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class _StreamOptions(msgspec.Struct, frozen=True):
@@ -215,8 +244,9 @@ class _StreamOptions(msgspec.Struct, frozen=True):
 
 class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     messages: list[_OutMessage]
-    temperature: float
     model: str | None = None
+    temperature: float | None = None
+    reasoning_effort: str | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     stop: list[str] | None = None
@@ -260,26 +290,45 @@ def _tool_call(block: ToolUseBlock) -> _OutToolCall | dict[str, Any]:
     )
 
 
-def _assistant(blocks: list[Block], label: str) -> _OutMessage:
+def _reasoning_field(block: ThinkingBlock) -> ReasoningField:
+    """The field ``block``'s thinking goes back in: the one it came in on this
+    wire (its ``raw`` is ``{field: text}``), else ``reasoning_content``."""
+    raw = block.raw
+    if raw is not None and len(raw) == 1 and raw.get("reasoning") == block.thinking:
+        return "reasoning"
+    return "reasoning_content"
+
+
+def _assistant(blocks: list[Block], label: str, reasoning: bool) -> _OutMessage:
     texts: list[str] = []
     calls: list[_OutToolCall | dict[str, Any]] = []
+    thoughts: list[str] = []
+    field: ReasoningField = "reasoning_content"
     for block in blocks:
         match block:
             case TextBlock():
                 texts.append(block.text)
             case ToolUseBlock():
                 calls.append(_tool_call(block))
-            case ThinkingBlock() | RedactedThinkingBlock():
-                pass  # this wire takes no thinking back
+            case ThinkingBlock():
+                if reasoning and block.thinking:
+                    if not thoughts:
+                        field = _reasoning_field(block)
+                    thoughts.append(block.thinking)
+            case RedactedThinkingBlock():
+                pass  # no text to send: only its own vendor reads it
             case ToolResultBlock() | OpaqueBlock() | ImageBlock() | DocumentBlock():
                 raise errors.LLMEncode(block.type, label)
             case _:
                 raise unhandled_block(block, label)
     text = "".join(texts)
+    thought = REASONING_JOIN.join(thoughts) or None
     return _OutMessage(
         role="assistant",
         content=text if text or not calls else None,
         tool_calls=calls or None,
+        reasoning_content=thought if field == "reasoning_content" else None,
+        reasoning=thought if field == "reasoning" else None,
     )
 
 
@@ -379,21 +428,21 @@ def _data_url(media_type: str | None, data: bytes | None) -> str:
     return f"data:{media_type};base64,{base64.b64encode(data or b'').decode('ascii')}"
 
 
-def _messages(request: Request, label: str) -> list[_OutMessage]:
+def _messages(request: Request, label: str, reasoning: bool) -> list[_OutMessage]:
     out: list[_OutMessage] = []
     system = system_text(request.system)
     if system:
         out.append(_OutMessage(role="system", content=system))
     for message in request.messages:
-        out.extend(_message(message, label))
+        out.extend(_message(message, label, reasoning))
     return out
 
 
-def _message(message: Message, label: str) -> list[_OutMessage]:
+def _message(message: Message, label: str, reasoning: bool) -> list[_OutMessage]:
     if isinstance(message.content, str):
         return [_OutMessage(role=message.role, content=message.content)]
     if message.role == "assistant":
-        return [_assistant(message.content, label)]
+        return [_assistant(message.content, label, reasoning)]
     return _user(message.content, label)
 
 
@@ -431,16 +480,19 @@ def chat_body(
     model: str | None,
     max_tokens_field: TokenField,
     stream: bool,
+    send_reasoning: bool = True,
     label: str = "the Chat Completions API",
 ) -> bytes:
     """The ``/chat/completions`` body for ``request`` (the module docstring
-    says what goes out). Raises :class:`~vaelii_llm.errors.LLMEncode` for a
-    block this wire has no shape for."""
+    says what goes out); ``send_reasoning`` False sends no thinking back.
+    Raises :class:`~vaelii_llm.errors.LLMEncode` for a block this wire has no
+    shape for."""
     limit = request.max_tokens
     body = _ChatRequest(
         model=request.model or model,
-        messages=_messages(request, label),
-        temperature=request.temperature if request.temperature is not None else 0.0,
+        messages=_messages(request, label, send_reasoning),
+        temperature=request.temperature,
+        reasoning_effort=request.effort,
         max_tokens=limit if max_tokens_field == "max_tokens" else None,
         max_completion_tokens=limit if max_tokens_field == "max_completion_tokens" else None,
         stop=list(request.stop_sequences) or None,
@@ -465,6 +517,7 @@ class ChatCodec(ServerCodec):
     def __init__(self, options: Options) -> None:
         super().__init__(options, Options.__annotations__, "OpenAI", CHAT_PATH, endpoint)
         self.max_tokens_field = token_field(self.base_url, options.get("max_tokens_field"))
+        self.send_reasoning = send_reasoning(self.base_url, options.get("send_reasoning"))
 
     def body(self, request: Request, *, stream: bool) -> bytes:
         return chat_body(
@@ -472,6 +525,7 @@ class ChatCodec(ServerCodec):
             model=self.model,
             max_tokens_field=self.max_tokens_field,
             stream=stream,
+            send_reasoning=self.send_reasoning,
             label=self.endpoint.label,
         )
 

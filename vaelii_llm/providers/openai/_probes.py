@@ -18,13 +18,13 @@ from vaelii_llm import errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline
+from vaelii_llm.providers._bearer import session_headers
 from vaelii_llm.providers._http import ClientSession
 from vaelii_llm.providers._http import SSLOption
 from vaelii_llm.providers._http import network
 from vaelii_llm.providers.openai._chat import endpoint
 from vaelii_llm.providers.openai._key import APIKey
 from vaelii_llm.providers.openai._server import refuse_two_authorizations
-from vaelii_llm.providers.openai._server import session_headers
 
 __all__ = ["MODELS_PATH", "MODELS_TIMEOUT_MS", "available", "models", "unavailable_reason"]
 

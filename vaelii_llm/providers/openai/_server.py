@@ -2,7 +2,7 @@
 provider's options, once: one server, two paths.
 
 :class:`ServerCodec` is the base of both wires' codecs; the probes send the
-same headers by the same rule (:func:`session_headers`).
+same headers by the same rule (:func:`~vaelii_llm.providers._bearer.session_headers`).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import Any
 
 from vaelii_llm import _backends
 from vaelii_llm._transport.settings import Endpoint
-from vaelii_llm._transport.settings import with_json_content_type
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._transport.urls import userinfo
+from vaelii_llm.providers._bearer import session_headers
 from vaelii_llm.providers._http import SessionHeadersOnly
 from vaelii_llm.providers.openai._key import APIKey
 
-__all__ = ["ServerCodec", "refuse_two_authorizations", "session_headers"]
+__all__ = ["ServerCodec", "refuse_two_authorizations"]
 
 
 class ServerCodec(SessionHeadersOnly):
@@ -70,14 +70,3 @@ def refuse_two_authorizations(
             f"{named_by} carries a user:password@ and {other} is set: both are sent as the "
             f"Authorization header, and a request carries one; drop one of them"
         )
-
-
-def session_headers(key: APIKey | None, headers: Mapping[str, str] | None) -> dict[str, str]:
-    """The headers of every request: the key's ``Authorization``, then the
-    caller's own (which win), and ``Content-Type`` unless they name one."""
-    out = dict(key.headers() if key is not None else {})
-    for name, value in (headers or {}).items():
-        for held in [held for held in out if held.lower() == name.lower()]:
-            del out[held]
-        out[name] = value
-    return with_json_content_type(out)

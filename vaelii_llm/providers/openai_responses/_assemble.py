@@ -5,7 +5,9 @@ A turn is the response's ``output`` items, in order, each read by one rule
 whole one's:
 
 * ``message``: its ``output_text`` parts joined, one
-  :class:`~vaelii_llm._protocol.TextBlock` (none when empty); a ``refusal``
+  :class:`~vaelii_llm._protocol.TextBlock` (none when empty), the item kept
+  whole in ``raw`` (its ``id``, its ``phase`` and what this package does not
+  model, which the request encoder sends back); a ``refusal``
   part makes the turn a refusal, its text on ``stop_details["explanation"]``;
 * ``function_call``: a :class:`~vaelii_llm._protocol.ToolUseBlock` (its id is
   the ``call_id`` a ``function_call_output`` names), the arguments string
@@ -191,7 +193,7 @@ def blocks_of(item: dict[str, Any], refusal: list[str], label: str) -> list[Bloc
             if type(p) is dict and p.get("type") == "refusal" and type(p.get("refusal")) is str
         )
         text = "".join(_texts(item.get("content"), "output_text"))
-        return [TextBlock(text=text)] if text else []
+        return [TextBlock(text=text, raw=item)] if text else []
     if kind == "function_call":
         return [_tool_use(item, label)]
     if kind == "reasoning":

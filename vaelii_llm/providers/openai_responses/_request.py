@@ -5,14 +5,18 @@ What goes out (:func:`responses_body`)
     serving one model answers with it); ``input``, the items below;
     ``instructions`` from ``system``; ``max_output_tokens``; ``temperature``
     only when the request names one (OpenAI's reasoning models refuse it);
-    ``tools`` as ``function`` tools; ``text.format`` a ``json_schema`` for
+    ``tools`` as ``function`` tools, each naming ``strict`` (False unless the
+    schema asks for it: an absent one reads as True on OpenAI's API);
+    ``text.format`` a ``json_schema`` for
     ``format`` (strict where the schema is closed, as on Chat Completions);
     ``reasoning.effort`` from ``effort`` and ``reasoning.summary: "auto"`` for
     ``thinking_display="summarized"``; ``store: false`` unless the provider
     was built with ``store=True`` (the caller's messages are the history: no
-    ``previous_response_id`` is ever sent); ``stream`` on a streamed turn. A
+    ``previous_response_id`` is ever sent), and with it ``include:
+    ["reasoning.encrypted_content"]``, so the reasoning comes back in the only
+    form a stateless far end can read back; ``stream`` on a streamed turn. A
     count sends the same minus what it takes no part of (``max_output_tokens``,
-    ``temperature``, ``store``, ``stream``).
+    ``temperature``, ``store``, ``include``, ``stream``).
 
 Refused before sending (:class:`~vaelii_llm.errors.LLMEncode`)
     ``stop_sequences``: the wire has no field for them, and a turn that
@@ -29,10 +33,13 @@ Input items
     :data:`~vaelii_llm.providers.openai._chat.MEDIA` (OpenAI's one documented
     limit). A tool result is a ``function_call_output`` item naming its
     ``call_id``, its ``output`` a string, or a list of parts when it holds
-    images or documents. An assistant message is its items in order: its
-    text as an assistant message, each tool call a ``function_call`` item
-    (one this wire made goes back with the arguments as the model wrote
-    them), reasoning this wire sent with ``encrypted_content`` as the very
+    images or documents. An assistant message is its items in order: each
+    output item this wire sent goes back whole, as it came (a ``message``
+    with its ``id`` and ``phase``, which the official client says to resend
+    on every assistant message, a ``function_call`` with its ``id`` and the
+    arguments as the model wrote them); text built or edited goes as an
+    assistant message, each tool call built as a ``function_call`` item;
+    reasoning this wire sent with ``encrypted_content`` as the very
     item it came as (so a reasoning model keeps its chain across tool calls
     with nothing stored); other reasoning is dropped, since a stateless far
     end can read back only the encrypted form. An
@@ -75,6 +82,9 @@ COUNT_PATH: Final = "/responses/input_tokens"
 """Where a token count is POSTed, below the base URL."""
 
 _ENCODER: Final = msgspec.json.Encoder()
+_ENCRYPTED: Final = ["reasoning.encrypted_content"]
+"""``include`` when nothing is stored: the reasoning comes back encrypted, to
+be sent back (servers of the Azure/Foundry kind send it only when asked)."""
 _SUMMARY: Final = {"summarized": "auto"}
 """``thinking_display`` → ``reasoning.summary``; ``"omitted"`` asks for none."""
 
@@ -89,19 +99,21 @@ class _Body(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     text: dict[str, Any] | None = None
     reasoning: dict[str, str] | None = None
     store: bool | None = None
+    include: list[str] | None = None
     stream: bool | None = None
 
 
 def _tool(tool: ToolSchema) -> dict[str, Any]:
-    out: dict[str, Any] = {
+    """A ``function`` tool; ``strict`` always named (the official type requires
+    it, and an absent one reads as strict there, which a schema that does not
+    require every property is refused under)."""
+    return {
         "type": "function",
         "name": tool.name,
         "description": tool.description,
         "parameters": tool.input_schema,
+        "strict": bool(tool.strict),
     }
-    if tool.strict is not None:
-        out["strict"] = tool.strict
-    return out
 
 
 def _text_format(schema: dict[str, Any]) -> dict[str, Any]:
@@ -202,8 +214,9 @@ def _user(blocks: list[Block], label: str) -> list[dict[str, Any]]:
 
 
 def _call(block: ToolUseBlock) -> dict[str, Any]:
-    """A ``function_call`` item: the arguments as the model wrote them when
-    the block came from this wire (its ``raw`` is that call), else built."""
+    """A ``function_call`` item: the item whole when the block came from this
+    wire (its ``raw`` is that call: its ``id`` and the arguments as the model
+    wrote them go back), else built."""
     raw = block.raw
     if (
         raw is not None
@@ -212,15 +225,27 @@ def _call(block: ToolUseBlock) -> dict[str, Any]:
         and raw.get("name") == block.name
         and type(raw.get("arguments")) is str
     ):
-        arguments = raw["arguments"]
-    else:
-        arguments = _ENCODER.encode(block.input).decode()
+        return raw
     return {
         "type": "function_call",
         "call_id": block.id,
         "name": block.name,
-        "arguments": arguments,
+        "arguments": _ENCODER.encode(block.input).decode(),
     }
+
+
+def _message_item(block: TextBlock) -> dict[str, Any] | None:
+    """The assistant ``message`` item ``block`` came as on this wire (its
+    ``raw``, whose text parts make the block's text), or None: a built or
+    edited block is sent as text."""
+    raw = block.raw
+    if raw is None or raw.get("type") != "message" or raw.get("role") != "assistant":
+        return None
+    content = raw.get("content")
+    if type(content) is not list or any(type(part) is not dict for part in content):
+        return None
+    texts = [part.get("text") for part in content if part.get("type") == "output_text"]
+    return raw if "".join(map(str, texts)) == block.text else None
 
 
 def _assistant(blocks: list[Block], label: str) -> list[dict[str, Any]]:
@@ -235,7 +260,12 @@ def _assistant(blocks: list[Block], label: str) -> list[dict[str, Any]]:
     for block in blocks:
         match block:
             case TextBlock():
-                texts.append(block.text)
+                item = _message_item(block)
+                if item is None:
+                    texts.append(block.text)
+                else:
+                    flush()
+                    out.append(item)
             case ToolUseBlock():
                 flush()
                 out.append(_call(block))
@@ -298,6 +328,7 @@ def responses_body(
         text=_text_format(request.format) if request.format else None,
         reasoning=_reasoning(request),
         store=None if count else store,
+        include=None if count or store else _ENCRYPTED,
         stream=True if stream and not count else None,
     )
     return _ENCODER.encode(body)
