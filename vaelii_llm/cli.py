@@ -168,33 +168,75 @@ ASK_STOPPED: dict[str, str] = {
 ASK_SERVER_GONE = 6
 """The exit status when an MCP server died (or hung up) during the loop."""
 
-ASK_EPILOG = """exit status:
-  0  answered
-  1  a typed error (the model unreachable, a timeout, a bad --kb file, an MCP server
-     that would not start or list its tools)
-  2  the configured backend cannot answer (nothing configured, unreachable, no credential,
-     a model not there or without tools, a server whose chat template renders no tools):
-     only the stub could; or a bad argument (two toolsets offering one tool name among
-     them) or switch value (bad-switch: the variable and what is wrong with it)
-  3  the model refused
-  4  the answer was truncated at max_tokens
-  5  the turn limit or a budget (--max-tool-calls …) ran out while the model still
-     asked for tools
-  6  an MCP server died or hung up during the loop (its later calls were error
-     results the model read; the answer is printed, then the reason)
+EXIT_STATUSES: tuple[tuple[int, str], ...] = (
+    (
+        0,
+        (
+            "done: an answer, a verdict (turns that failed said on stderr), a listing, "
+            "a tool's result; `status`: the backend that answers is the one configured "
+            "(the stub too: chosen, or with nothing configured)"
+        ),
+    ),
+    (
+        1,
+        (
+            "a typed error once the backend was found able to answer (a timeout, the far "
+            "end's error status, a bad --kb file, an MCP server that would not start or "
+            "list its tools); `call`: the tool refused (the result says why); `vote`: "
+            "every turn failed at hosts that answer"
+        ),
+    ),
+    (
+        ASK_STUB_ONLY,
+        (
+            "the configured backend cannot answer now (nothing configured, unreachable, "
+            "no credential, a wrong base URL, a model not there or without tools): the "
+            "line leads with the cause and only the stub could answer; or a bad argument "
+            "or switch value (bad-switch: the variable and what is wrong with it)"
+        ),
+    ),
+    (3, "`ask`: the model refused"),
+    (4, "`ask`: the answer was truncated at max_tokens"),
+    (
+        5,
+        (
+            "`ask`: the turn limit or a budget (--max-tool-calls ...) ran out while the "
+            "model still asked for tools"
+        ),
+    ),
+    (
+        ASK_SERVER_GONE,
+        (
+            "`ask`: an MCP server died or hung up during the loop (its later calls were "
+            "error results the model read; the answer is printed, then the reason)"
+        ),
+    ),
+    (130, "interrupted (Ctrl-C): one line, `interrupted`"),
+)
+"""Every command's exit statuses: one table, shown by each ``--help`` and
+in the scripts guide."""
 
+
+def _exit_table() -> str:
+    import textwrap
+
+    rows = [
+        textwrap.fill(meaning, 88, initial_indent=f"  {status:<4} ", subsequent_indent=" " * 7)
+        for status, meaning in EXIT_STATUSES
+    ]
+    return "exit status (every command):\n" + "\n".join(rows) + "\n"
+
+
+ASK_EPILOG = (
+    _exit_table()
+    + """
 A far end that shows it ignores the tools is said once on stderr, naming the
-fix, and the model still answers (without the knowledge base): `no-tools: ...`
-before the turn when the server says its chat template renders none (llama.cpp's
-/props), else `tools-ignored: ...` when it read fewer input tokens than the
-tools take.
+fix, and the model still answers (without the knowledge base; exit 0):
+`no-tools: ...` before the turn when the server says its chat template renders
+none (llama.cpp's /props), else `tools-ignored: ...` when it read fewer input
+tokens than the tools take.
 """
-
-STATUS_EPILOG = f"""exit status:
-  0  the configured backend answers (the stub too: chosen, or with nothing configured)
-  {ASK_STUB_ONLY}  the configured backend cannot answer now: the why line says why, and only
-     the stub would answer (as `ask` exits)
-"""
+)
 
 
 class _Stop(Exception):
@@ -209,6 +251,16 @@ class _Stop(Exception):
 
 def _stub_only(reason: str) -> _Stop:
     return _Stop(ASK_STUB_ONLY, "stub-only", f"only the stub can answer: {reason}")
+
+
+def _cannot_answer(reason: str) -> _Stop:
+    """The configured backend cannot answer now (exit 2): the probe's
+    cause leads, its type as the line's kind (``llm-unreachable: ...``), else
+    ``cannot-answer: ...`` for a reason naming no type."""
+    cause, colon, message = reason.partition(": ")
+    if colon and cause and " " not in cause:
+        return _Stop(ASK_STUB_ONLY, cause, message)
+    return _Stop(ASK_STUB_ONLY, "cannot-answer", reason)
 
 
 STUB_SAYS = "answering: the scripted stub, not a model (named as the provider)"
@@ -340,7 +392,7 @@ async def _ask(
     if not on_stub:
         reason = await providers.unavailable_reason(chosen)
         if reason is not None:
-            raise _stub_only(f"{chosen} cannot answer now: {reason}")
+            raise _cannot_answer(reason)
         record = _backends.record(chosen)
         check = record.cannot_call_tools
         refused = None if check is None else await _backends.import_ref(check)()
@@ -550,25 +602,29 @@ async def _vote(question: str, votes: int) -> int:
     )
     if not outcome.failed:
         return 0
-    why = await _why_turns_failed(kind, outcome.errors[0])
-    if outcome.failed == outcome.calls:
-        raise _Stop(1, "vote-failed", f"every turn failed: {why}")
-    print(f"{outcome.failed} turn(s) failed: {why}", file=sys.stderr)
-    return 0
+    first = outcome.errors[0]
+    probed = await _why_turns_failed(kind)
+    why = probed or f"{first.type}: {first}"
+    if outcome.failed < outcome.calls:
+        print(f"{outcome.failed} turn(s) failed: {why}", file=sys.stderr)
+        return 0
+    if probed is not None:  # the backend cannot answer now, as `ask` and `status` say
+        raise _cannot_answer(probed)
+    raise _Stop(1, "vote-failed", f"every turn failed: {why}")
 
 
-async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
-    """What the pool's hosts say when probed (the first host that cannot
-    answer, or the model the hosts lack: each with its next step), else the
-    first failed turn's own typed error. A kind with no host list is its one
-    host, probed as `status` probes it."""
+async def _why_turns_failed(kind: str) -> str | None:
+    """What the pool's hosts say when probed: the first host that cannot
+    answer, or the model the hosts lack, each with its next step; None when
+    every host answers. A kind with no host list is its one host, probed as
+    `status` probes it."""
     from vaelii_llm import _backends
     from vaelii_llm import pool
     from vaelii_llm import providers
 
     backend = _backends.record(kind)
     if backend.host_option is None:
-        return await providers.unavailable_reason(kind) or f"{first.type}: {first}"
+        return await providers.unavailable_reason(kind)
     lacks = None if backend.missing_model is None else _backends.import_ref(backend.missing_model)
     assert backend.hosts_switch is not None
     by_list = config._getenv(backend.hosts_switch) is not None  # as pool.hosts reads it
@@ -581,7 +637,7 @@ async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
             return reason.replace(backend.host_switch, backend.hosts_switch)
         if reason is not None:
             return reason
-    return f"{first.type}: {first}"
+    return None
 
 
 async def _warm() -> int:
@@ -674,7 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
         "which backend answers now, and what its model can do",
         "Say which backend is configured and which answers now; when it cannot, why\n"
         "and what to do; for Ollama, the host, the model and what the model can do.",
-    ).epilog = STATUS_EPILOG
+    )
     _command(
         commands,
         "config",
@@ -696,9 +752,7 @@ def build_parser() -> argparse.ArgumentParser:
         "call",
         "run one tool call against a KB",
         "Run one tool call against the sample KB (or --kb FILE), or a tool of an MCP\n"
-        "server named with --mcp or --mcp-http, and print its result; exit 0 when the\n"
-        "tool answered, 1 when it refused (the result says why) or a server would not\n"
-        "start, 2 for a bad argument.",
+        "server named with --mcp or --mcp-http, and print its result.",
     )
     call.add_argument("tool", help="a tool name, e.g. kb_query")
     call.add_argument(
@@ -718,9 +772,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Ask a yes/no question several times over the configured backend and\n"
         "print the verdict. It runs on every model backend: over its hosts switch\n"
         "where it has one (VAELII_OLLAMA_HOSTS, VAELII_OPENAI_HOSTS), else on its one\n"
-        "host (the Messages API's ANTHROPIC_BASE_URL too).\n"
-        "Exit 0 with a verdict, 1 when every turn failed (with the first\n"
-        "turn's reason), 2 when only the stub could answer (nothing configured).",
+        "host (the Messages API's ANTHROPIC_BASE_URL too). When every turn failed,\n"
+        "the hosts are probed: the first one that cannot answer says why (exit 2),\n"
+        "else the first turn's own error does (exit 1).",
     )
     vote.add_argument("question")
     vote.add_argument(
@@ -736,6 +790,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mcp_parser(commands)
     for sub in commands.choices.values():  # a subcommand's stray argument shows its usage
         sub.set_defaults(usage_of=sub)
+        if sub.epilog is None:  # one table of exit statuses, on every command's --help
+            sub.epilog = _exit_table()
     return parser
 
 

@@ -138,6 +138,8 @@ class LLMApiError(LLMError):
     marked ``retryable``. ``request_id`` is the far end's id for the request
     (``None`` when it sent none); ``headers`` holds the rate-limit and retry
     headers the backend allow-lists (names lowercased; never a credential).
+    ``next_step``, when the cause is known (a 404 from a base URL ending in a
+    path the wire adds itself), ends the message.
     """
 
     type: ClassVar[ErrorType] = "llm-api-error"
@@ -150,16 +152,19 @@ class LLMApiError(LLMError):
         *,
         request_id: str | None = None,
         headers: Mapping[str, str] | None = None,
+        next_step: str | None = None,
     ) -> None:
         self.label = label
         self.status = status
         self.body = body
+        self.next_step = next_step
         self.request_id = request_id
         self.headers: Mapping[str, str] = headers or {}
         # An error inside a 200 is marked as the status the API answers it with.
         answered = status if status >= 400 else _API_ERROR_STATUS.get(_api_error_kind(body) or "")
         self.retryable = answered is not None and _retryable_status(answered)
-        super().__init__(f"{label} answered HTTP {status}: {excerpt(body)!r}")
+        then = "" if next_step is None else f"; {next_step}"
+        super().__init__(f"{label} answered HTTP {status}: {excerpt(body)!r}{then}")
 
 
 class LLMBadCredential(LLMError):

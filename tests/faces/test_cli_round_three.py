@@ -80,16 +80,11 @@ async def test_a_dead_messages_api_host_reads_as_one_that_cannot_answer() -> Non
     assert lines[3:] == [f"base URL:   {url}", "model:      claude-opus-5-5"]
     code, out, err = await run(env, "ask", "Who is afraid of spiders?")
     assert (code, out) == (2, "")  # as Ollama and the Chat Completions wire: only the stub could
-    assert err.startswith(
-        "stub-only: only the stub can answer: anthropic cannot answer now: llm-unreachable: "
-        f"the Messages API at {url} is unreachable"
-    )
+    assert err.startswith(f"llm-unreachable: the Messages API at {url} is unreachable")
     code, out, err = await run(env, "vote", "Is a spider an insect?")
-    assert code == 1  # as on the other backends: every turn failed, and the probe says why
+    assert code == 2  # as ask: every turn failed, and the probe says the host cannot answer
     assert out == "verdict: abstain  tally: yes 0, no 0  failed: 3 of 3\n"
-    assert err.startswith(
-        f"vote-failed: every turn failed: llm-unreachable: the Messages API at {url} is unreachable"
-    )
+    assert err.startswith(f"llm-unreachable: the Messages API at {url} is unreachable")
     assert SECRET not in out + err
 
 

@@ -178,9 +178,11 @@ async def _missing(
 
 async def _silent(
     base_url: str | None, proxy: str | None, ssl: SSLOption, session: ClientSession | None
-) -> errors.LLMUnreachable | errors.LLMTimeout | None:
+) -> errors.LLMUnreachable | errors.LLMTimeout | errors.LLMApiError | None:
     """Why the host at ``base_url`` gave no HTTP answer (unreachable, or
-    silent past :data:`PROBE_TIMEOUT_MS`), or None when it answered anything."""
+    silent past :data:`PROBE_TIMEOUT_MS`), or a 404 whose cause is known (a
+    base URL ending in ``/v1``: its error names the fix), or None when it
+    answered anything else."""
     url = _backends.anthropic_base_url(base_url)
     try:
         await request_json(
@@ -193,7 +195,9 @@ async def _silent(
         )
     except (errors.LLMUnreachable, errors.LLMTimeout) as exc:
         return exc
-    except errors.LLMError:  # a status or a body that is not JSON: it answers
+    except errors.LLMApiError as exc:  # a status answers, unless it names its own fix
+        return exc if exc.next_step is not None else None
+    except errors.LLMError:  # a body that is not JSON: it answers
         return None
     return None
 
@@ -217,6 +221,8 @@ async def unavailable_reason(
     silent = await _silent(base_url, proxy, ssl, session)
     if silent is None:
         return None
+    if isinstance(silent, errors.LLMApiError):  # its message ends in the fix
+        return f"{silent.type}: {silent}"
     return (
         f"{silent.type}: {silent}; start the server there or point ANTHROPIC_BASE_URL at one "
         "that serves /v1/messages"

@@ -1,0 +1,231 @@
+"""The command and the examples as a new user met them in round four (issue
+#60), run as the installed ``vaelii-llm`` (and ``python examples/NAME.py``) in
+a subprocess against loopback fakes: each mistake names its fix, a failure
+leads with its cause, and one table of exit statuses holds for every command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+
+import pytest
+from anthropic_fake import FakeMessagesAPI
+from anthropic_fake import generate
+from fake_ollama import FakeOllama
+from loopback import refused_url
+from polling import until
+from test_cli_round_three import clean_env
+from test_cli_round_three import command
+from test_cli_round_three import run
+from test_toolsets import SERVER_FLAG
+from test_toolsets import echoer
+from test_toolsets import keeps_asking
+
+from vaelii_llm import Message
+from vaelii_llm import Request
+from vaelii_llm import cli
+from vaelii_llm import errors
+from vaelii_llm.providers import anthropic
+
+SECRET = "sk-ant-round-four-SECRET"
+DROP_V1 = (
+    "drop the trailing /v1 from the base URL (ANTHROPIC_BASE_URL, or base_url=): "
+    "the Messages API adds /v1/messages itself; the OpenAI wires are the ones that want /v1"
+)
+
+
+def answering_api() -> FakeMessagesAPI:
+    transcript = generate(random.Random(60), kinds=["text"], stop_reason="end_turn")
+    transcript.message["content"] = [{"type": "text", "text": "Yes."}]
+    return FakeMessagesAPI(transcript=transcript)
+
+
+# -- 1. ANTHROPIC_BASE_URL ending in /v1 ---------------------------------------------
+
+
+@pytest.mark.usefixtures("_no_ambient_credential")
+async def test_a_python_callers_404_under_a_base_url_ending_in_v1_names_the_fix() -> None:
+    async with answering_api() as fake:
+        request = Request(messages=[Message(role="user", content="Hi")], max_tokens=16)
+        async with anthropic.provider(base_url=fake.url + "/v1", credential=SECRET) as model:
+            with pytest.raises(errors.LLMApiError) as caught:
+                await model.complete(request)
+        async with anthropic.provider(base_url=fake.url, credential=SECRET) as model:
+            answered = await model.complete(request)  # the same server, the right URL
+    assert caught.value.status == 404
+    assert str(caught.value).startswith(f"the Messages API at {fake.url}/v1 answered HTTP 404: ")
+    assert str(caught.value).endswith(f"; {DROP_V1}")
+    assert answered.stop_reason == "end_turn"
+
+
+async def test_status_ask_and_vote_say_drop_the_trailing_v1() -> None:
+    async with answering_api() as fake:
+        env = clean_env(
+            VAELII_LLM_PROVIDER="anthropic",
+            ANTHROPIC_BASE_URL=fake.url + "/v1",
+            ANTHROPIC_API_KEY=SECRET,
+        )
+        status = await run(env, "status")
+        ask = await run(env, "ask", "Who is afraid of spiders?")
+        vote = await run(env, "vote", "Is a spider an insect?")
+    cause = (
+        f"llm-api-error: the Messages API at {fake.url}/v1 answered HTTP 404: "
+        "'404: Not Found'; " + DROP_V1
+    )
+    code, out, err = status
+    assert (code, err) == (2, "")
+    assert out.splitlines()[:3] == [
+        "configured: anthropic",
+        "answering:  stub",
+        f"why:        {cause}",
+    ]
+    assert ask == (2, "", cause + "\n")
+    code, out, err = vote
+    assert (code, err) == (2, cause + "\n")
+    assert fake.seen == []  # no turn was sent to the wrong path's 404
+    assert SECRET not in out + err + status[1]
+
+
+# -- 3. one table of exit statuses, every row run -------------------------------------
+
+
+def messages_env(url: str) -> dict[str, str]:
+    return clean_env(
+        VAELII_LLM_PROVIDER="anthropic", ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET
+    )
+
+
+def ollama_env(url: str) -> dict[str, str]:
+    return clean_env(
+        VAELII_LLM_PROVIDER="ollama", VAELII_OLLAMA_HOST=url, VAELII_OLLAMA_MODEL="llama3.2"
+    )
+
+
+def stopping(stop_reason: str) -> FakeMessagesAPI:
+    transcript = generate(random.Random(60), kinds=["text"], stop_reason=stop_reason)
+    return FakeMessagesAPI(transcript=transcript)
+
+
+async def exit_0() -> None:
+    async with answering_api() as fake:
+        env = messages_env(fake.url)
+        assert (await run(env, "ask", "Are you there?"))[0] == 0
+        assert (await run(env, "status"))[0] == 0
+        assert (await run(env, "vote", "Is it?"))[:2] == (
+            0,
+            "verdict: yes  tally: yes 3, no 0  failed: 0 of 3\n",
+        )
+    assert (await run(clean_env(), "call", "kb_types_of", '{"term": "Muffet"}'))[0] == 0
+
+
+async def exit_1() -> None:
+    async with FakeMessagesAPI(status=500) as failing:  # it answers its probe, then 500s
+        env = messages_env(failing.url)
+        ask = await run(env, "ask", "Are you there?")
+        vote = await run(env, "vote", "Is it?")
+    assert ask[0] == vote[0] == 1
+    assert ask[2].startswith(f"llm-api-error: the Messages API at {failing.url} answered HTTP 500")
+    assert vote[2].startswith("vote-failed: every turn failed: llm-api-error: ")
+    bad_kb = await run(clean_env(VAELII_LLM_PROVIDER="stub"), "ask", "q", "--kb", "/nowhere.edn")
+    refused = await run(clean_env(), "call", "kb_types_of", "{}")
+    assert (bad_kb[0], refused[0]) == (1, 1)
+
+
+async def exit_2() -> None:
+    env = messages_env(refused_url())
+    for argv in (["status"], ["ask", "q"], ["vote", "q"]):  # one answer from every command
+        code, _, err = await run(env, *argv)
+        assert code == 2, (argv, err)
+        assert (err or "llm-unreachable: ").startswith("llm-unreachable: "), argv
+    assert (await run(clean_env(), "ask", "q", "--max-turns", "0"))[0] == 2
+
+
+async def exit_ask(fake: FakeMessagesAPI, *argv: str) -> int:
+    async with fake:
+        return (await run(messages_env(fake.url), "ask", "q", *argv))[0]
+
+
+async def exit_3() -> None:
+    assert await exit_ask(stopping("refusal")) == 3
+
+
+async def exit_4() -> None:
+    assert await exit_ask(stopping("max_tokens")) == 4
+
+
+async def exit_5() -> None:
+    async with FakeOllama(script=keeps_asking) as fake:
+        code, _, err = await run(ollama_env(fake.url), "ask", "q", "--max-turns", "1")
+    assert code == 5, err
+
+
+async def exit_6() -> None:
+    async with FakeOllama(script=echoer) as fake:
+        code, _, err = await run(
+            ollama_env(fake.url), "ask", "die then say it", "--no-kb", "--mcp", SERVER_FLAG
+        )
+    assert code == 6, err
+
+
+async def exit_130() -> None:
+    fake = answering_api()
+    fake.stalled = True
+    async with fake:
+        proc = await asyncio.create_subprocess_exec(
+            *command(),
+            "ask",
+            "q",
+            env=messages_env(fake.url),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        waited = asyncio.ensure_future(proc.wait())
+        await until(lambda: bool(fake.seen), waited)  # the turn is on the wire
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        fake.released.set()
+    assert (proc.returncode, err.decode()) == (130, "interrupted\n")
+
+
+ROWS = {0: exit_0, 1: exit_1, 2: exit_2, 3: exit_3, 4: exit_4, 5: exit_5, 6: exit_6, 130: exit_130}
+
+
+def test_every_row_of_the_exit_table_has_its_run() -> None:
+    assert [status for status, _ in cli.EXIT_STATUSES] == list(ROWS)
+
+
+@pytest.mark.parametrize("status", list(ROWS))
+async def test_each_exit_status_is_what_the_table_says(status: int) -> None:
+    await ROWS[status]()
+
+
+async def test_ask_help_lists_no_tools_under_0_not_2() -> None:
+    code, out, _ = await run(clean_env(), "ask", "--help")
+    assert code == 0
+    table = out[out.index("exit status (every command):") :]
+    two = table[table.index("  2    ") : table.index("  3    ")]
+    assert "chat template" not in two
+    assert "no-tools" in table[table.index("  130  ") :]
+    assert "(without the knowledge base; exit 0)" in " ".join(out.split())
+
+
+# -- 4. a failure leads with its cause ------------------------------------------------
+
+
+async def test_an_unreachable_configured_backend_leads_with_llm_unreachable() -> None:
+    url = refused_url()
+    env = clean_env(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=url + "/v1")
+    code, out, err = await run(env, "ask", "q")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"llm-unreachable: the Chat Completions API at {url}/v1 is unreachable")
+    assert "stub" not in err  # the user configured openai and never chose the stub
+    code, out, err = await run(env, "ask", "q", "--json")
+    failure = json.loads(out)
+    assert (code, failure["error"], failure["exit"]) == (2, "llm-unreachable", 2)
+    assert err == f"llm-unreachable: {failure['message']}\n"
+    nothing = await run(clean_env(), "ask", "q")  # the stub by default: that is the cause
+    assert nothing[0] == 2
+    assert nothing[2].startswith("stub-only: only the stub can answer: nothing is configured")
