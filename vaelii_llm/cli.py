@@ -377,6 +377,7 @@ async def _ask(
     cache: bool | None = None,
     budgets: Mapping[str, int | None] | None = None,
     stall_ms: int | None = None,
+    timeout_ms: int | None = None,
 ) -> int:
     from vaelii_llm import _backends
     from vaelii_llm import agent
@@ -422,13 +423,12 @@ async def _ask(
                 shown(event)
 
         limits = budgets or {}
+        turn = _turn_bounds(stall_ms=stall_ms, timeout_ms=timeout_ms)
         waiting.start()
         try:
             result = await agent.run(
                 model,
-                question
-                if stall_ms is None
-                else agent.request(question, sources, stall_ms=stall_ms),
+                agent.request(question, sources, **turn) if turn else question,
                 toolsets=sources,
                 max_turns=max_turns,
                 deltas=not as_json,
@@ -452,6 +452,26 @@ async def _ask(
         print(f"mcp-server-gone: {gone[0]}", file=sys.stderr)
         return ASK_SERVER_GONE
     return ASK_EXIT[result.stopped]
+
+
+def _turn_bounds(**bounds: int | None) -> dict[str, int]:
+    """The :class:`~vaelii_llm.Request` bounds a command was given (``--timeout-ms``,
+    ``--stall-ms``), the unset ones left to the request's defaults."""
+    return {name: value for name, value in bounds.items() if value is not None}
+
+
+def _add_timeout_flag(parser: argparse.ArgumentParser) -> None:
+    import msgspec
+
+    from vaelii_llm._protocol import Request
+
+    (default,) = [f.default for f in msgspec.structs.fields(Request) if f.name == "timeout_ms"]
+    parser.add_argument(
+        "--timeout-ms",
+        type=_whole_number(1, "--timeout-ms"),
+        help=f"each model turn's whole budget: the connection, the head and the whole "
+        f"answer (default {default})",
+    )
 
 
 def _whole_number(least: int, what: str) -> Callable[[str], int]:
@@ -526,6 +546,7 @@ def _add_ask(commands: Any) -> None:
         help="end a turn whose model sends nothing for this many ms (keep-alives do "
         "not count; default: only the turn's whole timeout)",
     )
+    _add_timeout_flag(ask)
     _add_server_flags(ask)
     ask.add_argument(
         "--no-cache",
@@ -579,9 +600,10 @@ def _vote_progress(so_far: pool.Vote) -> None:
     sys.stderr.flush()
 
 
-async def _vote(question: str, votes: int) -> int:
+async def _vote(question: str, votes: int, timeout_ms: int | None = None) -> int:
     from vaelii_llm import _backends
     from vaelii_llm import pool
+    from vaelii_llm._vote import asked_yes_no
 
     kind = _checked_kind(hosts=True)
     if kind == _backends.STUB:
@@ -594,7 +616,8 @@ async def _vote(question: str, votes: int) -> int:
     voters = await pool.pool_from_config(kind=kind)
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:
-        outcome = await pool.vote(voters, question, votes=votes, on_vote=progress)
+        asked = asked_yes_no(question, **_turn_bounds(timeout_ms=timeout_ms))
+        outcome = await pool.vote(voters, asked, votes=votes, on_vote=progress)
     tally = outcome.tally
     print(
         f"verdict: {outcome.verdict}  tally: yes {tally['yes']}, no {tally['no']}  "
@@ -780,6 +803,7 @@ def build_parser() -> argparse.ArgumentParser:
     vote.add_argument(
         "--votes", type=_whole_number(1, "--votes"), default=3, help="turns asked (default 3)"
     )
+    _add_timeout_flag(vote)
     _command(
         commands,
         "warm",
@@ -810,6 +834,7 @@ def _run(args: argparse.Namespace) -> int | None:
                 args.cache,
                 {name: getattr(args, name) for name in _ASK_BUDGETS},
                 args.stall_ms,
+                args.timeout_ms,
             )
         )
     if args.command == "config":
@@ -830,7 +855,7 @@ def _run(args: argparse.Namespace) -> int | None:
             )
         )
     if args.command == "vote":
-        return asyncio.run(_vote(args.question, args.votes))
+        return asyncio.run(_vote(args.question, args.votes, args.timeout_ms))
     if args.command == "warm":
         return asyncio.run(_warm())
     if args.command == "mcp":

@@ -261,13 +261,28 @@ content), or waiting for a pool's provider."""
 _PHASE_MESSAGES: dict[TimeoutPhase, str] = {
     "connection": (
         "no connection to {label} came free inside the turn's {ms} ms "
-        "(all of max_connections were in use; the turn was not sent)"
+        "(all of max_connections were in use; the turn was not sent); "
+        "raise the provider's max_connections, or timeout_ms (--timeout-ms)"
     ),
-    "headers": "{label} did not answer inside the turn's {ms} ms",
-    "body": "{label} did not finish its answer inside the turn's {ms} ms",
-    "stall": "{label} stalled: no content for {ms} ms (stall_ms), after {chunks} content chunks",
-    "acquire": "{label} did not free a provider inside the turn's {ms} ms",
+    "headers": (
+        "{label} did not answer inside the turn's {ms} ms; "
+        "raise timeout_ms (--timeout-ms) for a model this slow to start"
+    ),
+    "body": (
+        "{label} did not finish its answer inside the turn's {ms} ms; "
+        "raise timeout_ms (--timeout-ms), or ask for fewer max_tokens"
+    ),
+    "stall": (
+        "{label} stalled: no content for {ms} ms (stall_ms), after {chunks} content chunks; "
+        "raise stall_ms (--stall-ms) for a model that pauses this long"
+    ),
+    "acquire": (
+        "{label} did not free a provider inside its acquire_timeout_ms ({ms} ms); "
+        "raise acquire_timeout_ms, or give the pool more hosts or calls per host"
+    ),
 }
+"""Each phase's message: what ran out, and the setting to raise (the
+command's flag beside it where it has one)."""
 
 
 class LLMTimeout(LLMError):

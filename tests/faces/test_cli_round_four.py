@@ -12,10 +12,12 @@ import random
 import signal
 
 import pytest
+from aiohttp import web
 from anthropic_fake import FakeMessagesAPI
 from anthropic_fake import generate
 from fake_ollama import FakeOllama
 from loopback import refused_url
+from loopback import serve
 from polling import until
 from test_cli_round_three import clean_env
 from test_cli_round_three import command
@@ -229,3 +231,47 @@ async def test_an_unreachable_configured_backend_leads_with_llm_unreachable() ->
     nothing = await run(clean_env(), "ask", "q")  # the stub by default: that is the cause
     assert nothing[0] == 2
     assert nothing[2].startswith("stub-only: only the stub can answer: nothing is configured")
+
+
+# -- 5. a whole-turn timeout on the command, and every timeout names what to raise ----
+
+
+async def test_ask_and_vote_take_timeout_ms_and_name_what_to_raise() -> None:
+    posted: list[str] = []
+    released = asyncio.Event()
+
+    async def silent_turns(request: web.Request) -> web.Response:
+        if request.method == "POST":  # a turn: no answer until the test ends
+            posted.append(request.path)
+            await released.wait()
+        return web.json_response({"error": "no such route"}, status=404)  # the probe answers
+
+    async with serve(silent_turns) as url:
+        env = messages_env(url)
+        ask = await run(env, "ask", "q", "--timeout-ms", "1500")
+        vote = await run(env, "vote", "q", "--votes", "1", "--timeout-ms", "1500")
+        stalled = await run(env, "ask", "q", "--stall-ms", "1500")
+        released.set()
+    said = (
+        f"the Messages API at {url} did not answer inside the turn's 1500 ms; "
+        "raise timeout_ms (--timeout-ms) for a model this slow to start"
+    )
+    assert (ask[0], ask[2]) == (1, f"llm-timeout: {said}\n")
+    assert (vote[0], vote[2]) == (1, f"vote-failed: every turn failed: llm-timeout: {said}\n")
+    assert (stalled[0], stalled[2]) == (
+        1,
+        (
+            f"llm-timeout: the Messages API at {url} stalled: no content for 1500 ms "
+            "(stall_ms), after 0 content chunks; raise stall_ms (--stall-ms) for a model "
+            "that pauses this long\n"
+        ),
+    )
+    assert posted == ["/v1/messages"] * 3
+
+
+async def test_timeout_ms_is_on_the_help_of_ask_and_vote() -> None:
+    for command_name in ("ask", "vote"):
+        code, out, _ = await run(clean_env(), command_name, "--help")
+        assert code == 0
+        assert "--timeout-ms TIMEOUT_MS" in out
+        assert "(default 60000)" in " ".join(out.split())
