@@ -7,15 +7,21 @@ leads with its cause, and one table of exit statuses holds for every command.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import signal
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
 from anthropic_fake import FakeMessagesAPI
 from anthropic_fake import generate
 from fake_ollama import FakeOllama
+from fake_openai_responses import FakeResponses
+from fake_openai_responses import Item
+from fake_openai_responses import Turn
 from loopback import refused_url
 from loopback import serve
 from polling import until
@@ -28,9 +34,11 @@ from test_toolsets import keeps_asking
 
 from vaelii_llm import Message
 from vaelii_llm import Request
+from vaelii_llm import Response
 from vaelii_llm import cli
 from vaelii_llm import errors
 from vaelii_llm.providers import anthropic
+from vaelii_llm.providers import openai_responses
 
 SECRET = "sk-ant-round-four-SECRET"
 DROP_V1 = (
@@ -275,3 +283,35 @@ async def test_timeout_ms_is_on_the_help_of_ask_and_vote() -> None:
         assert code == 0
         assert "--timeout-ms TIMEOUT_MS" in out
         assert "(default 60000)" in " ".join(out.split())
+
+
+# -- 6. a cut answer on the Responses wire --------------------------------------------
+
+
+def _answered_with(output_tokens: int, *items: Item) -> Callable[[dict[str, Any]], Turn]:
+    """A server answering ``completed``, as llama.cpp's does at the cap too."""
+    usage = {"input_tokens": 9, "output_tokens": output_tokens, "total_tokens": 9 + output_tokens}
+    return lambda _body: Turn(items=list(items), usage=usage)
+
+
+@pytest.mark.parametrize("mode", ["complete", "stream"])
+async def test_a_completed_turn_at_the_cap_reads_as_max_tokens(mode: str) -> None:
+    text = Item("message", ["red, green", " and"])
+    call = Item("function_call", ['{"term": ', '"Muffet"}'], name="kb_types_of", call_id="c1")
+    cases = [  # output tokens, items, the neutral reason
+        (5, [text], "max_tokens"),  # at the cap and no other word: cut
+        (4, [text], "end_turn"),  # under it: whole
+        (5, [call], "tool_use"),  # a whole call is a reason of its own
+    ]
+    for used, items, expected in cases:
+        async with FakeResponses(script=_answered_with(used, *items)) as fake:
+            request = Request(messages=[Message(role="user", content="Colours?")], max_tokens=5)
+            async with openai_responses.provider(base_url=fake.base_url, model="m") as model:
+                if mode == "complete":
+                    answer = await model.complete(request)
+                else:
+                    async with contextlib.aclosing(model.stream(request)) as flow:
+                        answer = [item async for item in flow][-1]
+        assert isinstance(answer, Response)
+        assert (answer.stop_reason, answer.vendor_stop_reason) == (expected, "completed")
+        assert fake.bodies[-1]["max_output_tokens"] == 5

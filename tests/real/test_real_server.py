@@ -95,6 +95,20 @@ async def test_complete_and_stream_answer_the_same(server: LlamaServer, wire: st
     assert whole.usage.output_tokens == flowed.usage.output_tokens
 
 
+@pytest.mark.parametrize("wire", WIRES)
+async def test_a_turn_cut_at_max_tokens_reads_as_max_tokens_on_every_wire(
+    server: LlamaServer, wire: str
+) -> None:
+    """The server answers the Responses wire ``completed`` for a cut too; the
+    turn still reads ``max_tokens``, as on the other two wires (#60)."""
+    request = ask("Name three colours.", max_tokens=5)
+    async with WIRES[wire](server.base) as model:
+        whole = await model.complete(request)
+        flowed = await streamed(model, request)
+    for answer in (whole, flowed):
+        assert (answer.stop_reason, answer.usage.output_tokens) == ("max_tokens", 5)
+
+
 async def test_the_chat_completions_wire_reads_as_the_official_client_does(
     server: LlamaServer,
 ) -> None:
