@@ -1,5 +1,7 @@
 """The one line every example that asks a model prints first: which backend
-answers; and :class:`Progress`, the line a long wait shows on a terminal.
+answers; :func:`say_if_tools_dropped`, the line every example that offers
+tools says when the model will not see them; and :class:`Progress`, the line
+a long wait shows on a terminal.
 
 Each example imports :func:`who_answers` from here (``python examples/NAME.py``
 puts this directory on the import path), so a new user learns at once whether a
@@ -38,6 +40,18 @@ async def who_answers(model: Provider) -> str:
         "answering: the scripted stub, not a model (nothing is configured); "
         "`vaelii-llm status` says what to set"
     )
+
+
+async def say_if_tools_dropped(model: Provider) -> None:
+    """Say once on stderr, as ``vaelii-llm ask`` does (``no-tools: ...``), when
+    the configured server would drop the tools offered (a chat template that
+    renders none): the model then answers without the KB, and would seem to
+    invent its answer. The stub reads none."""
+    if isinstance(model, StubProvider):
+        return
+    dropped = await providers.tools_dropped()
+    if dropped is not None:
+        print(f"no-tools: {dropped}", file=sys.stderr, flush=True)
 
 
 class Progress:

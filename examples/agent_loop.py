@@ -30,6 +30,7 @@ import sys
 
 import msgspec
 from _answering import Progress
+from _answering import say_if_tools_dropped
 from _answering import who_answers
 
 from vaelii_llm import Block
@@ -106,6 +107,7 @@ async def main() -> int:
     toolset = tools.Toolset(kb.sample())
     async with await providers.provider(stub={"script": STUB_TURNS}) as model:
         print(await who_answers(model))
+        await say_if_tools_dropped(model)
         answer, stopped, calls = await tool_loop(model, toolset, QUESTION)
     for line in calls:
         print(f"  tool {line}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from _answering import say_if_tools_dropped
 from _answering import who_answers
 
 from vaelii_llm import kb
@@ -50,6 +51,7 @@ STUB_TURNS = [QUERY, STUB_ANSWER, QUERY, "(streamed) " + STUB_ANSWER]
 async def main() -> None:
     async with await providers.provider(stub={"script": STUB_TURNS}) as provider:
         print(await who_answers(provider))
+        await say_if_tools_dropped(provider)
         agent = Agent(
             VaeliiModel(provider),
             toolsets=[KBToolset(kb.sample())],

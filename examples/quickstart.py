@@ -19,6 +19,7 @@ from contextlib import aclosing
 
 import msgspec
 from _answering import Progress
+from _answering import say_if_tools_dropped
 from _answering import who_answers
 
 from vaelii_llm import Message
@@ -96,6 +97,8 @@ async def main() -> None:
     model = await providers.provider(stub={"script": STUB_TURNS})
     async with model:
         print(await who_answers(model))
+        if request.tools:
+            await say_if_tools_dropped(model)
         print(f"Q: {QUESTION}")
         answer = await read_loop(model, base, request)
         print("A:", " ".join(b.text for b in answer.content if isinstance(b, TextBlock)))

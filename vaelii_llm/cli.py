@@ -399,8 +399,7 @@ async def _ask(
         refused = None if check is None else await _backends.import_ref(check)()
         if refused is not None:
             raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
-        check = record.drops_tools
-        no_tools = None if check is None else await _backends.import_ref(check)()
+        no_tools = await providers.tools_dropped(chosen)
         if no_tools is not None:  # said once, before the turn; the model still answers
             print(f"no-tools: {no_tools}", file=sys.stderr, flush=True)
     async with AsyncExitStack() as stack:
@@ -602,8 +601,8 @@ def _vote_progress(so_far: pool.Vote) -> None:
 
 async def _vote(question: str, votes: int, timeout_ms: int | None = None) -> int:
     from vaelii_llm import _backends
+    from vaelii_llm import _vote as voting
     from vaelii_llm import pool
-    from vaelii_llm._vote import asked_yes_no
 
     kind = _checked_kind(hosts=True)
     if kind == _backends.STUB:
@@ -616,7 +615,7 @@ async def _vote(question: str, votes: int, timeout_ms: int | None = None) -> int
     voters = await pool.pool_from_config(kind=kind)
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:
-        asked = asked_yes_no(question, **_turn_bounds(timeout_ms=timeout_ms))
+        asked = voting.asked_yes_no(question, **_turn_bounds(timeout_ms=timeout_ms))
         outcome = await pool.vote(voters, asked, votes=votes, on_vote=progress)
     tally = outcome.tally
     print(

@@ -11,7 +11,9 @@ import contextlib
 import json
 import random
 import signal
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,14 +21,17 @@ from aiohttp import web
 from anthropic_fake import FakeMessagesAPI
 from anthropic_fake import generate
 from fake_ollama import FakeOllama
+from fake_openai import FakeOpenAI
 from fake_openai_responses import FakeResponses
 from fake_openai_responses import Item
 from fake_openai_responses import Turn
 from loopback import refused_url
 from loopback import serve
 from polling import until
+from test_cli_round_three import NO_TOOLS_PROPS
 from test_cli_round_three import clean_env
 from test_cli_round_three import command
+from test_cli_round_three import no_tools_line
 from test_cli_round_three import run
 from test_toolsets import SERVER_FLAG
 from test_toolsets import echoer
@@ -315,3 +320,46 @@ async def test_a_completed_turn_at_the_cap_reads_as_max_tokens(mode: str) -> Non
         assert isinstance(answer, Response)
         assert (answer.stop_reason, answer.vendor_stop_reason) == (expected, "completed")
         assert fake.bodies[-1]["max_output_tokens"] == 5
+
+
+# -- 2. every example that offers tools says once when they are dropped ----------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize("name", ["quickstart", "agent_loop", "pydantic_ai_agent"])
+async def test_an_example_says_once_that_the_server_drops_its_tools(name: str) -> None:
+    async with FakeOpenAI(props=NO_TOOLS_PROPS) as chat:
+        env = clean_env(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=chat.base_url)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(EXAMPLES / f"{name}.py"),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    said = [line + "\n" for line in err.decode().splitlines() if line.startswith("no-tools: ")]
+    assert said == [no_tools_line(chat.url)], err.decode()
+    assert "answering: openai, a real model\n" in out.decode()
+    assert chat.bodies  # the model still answered
+
+
+async def test_the_web_example_says_at_start_that_the_server_drops_its_tools() -> None:
+    async with FakeOpenAI(props=NO_TOOLS_PROPS) as chat:
+        env = clean_env(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=chat.base_url)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(EXAMPLES / "web_backend.py"),
+            "--port",
+            "0",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None
+        lines = [(await asyncio.wait_for(proc.stdout.readline(), 60)).decode() for _ in range(3)]
+        proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.communicate(), 60)
+    assert lines[1] == "answering: openai\n" or lines[1].startswith("answering: openai")
+    assert lines[2] == no_tools_line(chat.url)
