@@ -772,8 +772,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         asyncio.run(serve(args.host, args.port, args.max_connections, args.read_timeout))
+    except KeyboardInterrupt:  # Ctrl-C: "provider closed" was its one line
+        return 130  # the shell's status for SIGINT, as every example and vaelii-llm exit
     return 0
 
 

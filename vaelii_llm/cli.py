@@ -50,19 +50,37 @@ __all__ = ["main"]
 
 def _print_config() -> int:
     for switch in config.every_switch():  # a registered kind's own switches included
-        _print_switch(switch.name, switch.secret, switch.default)
+        _print_switch(switch)
     return 0
 
 
-def _print_switch(name: str, secret: bool, default: str | None) -> None:
+def _print_switch(switch: config.Switch) -> None:
+    name, default = switch.name, switch.default
     raw = os.environ.get(name)
-    if secret:
+    if switch.secret:
         shown = "set" if raw and raw.strip() else "unset"
     elif raw is None:
         shown = f"unset (default {default})" if default else "unset"
     else:
-        shown = repr(hide_userinfo(raw))
+        shown = repr(hide_userinfo(raw)) + _not_as_written(switch, raw)
     print(f"{name:32} {shown}")
+
+
+def _not_as_written(switch: config.Switch, raw: str) -> str:
+    """What follows a value the package will not use as written: the refusal
+    its reader raises, or the default its reader falls back to; else nothing."""
+    try:
+        used = switch.reader()
+    except ValueError as exc:
+        return f" (refused: {exc})"
+    written = raw.strip().rstrip("/")
+    if switch.default is None or not written or written == switch.default:
+        return ""
+    return (
+        f" (not usable: the default {switch.default} is used)"
+        if str(used) == switch.default
+        else ""
+    )
 
 
 def _checked_kind(explicit: str | None = None, *, hosts: bool = False) -> str:
@@ -90,10 +108,10 @@ def _bad_hosts(kind: str) -> str | None:
     if switch is None or config._getenv(switch) is None:
         return None
     try:
-        pool.hosts(kind=kind)
+        listed = pool.hosts(kind=kind)
     except errors.LLMBadHosts as exc:
         return f"{switch} will not read: {exc}"
-    return None
+    return None if listed else pool._blank_hosts(switch)
 
 
 async def _status() -> int:
@@ -612,7 +630,13 @@ async def _vote(question: str, votes: int, timeout_ms: int | None = None) -> int
             else "the stub has no opinion to count; set VAELII_LLM_PROVIDER to a model backend"
         )
         raise _stub_only(reason)
-    voters = await pool.pool_from_config(kind=kind)
+    try:
+        voters = await pool.pool_from_config(kind=kind)
+    except errors.LLMError:  # a credential no header can carry...: as `ask` says it
+        probed = await _why_turns_failed(kind)
+        if probed is not None:
+            raise _cannot_answer(probed) from None
+        raise
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:
         asked = voting.asked_yes_no(question, **_turn_bounds(timeout_ms=timeout_ms))

@@ -217,6 +217,18 @@ def test_the_exit_status_table_is_the_commands() -> None:
 # -- the generated tables ----------------------------------------------------------------
 
 
+def test_every_relative_link_of_a_page_names_a_file_of_the_tree() -> None:
+    """The site builds the API reference's pages; a checkout, the sdist and
+    GitHub have none of them, so no page links one (#60)."""
+    broken = []
+    for page, text in PAGES.items():
+        here = (ROOT / page).parent
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", text):
+            if "://" not in target and not (here / target).is_file():
+                broken.append(f"{page}: {target}")
+    assert broken == []
+
+
 def test_the_generated_tables_are_up_to_date() -> None:
     assert hooks.stale_tables() == []
 

@@ -363,3 +363,179 @@ async def test_the_web_example_says_at_start_that_the_server_drops_its_tools() -
         await asyncio.wait_for(proc.communicate(), 60)
     assert lines[1] == "answering: openai\n" or lines[1].startswith("answering: openai")
     assert lines[2] == no_tools_line(chat.url)
+
+
+# -- 7. smaller words -----------------------------------------------------------------
+
+
+async def test_a_blank_hosts_switch_says_to_unset_it() -> None:
+    env = clean_env(VAELII_LLM_PROVIDER="openai", VAELII_OPENAI_HOSTS="")
+    assert await run(env, "vote", "q") == (
+        2,
+        "",
+        (
+            "bad-switch: VAELII_OPENAI_HOSTS is blank: no hosts, so every vote would wait out its "
+            "acquire timeout; unset VAELII_OPENAI_HOSTS to vote on the one configured host, or "
+            "list hosts as host[*n],...\n"
+        ),
+    )
+
+
+async def test_a_map_in_a_kb_file_is_named_as_a_map(tmp_path: Path) -> None:
+    path = tmp_path / "facts.edn"
+    path.write_text("(isa Rex Dog)\n{:a 1}\n")
+    said = (
+        f"malformed-context: {path}, form 2: found a map with no :context key (its keys: :a); "
+        "a map here is a context form, {:context CxWell :sentences [(isa Muffet Spider)]}, "
+        "and a sentence is a list, (isa Muffet Spider)\n"
+    )
+    env = clean_env(VAELII_LLM_PROVIDER="stub")
+    assert await run(env, "ask", "q", "--kb", str(path)) == (1, "", said)
+    assert await run(env, "call", "kb_sentex_count", "{}", "--kb", str(path)) == (1, "", said)
+
+
+async def test_no_tools_under_no_kb_does_not_speak_of_the_kb() -> None:
+    async with FakeOpenAI(props=NO_TOOLS_PROPS) as chat:
+        env = clean_env(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=chat.base_url)
+        code, out, err = await run(env, "ask", "q", "--no-kb", "--mcp", SERVER_FLAG)
+    assert (code, err) == (0, no_tools_line(chat.url))
+    assert "KB" not in err
+    assert "without the tools it is offered" in err
+    assert out.strip()
+
+
+async def test_config_says_when_a_value_falls_back_to_the_default() -> None:
+    for value, shown in [
+        ("lots", "'lots' (not usable: the default 8192 is used)"),
+        ("0", "'0' (not usable: the default 8192 is used)"),
+        ("4096", "'4096'"),
+    ]:
+        code, out, _ = await run(clean_env(VAELII_OLLAMA_NUM_CTX=value), "config")
+        assert code == 0
+        [line] = [line for line in out.splitlines() if line.startswith("VAELII_OLLAMA_NUM_CTX ")]
+        assert line == f"{'VAELII_OLLAMA_NUM_CTX':32} {shown}"
+
+
+async def example(name: str, env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(EXAMPLES / f"{name}.py"),
+        *argv,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_agent_loop_cut_at_max_tokens_says_what_to_do() -> None:
+    async with stopping("max_tokens") as fake:
+        code, out, err = await example("agent_loop", messages_env(fake.url))
+    assert code == 1
+    assert out.splitlines()[-1] == "stopped: max_tokens"
+    assert err == (
+        "the answer was cut at max_tokens (1024): raise max_tokens in the Request, "
+        "or ask for a shorter answer\n"
+    )
+
+
+def test_the_quickstart_and_the_pydantic_ai_docstrings_name_the_openai_wires() -> None:
+    for name in ("quickstart", "pydantic_ai_agent"):
+        text = (EXAMPLES / f"{name}.py").read_text()
+        doc = " ".join(text[: text.index('"""', 3)].split())
+        for said in ("openai", "openai-responses", "OPENAI_BASE_URL", "Chat Completions"):
+            assert said in doc, (name, said)
+
+
+MODEL_EXAMPLES = [
+    ("quickstart", ()),
+    ("agent_loop", ()),
+    ("pydantic_ai_agent", ()),
+    ("structured_output", ()),
+    ("vision", ()),
+    ("vote", ("Is it?",)),
+]
+
+
+@pytest.mark.usefixtures("ctrl_c_reaches_children")
+@pytest.mark.parametrize(("name", "argv"), MODEL_EXAMPLES, ids=[n for n, _ in MODEL_EXAMPLES])
+async def test_ctrl_c_ends_an_example_waiting_on_its_model_in_one_line(
+    name: str, argv: tuple[str, ...]
+) -> None:
+    posted: list[str] = []
+    released = asyncio.Event()
+
+    async def silent_turns(request: web.Request) -> web.Response:
+        if request.method == "POST":
+            posted.append(request.path)
+            await released.wait()
+        return web.json_response({"error": "no such route"}, status=404)
+
+    async with serve(silent_turns) as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(EXAMPLES / f"{name}.py"),
+            *argv,
+            env=messages_env(url),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        waited = asyncio.ensure_future(proc.wait())
+        await until(lambda: bool(posted), waited)  # a turn is on the wire
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        released.set()
+    assert (proc.returncode, err.decode()) == (130, "interrupted\n")
+
+
+@pytest.mark.usefixtures("ctrl_c_reaches_children")
+async def test_ctrl_c_ends_the_mcp_and_web_examples_in_one_line() -> None:
+    served = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(EXAMPLES / "mcp_server.py"),
+        "--stdio",
+        env=clean_env(),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert served.stdin is not None
+    assert served.stdout is not None
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    served.stdin.write((json.dumps(hello) + "\n").encode())
+    await served.stdin.drain()
+    assert b'"id":1' in await asyncio.wait_for(served.stdout.readline(), 60)  # it serves
+    served.send_signal(signal.SIGINT)
+    # mcp reads stdin on a thread its cancellation waits for: the host's EOF ends that read
+    served.stdin.close()
+    _, err = await asyncio.wait_for(served.communicate(), 60)
+    assert (served.returncode, err.decode()) == (130, "interrupted\n")
+
+    web_example = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(EXAMPLES / "web_backend.py"),
+        "--port",
+        "0",
+        env=clean_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert web_example.stdout is not None
+    first = await asyncio.wait_for(web_example.stdout.readline(), 60)
+    assert first.startswith(b"listening on ")
+    web_example.send_signal(signal.SIGINT)
+    out, err = await asyncio.wait_for(web_example.communicate(), 60)
+    assert web_example.returncode == 130
+    assert out.decode().splitlines()[-1] == "provider closed"
+    assert "Traceback" not in err.decode()

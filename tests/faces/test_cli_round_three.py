@@ -282,7 +282,8 @@ NO_TOOLS_PROPS = {
 def no_tools_line(url: str) -> str:
     return (
         f"no-tools: the server at {url} renders no tools with its chat template (its /props "
-        "says supports_tools: false), so the model would answer without the KB; start "
+        "says supports_tools: false), so the model would answer without the tools it is "
+        "offered; start "
         "llama-server with --jinja and a tool-capable chat template (--chat-template-file), "
         "or serve a model whose own template renders tools\n"
     )
