@@ -901,6 +901,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = _run(args)
     except _Stop as exc:
         stop = exc
+    except errors.LLMBadSwitch as exc:  # read as a turn began: as every switch, bad-switch
+        stop = _Stop(2, "bad-switch", str(exc))
     except errors.LLMError as exc:
         stop = _Stop(1, exc.type, str(exc))
     except EngineRefusal as exc:  # its message starts with its type

@@ -6,6 +6,7 @@ One class per row of the spec's refusal table, all under :class:`LLMError`::
     ├── LLMApiError         the far end answered an error status, or an error in a 200
     ├── LLMBadCredential    a credential holds a character a header cannot carry
     ├── LLMBadHosts         a pool's host list is empty or malformed
+    ├── LLMBadSwitch        a switch (an environment variable) holds a control character
     ├── LLMBadResponse      a 200 whose body would not parse, or a stream cut short
     ├── LLMEncode           a content block the request encoder has no shape for
     ├── LLMNoCredential     no provider credential is set
@@ -49,6 +50,7 @@ __all__ = [
     "LLMBadCredential",
     "LLMBadHosts",
     "LLMBadResponse",
+    "LLMBadSwitch",
     "LLMClosed",
     "LLMEncode",
     "LLMError",
@@ -66,6 +68,7 @@ ErrorType = Literal[
     "llm-bad-credential",
     "llm-bad-hosts",
     "llm-bad-response",
+    "llm-bad-switch",
     "llm-closed",
     "llm-encode",
     "llm-no-credential",
@@ -192,6 +195,19 @@ class LLMBadHosts(LLMError):
         self.entry = entry
         shown = f": {excerpt(entry)!r}" if entry is not None else ""
         super().__init__(f"{reason}{shown}")
+
+
+class LLMBadSwitch(LLMError, ValueError):
+    """A configuration switch (an environment variable) holds what no reader
+    takes: a control character, read when the switch is, at a turn's start
+    too (``VAELII_OLLAMA_NUM_CTX``). Names the variable (``switch``), never
+    quotes the value; a ValueError as well, as a refused setting is."""
+
+    type: ClassVar[ErrorType] = "llm-bad-switch"
+
+    def __init__(self, switch: str, reason: str) -> None:
+        self.switch = switch
+        super().__init__(f"{switch} {reason}")
 
 
 class LLMBadResponse(LLMError):

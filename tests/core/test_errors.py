@@ -15,6 +15,7 @@ SPEC_TYPES = {
     "llm-bad-credential": errors.LLMBadCredential,
     "llm-bad-hosts": errors.LLMBadHosts,
     "llm-bad-response": errors.LLMBadResponse,
+    "llm-bad-switch": errors.LLMBadSwitch,
     "llm-closed": errors.LLMClosed,
     "llm-encode": errors.LLMEncode,
     "llm-no-credential": errors.LLMNoCredential,
@@ -47,7 +48,7 @@ def test_the_drawing_shows_the_tree_as_it_is() -> None:
     column = {m.group(1): m.start(1) - m.start(0) for m in drawn}
     row = {m.group(1): i for i, m in enumerate(drawn)}
     for cls in SPEC_TYPES.values():
-        (base,) = cls.__bases__
+        base = cls.__bases__[0]  # LLMBadSwitch is a ValueError too, drawn under LLMError
         assert column[cls.__name__] == column[base.__name__] + 4, cls.__name__
         assert row[cls.__name__] > row[base.__name__], cls.__name__
 
@@ -172,6 +173,7 @@ RETRYABLE: list[tuple[errors.LLMError, bool]] = [
     (errors.LLMBadCredential("x-api-key"), False),
     (errors.LLMBadHosts("empty"), False),
     (errors.LLMBadResponse("far", "answered junk", "junk"), False),
+    (errors.LLMBadSwitch("VAELII_X", "holds a control character"), False),
     (errors.LLMClosed("far"), False),
     (errors.LLMEncode("scripted", "far"), False),
     (errors.LLMNoCredential("nowhere"), False),

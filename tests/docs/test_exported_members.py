@@ -36,7 +36,7 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.engine": ("Context Engine Handle Options Sentence Term embedded irreversible op"),
     "vaelii_llm.errors": (
         "EXCERPT_CHARS ErrorType LLMApiError LLMBadCredential LLMBadHosts LLMBadResponse "
-        "LLMClosed LLMEncode LLMError LLMNoCredential LLMPoolTimeout LLMTimeout "
+        "LLMBadSwitch LLMClosed LLMEncode LLMError LLMNoCredential LLMPoolTimeout LLMTimeout "
         "LLMUnreachable LLMUnsupported TimeoutPhase"
     ),
     "vaelii_llm.integrations": "",

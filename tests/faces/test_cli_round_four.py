@@ -539,3 +539,38 @@ async def test_ctrl_c_ends_the_mcp_and_web_examples_in_one_line() -> None:
     assert web_example.returncode == 130
     assert out.decode().splitlines()[-1] == "provider closed"
     assert "Traceback" not in err.decode()
+
+
+# -- 8. where the code and the specification still differed --------------------------
+
+CONTROL_NUM_CTX = "81\x0192"
+SAID_NUM_CTX = (
+    "VAELII_OLLAMA_NUM_CTX holds a control character (U+0001) at character 3; a switch's "
+    "value is one line of printable text (value withheld)"
+)
+
+
+async def test_num_ctx_with_a_control_character_is_a_typed_refusal_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vaelii_llm.providers import ollama
+
+    async with FakeOllama(script=echoer) as fake:
+        request = Request(messages=[Message(role="user", content="hi")], max_tokens=8)
+        async with ollama.provider(host=fake.url, model="llama3.2") as model:
+            monkeypatch.setenv("VAELII_OLLAMA_NUM_CTX", CONTROL_NUM_CTX)  # read as a turn begins
+            with pytest.raises(errors.LLMBadSwitch) as refused:
+                await model.complete(request)
+            with pytest.raises(errors.LLMError):  # what a caller's loop catches around a turn
+                await model.complete(request)
+    assert (refused.value.type, refused.value.switch) == ("llm-bad-switch", "VAELII_OLLAMA_NUM_CTX")
+    assert str(refused.value) == SAID_NUM_CTX
+    assert isinstance(refused.value, ValueError)
+
+
+async def test_the_command_names_a_bad_num_ctx_before_any_io() -> None:
+    async with FakeOllama(script=echoer) as fake:
+        env = {**ollama_env(fake.url), "VAELII_OLLAMA_NUM_CTX": CONTROL_NUM_CTX}
+        for argv in (["status"], ["ask", "q"], ["vote", "q"]):
+            assert await run(env, *argv) == (2, "", f"bad-switch: {SAID_NUM_CTX}\n"), argv
+    assert fake.user_agents == []  # nothing was sent: not even a probe
