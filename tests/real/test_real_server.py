@@ -2,7 +2,7 @@
 SmolLM2-135M (``tests/real/llama_server.py``), the Messages API, Chat Completions
 and Responses API wires it serves, the official clients beside ours.
 
-The ``real`` lane (``pytest -m real``, a lane of ``.ci/run``); the README's
+The ``real`` lane (``VAELII_LLM_LIVE=1 pytest -m real``, a lane of ``.ci/run``); the README's
 test command deselects it. Greedy decoding, so every turn is repeatable.
 """
 
