@@ -99,7 +99,21 @@ _ANY_JSON: Final = msgspec.json.Decoder()
 _ANT_TOKENS: Final = credentials.AntTokens()
 """The ``ant`` CLI's token as this backend last found it, shared by its probe
 and every provider it builds: choosing the backend and its first turn run the
-CLI once."""
+CLI once.
+
+One per process, not one per provider, on purpose (#60 asked): the token is
+the process's, not a provider's. The CLI answers every provider of the
+process the same (it reads the user's login under the process's ``PATH``,
+the cache's key), so a cache per provider would only run it again, up to
+:data:`~vaelii_llm.providers.anthropic._credentials.ANT_TIMEOUT_S` each time:
+once for the probe that chose the backend and again for the provider built
+next, and once more for each provider a web backend or a vote builds. What
+it shares is bounded instead: at most one token, for
+:data:`~vaelii_llm.providers.anthropic._credentials.ANT_REUSE_S` seconds,
+forgotten on a failure or another ``PATH``, never shown; an explicit
+credential or one from the environment never enters it; and a provider keeps
+what it found on its own (its credential step), so closing or replacing the
+cache's token changes no provider already answering."""
 
 
 class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
