@@ -35,8 +35,8 @@ INTERRUPTED = 130
 def run(main: Coroutine[Any, Any, int | None]) -> int:
     """``asyncio.run(main)``, its result as the exit status (None: 0). Ctrl-C
     ends it in one line on stderr, ``interrupted``, and :data:`INTERRUPTED`:
-    the running turn is cancelled (its connection closed, the server's slot
-    freed) and no traceback is printed, since nothing failed."""
+    the running turn is cancelled (its connection closed) and no traceback is
+    printed, since nothing failed."""
     try:
         return asyncio.run(main) or 0
     except KeyboardInterrupt:

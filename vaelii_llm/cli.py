@@ -721,6 +721,7 @@ def _mcp(kb_path: str | None, http: str | None) -> int:
         else:
             asyncio.run(mcp_face.serve_http(toolset, *address))
     except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)  # as every command ends on Ctrl-C
         return 130
     except OSError as exc:  # the port is taken, or the host is not this machine's
         assert address is not None

@@ -33,6 +33,7 @@ from test_cli_round_three import clean_env
 from test_cli_round_three import command
 from test_cli_round_three import no_tools_line
 from test_cli_round_three import run
+from test_cli_round_three import run_process
 from test_toolsets import SERVER_FLAG
 from test_toolsets import echoer
 from test_toolsets import keeps_asking
@@ -327,21 +328,19 @@ async def test_a_completed_turn_at_the_cap_reads_as_max_tokens(mode: str) -> Non
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+async def example(name: str, env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    """``python examples/NAME.py ARGV`` in a subprocess."""
+    return await run_process(env, sys.executable, str(EXAMPLES / f"{name}.py"), *argv)
+
+
 @pytest.mark.parametrize("name", ["quickstart", "agent_loop", "pydantic_ai_agent"])
 async def test_an_example_says_once_that_the_server_drops_its_tools(name: str) -> None:
     async with FakeOpenAI(props=NO_TOOLS_PROPS) as chat:
         env = clean_env(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=chat.base_url)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(EXAMPLES / f"{name}.py"),
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-    said = [line + "\n" for line in err.decode().splitlines() if line.startswith("no-tools: ")]
-    assert said == [no_tools_line(chat.url)], err.decode()
-    assert "answering: openai, a real model\n" in out.decode()
+        _, out, err = await example(name, env)
+    said = [line + "\n" for line in err.splitlines() if line.startswith("no-tools: ")]
+    assert said == [no_tools_line(chat.url)], err
+    assert "answering: openai, a real model\n" in out
     assert chat.bodies  # the model still answered
 
 
@@ -414,20 +413,6 @@ async def test_config_says_when_a_value_falls_back_to_the_default() -> None:
         assert code == 0
         [line] = [line for line in out.splitlines() if line.startswith("VAELII_OLLAMA_NUM_CTX ")]
         assert line == f"{'VAELII_OLLAMA_NUM_CTX':32} {shown}"
-
-
-async def example(name: str, env: dict[str, str], *argv: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(EXAMPLES / f"{name}.py"),
-        *argv,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_agent_loop_cut_at_max_tokens_says_what_to_do() -> None:

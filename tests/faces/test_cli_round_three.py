@@ -47,8 +47,12 @@ def clean_env(**env: str) -> dict[str, str]:
 
 async def run(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
     """``vaelii-llm ARGV`` in a subprocess, while this loop serves its fakes."""
+    return await run_process(env, *command(), *argv)
+
+
+async def run_process(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    """``ARGV`` in a subprocess (its status, stdout, stderr), while this loop serves its fakes."""
     proc = await asyncio.create_subprocess_exec(
-        *command(),
         *argv,
         env=env,
         stdout=asyncio.subprocess.PIPE,

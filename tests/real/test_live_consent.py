@@ -48,25 +48,24 @@ def test_default_run_deselects_llm_tests(probe_suite: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1, deselected=2)
 
 
-def test_selecting_llm_without_consent_skips_with_a_reason(probe_suite: pytest.Pytester) -> None:
-    result = probe_suite.runpytest_subprocess("-m", "llm")
+@pytest.mark.parametrize("mark", ["llm", "real"])
+def test_selecting_a_live_mark_without_consent_skips_with_a_reason(
+    probe_suite: pytest.Pytester, mark: str
+) -> None:
+    """``real`` too (#60): the local model the real lane starts itself is a
+    real model, and the specification's rule, a reachable one is not consent,
+    holds for it."""
+    result = probe_suite.runpytest_subprocess("-m", mark)
     result.assert_outcomes(skipped=1, deselected=2)
     result.stdout.fnmatch_lines(["*SKIPPED*VAELII_LLM_LIVE=1*"])
 
 
-def test_selecting_real_without_consent_skips_with_a_reason(probe_suite: pytest.Pytester) -> None:
-    """A local model the real lane starts itself is still a real model: the
-    specification's rule, a reachable one is not consent, holds for it (#60)."""
-    result = probe_suite.runpytest_subprocess("-m", "real")
-    result.assert_outcomes(skipped=1, deselected=2)
-    result.stdout.fnmatch_lines(["*SKIPPED*VAELII_LLM_LIVE=1*"])
-
-
-def test_consent_lets_a_selected_real_test_run(
-    probe_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("mark", ["llm", "real"])
+def test_consent_lets_a_selected_live_test_run(
+    probe_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mark: str
 ) -> None:
     monkeypatch.setenv("VAELII_LLM_LIVE", "1")
-    result = probe_suite.runpytest_subprocess("-m", "real")
+    result = probe_suite.runpytest_subprocess("-m", mark)
     result.assert_outcomes(failed=1, deselected=2)  # it ran: the probe's body fails on purpose
 
 
@@ -75,14 +74,6 @@ def test_the_ci_real_lane_gives_consent() -> None:
     lane = [line for line in run.splitlines() if "pytest" in line and "-m real" in line]
     assert lane
     assert all("VAELII_LLM_LIVE=1 " in line for line in lane), lane
-
-
-def test_consent_lets_a_selected_llm_test_run(
-    probe_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("VAELII_LLM_LIVE", "1")
-    result = probe_suite.runpytest_subprocess("-m", "llm")
-    result.assert_outcomes(failed=1, deselected=2)  # it ran: the probe's body fails on purpose
 
 
 def test_this_suite_holds_no_llm_test() -> None:
