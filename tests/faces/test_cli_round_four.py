@@ -213,6 +213,7 @@ def test_every_row_of_the_exit_table_has_its_run() -> None:
     assert [status for status, _ in cli.EXIT_STATUSES] == list(ROWS)
 
 
+@pytest.mark.usefixtures("ctrl_c_reaches_children")  # row 130 ends `ask` with SIGINT
 @pytest.mark.parametrize("status", list(ROWS))
 async def test_each_exit_status_is_what_the_table_says(status: int) -> None:
     await ROWS[status]()
