@@ -4,9 +4,11 @@
   ``_``-prefixed part, the rule ``tests/docs/test_exported_members.py`` freezes),
   rendering exactly the names in its ``__all__``; a new public module or name
   appears with no edit here.
-- The configuration table (``config.SWITCHES``) and the error table (the
-  ``errors`` classes and ``ErrorType``): written between markers in
-  ``docs/guides/configuration.md`` and ``docs/guides/errors.md``, so they read
+- The configuration table (``config.SWITCHES``), the error table (the
+  ``errors`` classes and ``ErrorType``) and the command's exit statuses
+  (``cli.EXIT_STATUSES``): written between markers in
+  ``docs/guides/configuration.md``, ``docs/guides/errors.md`` and
+  ``docs/guides/scripts.md``, so they read
   on GitHub and in the sdist too. ``python docs/hooks.py`` rewrites them; the
   build (and ``tests/docs/test_docs.py``) fails while a page is stale.
 - Sphinx-style roles in docstrings (``:class:`Response```) become
@@ -180,9 +182,19 @@ def error_table() -> str:
     return "\n".join(rows)
 
 
+def exit_status_table() -> str:
+    """One row per exit status of the command (``cli.EXIT_STATUSES``), in its order."""
+    from vaelii_llm import cli
+
+    rows = ["| status | meaning |", "|---|---|"]
+    rows += [f"| {status} | {cell(meaning)} |" for status, meaning in cli.EXIT_STATUSES]
+    return "\n".join(rows)
+
+
 TABLES = {
     "configuration table": (f"{GUIDES}/configuration.md", configuration_table),
     "error table": (f"{GUIDES}/errors.md", error_table),
+    "exit status table": (f"{GUIDES}/scripts.md", exit_status_table),
 }
 
 

@@ -1,5 +1,8 @@
 """The one line every example that asks a model prints first: which backend
-answers; and :class:`Progress`, the line a long wait shows on a terminal.
+answers; :func:`say_if_tools_dropped`, the line every example that offers
+tools says when the model will not see them; :class:`Progress`, the line a
+long wait shows on a terminal; and :func:`run`, how every example starts, so
+Ctrl-C ends each in one line and exit 130, as ``vaelii-llm`` does.
 
 Each example imports :func:`who_answers` from here (``python examples/NAME.py``
 puts this directory on the import path), so a new user learns at once whether a
@@ -15,13 +18,30 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Coroutine
 from types import TracebackType
+from typing import Any
 from typing import TextIO
 
 from vaelii_llm import Provider
 from vaelii_llm import config
 from vaelii_llm import providers
 from vaelii_llm.providers.stub import StubProvider
+
+INTERRUPTED = 130
+"""The exit status on Ctrl-C: the shell's own for SIGINT, as ``vaelii-llm`` exits."""
+
+
+def run(main: Coroutine[Any, Any, int | None]) -> int:
+    """``asyncio.run(main)``, its result as the exit status (None: 0). Ctrl-C
+    ends it in one line on stderr, ``interrupted``, and :data:`INTERRUPTED`:
+    the running turn is cancelled (its connection closed) and no traceback is
+    printed, since nothing failed."""
+    try:
+        return asyncio.run(main) or 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return INTERRUPTED
 
 
 async def who_answers(model: Provider) -> str:
@@ -38,6 +58,18 @@ async def who_answers(model: Provider) -> str:
         "answering: the scripted stub, not a model (nothing is configured); "
         "`vaelii-llm status` says what to set"
     )
+
+
+async def say_if_tools_dropped(model: Provider) -> None:
+    """Say once on stderr, as ``vaelii-llm ask`` does (``no-tools: ...``), when
+    the configured server would drop the tools offered (a chat template that
+    renders none): the model then answers without the KB, and would seem to
+    invent its answer. The stub reads none."""
+    if isinstance(model, StubProvider):
+        return
+    dropped = await providers.tools_dropped()
+    if dropped is not None:
+        print(f"no-tools: {dropped}", file=sys.stderr, flush=True)
 
 
 class Progress:

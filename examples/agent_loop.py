@@ -25,11 +25,12 @@ server at ``OPENAI_BASE_URL``.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import msgspec
 from _answering import Progress
+from _answering import run
+from _answering import say_if_tools_dropped
 from _answering import who_answers
 
 from vaelii_llm import Block
@@ -55,6 +56,19 @@ STUB_TURNS = [
 ]
 
 
+MAX_TOKENS = 1024
+"""Each turn's output bound: a turn that reaches it is cut (``max_tokens``)."""
+
+NEXT_STEP = {
+    "max_tokens": f"the answer was cut at max_tokens ({MAX_TOKENS}): raise max_tokens in "
+    "the Request, or ask for a shorter answer",
+    "max_turns": "the model was still asking for tools: raise max_turns, or ask a "
+    "narrower question",
+    "refusal": "the model declined to answer: rephrase the question, or try another model",
+}
+"""What to do when the loop stops short of an answer, by why it stopped."""
+
+
 async def tool_loop(
     model: Provider, toolset: tools.Toolset, question: str, max_turns: int = 8
 ) -> tuple[str, str, list[str]]:
@@ -63,7 +77,7 @@ async def tool_loop(
         system=SYSTEM,
         messages=[Message(role="user", content=question)],
         tools=toolset.schemas(),
-        max_tokens=1024,
+        max_tokens=MAX_TOKENS,
         timeout_ms=120_000,
     )
     messages = list(request.messages)
@@ -106,13 +120,16 @@ async def main() -> int:
     toolset = tools.Toolset(kb.sample())
     async with await providers.provider(stub={"script": STUB_TURNS}) as model:
         print(await who_answers(model))
+        await say_if_tools_dropped(model)
         answer, stopped, calls = await tool_loop(model, toolset, QUESTION)
     for line in calls:
         print(f"  tool {line}")
     print(f"A: {answer}")
     print(f"stopped: {stopped}")
+    if stopped in NEXT_STEP:
+        print(NEXT_STEP[stopped], file=sys.stderr)
     return 0 if stopped == "answered" else 1
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(run(main()))

@@ -20,8 +20,9 @@ same (``--http 127.0.0.1:8765`` for the streamable-HTTP transport). Needs
 
 from __future__ import annotations
 
-import asyncio
 import sys
+
+from _answering import run
 
 from vaelii_llm import kb
 from vaelii_llm import tools
@@ -84,4 +85,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(run(main()))

@@ -9,17 +9,21 @@ against the sample KB, so the tool return printed is the engine's answer; the
 first line says which backend answers.
 
 To let a real model drive, configure a backend: ``VAELII_LLM_PROVIDER=ollama``
-(an Ollama running, ``VAELII_OLLAMA_MODEL`` pulled and able to call tools) or
-``VAELII_LLM_PROVIDER=anthropic`` (a credential in ``ANTHROPIC_API_KEY``). An
+(an Ollama running, ``VAELII_OLLAMA_MODEL`` pulled and able to call tools),
+``VAELII_LLM_PROVIDER=anthropic`` (a credential in ``ANTHROPIC_API_KEY``),
+``VAELII_LLM_PROVIDER=openai`` (a server at ``OPENAI_BASE_URL`` on the Chat
+Completions wire: vLLM, llama.cpp's server, LM Studio, OpenAI) or
+``VAELII_LLM_PROVIDER=openai-responses`` (the same server's Responses API). An
 unreachable backend falls back to the stub with a warning. Needs
 ``pip install 'vaelii-llm[pydantic-ai]'``: without it the script says so and exits 2.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
+from _answering import run
+from _answering import say_if_tools_dropped
 from _answering import who_answers
 
 from vaelii_llm import kb
@@ -50,6 +54,7 @@ STUB_TURNS = [QUERY, STUB_ANSWER, QUERY, "(streamed) " + STUB_ANSWER]
 async def main() -> None:
     async with await providers.provider(stub={"script": STUB_TURNS}) as provider:
         print(await who_answers(provider))
+        await say_if_tools_dropped(provider)
         agent = Agent(
             VaeliiModel(provider),
             toolsets=[KBToolset(kb.sample())],
@@ -71,4 +76,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(run(main()))

@@ -3,9 +3,12 @@
 Run ``python examples/quickstart.py``. With no configuration the scripted stub
 plays the model (so this runs with no key, no socket and no model) while the
 tool calls run for real against the sample KB. Set ``VAELII_LLM_PROVIDER=ollama``
-(an Ollama running, ``VAELII_OLLAMA_MODEL`` pulled) or ``anthropic`` (a
-credential in ``ANTHROPIC_API_KEY``) to let a real model drive; an unreachable
-backend falls back to the stub with a warning. The first lines say which answers.
+(an Ollama running, ``VAELII_OLLAMA_MODEL`` pulled), ``anthropic`` (a
+credential in ``ANTHROPIC_API_KEY``), ``openai`` (a server at
+``OPENAI_BASE_URL`` on the Chat Completions wire: vLLM, llama.cpp's server,
+LM Studio, OpenAI) or ``openai-responses`` (the same server's Responses API)
+to let a real model drive; an unreachable backend falls back to the stub with
+a warning. The first lines say which answers.
 
 The loop is the caller's to write, and it is short: send the turn, run every
 ``tool_use`` block through :func:`vaelii_llm.tools.call` (which never raises),
@@ -14,11 +17,13 @@ send the results back, stop when the model asks for nothing more.
 
 from __future__ import annotations
 
-import asyncio
+import sys
 from contextlib import aclosing
 
 import msgspec
 from _answering import Progress
+from _answering import run
+from _answering import say_if_tools_dropped
 from _answering import who_answers
 
 from vaelii_llm import Message
@@ -96,6 +101,8 @@ async def main() -> None:
     model = await providers.provider(stub={"script": STUB_TURNS})
     async with model:
         print(await who_answers(model))
+        if request.tools:
+            await say_if_tools_dropped(model)
         print(f"Q: {QUESTION}")
         answer = await read_loop(model, base, request)
         print("A:", " ".join(b.text for b in answer.content if isinstance(b, TextBlock)))
@@ -120,4 +127,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(run(main()))

@@ -22,12 +22,12 @@ a real model fill the schema.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from contextlib import aclosing
 
 import msgspec
 from _answering import Progress
+from _answering import run
 from _answering import who_answers
 
 from vaelii_llm import Message
@@ -119,4 +119,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(run(main()))

@@ -19,11 +19,11 @@ at ``OPENAI_BASE_URL`` serving one) to have a real model look.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
 from _answering import Progress
+from _answering import run
 from _answering import who_answers
 
 from vaelii_llm import ImageBlock
@@ -72,4 +72,4 @@ async def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    sys.exit(run(main(sys.argv[1:])))

@@ -18,8 +18,9 @@ they name no path); without it the one ``OPENAI_BASE_URL`` votes.
 
 from __future__ import annotations
 
-import asyncio
 import sys
+
+from _answering import run
 
 from vaelii_llm import Message
 from vaelii_llm import Request
@@ -67,4 +68,4 @@ async def main(question: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(" ".join(sys.argv[1:]) or QUESTION)))
+    sys.exit(run(main(" ".join(sys.argv[1:]) or QUESTION)))

@@ -768,6 +768,10 @@ async def serve(
         app = runner.app
         if ANSWERED_BY in app:
             print(f"answering: {app[ANSWERED_BY]}", flush=True)
+            stub = isinstance(app[PROVIDER], StubProvider)
+            dropped = None if stub else await providers.tools_dropped()
+            if dropped is not None:  # said once, as `vaelii-llm ask` does; each answer shows it too
+                print(f"no-tools: {dropped}", flush=True)
         else:  # its reason was logged as the provider was opened
             print(f"answering: no model, so every question is a 503: {app[NO_MODEL]}", flush=True)
         await asyncio.Event().wait()
@@ -796,8 +800,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         asyncio.run(serve(args.host, args.port, args.max_connections, args.read_timeout))
+    except KeyboardInterrupt:  # Ctrl-C: "provider closed" was its one line
+        return 130  # the shell's status for SIGINT, as every example and vaelii-llm exit
     return 0
 
 

@@ -84,17 +84,19 @@ def pytest_collection(session: pytest.Session) -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip every ``llm`` test, with its reason printed, unless VAELII_LLM_LIVE consents.
+    """Skip every ``llm`` and ``real`` test, with its reason printed, unless
+    VAELII_LLM_LIVE consents.
 
-    ``pytest -m llm`` selects them (the default run deselects them through
-    ``addopts``); consent is the separate half, so a reachable model on the
-    machine is never enough to dial out.
+    ``pytest -m llm`` (``-m real``) selects them (the default run deselects
+    them through ``addopts``); consent is the separate half, so a reachable
+    model on the machine, a local ``llama-server`` the real lane starts
+    included, is never enough to call one.
     """
     if vconfig.live_llm():
         return
     skip = pytest.mark.skip(reason="needs VAELII_LLM_LIVE=1: the consent to call a real model")
     for item in items:
-        if "llm" in item.keywords:
+        if item.get_closest_marker("llm") or item.get_closest_marker("real"):  # not a folder
             item.add_marker(skip)
 
 

@@ -19,6 +19,7 @@ from vaelii_llm import _backends
 from vaelii_llm import config
 from vaelii_llm._backends import REGISTRY
 from vaelii_llm._transport.urls import hide_userinfo
+from vaelii_llm.errors import LLMBadSwitch
 
 __all__ = ["bad_kind", "bad_switches", "url_flaw"]
 
@@ -73,10 +74,19 @@ def url_flaw(value: str, *, scheme_optional: bool = False) -> str | None:
 
 
 def bad_switches(kind: str) -> str | None:
-    """Why a URL switch the backend ``kind`` reads is unusable (one line
-    naming the variable and the fault, never the value), or None."""
+    """Why a switch the backend ``kind`` reads is unusable (one line naming
+    the variable and the fault, never the value), or None: any of them
+    holding a control character (read at a turn's start for some, such as
+    ``VAELII_OLLAMA_NUM_CTX``), or a URL switch no client could reach."""
     backend = REGISTRY.get(kind)
-    if backend is None or backend.host_switch is None:
+    if backend is None:
+        return None
+    for row in backend.switch_table():
+        try:
+            config._getenv(row.name)  # a secret's own check names its header instead
+        except LLMBadSwitch as exc:
+            return str(exc)
+    if backend.host_switch is None:
         return None
     names = [backend.host_switch]
     if backend.host_switch in _READ_AS_OLLAMA_READS:

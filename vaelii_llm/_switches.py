@@ -6,8 +6,8 @@ are carried by its record (:class:`vaelii_llm._backends.Backend`), so a
 registered backend's switches are read and listed as a built-in one's are.
 :func:`getenv` is the one lookup every row's reader goes through, at the
 moment the value is used: a value holding a control character is refused
-there, naming the variable, never quoting the value. Imports nothing of the
-package.
+there (:class:`~vaelii_llm.errors.LLMBadSwitch`), naming the variable, never
+quoting the value. Imports nothing of the package but its errors.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from collections.abc import Callable
 from typing import Final
 
 import msgspec
+
+from vaelii_llm.errors import LLMBadSwitch
 
 __all__ = ["FALSY", "TRUTHY", "Switch", "getenv", "text", "text_of"]
 
@@ -69,10 +71,11 @@ def getenv(name: str, *, secret: bool = False) -> str | None:
         return value
     found = _CONTROL.search(value.strip())
     if found is not None:
-        raise ValueError(
-            f"{name} holds a control character (U+{ord(found.group()):04X}) at character "
+        raise LLMBadSwitch(
+            name,
+            f"holds a control character (U+{ord(found.group()):04X}) at character "
             f"{found.start() + 1}; a switch's value is one line of printable text "
-            "(value withheld)"
+            "(value withheld)",
         )
     _passed[name] = value
     return value

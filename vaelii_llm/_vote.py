@@ -24,6 +24,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from typing import Final
 from typing import Literal
 from typing import TypeVar
@@ -41,7 +42,7 @@ from vaelii_llm._slots import Spread
 from vaelii_llm.errors import LLMClosed
 from vaelii_llm.errors import LLMError
 
-__all__ = ["Vote", "read_response", "read_yes_no", "vote"]
+__all__ = ["Vote", "asked_yes_no", "read_response", "read_yes_no", "vote"]
 
 ASK_YES_NO: Final = "Reply with exactly one word: yes or no."
 """The system prompt of a vote asked as a plain question: a real model left
@@ -157,6 +158,13 @@ async def _turn(pool: Pool[P], request: Request, spread: Spread) -> YesNo | _Fai
     return read_response(response)
 
 
+def asked_yes_no(question: str, **fields: Any) -> Request:
+    """The request a vote sends for a plain ``question``: it as the user
+    message, :data:`ASK_YES_NO` as the system prompt, ``fields`` (any other
+    :class:`~vaelii_llm._protocol.Request` field, ``timeout_ms``...) beside."""
+    return Request(messages=[Message(role="user", content=question)], system=ASK_YES_NO, **fields)
+
+
 @telemetry.traced_vote
 async def vote(
     pool: Pool[P],
@@ -195,11 +203,7 @@ async def vote(
         raise ValueError(f"a vote needs at least one turn, got votes={votes}")
     if pool.closed:
         raise LLMClosed(POOL_LABEL)
-    request = (
-        question
-        if isinstance(question, Request)
-        else Request(messages=[Message(role="user", content=question)], system=ASK_YES_NO)
-    )
+    request = question if isinstance(question, Request) else asked_yes_no(question)
     finished: list[YesNo | _Failed | None] = []
     spread = pool._spread()
 

@@ -52,19 +52,37 @@ __all__ = ["main"]
 
 def _print_config() -> int:
     for switch in config.every_switch():  # a registered kind's own switches included
-        _print_switch(switch.name, switch.secret, switch.default)
+        _print_switch(switch)
     return 0
 
 
-def _print_switch(name: str, secret: bool, default: str | None) -> None:
+def _print_switch(switch: config.Switch) -> None:
+    name, default = switch.name, switch.default
     raw = os.environ.get(name)
-    if secret:
+    if switch.secret:
         shown = "set" if raw and raw.strip() else "unset"
     elif raw is None:
         shown = f"unset (default {default})" if default else "unset"
     else:
-        shown = repr(hide_userinfo(raw))
+        shown = repr(hide_userinfo(raw)) + _not_as_written(switch, raw)
     print(f"{name:32} {shown}")
+
+
+def _not_as_written(switch: config.Switch, raw: str) -> str:
+    """What follows a value the package will not use as written: the refusal
+    its reader raises, or the default its reader falls back to; else nothing."""
+    try:
+        used = switch.reader()
+    except ValueError as exc:
+        return f" (refused: {exc})"
+    written = raw.strip().rstrip("/")
+    if switch.default is None or not written or written == switch.default:
+        return ""
+    return (
+        f" (not usable: the default {switch.default} is used)"
+        if str(used) == switch.default
+        else ""
+    )
 
 
 def _checked_kind(explicit: str | None = None, *, hosts: bool = False) -> str:
@@ -92,10 +110,10 @@ def _bad_hosts(kind: str) -> str | None:
     if switch is None or config._getenv(switch) is None:
         return None
     try:
-        pool.hosts(kind=kind)
+        listed = pool.hosts(kind=kind)
     except errors.LLMBadHosts as exc:
         return f"{switch} will not read: {exc}"
-    return None
+    return None if listed else pool._blank_hosts(switch)
 
 
 async def _status() -> int:
@@ -170,33 +188,75 @@ ASK_STOPPED: dict[str, str] = {
 ASK_SERVER_GONE = 6
 """The exit status when an MCP server died (or hung up) during the loop."""
 
-ASK_EPILOG = """exit status:
-  0  answered
-  1  a typed error (the model unreachable, a timeout, a bad --kb file, an MCP server
-     that would not start or list its tools)
-  2  the configured backend cannot answer (nothing configured, unreachable, no credential,
-     a model not there or without tools, a server whose chat template renders no tools):
-     only the stub could; or a bad argument (two toolsets offering one tool name among
-     them) or switch value (bad-switch: the variable and what is wrong with it)
-  3  the model refused
-  4  the answer was truncated at max_tokens
-  5  the turn limit or a budget (--max-tool-calls …) ran out while the model still
-     asked for tools
-  6  an MCP server died or hung up during the loop (its later calls were error
-     results the model read; the answer is printed, then the reason)
+EXIT_STATUSES: tuple[tuple[int, str], ...] = (
+    (
+        0,
+        (
+            "done: an answer, a verdict (turns that failed said on stderr), a listing, "
+            "a tool's result; `status`: the backend that answers is the one configured "
+            "(the stub too: chosen, or with nothing configured)"
+        ),
+    ),
+    (
+        1,
+        (
+            "a typed error once the backend was found able to answer (a timeout, the far "
+            "end's error status, a bad --kb file, an MCP server that would not start or "
+            "list its tools); `call`: the tool refused (the result says why); `vote`: "
+            "every turn failed at hosts that answer"
+        ),
+    ),
+    (
+        ASK_STUB_ONLY,
+        (
+            "the configured backend cannot answer now (nothing configured, unreachable, "
+            "no credential, a wrong base URL, a model not there or without tools): the "
+            "line leads with the cause and only the stub could answer; or a bad argument "
+            "or switch value (bad-switch: the variable and what is wrong with it)"
+        ),
+    ),
+    (3, "`ask`: the model refused"),
+    (4, "`ask`: the answer was truncated at max_tokens"),
+    (
+        5,
+        (
+            "`ask`: the turn limit or a budget (--max-tool-calls ...) ran out while the "
+            "model still asked for tools"
+        ),
+    ),
+    (
+        ASK_SERVER_GONE,
+        (
+            "`ask`: an MCP server died or hung up during the loop (its later calls were "
+            "error results the model read; the answer is printed, then the reason)"
+        ),
+    ),
+    (130, "interrupted (Ctrl-C): one line, `interrupted`"),
+)
+"""Every command's exit statuses: one table, shown by each ``--help`` and
+in the scripts guide."""
 
+
+def _exit_table() -> str:
+    import textwrap
+
+    rows = [
+        textwrap.fill(meaning, 88, initial_indent=f"  {status:<4} ", subsequent_indent=" " * 7)
+        for status, meaning in EXIT_STATUSES
+    ]
+    return "exit status (every command):\n" + "\n".join(rows) + "\n"
+
+
+ASK_EPILOG = (
+    _exit_table()
+    + """
 A far end that shows it ignores the tools is said once on stderr, naming the
-fix, and the model still answers (without the knowledge base): `no-tools: ...`
-before the turn when the server says its chat template renders none (llama.cpp's
-/props), else `tools-ignored: ...` when it read fewer input tokens than the
-tools take.
+fix, and the model still answers (without the knowledge base; exit 0):
+`no-tools: ...` before the turn when the server says its chat template renders
+none (llama.cpp's /props), else `tools-ignored: ...` when it read fewer input
+tokens than the tools take.
 """
-
-STATUS_EPILOG = f"""exit status:
-  0  the configured backend answers (the stub too: chosen, or with nothing configured)
-  {ASK_STUB_ONLY}  the configured backend cannot answer now: the why line says why, and only
-     the stub would answer (as `ask` exits)
-"""
+)
 
 
 class _Stop(Exception):
@@ -211,6 +271,16 @@ class _Stop(Exception):
 
 def _stub_only(reason: str) -> _Stop:
     return _Stop(ASK_STUB_ONLY, "stub-only", f"only the stub can answer: {reason}")
+
+
+def _cannot_answer(reason: str) -> _Stop:
+    """The configured backend cannot answer now (exit 2): the probe's
+    cause leads, its type as the line's kind (``llm-unreachable: ...``), else
+    ``cannot-answer: ...`` for a reason naming no type."""
+    cause, colon, message = reason.partition(": ")
+    if colon and cause and " " not in cause:
+        return _Stop(ASK_STUB_ONLY, cause, message)
+    return _Stop(ASK_STUB_ONLY, "cannot-answer", reason)
 
 
 STUB_SAYS = "answering: the scripted stub, not a model (named as the provider)"
@@ -327,6 +397,7 @@ async def _ask(
     cache: bool | None = None,
     budgets: Mapping[str, int | None] | None = None,
     stall_ms: int | None = None,
+    timeout_ms: int | None = None,
 ) -> int:
     from vaelii_llm import _backends
     from vaelii_llm import agent
@@ -342,14 +413,13 @@ async def _ask(
     if not on_stub:
         reason = await providers.unavailable_reason(chosen)
         if reason is not None:
-            raise _stub_only(f"{chosen} cannot answer now: {reason}")
+            raise _cannot_answer(reason)
         record = _backends.record(chosen)
         check = record.cannot_call_tools
         refused = None if check is None else await _backends.import_ref(check)()
         if refused is not None:
             raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
-        check = record.drops_tools
-        no_tools = None if check is None else await _backends.import_ref(check)()
+        no_tools = await providers.tools_dropped(chosen)
         if no_tools is not None:  # said once, before the turn; the model still answers
             print(f"no-tools: {no_tools}", file=sys.stderr, flush=True)
     async with AsyncExitStack() as stack:
@@ -372,13 +442,12 @@ async def _ask(
                 shown(event)
 
         limits = budgets or {}
+        turn = _turn_bounds(stall_ms=stall_ms, timeout_ms=timeout_ms)
         waiting.start()
         try:
             result = await agent.run(
                 model,
-                question
-                if stall_ms is None
-                else agent.request(question, sources, stall_ms=stall_ms),
+                agent.request(question, sources, **turn) if turn else question,
                 toolsets=sources,
                 max_turns=max_turns,
                 deltas=not as_json,
@@ -402,6 +471,26 @@ async def _ask(
         print(f"mcp-server-gone: {gone[0]}", file=sys.stderr)
         return ASK_SERVER_GONE
     return ASK_EXIT[result.stopped]
+
+
+def _turn_bounds(**bounds: int | None) -> dict[str, int]:
+    """The :class:`~vaelii_llm.Request` bounds a command was given (``--timeout-ms``,
+    ``--stall-ms``), the unset ones left to the request's defaults."""
+    return {name: value for name, value in bounds.items() if value is not None}
+
+
+def _add_timeout_flag(parser: argparse.ArgumentParser) -> None:
+    import msgspec
+
+    from vaelii_llm._protocol import Request
+
+    (default,) = [f.default for f in msgspec.structs.fields(Request) if f.name == "timeout_ms"]
+    parser.add_argument(
+        "--timeout-ms",
+        type=_whole_number(1, "--timeout-ms", MAX_WAIT_MS),
+        help=f"each model turn's whole budget: the connection, the head and the whole "
+        f"answer (default {default})",
+    )
 
 
 def _whole_number(least: int, what: str, most: int | None = None) -> Callable[[str], int]:
@@ -485,6 +574,7 @@ def _add_ask(commands: Any) -> None:
         help="end a turn whose model sends nothing for this many ms (keep-alives do "
         "not count; default: only the turn's whole timeout)",
     )
+    _add_timeout_flag(ask)
     _add_server_flags(ask)
     ask.add_argument(
         "--no-cache",
@@ -538,8 +628,9 @@ def _vote_progress(so_far: pool.Vote) -> None:
     sys.stderr.flush()
 
 
-async def _vote(question: str, votes: int) -> int:
+async def _vote(question: str, votes: int, timeout_ms: int | None = None) -> int:
     from vaelii_llm import _backends
+    from vaelii_llm import _vote as voting
     from vaelii_llm import pool
 
     kind = _checked_kind(hosts=True)
@@ -550,10 +641,17 @@ async def _vote(question: str, votes: int) -> int:
             else "the stub has no opinion to count; set VAELII_LLM_PROVIDER to a model backend"
         )
         raise _stub_only(reason)
-    voters = await pool.pool_from_config(kind=kind)
+    try:
+        voters = await pool.pool_from_config(kind=kind)
+    except errors.LLMError:  # a credential no header can carry...: as `ask` says it
+        probed = await _why_turns_failed(kind)
+        if probed is not None:
+            raise _cannot_answer(probed) from None
+        raise
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:
-        outcome = await pool.vote(voters, question, votes=votes, on_vote=progress)
+        asked = voting.asked_yes_no(question, **_turn_bounds(timeout_ms=timeout_ms))
+        outcome = await pool.vote(voters, asked, votes=votes, on_vote=progress)
     tally = outcome.tally
     print(
         f"verdict: {outcome.verdict}  tally: yes {tally['yes']}, no {tally['no']}  "
@@ -561,25 +659,29 @@ async def _vote(question: str, votes: int) -> int:
     )
     if not outcome.failed:
         return 0
-    why = await _why_turns_failed(kind, outcome.errors[0])
-    if outcome.failed == outcome.calls:
-        raise _Stop(1, "vote-failed", f"every turn failed: {why}")
-    print(f"{outcome.failed} turn(s) failed: {why}", file=sys.stderr)
-    return 0
+    first = outcome.errors[0]
+    probed = await _why_turns_failed(kind)
+    why = probed or f"{first.type}: {first}"
+    if outcome.failed < outcome.calls:
+        print(f"{outcome.failed} turn(s) failed: {why}", file=sys.stderr)
+        return 0
+    if probed is not None:  # the backend cannot answer now, as `ask` and `status` say
+        raise _cannot_answer(probed)
+    raise _Stop(1, "vote-failed", f"every turn failed: {why}")
 
 
-async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
-    """What the pool's hosts say when probed (the first host that cannot
-    answer, or the model the hosts lack: each with its next step), else the
-    first failed turn's own typed error. A kind with no host list is its one
-    host, probed as `status` probes it."""
+async def _why_turns_failed(kind: str) -> str | None:
+    """What the pool's hosts say when probed: the first host that cannot
+    answer, or the model the hosts lack, each with its next step; None when
+    every host answers. A kind with no host list is its one host, probed as
+    `status` probes it."""
     from vaelii_llm import _backends
     from vaelii_llm import pool
     from vaelii_llm import providers
 
     backend = _backends.record(kind)
     if backend.host_option is None:
-        return await providers.unavailable_reason(kind) or f"{first.type}: {first}"
+        return await providers.unavailable_reason(kind)
     lacks = None if backend.missing_model is None else _backends.import_ref(backend.missing_model)
     assert backend.hosts_switch is not None
     by_list = config._getenv(backend.hosts_switch) is not None  # as pool.hosts reads it
@@ -592,7 +694,7 @@ async def _why_turns_failed(kind: str, first: errors.LLMError) -> str:
             return reason.replace(backend.host_switch, backend.hosts_switch)
         if reason is not None:
             return reason
-    return f"{first.type}: {first}"
+    return None
 
 
 async def _warm() -> int:
@@ -630,6 +732,7 @@ def _mcp(kb_path: str | None, http: str | None) -> int:
         else:
             asyncio.run(mcp_face.serve_http(toolset, *address))
     except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)  # as every command ends on Ctrl-C
         return 130
     except OSError as exc:  # the port is taken, or the host is not this machine's
         assert address is not None
@@ -685,7 +788,7 @@ def build_parser() -> argparse.ArgumentParser:
         "which backend answers now, and what its model can do",
         "Say which backend is configured and which answers now; when it cannot, why\n"
         "and what to do; for Ollama, the host, the model and what the model can do.",
-    ).epilog = STATUS_EPILOG
+    )
     _command(
         commands,
         "config",
@@ -707,9 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
         "call",
         "run one tool call against a KB",
         "Run one tool call against the sample KB (or --kb FILE), or a tool of an MCP\n"
-        "server named with --mcp or --mcp-http, and print its result; exit 0 when the\n"
-        "tool answered, 1 when it refused (the result says why) or a server would not\n"
-        "start, 2 for a bad argument.",
+        "server named with --mcp or --mcp-http, and print its result.",
     )
     call.add_argument("tool", help="a tool name, e.g. kb_query")
     call.add_argument(
@@ -729,14 +830,15 @@ def build_parser() -> argparse.ArgumentParser:
         "Ask a yes/no question several times over the configured backend and\n"
         "print the verdict. It runs on every model backend: over its hosts switch\n"
         "where it has one (VAELII_OLLAMA_HOSTS, VAELII_OPENAI_HOSTS), else on its one\n"
-        "host (the Messages API's ANTHROPIC_BASE_URL too).\n"
-        "Exit 0 with a verdict, 1 when every turn failed (with the first\n"
-        "turn's reason), 2 when only the stub could answer (nothing configured).",
+        "host (the Messages API's ANTHROPIC_BASE_URL too). When every turn failed,\n"
+        "the hosts are probed: the first one that cannot answer says why (exit 2),\n"
+        "else the first turn's own error does (exit 1).",
     )
     vote.add_argument("question")
     vote.add_argument(
         "--votes", type=_whole_number(1, "--votes"), default=3, help="turns asked (default 3)"
     )
+    _add_timeout_flag(vote)
     _command(
         commands,
         "warm",
@@ -747,6 +849,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mcp_parser(commands)
     for sub in commands.choices.values():  # a subcommand's stray argument shows its usage
         sub.set_defaults(usage_of=sub)
+        if sub.epilog is None:  # one table of exit statuses, on every command's --help
+            sub.epilog = _exit_table()
     return parser
 
 
@@ -765,6 +869,7 @@ def _run(args: argparse.Namespace) -> int | None:
                 args.cache,
                 {name: getattr(args, name) for name in _ASK_BUDGETS},
                 args.stall_ms,
+                args.timeout_ms,
             )
         )
     if args.command == "config":
@@ -785,7 +890,7 @@ def _run(args: argparse.Namespace) -> int | None:
             )
         )
     if args.command == "vote":
-        return asyncio.run(_vote(args.question, args.votes))
+        return asyncio.run(_vote(args.question, args.votes, args.timeout_ms))
     if args.command == "warm":
         return asyncio.run(_warm())
     if args.command == "mcp":
@@ -808,6 +913,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = _run(args)
     except _Stop as exc:
         stop = exc
+    except errors.LLMBadSwitch as exc:  # read as a turn began: as every switch, bad-switch
+        stop = _Stop(2, "bad-switch", str(exc))
     except errors.LLMError as exc:
         stop = _Stop(1, exc.type, str(exc))
     except EngineRefusal as exc:  # its message starts with its type

@@ -6,6 +6,7 @@ One class per row of the spec's refusal table, all under :class:`LLMError`::
     ├── LLMApiError         the far end answered an error status, or an error in a 200
     ├── LLMBadCredential    a credential holds a character a header cannot carry
     ├── LLMBadHosts         a pool's host list is empty or malformed
+    ├── LLMBadSwitch        a switch (an environment variable) holds a control character
     ├── LLMBadResponse      a 200 whose body would not parse, or a stream cut short
     ├── LLMEncode           a content block the request encoder has no shape for
     ├── LLMNoCredential     no provider credential is set
@@ -49,6 +50,7 @@ __all__ = [
     "LLMBadCredential",
     "LLMBadHosts",
     "LLMBadResponse",
+    "LLMBadSwitch",
     "LLMClosed",
     "LLMEncode",
     "LLMError",
@@ -66,6 +68,7 @@ ErrorType = Literal[
     "llm-bad-credential",
     "llm-bad-hosts",
     "llm-bad-response",
+    "llm-bad-switch",
     "llm-closed",
     "llm-encode",
     "llm-no-credential",
@@ -138,6 +141,8 @@ class LLMApiError(LLMError):
     marked ``retryable``. ``request_id`` is the far end's id for the request
     (``None`` when it sent none); ``headers`` holds the rate-limit and retry
     headers the backend allow-lists (names lowercased; never a credential).
+    ``next_step``, when the cause is known (a 404 from a base URL ending in a
+    path the wire adds itself), ends the message.
     """
 
     type: ClassVar[ErrorType] = "llm-api-error"
@@ -150,16 +155,19 @@ class LLMApiError(LLMError):
         *,
         request_id: str | None = None,
         headers: Mapping[str, str] | None = None,
+        next_step: str | None = None,
     ) -> None:
         self.label = label
         self.status = status
         self.body = body
+        self.next_step = next_step
         self.request_id = request_id
         self.headers: Mapping[str, str] = headers or {}
         # An error inside a 200 is marked as the status the API answers it with.
         answered = status if status >= 400 else _API_ERROR_STATUS.get(_api_error_kind(body) or "")
         self.retryable = answered is not None and _retryable_status(answered)
-        super().__init__(f"{label} answered HTTP {status}: {excerpt(body)!r}")
+        then = "" if next_step is None else f"; {next_step}"
+        super().__init__(f"{label} answered HTTP {status}: {excerpt(body)!r}{then}")
 
 
 class LLMBadCredential(LLMError):
@@ -187,6 +195,19 @@ class LLMBadHosts(LLMError):
         self.entry = entry
         shown = f": {excerpt(entry)!r}" if entry is not None else ""
         super().__init__(f"{reason}{shown}")
+
+
+class LLMBadSwitch(LLMError, ValueError):
+    """A configuration switch (an environment variable) holds what no reader
+    takes: a control character, read when the switch is, at a turn's start
+    too (``VAELII_OLLAMA_NUM_CTX``). Names the variable (``switch``), never
+    quotes the value; a ValueError as well, as a refused setting is."""
+
+    type: ClassVar[ErrorType] = "llm-bad-switch"
+
+    def __init__(self, switch: str, reason: str) -> None:
+        self.switch = switch
+        super().__init__(f"{switch} {reason}")
 
 
 class LLMBadResponse(LLMError):
@@ -256,13 +277,28 @@ content), or waiting for a pool's provider."""
 _PHASE_MESSAGES: dict[TimeoutPhase, str] = {
     "connection": (
         "no connection to {label} came free inside the turn's {ms} ms "
-        "(all of max_connections were in use; the turn was not sent)"
+        "(all of max_connections were in use; the turn was not sent); "
+        "raise the provider's max_connections, or timeout_ms (--timeout-ms)"
     ),
-    "headers": "{label} did not answer inside the turn's {ms} ms",
-    "body": "{label} did not finish its answer inside the turn's {ms} ms",
-    "stall": "{label} stalled: no content for {ms} ms (stall_ms), after {chunks} content chunks",
-    "acquire": "{label} did not free a provider inside the turn's {ms} ms",
+    "headers": (
+        "{label} did not answer inside the turn's {ms} ms; "
+        "raise timeout_ms (--timeout-ms) for a model this slow to start"
+    ),
+    "body": (
+        "{label} did not finish its answer inside the turn's {ms} ms; "
+        "raise timeout_ms (--timeout-ms), or ask for fewer max_tokens"
+    ),
+    "stall": (
+        "{label} stalled: no content for {ms} ms (stall_ms), after {chunks} content chunks; "
+        "raise stall_ms (--stall-ms) for a model that pauses this long"
+    ),
+    "acquire": (
+        "{label} did not free a provider inside its acquire_timeout_ms ({ms} ms); "
+        "raise acquire_timeout_ms, or give the pool more hosts or calls per host"
+    ),
 }
+"""Each phase's message: what ran out, and the setting to raise (the
+command's flag beside it where it has one)."""
 
 
 class LLMTimeout(LLMError):

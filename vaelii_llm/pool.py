@@ -62,6 +62,14 @@ __all__ = [
 ]
 
 
+def _blank_hosts(switch: str | None) -> str:
+    """Why a blank host list is refused, and the two ways out."""
+    return (
+        f"{switch} is blank: no hosts, so every vote would wait out its acquire timeout; "
+        f"unset {switch} to vote on the one configured host, or list hosts as host[*n],..."
+    )
+
+
 async def pool_from_config(
     explicit: str | None = None,
     *,
@@ -107,10 +115,7 @@ async def pool_from_config(
     else:
         entries = hosts(explicit, kind=kind)
     if not entries:
-        raise LLMBadHosts(
-            f"{backend.hosts_switch} is blank: no hosts, so every vote would wait out "
-            "its acquire timeout"
-        )
+        raise LLMBadHosts(_blank_hosts(backend.hosts_switch))
     build: Callable[..., Provider] = importlib.import_module(backend.module).provider
     opts: dict[str, Any] = {} if model is None else {"model": model}
     built: list[Provider] = []

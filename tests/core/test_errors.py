@@ -15,6 +15,7 @@ SPEC_TYPES = {
     "llm-bad-credential": errors.LLMBadCredential,
     "llm-bad-hosts": errors.LLMBadHosts,
     "llm-bad-response": errors.LLMBadResponse,
+    "llm-bad-switch": errors.LLMBadSwitch,
     "llm-closed": errors.LLMClosed,
     "llm-encode": errors.LLMEncode,
     "llm-no-credential": errors.LLMNoCredential,
@@ -47,7 +48,7 @@ def test_the_drawing_shows_the_tree_as_it_is() -> None:
     column = {m.group(1): m.start(1) - m.start(0) for m in drawn}
     row = {m.group(1): i for i, m in enumerate(drawn)}
     for cls in SPEC_TYPES.values():
-        (base,) = cls.__bases__
+        base = cls.__bases__[0]  # LLMBadSwitch is a ValueError too, drawn under LLMError
         assert column[cls.__name__] == column[base.__name__] + 4, cls.__name__
         assert row[cls.__name__] > row[base.__name__], cls.__name__
 
@@ -56,7 +57,10 @@ def test_a_pool_timeout_is_a_timeout_of_the_acquire_phase() -> None:
     err = errors.LLMPoolTimeout("the vote pool", 250)
     assert isinstance(err, errors.LLMTimeout)
     assert (err.type, err.phase, err.timeout_ms) == ("llm-pool-timeout", "acquire", 250)
-    assert str(err) == "the vote pool did not free a provider inside the turn's 250 ms"
+    assert str(err) == (
+        "the vote pool did not free a provider inside its acquire_timeout_ms (250 ms); "
+        "raise acquire_timeout_ms, or give the pool more hosts or calls per host"
+    )
 
 
 @pytest.mark.parametrize(
@@ -69,6 +73,7 @@ def test_a_pool_timeout_is_a_timeout_of_the_acquire_phase() -> None:
     ],
 )
 def test_a_timeout_names_its_phase(phase: errors.TimeoutPhase, said: str) -> None:
+    """Each phase's message says what ran out and what to raise (#60)."""
     err = errors.LLMTimeout("Ollama at http://h:1", 900, phase)
     assert err.phase == phase
     assert said in str(err)
@@ -168,6 +173,7 @@ RETRYABLE: list[tuple[errors.LLMError, bool]] = [
     (errors.LLMBadCredential("x-api-key"), False),
     (errors.LLMBadHosts("empty"), False),
     (errors.LLMBadResponse("far", "answered junk", "junk"), False),
+    (errors.LLMBadSwitch("VAELII_X", "holds a control character"), False),
     (errors.LLMClosed("far"), False),
     (errors.LLMEncode("scripted", "far"), False),
     (errors.LLMNoCredential("nowhere"), False),
@@ -193,3 +199,17 @@ def test_an_error_inside_a_200_keeps_its_status_and_is_marked_by_its_type() -> N
 
 def test_the_retryable_table_covers_every_subclass() -> None:
     assert {type(e) for e, _ in RETRYABLE} == _subclasses(errors.LLMError)
+
+
+RAISE = {
+    "connection": "raise the provider's max_connections, or timeout_ms (--timeout-ms)",
+    "headers": "raise timeout_ms (--timeout-ms) for a model this slow to start",
+    "body": "raise timeout_ms (--timeout-ms), or ask for fewer max_tokens",
+    "stall": "raise stall_ms (--stall-ms) for a model that pauses this long",
+    "acquire": "raise acquire_timeout_ms, or give the pool more hosts or calls per host",
+}
+
+
+@pytest.mark.parametrize("phase", get_args(errors.TimeoutPhase))
+def test_every_timeout_names_what_to_raise(phase: errors.TimeoutPhase) -> None:
+    assert str(errors.LLMTimeout("Ollama at http://h:1", 900, phase)).endswith("; " + RAISE[phase])

@@ -203,18 +203,30 @@ def test_inline_commands_run_on_the_stub(
 
 
 def test_the_exit_status_table_is_the_commands() -> None:
-    page = PAGES["docs/guides/scripts.md"]
-    rows = dict(re.findall(r"^\| (\d) \| (.*?) \|$", page, re.MULTILINE))
-    assert set(cli.ASK_EXIT.values()) | {1, 2, cli.ASK_SERVER_GONE} == {int(c) for c in rows}
-    for stopped, code in cli.ASK_EXIT.items():
-        assert str(code) in rows, stopped
-    assert rows[str(cli.ASK_STUB_ONLY)].startswith("the configured backend cannot answer")
-    for code in rows:
-        assert f"  {code}  " in cli.ASK_EPILOG, code
-    assert "max_tokens" in rows[str(cli.ASK_EXIT["max_tokens"])]
+    rows = dict(cli.EXIT_STATUSES)  # the page's copy is the generated table's, checked below
+    assert set(cli.ASK_EXIT.values()) | {1, cli.ASK_STUB_ONLY, cli.ASK_SERVER_GONE} <= set(rows)
+    assert rows[cli.ASK_STUB_ONLY].startswith("the configured backend cannot answer")
+    assert "max_tokens" in rows[cli.ASK_EXIT["max_tokens"]]
+    (commands,) = [a for a in cli.build_parser()._actions if a.choices and a.dest == "command"]
+    assert isinstance(commands.choices, dict)
+    for command in commands.choices.values():  # every command's --help shows the one table
+        for code in rows:
+            assert f"  {code:<4} " in command.epilog, (command.prog, code)
 
 
 # -- the generated tables ----------------------------------------------------------------
+
+
+def test_every_relative_link_of_a_page_names_a_file_of_the_tree() -> None:
+    """The site builds the API reference's pages; a checkout, the sdist and
+    GitHub have none of them, so no page links one (#60)."""
+    broken = []
+    for page, text in PAGES.items():
+        here = (ROOT / page).parent
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", text):
+            if "://" not in target and not (here / target).is_file():
+                broken.append(f"{page}: {target}")
+    assert broken == []
 
 
 def test_the_generated_tables_are_up_to_date() -> None:

@@ -36,7 +36,7 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.engine": ("Context Engine Handle Options Sentence Term embedded irreversible op"),
     "vaelii_llm.errors": (
         "EXCERPT_CHARS ErrorType LLMApiError LLMBadCredential LLMBadHosts LLMBadResponse "
-        "LLMClosed LLMEncode LLMError LLMNoCredential LLMPoolTimeout LLMTimeout "
+        "LLMBadSwitch LLMClosed LLMEncode LLMError LLMNoCredential LLMPoolTimeout LLMTimeout "
         "LLMUnreachable LLMUnsupported TimeoutPhase"
     ),
     "vaelii_llm.integrations": "",
@@ -47,7 +47,7 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.pool": "ASK_YES_NO Pool Vote hosts pool_from_config read_yes_no stub_pool vote",
     "vaelii_llm.providers": (
         "Backend Option active_kind available generation_provider provider register "
-        "unavailable_reason warm"
+        "tools_dropped unavailable_reason warm"
     ),
     "vaelii_llm.providers.anthropic": (
         "AnthropicProvider Credential DEFAULT_EFFORT DEFAULT_MODEL available provider "

@@ -50,7 +50,9 @@ def run_example(
     name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> list[str]:
     monkeypatch.syspath_prepend(str(ROOT / "examples"))  # as `python examples/NAME.py` has it
-    runpy.run_path(str(ROOT / "examples" / name), run_name="__main__")
+    with pytest.raises(SystemExit) as ended:  # each example exits with its status (#60)
+        runpy.run_path(str(ROOT / "examples" / name), run_name="__main__")
+    assert ended.value.code == 0
     out, err = capsys.readouterr()
     assert err == ""
     return out.splitlines()

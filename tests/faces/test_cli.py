@@ -137,11 +137,12 @@ def test_warm_on_the_stub_has_nothing_to_do(
 def test_a_typed_error_is_printed_with_its_type(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VAELII_LLM_PROVIDER", "ollama")
-    monkeypatch.setenv("VAELII_OLLAMA_HOSTS", "")
+    monkeypatch.setenv("VAELII_LLM_PROVIDER", "anthropic")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ab\ncd")
     code, _, err = run(capsys, "vote", "q")
-    assert code == 1
-    assert err.startswith("llm-bad-hosts")
+    assert code == 2  # the configured backend cannot answer: its cause leads, as ask's (#60)
+    assert err.startswith("llm-bad-credential: ")
+    assert run(capsys, "ask", "q") == (2, "", err)
 
 
 def test_refusals_print_one_line_not_a_traceback(

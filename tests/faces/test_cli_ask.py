@@ -163,7 +163,7 @@ async def test_ask_on_a_backend_that_fell_back_says_so_in_one_line_and_exits_2(
             telemetry.disable()
     assert (code, out) == (2, "")
     [line] = err.splitlines()
-    assert line.startswith("stub-only: only the stub can answer: ollama cannot answer now: ")
+    assert line.startswith("llm-unreachable: Ollama at ")
 
 
 @pytest.mark.parametrize(
@@ -234,11 +234,11 @@ def test_ask_help_documents_every_exit_status(capsys: pytest.CaptureFixture[str]
         cli.main(["ask", "--help"])
     out = capsys.readouterr().out
     for code in (
-        "0  answered",
-        "2  the configured backend cannot answer",
-        "3  the model refused",
-        "4  the answer was truncated",
-        "5  the turn limit",
+        "0    done: an answer",
+        "2    the configured backend cannot answer",
+        "3    `ask`: the model refused",
+        "4    `ask`: the answer was truncated",
+        "5    `ask`: the turn limit",
     ):
         assert code in out
     assert "--kb" in out

@@ -72,10 +72,7 @@ async def test_ask_on_a_dead_ollama_names_the_host_the_cause_and_the_next_step(
     code, out, err = await run_cli(capsys, "ask", QUESTION)
     line = one_line(err)
     assert (code, out) == (2, "")
-    assert line.startswith(
-        f"stub-only: only the stub can answer: ollama cannot answer now: "
-        f"llm-unreachable: Ollama at {url} is unreachable: could not connect"
-    )
+    assert line.startswith(f"llm-unreachable: Ollama at {url} is unreachable: could not connect")
     assert line.endswith("start Ollama there (`ollama serve`) or point VAELII_OLLAMA_HOST at one")
     assert "set VAELII_LLM_PROVIDER=ollama" not in line  # it is set: never ask for it again
 
@@ -118,7 +115,7 @@ def test_status_exits_2_when_the_configured_backend_cannot_answer() -> None:
         timeout=60,
         check=True,
     )
-    assert "exit status:" in help_page.stdout
+    assert "exit status (every command):" in help_page.stdout
 
 
 async def test_ask_with_a_credential_holding_a_newline_names_the_header_not_the_value(
@@ -129,8 +126,7 @@ async def test_ask_with_a_credential_holding_a_newline_names_the_header_not_the_
     line = one_line(err)
     assert (code, out) == (2, "")
     assert line.startswith(
-        "stub-only: only the stub can answer: anthropic cannot answer now: llm-bad-credential: "
-        "the credential for the x-api-key header holds a control character"
+        "llm-bad-credential: the credential for the x-api-key header holds a control character"
     )
     assert "a pasted newline?" in line
     assert "secret" not in line
@@ -281,19 +277,19 @@ def test_a_caller_who_asks_for_the_lexer_log_gets_it(caplog: pytest.LogCaptureFi
     assert any(r.name == "edn_format.edn_lex" for r in caplog.records)
 
 
-# -- 8. vote: a dead host is a reason and status 1; nothing configured is 2 ------------
+# -- 8. vote: a dead host leads with its cause and exits 2, as ask (#60) ---------------
 
 
-async def test_vote_on_a_dead_host_says_why_and_exits_1(
+async def test_vote_on_a_dead_host_says_why_and_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = refused_url()
     clear_env(monkeypatch, VAELII_LLM_PROVIDER="ollama", VAELII_OLLAMA_HOSTS=url)
     code, out, err = await run_cli(capsys, "vote", "Is a spider an insect?")
-    assert code == 1
+    assert code == 2
     assert out == "verdict: abstain  tally: yes 0, no 0  failed: 3 of 3\n"
     line = one_line(err)
-    assert line.startswith(f"vote-failed: every turn failed: llm-unreachable: Ollama at {url}")
+    assert line.startswith(f"llm-unreachable: Ollama at {url}")
     assert line.endswith("start Ollama there (`ollama serve`) or point VAELII_OLLAMA_HOSTS at one")
 
 
@@ -307,9 +303,9 @@ async def test_vote_on_a_model_not_pulled_says_ollama_pull(
         VAELII_OLLAMA_MODEL="nothere",
     )
     code, _, err = await run_cli(capsys, "vote", "Is a spider an insect?")
-    assert code == 1
+    assert code == 2
     assert one_line(err) == (
-        f"vote-failed: every turn failed: the Ollama at {reader.url} has no model 'nothere': "
+        f"cannot-answer: the Ollama at {reader.url} has no model 'nothere': "
         "run `ollama pull nothere` there, or set VAELII_OLLAMA_MODEL to one it has (`ollama list`)"
     )
 
@@ -347,7 +343,7 @@ def test_vote_help_names_no_one_backend() -> None:
         check=True,
     )
     assert "Ollama" not in done.stdout
-    assert "first\nturn's reason" in done.stdout
+    assert "the first turn's own error does (exit 1)" in done.stdout
 
 
 def test_vote_with_nothing_configured_exits_2_as_ask_does(
@@ -459,10 +455,10 @@ async def test_ask_json_prints_a_json_error_on_failure(
     code, out, err = await run_cli(capsys, "ask", QUESTION, "--json")
     failure: dict[str, Any] = json.loads(out)
     assert code == 2
-    assert failure["error"] == "stub-only"
+    assert failure["error"] == "llm-unreachable"
     assert failure["exit"] == 2
-    assert failure["message"].startswith("only the stub can answer: ollama cannot answer now: ")
-    assert err == f"stub-only: {failure['message']}\n"
+    assert failure["message"].startswith(f"Ollama at {url} is unreachable: ")
+    assert err == f"llm-unreachable: {failure['message']}\n"
 
     bad = await run_cli(capsys, "ask", QUESTION, "--json", "--kb", "/nonexistent/kb.edn")
     assert bad[0] == 1

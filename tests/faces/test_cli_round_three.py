@@ -47,8 +47,12 @@ def clean_env(**env: str) -> dict[str, str]:
 
 async def run(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
     """``vaelii-llm ARGV`` in a subprocess, while this loop serves its fakes."""
+    return await run_process(env, *command(), *argv)
+
+
+async def run_process(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    """``ARGV`` in a subprocess (its status, stdout, stderr), while this loop serves its fakes."""
     proc = await asyncio.create_subprocess_exec(
-        *command(),
         *argv,
         env=env,
         stdout=asyncio.subprocess.PIPE,
@@ -80,16 +84,11 @@ async def test_a_dead_messages_api_host_reads_as_one_that_cannot_answer() -> Non
     assert lines[3:] == [f"base URL:   {url}", "model:      claude-opus-5-5"]
     code, out, err = await run(env, "ask", "Who is afraid of spiders?")
     assert (code, out) == (2, "")  # as Ollama and the Chat Completions wire: only the stub could
-    assert err.startswith(
-        "stub-only: only the stub can answer: anthropic cannot answer now: llm-unreachable: "
-        f"the Messages API at {url} is unreachable"
-    )
+    assert err.startswith(f"llm-unreachable: the Messages API at {url} is unreachable")
     code, out, err = await run(env, "vote", "Is a spider an insect?")
-    assert code == 1  # as on the other backends: every turn failed, and the probe says why
+    assert code == 2  # as ask: every turn failed, and the probe says the host cannot answer
     assert out == "verdict: abstain  tally: yes 0, no 0  failed: 3 of 3\n"
-    assert err.startswith(
-        f"vote-failed: every turn failed: llm-unreachable: the Messages API at {url} is unreachable"
-    )
+    assert err.startswith(f"llm-unreachable: the Messages API at {url} is unreachable")
     assert SECRET not in out + err
 
 
@@ -287,7 +286,8 @@ NO_TOOLS_PROPS = {
 def no_tools_line(url: str) -> str:
     return (
         f"no-tools: the server at {url} renders no tools with its chat template (its /props "
-        "says supports_tools: false), so the model would answer without the KB; start "
+        "says supports_tools: false), so the model would answer without the tools it is "
+        "offered; start "
         "llama-server with --jinja and a tool-capable chat template (--chat-template-file), "
         "or serve a model whose own template renders tools\n"
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loopback import refused_url
 
 from vaelii_llm.errors import LLMBadCredential
 from vaelii_llm.errors import LLMNoCredential
@@ -431,3 +432,21 @@ def test_a_credential_holder_is_immutable_copyable_and_withholds_its_value(secre
         assert made == held
         assert hash(made) == hash(held)
         assert type(made) is type(held)
+
+
+async def test_the_token_is_the_processs_two_providers_and_the_probe_run_the_cli_once(
+    bin_dir: Path, tmp_path: Path
+) -> None:
+    """Why the cache is one per process (#60): every provider of the process
+    gets the same token from the CLI, so one cache runs it once for them all."""
+    from vaelii_llm.providers import anthropic
+
+    runs = tmp_path / "runs"
+    counting_ant(bin_dir, runs)
+    anthropic._ANT_TOKENS.keep(None, None)  # as a fresh process has it
+    assert await anthropic.unavailable_reason(base_url=refused_url()) is not None  # the probe
+    async with anthropic.provider() as first, anthropic.provider() as second:
+        found = [await first.credential(), await second.credential()]
+    assert {credential.value for credential in found} == {SECRET}
+    assert run_count(runs) == 1
+    assert SECRET not in repr(anthropic._ANT_TOKENS)

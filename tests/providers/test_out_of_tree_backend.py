@@ -216,9 +216,9 @@ def test_vote_runs_over_its_hosts_and_blames_the_host_that_is_down(
     monkeypatch.setattr("farfield_backend.read_host", lambda text: text.strip() + ".example")
     monkeypatch.setattr("farfield_backend.provider", _failing)
     code, out, err = run(capsys, "vote", "--votes", "1", "Is the sky up?")
-    assert code == 1
+    assert code == 2
     assert err.strip() == (
-        "vote-failed: every turn failed: the farfield at farfield-down.example is down; "
+        "cannot-answer: the farfield at farfield-down.example is down; "
         "start it, or point FARFIELD_HOSTS elsewhere"
     )
 

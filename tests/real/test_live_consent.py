@@ -1,5 +1,5 @@
 """The two halves that hold a live-model test out of every other run:
-the ``llm`` mark selects, ``VAELII_LLM_LIVE`` consents."""
+the ``llm`` mark (or ``real``) selects, ``VAELII_LLM_LIVE`` consents."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ import pytest
 def test_would_dial_out():
     raise AssertionError("a live test ran")
 
+@pytest.mark.real
+def test_would_call_a_local_model():
+    raise AssertionError("a real-lane test ran")
+
 def test_hermetic():
     pass
 """
@@ -32,7 +36,8 @@ def probe_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> p
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
     pytester.makepyfile(bounded_runs=(ROOT / "tests" / "support" / "bounded_runs.py").read_text())
     pytester.makeini(
-        "[pytest]\naddopts = -m 'not llm' -ra\nmarkers =\n    llm: reaches a real model\n"
+        "[pytest]\naddopts = -m 'not llm and not real' -ra\nmarkers =\n"
+        "    llm: reaches a real model\n    real: reaches a local real model\n"
     )
     pytester.makepyfile(test_probe=PROBE)
     return pytester
@@ -40,21 +45,35 @@ def probe_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> p
 
 def test_default_run_deselects_llm_tests(probe_suite: pytest.Pytester) -> None:
     result = probe_suite.runpytest_subprocess()
-    result.assert_outcomes(passed=1, deselected=1)
+    result.assert_outcomes(passed=1, deselected=2)
 
 
-def test_selecting_llm_without_consent_skips_with_a_reason(probe_suite: pytest.Pytester) -> None:
-    result = probe_suite.runpytest_subprocess("-m", "llm")
-    result.assert_outcomes(skipped=1, deselected=1)
+@pytest.mark.parametrize("mark", ["llm", "real"])
+def test_selecting_a_live_mark_without_consent_skips_with_a_reason(
+    probe_suite: pytest.Pytester, mark: str
+) -> None:
+    """``real`` too (#60): the local model the real lane starts itself is a
+    real model, and the specification's rule, a reachable one is not consent,
+    holds for it."""
+    result = probe_suite.runpytest_subprocess("-m", mark)
+    result.assert_outcomes(skipped=1, deselected=2)
     result.stdout.fnmatch_lines(["*SKIPPED*VAELII_LLM_LIVE=1*"])
 
 
-def test_consent_lets_a_selected_llm_test_run(
-    probe_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("mark", ["llm", "real"])
+def test_consent_lets_a_selected_live_test_run(
+    probe_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mark: str
 ) -> None:
     monkeypatch.setenv("VAELII_LLM_LIVE", "1")
-    result = probe_suite.runpytest_subprocess("-m", "llm")
-    result.assert_outcomes(failed=1, deselected=1)  # it ran: the probe's body fails on purpose
+    result = probe_suite.runpytest_subprocess("-m", mark)
+    result.assert_outcomes(failed=1, deselected=2)  # it ran: the probe's body fails on purpose
+
+
+def test_the_ci_real_lane_gives_consent() -> None:
+    run = (ROOT / ".ci" / "run").read_text()
+    lane = [line for line in run.splitlines() if "pytest" in line and "-m real" in line]
+    assert lane
+    assert all("VAELII_LLM_LIVE=1 " in line for line in lane), lane
 
 
 def test_this_suite_holds_no_llm_test() -> None:
@@ -66,12 +85,13 @@ def test_this_suite_holds_no_llm_test() -> None:
     assert offenders == []
 
 
-# The real lane (`-m real`) is exempt from the consent rule: its far end is a
-# llama-server and a model the lane builds from pinned packages and starts
-# itself, on 127.0.0.1, with no key and no network beyond the machine, and its
-# greedy answers repeat. It stays exempt only while it stays that; the check
-# below reads every file of the lane for a URL off loopback and for a
-# credential read from the environment.
+# The real lane (`-m real`) needs consent as well (#60; it was exempt): a
+# reachable local model is not consent, the specification says, and its far
+# end is one, though the lane builds it from pinned packages and starts it
+# itself, on 127.0.0.1, with no key and no network beyond the machine. It is
+# no `llm` test only while it stays that; the check below reads every file of
+# the lane for a URL off loopback and for a credential read from the
+# environment.
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}
 URL_HOST = re.compile(r"https?://([^/:\"'\s{}]+)")

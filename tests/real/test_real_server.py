@@ -2,7 +2,7 @@
 SmolLM2-135M (``tests/real/llama_server.py``), the Messages API, Chat Completions
 and Responses API wires it serves, the official clients beside ours.
 
-The ``real`` lane (``pytest -m real``, a lane of ``.ci/run``); the README's
+The ``real`` lane (``VAELII_LLM_LIVE=1 pytest -m real``, a lane of ``.ci/run``); the README's
 test command deselects it. Greedy decoding, so every turn is repeatable.
 """
 
@@ -94,6 +94,20 @@ async def test_complete_and_stream_answer_the_same(server: LlamaServer, wire: st
     assert whole.stop_reason == flowed.stop_reason
     assert whole.usage.input_tokens == flowed.usage.input_tokens
     assert whole.usage.output_tokens == flowed.usage.output_tokens
+
+
+@pytest.mark.parametrize("wire", WIRES)
+async def test_a_turn_cut_at_max_tokens_reads_as_max_tokens_on_every_wire(
+    server: LlamaServer, wire: str
+) -> None:
+    """The server answers the Responses wire ``completed`` for a cut too; the
+    turn still reads ``max_tokens``, as on the other two wires (#60)."""
+    request = ask("Name three colours.", max_tokens=5)
+    async with WIRES[wire](server.base) as model:
+        whole = await model.complete(request)
+        flowed = await streamed(model, request)
+    for answer in (whole, flowed):
+        assert (answer.stop_reason, answer.usage.output_tokens) == ("max_tokens", 5)
 
 
 async def test_the_chat_completions_wire_reads_as_the_official_client_does(

@@ -366,9 +366,18 @@ async def _read_whole(boundary: _Boundary, max_bytes: int) -> bytes:
 
 
 def _api_error(endpoint: Endpoint, response: aiohttp.ClientResponse, body: str) -> LLMApiError:
-    """The far end's error status, with its request id and allow-listed headers."""
+    """The far end's error status, with its request id and allow-listed headers
+    (a 404 with the next step its endpoint names for one)."""
     request_id, kept = endpoint.headers.read(response.headers)
-    return LLMApiError(endpoint.label, response.status, body, request_id=request_id, headers=kept)
+    status = response.status
+    return LLMApiError(
+        endpoint.label,
+        status,
+        body,
+        request_id=request_id,
+        headers=kept,
+        next_step=endpoint.not_found if status == 404 else None,
+    )
 
 
 def decode_json(data: bytes, endpoint: Endpoint, decoder: msgspec.json.Decoder[T]) -> T:

@@ -147,17 +147,27 @@ NO_HEADERS: Final = Headers()
 
 class Endpoint(msgspec.Struct, frozen=True, gc=False):
     """Names the far end: ``label`` in every message, ``slug`` as a short id,
-    ``headers`` what of a response's headers callers see."""
+    ``headers`` what of a response's headers callers see, ``not_found`` the
+    next step a 404 from it names (a base URL known to be wrong), if any."""
 
     label: str
     slug: str
     headers: Headers = NO_HEADERS
+    not_found: str | None = None
 
     @classmethod
-    def at(cls, what: str, base_url: str, slug: str, headers: Headers = NO_HEADERS) -> Endpoint:
+    def at(
+        cls,
+        what: str,
+        base_url: str,
+        slug: str,
+        headers: Headers = NO_HEADERS,
+        not_found: str | None = None,
+    ) -> Endpoint:
         """``what`` (``"the Messages API"``) at ``base_url``, as messages name it:
         any ``user:password@`` in the URL cut."""
-        return cls(label=f"{what} at {hide_userinfo(base_url)}", slug=slug, headers=headers)
+        label = f"{what} at {hide_userinfo(base_url)}"
+        return cls(label=label, slug=slug, headers=headers, not_found=not_found)
 
 
 class Secret:

@@ -191,6 +191,14 @@ def _load_forms(forms: Iterable[Any], origin: str, into: KB | None) -> KB:
                 elif type(form) is tuple:
                     _assert(kb, form, current)
                 elif isinstance(form, dict) or hasattr(form, "keys"):
+                    if ctx_key not in form:  # say what was found: a map, not a context form
+                        keys = " ".join(edn.dumps(key) for key in form)[:60] or "none"
+                        raise EngineRefusal(
+                            "malformed-context",
+                            f"found a map with no :context key (its keys: {keys}); a map "
+                            "here is a context form, {:context CxWell :sentences [(isa "
+                            "Muffet Spider)]}, and a sentence is a list, (isa Muffet Spider)",
+                        )
                     cid = kb.intern(arg.context_symbol(form.get(ctx_key)))
                     for s in form.get(sent_key) or ():
                         _assert(kb, s, cid)

@@ -62,6 +62,7 @@ __all__ = [
     "generation_provider",
     "provider",
     "register",
+    "tools_dropped",
     "unavailable_reason",
     "warm",
 ]
@@ -213,6 +214,26 @@ async def _reason(backend: Backend, module: ModuleType, opts: Mapping[str, Any])
     except Exception as exc:  # a probe that raised is a probe that said no
         return f"{backend.kind}'s probe failed ({type(exc).__name__})"
     return reason
+
+
+async def tools_dropped(kind: str | None = None) -> str | None:
+    """Why the backend ``kind`` (default: the configured one) would answer a
+    turn without the tools it was offered, in one line naming the fix (a
+    local server whose chat template renders none says so at its ``/props``),
+    else None: it would not, or cannot tell (a hosted API is trusted, the stub
+    reads none). Never raises for a server that does not answer.
+
+    The line a caller's own loop says once before its first turn, as
+    ``vaelii-llm ask`` does: otherwise the model answers without the
+    knowledge base and nothing says why.
+    """
+    check = _chosen(kind, ()).drops_tools
+    if check is None:
+        return None
+    from vaelii_llm._backends import import_ref
+
+    said: str | None = await import_ref(check)()
+    return said
 
 
 async def active_kind(**opts: Any) -> str:

@@ -247,7 +247,11 @@ class Assembler(Protocol[B_contra]):
 
 
 class Codec(Protocol[W, B]):
-    """What a backend supplies: its wire, and no I/O (see the module docstring)."""
+    """What a backend supplies: its wire, and no I/O (see the module docstring).
+
+    A codec may also define ``settle(response, request) -> Response``: the
+    turn read again in the light of the request it answered (a far end whose
+    status word cannot say the answer was cut), on both paths alike."""
 
     @property
     def endpoint(self) -> Endpoint: ...
@@ -385,6 +389,9 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._closed = False
         self._inflight: set[aiohttp.ClientResponse] = set()  # bodies being read, cut by aclose
         self._shown_rules: dict[tuple[Any, ...], Callable[[str], str]] = {}  # _header_rule's
+        self._settle: Callable[[Response, Request], Response] | None = getattr(
+            codec, "settle", None
+        )
         telemetry.instrument(self, codec.endpoint.slug, url=codec.url, model=codec.model)
 
     @property
@@ -459,7 +466,10 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         body = self._body(request, stream=False)
         credential = None if self._credentials is None else await self._credential()
         headers = self._turn_headers(request, credential, stream=False)
-        return await self._post(codec.url, body, headers, request, codec.whole_decoder, codec.whole)
+        result = await self._post(
+            codec.url, body, headers, request, codec.whole_decoder, codec.whole
+        )
+        return result if self._settle is None else self._settle(result, request)
 
     def _body(self, request: Request, *, stream: bool) -> bytes:
         """A turn's body, made in the turn's own coroutine before its credential
@@ -604,6 +614,8 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
                     shown = self._header_rule(session, headers, codec.url)
                     result = _with_headers(result, codec.endpoint, chunks.headers, shown)
                 result = pace.shown(result)
+                if self._settle is not None:
+                    result = self._settle(result, request)
             except LLMError as exc:
                 _answered_in(exc, codec.endpoint, answer)
                 withhold(exc, session, headers, codec.url)  # the answer's headers too

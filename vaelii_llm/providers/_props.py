@@ -93,6 +93,7 @@ async def no_tools_reason(root: str) -> str | None:
         return None
     return (
         f"the server at {hide_userinfo(root)} renders no tools with its chat template "
-        "(its /props says supports_tools: false), so the model would answer without the KB; "
+        "(its /props says supports_tools: false), so the model would answer without the tools "
+        "it is offered; "
         f"{NO_TOOLS_FIX}"
     )

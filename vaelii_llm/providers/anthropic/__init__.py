@@ -103,7 +103,21 @@ _ANY_JSON: Final = msgspec.json.Decoder()
 _ANT_TOKENS: Final = credentials.AntTokens()
 """The ``ant`` CLI's token as this backend last found it, shared by its probe
 and every provider it builds: choosing the backend and its first turn run the
-CLI once."""
+CLI once.
+
+One per process, not one per provider, on purpose (#60 asked): the token is
+the process's, not a provider's. The CLI answers every provider of the
+process the same (it reads the user's login under the process's ``PATH``,
+the cache's key), so a cache per provider would only run it again, up to
+:data:`~vaelii_llm.providers.anthropic._credentials.ANT_TIMEOUT_S` each time:
+once for the probe that chose the backend and again for the provider built
+next, and once more for each provider a web backend or a vote builds. What
+it shares is bounded instead: at most one token, for
+:data:`~vaelii_llm.providers.anthropic._credentials.ANT_REUSE_S` seconds,
+forgotten on a failure or another ``PATH``, never shown; an explicit
+credential or one from the environment never enters it; and a provider keeps
+what it found on its own (its credential step), so closing or replacing the
+cache's token changes no provider already answering."""
 
 
 class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
@@ -182,9 +196,11 @@ async def _missing(
 
 async def _silent(
     base_url: str | None, proxy: str | None, ssl: SSLOption, session: ClientSession | None
-) -> errors.LLMUnreachable | errors.LLMTimeout | None:
+) -> errors.LLMUnreachable | errors.LLMTimeout | errors.LLMApiError | None:
     """Why the host at ``base_url`` gave no HTTP answer (unreachable, or
-    silent past :data:`PROBE_TIMEOUT_MS`), or None when it answered anything."""
+    silent past :data:`PROBE_TIMEOUT_MS`), or a 404 whose cause is known (a
+    base URL ending in ``/v1``: its error names the fix), or None when it
+    answered anything else."""
     url = _backends.anthropic_base_url(base_url)
     try:
         await request_json(
@@ -197,7 +213,9 @@ async def _silent(
         )
     except (errors.LLMUnreachable, errors.LLMTimeout) as exc:
         return exc
-    except errors.LLMError:  # a status or a body that is not JSON: it answers
+    except errors.LLMApiError as exc:  # a status answers, unless it names its own fix
+        return exc if exc.next_step is not None else None
+    except errors.LLMError:  # a body that is not JSON: it answers
         return None
     return None
 
@@ -222,6 +240,8 @@ async def unavailable_reason(
     silent = await _silent(base_url, proxy, ssl, session)
     if silent is None:
         return None
+    if isinstance(silent, errors.LLMApiError):  # its message ends in the fix
+        return f"{silent.type}: {silent}"
     return (
         f"{silent.type}: {silent}; start the server there or point ANTHROPIC_BASE_URL at one "
         "that serves /v1/messages"

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Final
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -49,9 +50,21 @@ HEADERS: Final = Headers(
 """What callers see of the Messages API's response headers."""
 
 
+TRAILING_V1: Final = (
+    "drop the trailing /v1 from the base URL (ANTHROPIC_BASE_URL, or base_url=): "
+    "the Messages API adds /v1/messages itself; the OpenAI wires are the ones that want /v1"
+)
+"""The next step a 404 names when the base URL ends in ``/v1``: the same URL
+the OpenAI wires are given, which answers at ``/v1/v1/messages``."""
+
+
 def endpoint(base_url: str) -> Endpoint:
-    """The far end at ``base_url`` as messages name it (a ``user:password@`` cut)."""
-    return Endpoint.at("the Messages API", base_url, "anthropic", HEADERS)
+    """The far end at ``base_url`` as messages name it (a ``user:password@`` cut);
+    its 404 names :data:`TRAILING_V1` when the URL ends in ``/v1``."""
+    ends_in_v1 = urlsplit(base_url).path.rstrip("/").endswith("/v1")
+    return Endpoint.at(
+        "the Messages API", base_url, "anthropic", HEADERS, TRAILING_V1 if ends_in_v1 else None
+    )
 
 
 class MessagesCodec:

@@ -34,6 +34,7 @@ any, with a refusal part                   ``refusal``
 ``incomplete``, ``max_output_tokens``      ``max_tokens``
 ``incomplete``, ``content_filter``         ``refusal``
 ``incomplete``, any other reason           as ``completed``
+``completed``, output at ``max_tokens``    ``max_tokens`` (:func:`cut_at_cap`)
 ``failed``                                 :class:`~vaelii_llm.errors.LLMApiError`
 anything else (``in_progress``…)           None
 =========================================  =================================
@@ -88,6 +89,7 @@ __all__ = [
     "EventAssembler",
     "Whole",
     "blocks_of",
+    "cut_at_cap",
     "not_sse",
     "response_of",
     "stop_reason",
@@ -258,6 +260,21 @@ def stop_reason(
     if status == "completed":
         return nearest_stop_reason(called_tools)
     return None
+
+
+def cut_at_cap(response: Response, max_tokens: int) -> Response:
+    """``response`` with ``stop_reason`` ``max_tokens`` when it ended
+    ``end_turn`` on a ``completed`` status with its output tokens at the
+    request's ``max_tokens``: llama.cpp's server answers ``completed`` for a
+    turn it cut at ``max_output_tokens``, and a cut answer read as whole is
+    the worse mistake. ``vendor_stop_reason`` keeps the server's word."""
+    if (
+        response.stop_reason == "end_turn"
+        and response.vendor_stop_reason == "completed"
+        and (response.usage.output_tokens or 0) >= max_tokens
+    ):
+        return msgspec.structs.replace(response, stop_reason="max_tokens")
+    return response
 
 
 def _count(value: Any) -> int | None:

@@ -29,6 +29,7 @@ from vaelii_llm.providers.openai._server import ServerCodec
 from vaelii_llm.providers.openai_responses._assemble import WHOLE_DECODER
 from vaelii_llm.providers.openai_responses._assemble import EventAssembler
 from vaelii_llm.providers.openai_responses._assemble import Whole
+from vaelii_llm.providers.openai_responses._assemble import cut_at_cap
 from vaelii_llm.providers.openai_responses._assemble import not_sse
 from vaelii_llm.providers.openai_responses._assemble import response_of
 from vaelii_llm.providers.openai_responses._request import COUNT_PATH
@@ -112,6 +113,11 @@ class ResponsesCodec(ServerCodec):
 
     def assembler(self, *, deltas: bool) -> EventAssembler:
         return EventAssembler(self.endpoint.label, deltas=deltas)
+
+    def settle(self, response: Response, request: Request) -> Response:
+        """The turn as cut where the server's word cannot say so (see
+        :func:`~vaelii_llm.providers.openai_responses._assemble.cut_at_cap`)."""
+        return cut_at_cap(response, request.max_tokens)
 
     def count_body(self, request: Request) -> bytes:
         return responses_body(
