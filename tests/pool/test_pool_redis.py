@@ -329,7 +329,7 @@ async def test_an_unreachable_host_is_passed_over_for_the_cool_down(where: dict[
 async def test_a_cool_down_ends(where: dict[str, Any]) -> None:
     async with (
         hosts(1) as (a,),
-        pool_over([a.url, refused_url()], where, cooldown_ms=200, acquire_timeout_ms=30_000) as p,
+        pool_over([a.url, refused_url()], where, cooldown_ms=2_000, acquire_timeout_ms=30_000) as p,
     ):
         assert (await vote(p, "q", votes=2)).failed == 1
         assert (await vote(p, "q", votes=2)).failed == 0  # passed over
