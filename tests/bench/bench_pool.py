@@ -58,9 +58,9 @@ from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
 from vaelii_llm._protocol import StreamItem
 from vaelii_llm._protocol import TextBlock
-from vaelii_llm._vote import read_response
 from vaelii_llm.pool import Pool
 from vaelii_llm.pool import vote
+from vaelii_llm.pool._vote import read_response
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from redis_server import RedisServer  # tests/support/, beside this folder

@@ -61,7 +61,7 @@ WITHOUT_TURNS = 4
 pieces are a few µs each, so each row needs more turns than the rest."""
 
 PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("telemetry (off)", ("vaelii_llm/telemetry.py",)),
+    ("telemetry (off)", ("vaelii_llm/telemetry/__init__.py",)),
     (
         "switch and credential reads",
         (

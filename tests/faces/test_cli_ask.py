@@ -29,8 +29,8 @@ from kb_model import ollama_reader
 from kb_model import ollama_truncated
 from loopback import refused_url
 
-from vaelii_llm import _cli_drawing
 from vaelii_llm import cli
+from vaelii_llm.cli import _drawing as _cli_drawing
 
 TOOLS_MODEL = "llama3.2"  # the fake's model with the tools capability
 

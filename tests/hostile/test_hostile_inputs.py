@@ -28,8 +28,6 @@ import aiohttp
 import pytest
 
 from vaelii_llm import _edn
-from vaelii_llm import _telemetry_content
-from vaelii_llm import _tool_args
 from vaelii_llm import kb
 from vaelii_llm import tools
 from vaelii_llm.kb import _args
@@ -38,6 +36,8 @@ from vaelii_llm.kb import _reads
 from vaelii_llm.kb._scenarios import MAX_SCENARIO_SENTENCES
 from vaelii_llm.kb._types import MAX_NESTING
 from vaelii_llm.kb._types import EngineRefusal
+from vaelii_llm.telemetry import _content as _telemetry_content
+from vaelii_llm.tools import _args as _tool_args
 
 if TYPE_CHECKING:
     from conftest import Recorded

@@ -41,15 +41,15 @@ from redis_pools import hosts
 from redis_pools import shared_pool
 from redis_server import RedisServer
 
-from vaelii_llm import _redis_slots
-from vaelii_llm._pool import Pool
-from vaelii_llm._redis_scripts import COUNT
-from vaelii_llm._redis_scripts import RENEW
-from vaelii_llm._redis_scripts import STEP
-from vaelii_llm._redis_slots import OP_TIMEOUT_S
-from vaelii_llm._redis_slots import RedisSlots
 from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.pool import _redis_slots
 from vaelii_llm.pool import vote
+from vaelii_llm.pool._pool import Pool
+from vaelii_llm.pool._redis_scripts import COUNT
+from vaelii_llm.pool._redis_scripts import RENEW
+from vaelii_llm.pool._redis_scripts import STEP
+from vaelii_llm.pool._redis_slots import OP_TIMEOUT_S
+from vaelii_llm.pool._redis_slots import RedisSlots
 from vaelii_llm.providers import ollama
 
 RUN = b"5f" * 20

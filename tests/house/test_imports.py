@@ -79,7 +79,7 @@ def test_a_backend_and_its_first_turn_load_no_engine_and_no_edn() -> None:
     assert "vaelii_llm.providers.anthropic" in loaded
     engine = ("vaelii_llm.kb", "vaelii_llm.engine", "vaelii_llm._edn", "edn_format")
     assert [m for m in loaded if m.startswith(engine)] == []
-    assert "vaelii_llm._telemetry_content" not in loaded
+    assert "vaelii_llm.telemetry._content" not in loaded
 
 
 def test_protocol_and_config_modules_name_no_vendor_library() -> None:
@@ -102,8 +102,8 @@ ON_FIRST_USE = {
     "h11": "the MCP server over HTTP",
     "resource": "the MCP server's open-files bound",
     "vaelii_llm.kb": "the embedded knowledge-base engine",
-    "vaelii_llm._telemetry_content": "telemetry that records content",
-    "vaelii_llm._redis_slots": "a vote pool's slots in Redis",
+    "vaelii_llm.telemetry._content": "telemetry that records content",
+    "vaelii_llm.pool": "the vote pool: `vaelii-llm vote`, a pool built from configuration",
     "vaelii_llm._switch_check": "checking a selection's switches",
     "vaelii_llm._files": "a document or image read from a file",
     "vaelii_llm.integrations": "the faces: MCP, pydantic-ai",

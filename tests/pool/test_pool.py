@@ -16,9 +16,6 @@ from typing import Any
 import pytest
 
 from vaelii_llm import pool as vpool
-from vaelii_llm._pool import DEFAULT_ACQUIRE_TIMEOUT_MS
-from vaelii_llm._pool import HostStatistics
-from vaelii_llm._pool import PoolStatistics
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import ProviderBase
 from vaelii_llm._protocol import Request
@@ -27,7 +24,6 @@ from vaelii_llm._protocol import StopReason
 from vaelii_llm._protocol import StreamItem
 from vaelii_llm._protocol import TextBlock
 from vaelii_llm._protocol import ThinkingBlock
-from vaelii_llm._vote import read_response
 from vaelii_llm.errors import LLMApiError
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.errors import LLMClosed
@@ -40,6 +36,10 @@ from vaelii_llm.pool import Pool
 from vaelii_llm.pool import hosts
 from vaelii_llm.pool import read_yes_no
 from vaelii_llm.pool import vote
+from vaelii_llm.pool._pool import DEFAULT_ACQUIRE_TIMEOUT_MS
+from vaelii_llm.pool._pool import HostStatistics
+from vaelii_llm.pool._pool import PoolStatistics
+from vaelii_llm.pool._vote import read_response
 from vaelii_llm.providers._hosts import Host
 from vaelii_llm.providers.stub import StubProvider
 

@@ -30,15 +30,15 @@ from redis_pools import shared_pool
 from redis_server import RedisServer
 
 from vaelii_llm import config
-from vaelii_llm._pool import Pool
-from vaelii_llm._redis_scripts import CHUNK
-from vaelii_llm._redis_scripts import STEP
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.errors import LLMClosed
 from vaelii_llm.errors import LLMPoolTimeout
 from vaelii_llm.errors import LLMUnreachable
 from vaelii_llm.pool import pool_from_config
 from vaelii_llm.pool import vote
+from vaelii_llm.pool._pool import Pool
+from vaelii_llm.pool._redis_scripts import CHUNK
+from vaelii_llm.pool._redis_scripts import STEP
 from vaelii_llm.providers import ollama
 from vaelii_llm.providers import openai
 

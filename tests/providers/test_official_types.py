@@ -69,9 +69,9 @@ from vaelii_llm.providers.anthropic._decode import from_parsed
 from vaelii_llm.providers.anthropic._encode import build_body
 from vaelii_llm.providers.ollama._chat import chat_body as ollama_body
 from vaelii_llm.providers.openai._chat import chat_body
-from vaelii_llm.providers.openai_responses._assemble import WHOLE_DECODER
-from vaelii_llm.providers.openai_responses._assemble import response_of
-from vaelii_llm.providers.openai_responses._request import responses_body
+from vaelii_llm.providers.openai._responses_assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._responses_assemble import response_of
+from vaelii_llm.providers.openai._responses_request import responses_body
 
 pydantic = pytest.importorskip("pydantic")
 chat_params = pytest.importorskip("openai.types.chat.completion_create_params")

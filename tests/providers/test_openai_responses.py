@@ -46,11 +46,11 @@ from vaelii_llm._protocol import ToolSchema
 from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers import openai_responses
-from vaelii_llm.providers.openai_responses._assemble import WHOLE_DECODER
-from vaelii_llm.providers.openai_responses._assemble import EventAssembler
-from vaelii_llm.providers.openai_responses._assemble import not_sse
-from vaelii_llm.providers.openai_responses._assemble import response_of
-from vaelii_llm.providers.openai_responses._request import responses_body
+from vaelii_llm.providers.openai._responses_assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._responses_assemble import EventAssembler
+from vaelii_llm.providers.openai._responses_assemble import not_sse
+from vaelii_llm.providers.openai._responses_assemble import response_of
+from vaelii_llm.providers.openai._responses_request import responses_body
 
 SECRET = "sk-proj-SECRET-responses-do-not-show-5678"
 DELTAS = get_args(Delta)

@@ -26,9 +26,9 @@ from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
 from vaelii_llm._transport.boundary import DEFAULT_MAX_BODY_BYTES
 from vaelii_llm.providers import openai_responses
-from vaelii_llm.providers.openai_responses._assemble import MAX_OUTPUT_ITEMS
-from vaelii_llm.providers.openai_responses._assemble import WHOLE_DECODER
-from vaelii_llm.providers.openai_responses._assemble import response_of
+from vaelii_llm.providers.openai._responses_assemble import MAX_OUTPUT_ITEMS
+from vaelii_llm.providers.openai._responses_assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._responses_assemble import response_of
 
 FAILURE = {"code": "server_error", "message": "The model failed to generate a response."}
 

@@ -19,10 +19,10 @@ import json
 import sys
 from typing import Any
 
-from vaelii_llm._pool import PoolStatistics
 from vaelii_llm.pool import Pool
 from vaelii_llm.pool import pool_from_config
 from vaelii_llm.pool import vote
+from vaelii_llm.pool._pool import PoolStatistics
 
 TTL_MS = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 

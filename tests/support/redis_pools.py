@@ -18,7 +18,7 @@ from fake_openai import Turn
 from fake_openai import transcript
 from loopback import serve
 
-from vaelii_llm._pool import Pool
+from vaelii_llm.pool._pool import Pool
 from vaelii_llm.providers import ollama
 
 TTL_MS = 1000

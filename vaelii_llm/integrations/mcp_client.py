@@ -78,9 +78,6 @@ from vaelii_llm import _edn
 from vaelii_llm import telemetry
 from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import ToolSchema
-from vaelii_llm._tool_args import opening_of
-from vaelii_llm._tool_schemas import NAME_GRAMMAR
-from vaelii_llm._tool_schemas import NAME_MAX
 from vaelii_llm.errors import excerpt
 from vaelii_llm.integrations._mcp_stdio import EXIT_WAIT_S
 from vaelii_llm.integrations._mcp_stdio import MAX_MESSAGE_BYTES
@@ -89,6 +86,9 @@ from vaelii_llm.integrations._mcp_stdio import reason
 from vaelii_llm.integrations._mcp_stdio import stdio_session
 from vaelii_llm.tools import _MAX_RESULT_CHARS
 from vaelii_llm.tools import ToolResult
+from vaelii_llm.tools._args import opening_of
+from vaelii_llm.tools._schemas import NAME_GRAMMAR
+from vaelii_llm.tools._schemas import NAME_MAX
 
 __all__ = ["McpServerError", "McpToolset"]
 

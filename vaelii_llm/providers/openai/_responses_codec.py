@@ -25,16 +25,16 @@ from vaelii_llm._wire.sse import Frame
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._chat import HEADERS
+from vaelii_llm.providers.openai._responses_assemble import WHOLE_DECODER
+from vaelii_llm.providers.openai._responses_assemble import EventAssembler
+from vaelii_llm.providers.openai._responses_assemble import Whole
+from vaelii_llm.providers.openai._responses_assemble import cut_at_cap
+from vaelii_llm.providers.openai._responses_assemble import not_sse
+from vaelii_llm.providers.openai._responses_assemble import response_of
+from vaelii_llm.providers.openai._responses_request import COUNT_PATH
+from vaelii_llm.providers.openai._responses_request import RESPONSES_PATH
+from vaelii_llm.providers.openai._responses_request import responses_body
 from vaelii_llm.providers.openai._server import ServerCodec
-from vaelii_llm.providers.openai_responses._assemble import WHOLE_DECODER
-from vaelii_llm.providers.openai_responses._assemble import EventAssembler
-from vaelii_llm.providers.openai_responses._assemble import Whole
-from vaelii_llm.providers.openai_responses._assemble import cut_at_cap
-from vaelii_llm.providers.openai_responses._assemble import not_sse
-from vaelii_llm.providers.openai_responses._assemble import response_of
-from vaelii_llm.providers.openai_responses._request import COUNT_PATH
-from vaelii_llm.providers.openai_responses._request import RESPONSES_PATH
-from vaelii_llm.providers.openai_responses._request import responses_body
 
 __all__ = ["Options", "ResponsesCodec", "endpoint"]
 
@@ -116,7 +116,7 @@ class ResponsesCodec(ServerCodec):
 
     def settle(self, response: Response, request: Request) -> Response:
         """The turn as cut where the server's word cannot say so (see
-        :func:`~vaelii_llm.providers.openai_responses._assemble.cut_at_cap`)."""
+        :func:`~vaelii_llm.providers.openai._responses_assemble.cut_at_cap`)."""
         return cut_at_cap(response, request.max_tokens)
 
     def count_body(self, request: Request) -> bytes:

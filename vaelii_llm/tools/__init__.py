@@ -37,8 +37,8 @@ by :func:`vaelii_llm._edn.write`, which realizes a lazy answer only as far as
 :func:`schemas`, …) are thin wrappers over a default toolset of the embedded
 engine.
 
-The tools are derived in :mod:`vaelii_llm._tool_schemas` and a call's arguments
-read in :mod:`vaelii_llm._tool_args`; this module runs the call.
+The tools are derived in :mod:`vaelii_llm.tools._schemas` and a call's arguments
+read in :mod:`vaelii_llm.tools._args`; this module runs the call.
 """
 
 from __future__ import annotations
@@ -64,21 +64,21 @@ from vaelii_llm import engine as engine_mod
 from vaelii_llm import telemetry
 from vaelii_llm._protocol import ToolResultBlock
 from vaelii_llm._protocol import ToolSchema
-from vaelii_llm._tool_args import MAX_INPUT_CHARS
-from vaelii_llm._tool_args import ToolRefusal
-from vaelii_llm._tool_args import check_sizes
-from vaelii_llm._tool_args import input_chars
-from vaelii_llm._tool_args import opening_of
-from vaelii_llm._tool_args import prepare
-from vaelii_llm._tool_args import select_shape
-from vaelii_llm._tool_schemas import NAME_GRAMMAR
-from vaelii_llm._tool_schemas import NAME_MAX
-from vaelii_llm._tool_schemas import Shape
-from vaelii_llm._tool_schemas import Table
-from vaelii_llm._tool_schemas import Tool
-from vaelii_llm._tool_schemas import tool_name
 from vaelii_llm.engine import MAX_LIMIT
 from vaelii_llm.engine import EngineRefusal
+from vaelii_llm.tools._args import MAX_INPUT_CHARS
+from vaelii_llm.tools._args import ToolRefusal
+from vaelii_llm.tools._args import check_sizes
+from vaelii_llm.tools._args import input_chars
+from vaelii_llm.tools._args import opening_of
+from vaelii_llm.tools._args import prepare
+from vaelii_llm.tools._args import select_shape
+from vaelii_llm.tools._schemas import NAME_GRAMMAR
+from vaelii_llm.tools._schemas import NAME_MAX
+from vaelii_llm.tools._schemas import Shape
+from vaelii_llm.tools._schemas import Table
+from vaelii_llm.tools._schemas import Tool
+from vaelii_llm.tools._schemas import tool_name
 
 __all__ = [
     "HOST_PATH_OPS",

@@ -1,4 +1,4 @@
-"""A majority yes/no vote over a :class:`~vaelii_llm._pool.Pool`.
+"""A majority yes/no vote over a :class:`~vaelii_llm.pool._pool.Pool`.
 
 ``await vote(pool, question)`` asks ``votes`` times at once and
 answers a :class:`Vote`: ``"yes"`` when more counted votes say yes than no,
@@ -30,17 +30,17 @@ from typing import Literal
 from typing import TypeVar
 
 from vaelii_llm import telemetry
-from vaelii_llm._pool import Pool
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Provider
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
 from vaelii_llm._protocol import StopReason
 from vaelii_llm._protocol import TextBlock
-from vaelii_llm._slots import POOL_LABEL
-from vaelii_llm._slots import Spread
 from vaelii_llm.errors import LLMClosed
 from vaelii_llm.errors import LLMError
+from vaelii_llm.pool._pool import Pool
+from vaelii_llm.pool._slots import POOL_LABEL
+from vaelii_llm.pool._slots import Spread
 
 __all__ = ["Vote", "asked_yes_no", "read_response", "read_yes_no", "vote"]
 

@@ -10,9 +10,9 @@ from vaelii_llm.providers._http import SSLOption
 from vaelii_llm.providers._http import keyword_signature
 from vaelii_llm.providers._http import network
 from vaelii_llm.providers._one_model import OneModelProvider
-from vaelii_llm.providers.openai_responses._assemble import Whole
-from vaelii_llm.providers.openai_responses._codec import Options
-from vaelii_llm.providers.openai_responses._codec import ResponsesCodec
+from vaelii_llm.providers.openai._responses_assemble import Whole
+from vaelii_llm.providers.openai._responses_codec import Options
+from vaelii_llm.providers.openai._responses_codec import ResponsesCodec
 
 __all__ = ["OpenAIResponsesProvider", "provider"]
 
@@ -33,7 +33,7 @@ class OpenAIResponsesProvider(OneModelProvider[Whole, list[Frame]]):
 
 def provider(**options: Unpack[Options]) -> OpenAIResponsesProvider:
     """A provider built from ``options`` (see
-    :class:`~vaelii_llm.providers.openai_responses._codec.Options`: ``base_url``,
+    :class:`~vaelii_llm.providers.openai._responses_codec.Options`: ``base_url``,
     ``api_key``, ``model``, ``headers``, ``store``). No I/O happens here.
     Raises :class:`~vaelii_llm.errors.LLMBadCredential` for a key holding a
     control character."""

@@ -3,7 +3,7 @@
 One script takes and gives back an instant's leases (:data:`STEP`), one renews
 the leases a process holds (:data:`RENEW`), one counts each host's (:data:`COUNT`);
 the epoch each begins with fences a Redis that restarted and forgot its leases
-(:mod:`vaelii_llm._redis_slots` says how). :func:`read_reply` refuses any reply
+(:mod:`vaelii_llm.pool._redis_slots` says how). :func:`read_reply` refuses any reply
 of a shape no script sends.
 """
 

@@ -10,9 +10,9 @@ the pool's own counter: a nonzero count on an idle pool is a leak.
 
 A pool chooses the host of each call: a free host not cooling down after an
 unreachable call, the one the caller's vote has used least, then the least
-busy. The pool keeps its book and asks its :class:`~vaelii_llm._slots.Slots`
+busy. The pool keeps its book and asks its :class:`~vaelii_llm.pool._slots.Slots`
 for a host: in this process, or with ``redis_url`` in Redis, over the slots
-every process holds (:mod:`vaelii_llm._slots`).
+every process holds (:mod:`vaelii_llm.pool._slots`).
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ from typing import TypeVar
 
 from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import Provider
-from vaelii_llm._slots import POOL_LABEL
-from vaelii_llm._slots import Ledger
-from vaelii_llm._slots import LocalSlots
-from vaelii_llm._slots import Slots
-from vaelii_llm._slots import Spread
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.errors import LLMClosed
 from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.pool._slots import POOL_LABEL
+from vaelii_llm.pool._slots import Ledger
+from vaelii_llm.pool._slots import LocalSlots
+from vaelii_llm.pool._slots import Slots
+from vaelii_llm.pool._slots import Spread
 
 __all__ = [
     "DEFAULT_ACQUIRE_TIMEOUT_MS",
@@ -181,7 +181,7 @@ class Pool(ClosesOnExit, Generic[P]):
                     "these hosts come twice",
                     ", ".join(repeated),
                 )
-            from vaelii_llm._redis_slots import RedisSlots  # the redis extra, on first use
+            from vaelii_llm.pool._redis_slots import RedisSlots  # the redis extra, on first use
 
             self._slots = RedisSlots(redis_url, name.strip(), book, lease_ttl_ms=lease_ttl_ms)
 

@@ -33,12 +33,12 @@ from typing import Any
 from vaelii_llm import _edn
 from vaelii_llm import config
 from vaelii_llm import errors
-from vaelii_llm._cli_drawing import AskPrinter
-from vaelii_llm._cli_drawing import Waiting
-from vaelii_llm._cli_drawing import say_ignored
 from vaelii_llm._protocol import MAX_WAIT_MS
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._version import __version__
+from vaelii_llm.cli._drawing import AskPrinter
+from vaelii_llm.cli._drawing import Waiting
+from vaelii_llm.cli._drawing import say_ignored
 from vaelii_llm.engine import EngineRefusal
 from vaelii_llm.errors import excerpt
 
@@ -630,8 +630,8 @@ def _vote_progress(so_far: pool.Vote) -> None:
 
 async def _vote(question: str, votes: int, timeout_ms: int | None = None) -> int:
     from vaelii_llm import _backends
-    from vaelii_llm import _vote as voting
     from vaelii_llm import pool
+    from vaelii_llm.pool import _vote as voting
 
     kind = _checked_kind(hosts=True)
     if kind == _backends.STUB:
@@ -935,6 +935,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(failure, ensure_ascii=False))
     return stop.status
 
-
-if __name__ == "__main__":
-    sys.exit(main())

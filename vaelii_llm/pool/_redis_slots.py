@@ -6,7 +6,7 @@ server-clock millisecond at which each lease expires. What a process asks in
 one instant (one turn of its event loop) goes to Redis in one call of one Lua
 script, one call in flight at a time: the leases it gives back, then the leases
 it takes, in the order they were asked (dropping expired ones first, then
-choosing for each caller a host as :class:`~vaelii_llm._slots.LocalSlots` would in
+choosing for each caller a host as :class:`~vaelii_llm.pool._slots.LocalSlots` would in
 process: a free host not cooling, the one the caller's vote uses least, then
 the least busy). So a caller that gives its slot back and asks again at once
 finds it free, and a checkout costs one round trip shared by the instant's
@@ -33,7 +33,7 @@ the slots it forgot: counting from zero would hand their slots out again (a
 limit of 2 with 4 calls in flight). So the scripts fence each life of the
 pool's keys. The pool's ``epoch`` key holds a run id drawn when the key is made
 (by the first call after a restart, or after
-:data:`~vaelii_llm._redis_scripts.EPOCH_KEPT_MS` unused),
+:data:`~vaelii_llm.pool._redis_scripts.EPOCH_KEPT_MS` unused),
 when it was made, and whether takes are fenced; every process tells the
 scripts the run id it last saw. A process that saw another run is proof the
 server forgot: from then until one lease TTL after the key was made, every
@@ -78,21 +78,21 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test extra
         "a pool whose slots live in Redis needs the redis package: pip install 'vaelii-llm[redis]'"
     ) from exc
 
-from vaelii_llm._redis_limits import AGREE
-from vaelii_llm._redis_limits import Limits
-from vaelii_llm._redis_scripts import COUNT
-from vaelii_llm._redis_scripts import RENEW
-from vaelii_llm._redis_scripts import STEP
-from vaelii_llm._redis_scripts import read_reply
-from vaelii_llm._slots import POLL_S
-from vaelii_llm._slots import POOL_LABEL
-from vaelii_llm._slots import Ledger
-from vaelii_llm._slots import Spread
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.errors import LLMClosed
 from vaelii_llm.errors import LLMPoolTimeout
 from vaelii_llm.errors import LLMUnreachable
 from vaelii_llm.errors import excerpt
+from vaelii_llm.pool._redis_limits import AGREE
+from vaelii_llm.pool._redis_limits import Limits
+from vaelii_llm.pool._redis_scripts import COUNT
+from vaelii_llm.pool._redis_scripts import RENEW
+from vaelii_llm.pool._redis_scripts import STEP
+from vaelii_llm.pool._redis_scripts import read_reply
+from vaelii_llm.pool._slots import POLL_S
+from vaelii_llm.pool._slots import POOL_LABEL
+from vaelii_llm.pool._slots import Ledger
+from vaelii_llm.pool._slots import Spread
 
 __all__ = ["RedisSlots"]
 
@@ -138,7 +138,7 @@ its deadline (loop time)."""
 
 class RedisSlots:
     """The slots of a pool's hosts, held in Redis under ``vaelii:pool:{name}:``:
-    the :class:`~vaelii_llm._slots.Slots` of a shared pool.
+    the :class:`~vaelii_llm.pool._slots.Slots` of a shared pool.
 
     ``book`` names each host (the same in every process) and how many calls at
     once it takes, and counts this process's calls. The client is made on first
@@ -344,7 +344,7 @@ class RedisSlots:
 
     async def _agree_limits(self, until: float) -> None:
         """This pool's limits checked against those every process sharing it
-        recorded (:mod:`vaelii_llm._redis_limits`); LLMClosed when the pool
+        recorded (:mod:`vaelii_llm.pool._redis_limits`); LLMClosed when the pool
         closed while the check waited."""
 
         async def run(keys: list[str], args: list[str | int]) -> Any:

@@ -13,8 +13,8 @@ It is stateless: each turn sends ``store: false`` (unless built with
 ``previous_response_id``; a reasoning model's encrypted reasoning is carried
 back in those messages. :meth:`~OpenAIResponsesProvider.count_tokens` asks
 ``/responses/input_tokens``. How a request maps to the wire is told in
-:mod:`~vaelii_llm.providers.openai_responses._request`, the answer and the
-stream in :mod:`~vaelii_llm.providers.openai_responses._assemble`; the
+:mod:`~vaelii_llm.providers.openai._responses_request`, the answer and the
+stream in :mod:`~vaelii_llm.providers.openai._responses_assemble`; the
 session, turn and pump are the shared skeleton's.
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 from vaelii_llm.providers.openai._probes import available
 from vaelii_llm.providers.openai._probes import models
 from vaelii_llm.providers.openai._probes import unavailable_reason
-from vaelii_llm.providers.openai_responses._provider import OpenAIResponsesProvider
-from vaelii_llm.providers.openai_responses._provider import provider
+from vaelii_llm.providers.openai._responses_provider import OpenAIResponsesProvider
+from vaelii_llm.providers.openai._responses_provider import provider
 
 OpenAIResponsesProvider.__module__ = __name__  # where a user finds it
 

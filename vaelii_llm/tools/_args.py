@@ -23,9 +23,9 @@ from typing import Final
 from vaelii_llm import _edn as edn
 from vaelii_llm import engine as engine_mod
 from vaelii_llm._json_walk import atoms
-from vaelii_llm._tool_schemas import Param
-from vaelii_llm._tool_schemas import Shape
-from vaelii_llm._tool_schemas import Tool
+from vaelii_llm.tools._schemas import Param
+from vaelii_llm.tools._schemas import Shape
+from vaelii_llm.tools._schemas import Tool
 
 __all__ = [
     "CLOCK_GRACE_S",

@@ -1,10 +1,10 @@
 """Where a pool's per-host slots live, behind one interface.
 
-A :class:`~vaelii_llm._pool.Pool` keeps its book of what this process holds
+A :class:`~vaelii_llm.pool._pool.Pool` keeps its book of what this process holds
 (:class:`Ledger`: the calls out and waiting, each host's held count and
 cool-down) and asks its :class:`Slots` for a host to hand out: the
 in-process :class:`LocalSlots` here, or
-:class:`vaelii_llm._redis_slots.RedisSlots`, shared through Redis by every
+:class:`vaelii_llm.pool._redis_slots.RedisSlots`, shared through Redis by every
 process naming the same pool. Both choose a host by one rule: a free host not
 cooling after an unreachable call, the one the caller's vote has used least,
 then the least busy.
@@ -191,7 +191,7 @@ class LocalSlots:
     def _choose(self, spread: Spread | None) -> int | None:
         """The host to hand out, or None when none is free.
 
-        The same rule as the take script of :mod:`vaelii_llm._redis_slots`.
+        The same rule as the take script of :mod:`vaelii_llm.pool._redis_slots`.
         """
         book = self._book
         held, slots = book.held, book.slots

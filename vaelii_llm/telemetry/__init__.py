@@ -533,7 +533,7 @@ class _Turn:
         if request.stop_sequences:
             attrs[REQUEST_STOP_SEQUENCES] = list(request.stop_sequences)
         if state.capture_content:
-            from vaelii_llm import _telemetry_content as content  # loaded when content is asked for
+            from vaelii_llm.telemetry import _content as content  # loaded when content is asked for
 
             attrs[INPUT_MESSAGES] = content.as_json(
                 [content.message_parts(m) for m in request.messages]
@@ -612,7 +612,7 @@ class _Turn:
         )
         done.update((key, value) for key, value in counts if value is not None)
         if self._state.capture_content:
-            from vaelii_llm import _telemetry_content as content
+            from vaelii_llm.telemetry import _content as content
 
             out: dict[str, Any] = {"role": "assistant", "parts": content.parts_of(response.content)}
             if response.stop_reason is not None:
@@ -713,7 +713,7 @@ def traced_tool(
             server = args[server_at] if len(args) > server_at else kwargs.get("server")
             attrs[TOOL_SERVER] = str(server)
         if state.capture_content and input_at is not None:
-            from vaelii_llm._telemetry_content import arguments
+            from vaelii_llm.telemetry._content import arguments
 
             given = args[input_at] if len(args) > input_at else kwargs.get("input")
             attrs[TOOL_CALL_ARGUMENTS] = arguments(given)
