@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 # bounded_runs: every test ends by its bound, every failure's report is bounded.
-pytest_plugins = ["pytester", "bounded_runs"]
+pytest_plugins = ["pytester", "tests.support.bounded_runs"]
 
 LOOPS = ("asyncio", "uvloop")
 TEST_LOOP = os.environ.get("VAELII_TEST_LOOP", "").strip().lower() or "asyncio"

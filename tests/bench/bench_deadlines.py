@@ -25,10 +25,9 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.support
 
-from loopback import serve
-
+from tests.support.loopback import serve
 from vaelii_llm._transport.send import open_stream
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import create_session

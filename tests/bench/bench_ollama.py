@@ -39,14 +39,14 @@ import aiohttp
 import msgspec
 import ollama as official
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.support
 
-from fake_ollama import BIG
-from fake_ollama import BIG_TOKENS
 from timing import beside_server
 from timing import throughput
 from timing import timed
 
+from tests.support.fake_ollama import BIG
+from tests.support.fake_ollama import BIG_TOKENS
 from vaelii_llm import _backends
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request
@@ -277,8 +277,7 @@ async def main(url: str) -> None:
 
 
 def run() -> None:
-    fake = Path(__file__).resolve().parents[1] / "support" / "fake_ollama.py"
-    beside_server([sys.executable, str(fake)], main)
+    beside_server([sys.executable, "-m", "tests.support.fake_ollama"], main)
 
 
 if __name__ == "__main__":

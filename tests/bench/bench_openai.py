@@ -43,12 +43,12 @@ from timing import beside_server
 from timing import throughput
 from timing import timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.support
 
-from fake_openai import MODEL
-from fake_openai import Call
-from fake_openai import Turn
-from fake_openai import transcript
+from tests.support.fake_openai import MODEL
+from tests.support.fake_openai import Call
+from tests.support.fake_openai import Turn
+from tests.support.fake_openai import transcript
 
 BIG_RUNS = 9
 PAIRED_RUNS = 9

@@ -62,8 +62,8 @@ from vaelii_llm.pool import Pool
 from vaelii_llm.pool import vote
 from vaelii_llm.pool._vote import read_response
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from redis_server import RedisServer  # tests/support/, beside this folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.support
+from tests.support.redis_server import RedisServer  # tests/support/, beside this folder
 
 HERE = Path(__file__).resolve().parent
 

@@ -35,12 +35,12 @@ import msgspec
 from timing import beside_server
 from timing import timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.support
 
-from fake_openai_responses import MODEL
-from fake_openai_responses import Item
-from fake_openai_responses import Turn
-from fake_openai_responses import sse
+from tests.support.fake_openai_responses import MODEL
+from tests.support.fake_openai_responses import Item
+from tests.support.fake_openai_responses import Turn
+from tests.support.fake_openai_responses import sse
 
 PAIRED_RUNS = 9
 THEIR_RUNS = 5

@@ -42,7 +42,7 @@ import msgspec
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parent / "support"))
+sys.path.insert(0, str(BENCH.parents[1]))  # the repository: tests.support
 
 from timing import throughput  # noqa: E402
 
@@ -211,7 +211,7 @@ async def responses_row(url: str) -> Row:
 
 
 WIRES: tuple[tuple[list[str], Callable[[str], Awaitable[Row]]], ...] = (
-    ([sys.executable, str(BENCH.parent / "support" / "fake_ollama.py")], ollama_row),
+    ([sys.executable, "-m", "tests.support.fake_ollama"], ollama_row),
     ([sys.executable, str(BENCH / "bench_openai.py"), "--serve"], openai_row),
     ([sys.executable, str(BENCH / "bench_anthropic.py"), "--serve"], anthropic_row),
     ([sys.executable, str(BENCH / "bench_responses.py"), "--serve"], responses_row),

@@ -48,10 +48,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.support
 
-from fake_ollama import FakeOllama
-
+from tests.support.fake_ollama import FakeOllama
 from vaelii_llm import kb
 from vaelii_llm import pool
 from vaelii_llm import telemetry

@@ -23,13 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.support
 
-from fake_openai import Call
-from fake_openai import FakeOpenAI
-from fake_openai import Turn
-from fake_openai import transcript
-
+from tests.support.fake_openai import Call
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import Turn
+from tests.support.fake_openai import transcript
 from vaelii_llm import errors
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request

@@ -53,7 +53,7 @@ import msgspec
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parent / "support"))
+sys.path.insert(0, str(BENCH.parents[1]))  # the repository: tests.support
 
 CONCURRENCY = 32
 WITHOUT_TURNS = 4
@@ -425,7 +425,7 @@ async def anthropic_wire(url: str, turns: int, rounds: int) -> None:
 
 
 WIRES: tuple[tuple[list[str], Callable[[str, int, int], Awaitable[None]]], ...] = (
-    ([sys.executable, str(BENCH.parent / "support" / "fake_ollama.py")], ollama_wire),
+    ([sys.executable, "-m", "tests.support.fake_ollama"], ollama_wire),
     ([sys.executable, str(BENCH / "bench_openai.py"), "--serve"], openai_wire),
     ([sys.executable, str(BENCH / "bench_anthropic.py"), "--serve"], anthropic_wire),
 )

@@ -21,19 +21,19 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import generate
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_openai import MODEL as OPENAI_MODEL
-from fake_openai import FakeOpenAI
-from loopback import serve
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace import StatusCode
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import generate
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_openai import MODEL as OPENAI_MODEL
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.loopback import serve
 from vaelii_llm import kb
 from vaelii_llm import pool
 from vaelii_llm import telemetry
@@ -52,8 +52,8 @@ from vaelii_llm.providers import stub
 from vaelii_llm.providers.stub import StubProvider
 
 if TYPE_CHECKING:
-    from conftest import Collect
-    from conftest import Recorded
+    from tests.conftest import Collect
+    from tests.conftest import Recorded
 
 SECRET = "sk-ant-api03-TELEMETRY-SECRET-never-recorded-0123456789"
 ASK = Request(

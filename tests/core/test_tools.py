@@ -22,13 +22,13 @@ from typing import overload
 import edn_format
 import msgspec
 import pytest
-from conftest import BIG_KB_SENTEXES
 from hypothesis import HealthCheck
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis_helpers import recursive
 
+from tests.conftest import BIG_KB_SENTEXES
+from tests.support.hypothesis_helpers import recursive
 from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import engine as engine_mod

@@ -26,13 +26,13 @@ import aiohttp
 import pytest
 import trustme
 from aiohttp import web
-from conftest import Recorded
-from fake_ollama import FakeOllama
-from fake_ollama import hello
-from fake_ollama import merged
-from loopback import serve
-from proxy import forward_proxy
 
+from tests.conftest import Recorded
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import hello
+from tests.support.fake_ollama import merged
+from tests.support.loopback import serve
+from tests.support.proxy import forward_proxy
 from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import Response
@@ -95,7 +95,10 @@ async def fake() -> AsyncIterator[FakeOllama]:
 def fake_ollama_process() -> Iterator[str]:
     """The fake Ollama in a process of its own, so each child can reach it."""
     child = subprocess.Popen(
-        [sys.executable, str(SUPPORT / "fake_ollama.py")], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "tests.support.fake_ollama"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     try:
         assert child.stdout is not None
@@ -425,7 +428,7 @@ async def test_hostile_far_ends_end_typed_within_budget_through_a_proxy(
 async def test_an_unreachable_upstream_behind_the_proxy_is_typed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from loopback import refused_url
+    from tests.support.loopback import refused_url
 
     async with forward_proxy() as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url)

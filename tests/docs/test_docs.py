@@ -20,22 +20,22 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from doc_pages import LANGUAGES
-from doc_pages import ROOT
-from doc_pages import Pages
-from doc_pages import blocks
-from doc_pages import clean_env
-from doc_pages import page_names
-from doc_pages import read_pages
-from doc_pages import run
-from doc_pages import shell_kind
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from kb_model import ANSWER
-from kb_model import ollama_reader
-from test_exported_members import EXPORTS
 
+from tests.support.doc_pages import LANGUAGES
+from tests.support.doc_pages import ROOT
+from tests.support.doc_pages import Pages
+from tests.support.doc_pages import blocks
+from tests.support.doc_pages import clean_env
+from tests.support.doc_pages import page_names
+from tests.support.doc_pages import read_pages
+from tests.support.doc_pages import run
+from tests.support.doc_pages import shell_kind
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.kb_model import ANSWER
+from tests.support.kb_model import ollama_reader
+from tests.support.surface import EXPORTS
 from vaelii_llm import cli
 from vaelii_llm import config
 from vaelii_llm import errors
@@ -135,8 +135,8 @@ async def test_the_local_messages_api_block_prints_the_status_the_page_shows(
     here: Pages,
 ) -> None:
     """#48 item 8: a llama.cpp server on loopback (the Messages API, /v1/models, /props)."""
-    from anthropic_fake import FakeMessagesAPI
-    from loopback import serve
+    from tests.support.anthropic_fake import FakeMessagesAPI
+    from tests.support.loopback import serve
 
     llama = FakeMessagesAPI(
         models=["smollm2"], props={"chat_template_caps": {"supports_tools": True}}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import base64
-import importlib.util
 import json
 import os
 import re
@@ -14,13 +13,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import aiohttp
 import msgspec
 import pytest
 
+from tests.support.doc_pages import load_example
 from vaelii_llm import Response
 from vaelii_llm import TextBlock
 from vaelii_llm import agent
@@ -104,18 +103,6 @@ STUB_LINE = (
     "`vaelii-llm status` says what to set"
 )
 """The first line of every example that asks a model, when the stub answers."""
-
-
-def load_example(name: str) -> ModuleType:
-    if str(EXAMPLES) not in sys.path:  # as `python examples/NAME.py` has it (_answering)
-        sys.path.insert(0, str(EXAMPLES))
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # msgspec resolves a Struct's annotations through it
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> list[str]:
@@ -204,9 +191,9 @@ async def test_structured_output_sends_the_schema_to_a_loopback_ollama(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The fake fills the schema from the facts in the prompt: a model's job, done plainly."""
-    from fake_ollama import FakeOllama
-    from fake_ollama import chunk
-    from fake_ollama import final
+    from tests.support.fake_ollama import FakeOllama
+    from tests.support.fake_ollama import chunk
+    from tests.support.fake_ollama import final
 
     example = load_example("structured_output")
 
@@ -245,9 +232,9 @@ def test_vote_runs_on_the_stub_with_a_progress_line_per_turn() -> None:
 
 
 async def test_vote_runs_over_configured_loopback_hosts() -> None:
-    from fake_ollama import FakeOllama
-    from fake_ollama import chunk
-    from fake_ollama import final
+    from tests.support.fake_ollama import FakeOllama
+    from tests.support.fake_ollama import chunk
+    from tests.support.fake_ollama import final
 
     server = await FakeOllama(script=lambda body: [chunk("Yes, by this fake."), final()]).start()
     try:
@@ -300,8 +287,9 @@ PNG_B64 = base64.b64encode((EXAMPLES / "red_square.png").read_bytes()).decode()
 
 async def test_vision_sends_the_image_to_a_loopback_messages_api(tmp_path: Path) -> None:
     from aiohttp.test_utils import TestServer
-    from anthropic_fake import FakeMessagesAPI
-    from anthropic_fake import Transcript
+
+    from tests.support.anthropic_fake import FakeMessagesAPI
+    from tests.support.anthropic_fake import Transcript
 
     message = {
         "id": "msg_vision",
@@ -343,10 +331,10 @@ async def test_vision_sends_the_image_to_a_loopback_messages_api(tmp_path: Path)
 
 
 async def test_vision_sends_the_image_to_a_loopback_ollama() -> None:
-    from fake_ollama import MODEL
-    from fake_ollama import FakeOllama
-    from fake_ollama import chunk
-    from fake_ollama import final
+    from tests.support.fake_ollama import MODEL
+    from tests.support.fake_ollama import FakeOllama
+    from tests.support.fake_ollama import chunk
+    from tests.support.fake_ollama import final
 
     server = await FakeOllama(script=lambda body: [chunk("Red. A square."), final()]).start()
     env = {
@@ -453,9 +441,9 @@ def test_an_example_without_its_extra_prints_the_install_hint_and_exits_2(
 async def test_structured_output_cut_at_max_tokens_says_so_and_exits_1() -> None:
     """A busy server's answer stopped at max_tokens is no whole JSON object:
     the example reads the stop reason first, never msgspec's DecodeError."""
-    from fake_ollama import FakeOllama
-    from fake_ollama import chunk
-    from fake_ollama import final
+    from tests.support.fake_ollama import FakeOllama
+    from tests.support.fake_ollama import chunk
+    from tests.support.fake_ollama import final
 
     server = await FakeOllama(
         script=lambda body: [
@@ -484,10 +472,10 @@ async def test_structured_output_cut_at_max_tokens_says_so_and_exits_1() -> None
 
 
 async def test_structured_output_shows_its_wait_then_the_tokens_on_a_terminal() -> None:
-    from fake_ollama import FakeOllama
-    from fake_ollama import chunk
-    from fake_ollama import final
-    from terminal import run_on_terminal
+    from tests.support.fake_ollama import FakeOllama
+    from tests.support.fake_ollama import chunk
+    from tests.support.fake_ollama import final
+    from tests.support.terminal import run_on_terminal
 
     answer = json.loads(load_example("structured_output").STUB_ANSWER)
     text = json.dumps(answer)

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import tool_call
-from test_examples import load_example
 
+from tests.support.doc_pages import load_example
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import tool_call
 from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import TextBlock

@@ -17,21 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doc_pages import FIRST_COMMANDS
-from doc_pages import ROOT
-from doc_pages import Pages
-from doc_pages import blocks
-from doc_pages import clean_env
-from doc_pages import lines
-from doc_pages import page_names
-from doc_pages import read_pages
-from doc_pages import run
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from kb_model import ANSWER
-from kb_model import QUESTION
-from kb_model import ollama_reader
+
+from tests.support.doc_pages import FIRST_COMMANDS
+from tests.support.doc_pages import ROOT
+from tests.support.doc_pages import Pages
+from tests.support.doc_pages import blocks
+from tests.support.doc_pages import clean_env
+from tests.support.doc_pages import lines
+from tests.support.doc_pages import page_names
+from tests.support.doc_pages import read_pages
+from tests.support.doc_pages import run
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.kb_model import ANSWER
+from tests.support.kb_model import QUESTION
+from tests.support.kb_model import ollama_reader
 
 README = (ROOT / "README.md").read_text()
 

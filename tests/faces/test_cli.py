@@ -10,14 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli_runs import run_in_process as run
 from vaelii_llm import __version__
-from vaelii_llm import cli
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_version_runs_as_an_installed_command() -> None:

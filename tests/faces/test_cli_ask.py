@@ -18,17 +18,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cli_runs import run_cli
-from fake_ollama import FakeOllama
-from kb_model import ANSWER
-from kb_model import GOAL
-from kb_model import NAMES
-from kb_model import QUESTION
-from kb_model import ollama_keeps_asking
-from kb_model import ollama_reader
-from kb_model import ollama_truncated
-from loopback import refused_url
 
+from tests.support.cli_runs import run_cli
+from tests.support.fake_ollama import FakeOllama
+from tests.support.kb_model import ANSWER
+from tests.support.kb_model import GOAL
+from tests.support.kb_model import NAMES
+from tests.support.kb_model import QUESTION
+from tests.support.kb_model import ollama_keeps_asking
+from tests.support.kb_model import ollama_reader
+from tests.support.kb_model import ollama_truncated
+from tests.support.loopback import refused_url
 from vaelii_llm import cli
 from vaelii_llm.cli import _drawing as _cli_drawing
 
@@ -209,9 +209,9 @@ async def test_ask_reports_a_refusal_with_its_own_code(
     """The Messages API is the backend that refuses: its loopback fake streams a refusal."""
     import random
 
-    from anthropic_fake import FakeMessagesAPI
-    from anthropic_fake import generate
-    from loopback import serve
+    from tests.support.anthropic_fake import FakeMessagesAPI
+    from tests.support.anthropic_fake import generate
+    from tests.support.loopback import serve
 
     fake = FakeMessagesAPI(
         transcript=generate(random.Random(7), kinds=["text"], stop_reason="refusal", unknown=False),
@@ -266,8 +266,8 @@ class Terminal(io.StringIO):
 async def test_vote_draws_no_progress_when_stderr_is_not_a_terminal(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fake_ollama import chunk
-    from fake_ollama import final
+    from tests.support.fake_ollama import chunk
+    from tests.support.fake_ollama import final
 
     server = await FakeOllama(script=lambda body: [chunk("Yes."), final()]).start()
     try:
@@ -283,8 +283,8 @@ async def test_vote_draws_no_progress_when_stderr_is_not_a_terminal(
 async def test_vote_over_a_loopback_host_counts_its_answers(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fake_ollama import chunk
-    from fake_ollama import final
+    from tests.support.fake_ollama import chunk
+    from tests.support.fake_ollama import final
 
     server = await FakeOllama(
         script=lambda body: [chunk("No, it is an arachnid."), final()]

@@ -18,26 +18,26 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import generate
-from fake_ollama import FakeOllama
-from fake_openai import FakeOpenAI
-from fake_openai_responses import FakeResponses
-from fake_openai_responses import Item
-from fake_openai_responses import Turn
-from loopback import refused_url
-from loopback import serve
-from polling import until
-from test_cli_round_three import NO_TOOLS_PROPS
-from test_cli_round_three import clean_env
-from test_cli_round_three import command
-from test_cli_round_three import no_tools_line
-from test_cli_round_three import run
-from test_cli_round_three import run_process
-from test_toolsets import SERVER_FLAG
-from test_toolsets import echoer
-from test_toolsets import keeps_asking
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import generate
+from tests.support.cli_runs import MCP_TOOLS_SERVER
+from tests.support.cli_runs import NO_TOOLS_PROPS
+from tests.support.cli_runs import clean_env
+from tests.support.cli_runs import command
+from tests.support.cli_runs import no_tools_line
+from tests.support.cli_runs import run_command as run
+from tests.support.cli_runs import run_process
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai_responses import FakeResponses
+from tests.support.fake_openai_responses import Item
+from tests.support.fake_openai_responses import Turn
+from tests.support.kb_model import echoer
+from tests.support.kb_model import keeps_asking
+from tests.support.loopback import refused_url
+from tests.support.loopback import serve
+from tests.support.polling import until
 from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import Response
@@ -181,7 +181,12 @@ async def exit_5() -> None:
 async def exit_6() -> None:
     async with FakeOllama(script=echoer) as fake:
         code, _, err = await run(
-            ollama_env(fake.url), "ask", "die then say it", "--no-kb", "--mcp", SERVER_FLAG
+            ollama_env(fake.url),
+            "ask",
+            "die then say it",
+            "--no-kb",
+            "--mcp",
+            " ".join(MCP_TOOLS_SERVER),
         )
     assert code == 6, err
 
@@ -397,7 +402,7 @@ async def test_a_map_in_a_kb_file_is_named_as_a_map(tmp_path: Path) -> None:
 async def test_no_tools_under_no_kb_does_not_speak_of_the_kb() -> None:
     async with FakeOpenAI(props=NO_TOOLS_PROPS) as chat:
         env = clean_env(VAELII_LLM_PROVIDER="openai", OPENAI_BASE_URL=chat.base_url)
-        code, out, err = await run(env, "ask", "q", "--no-kb", "--mcp", SERVER_FLAG)
+        code, out, err = await run(env, "ask", "q", "--no-kb", "--mcp", " ".join(MCP_TOOLS_SERVER))
     assert (code, err) == (0, no_tools_line(chat.url))
     assert "KB" not in err
     assert "without the tools it is offered" in err

@@ -21,11 +21,11 @@ from typing import Any
 
 import jsonschema
 import pytest
-from fake_ollama import FakeOllama
-from kb_model import QUESTION
-from kb_model import ollama_reader
-from loopback import refused_url
 
+from tests.support.fake_ollama import FakeOllama
+from tests.support.kb_model import QUESTION
+from tests.support.kb_model import ollama_reader
+from tests.support.loopback import refused_url
 from vaelii_llm import cli
 from vaelii_llm import kb
 from vaelii_llm import tools

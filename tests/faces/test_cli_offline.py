@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_cli import run
 
+from tests.support.cli_runs import run_in_process as run
 from vaelii_llm import cli
 from vaelii_llm import tools
 

@@ -16,20 +16,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import fake_ollama
-import fake_openai
 import pytest
 from aiohttp import web
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import Transcript
-from loopback import serve
-from messages_transcripts import message
-from messages_transcripts import transcript
 from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai import exceptions as pai_errors
 from pydantic_ai import messages as pai
 
+from tests.support import fake_ollama
+from tests.support import fake_openai
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import Transcript
+from tests.support.loopback import serve
+from tests.support.messages_transcripts import message
+from tests.support.messages_transcripts import transcript
 from vaelii_llm import DocumentBlock
 from vaelii_llm import ImageBlock
 from vaelii_llm import Message

@@ -19,11 +19,14 @@ from typing import Any
 
 import msgspec
 import pytest
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import tool_call
 
+from tests.support.cli_runs import MCP_TOOLS_SERVER
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import tool_call
+from tests.support.kb_model import echoer
+from tests.support.kb_model import keeps_asking
 from vaelii_llm import _edn
 from vaelii_llm import agent
 from vaelii_llm import cli
@@ -37,12 +40,9 @@ from vaelii_llm.integrations.mcp_client import McpToolset
 from vaelii_llm.providers import stub
 
 if TYPE_CHECKING:
-    from conftest import Recorded
+    from tests.conftest import Recorded
 
-SERVER = [
-    sys.executable,
-    str(Path(__file__).resolve().parents[1] / "support" / "mcp_tools_server.py"),
-]
+SERVER = MCP_TOOLS_SERVER
 OUR_MCP = [sys.executable, "-m", "vaelii_llm.cli", "mcp"]
 CALL_TIMEOUT_S = 1.5  # the hang tool's deadline: what a hung call costs (each other call,
 # the megabyte answer among them, must fit inside it on a loaded machine)
@@ -303,22 +303,6 @@ def ollama_env(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     monkeypatch.setenv("VAELII_OLLAMA_MODEL", "llama3.2")
 
 
-def echoer(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """Calls ``echo`` (then ``die`` when asked to), then answers with what came back."""
-    results = [m for m in body["messages"] if m["role"] == "tool"]
-    question = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    plan = ["die", "echo"] if "die" in question else ["echo"]
-    if len(results) < len(plan):
-        name = plan[len(results)]
-        given = {"text": "from the server"} if name == "echo" else {}
-        return [chunk(tool_calls=[tool_call(name, given)]), final()]
-    return [chunk("The server said: " + results[-1]["content"]), final()]
-
-
-def keeps_asking(body: dict[str, Any]) -> list[dict[str, Any]]:
-    return [chunk(tool_calls=[tool_call("echo", {"text": "again"})]), final()]
-
-
 async def ask(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = await asyncio.to_thread(cli.main, list(argv))
     out, err = capsys.readouterr()
@@ -396,9 +380,9 @@ async def test_ask_mcp_refused_exits_3(
 ) -> None:
     import random
 
-    from anthropic_fake import FakeMessagesAPI
-    from anthropic_fake import generate
-    from loopback import serve
+    from tests.support.anthropic_fake import FakeMessagesAPI
+    from tests.support.anthropic_fake import generate
+    from tests.support.loopback import serve
 
     fake = FakeMessagesAPI(
         transcript=generate(random.Random(7), kinds=["text"], stop_reason="refusal", unknown=False)

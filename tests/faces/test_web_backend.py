@@ -24,19 +24,19 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from kb_model import ANSWER
-from kb_model import GOAL
-from kb_model import NAMES
-from kb_model import QUESTION
-from kb_model import KBModel
-from kb_model import ollama_reader
-from loopback import refused_url
-from web_example import PATH
-from web_example import web_backend
 
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.kb_model import ANSWER
+from tests.support.kb_model import GOAL
+from tests.support.kb_model import NAMES
+from tests.support.kb_model import QUESTION
+from tests.support.kb_model import KBModel
+from tests.support.kb_model import ollama_reader
+from tests.support.loopback import refused_url
+from tests.support.web_example import PATH
+from tests.support.web_example import web_backend
 from vaelii_llm import Provider
 from vaelii_llm import ProviderBase
 from vaelii_llm import Request

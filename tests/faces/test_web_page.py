@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from fake_ollama import FakeOllama
-from kb_model import ANSWER
-from kb_model import GOAL
-from kb_model import QUESTION
-from kb_model import ollama_reader
-from web_example import web_backend
 
+from tests.support.fake_ollama import FakeOllama
+from tests.support.kb_model import ANSWER
+from tests.support.kb_model import GOAL
+from tests.support.kb_model import QUESTION
+from tests.support.kb_model import ollama_reader
+from tests.support.web_example import web_backend
 from vaelii_llm import Provider
 from vaelii_llm import ProviderBase
 from vaelii_llm import Request

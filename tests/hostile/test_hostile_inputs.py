@@ -40,7 +40,7 @@ from vaelii_llm.telemetry import _content as _telemetry_content
 from vaelii_llm.tools import _args as _tool_args
 
 if TYPE_CHECKING:
-    from conftest import Recorded
+    from tests.conftest import Recorded
 
 SENTENCE = "(isa Humpty Horse)"
 

@@ -219,7 +219,7 @@ async def test_a_deep_argument_is_refused_and_the_server_is_not_declared_gone() 
 
 
 async def test_hostile_tool_names_are_fitted_to_the_grammar_and_routed_back() -> None:
-    from mcp_hostile_server import HOSTILE_NAMES
+    from tests.support.mcp_hostile_server import HOSTILE_NAMES
 
     kb_names = {schema.name for schema in tools.Toolset(kb.sample()).schemas()}
     async with McpToolset.stdio([*HOSTILE, "names"], start_timeout=START_TIMEOUT_S) as server:

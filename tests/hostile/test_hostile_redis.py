@@ -30,17 +30,17 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from aiohttp import web
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import merged
-from loopback import serve
-from loopback import serve_raw
-from polling import until
-from redis_pools import TTL_MS
-from redis_pools import hosts
-from redis_pools import shared_pool
-from redis_server import RedisServer
 
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import merged
+from tests.support.loopback import serve
+from tests.support.loopback import serve_raw
+from tests.support.polling import until
+from tests.support.redis_pools import TTL_MS
+from tests.support.redis_pools import hosts
+from tests.support.redis_pools import shared_pool
+from tests.support.redis_server import RedisServer
 from vaelii_llm.errors import LLMUnreachable
 from vaelii_llm.pool import _redis_slots
 from vaelii_llm.pool import vote

@@ -26,22 +26,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import mcp_http_fake
 import pytest
 from aiohttp import web
-from conftest import Recorded
-from far_end_answers import ANSWERS
-from far_end_answers import MESSAGE
-from far_end_answers import OLLAMA_DONE
-from far_end_answers import built
-from loopback import RawHandler
-from loopback import refused_url
-from loopback import serve
-from loopback import serve_raw
-from redis_pools import hosts
-from redis_pools import shared_pool
-from redis_server import RedisServer
 
+from tests.conftest import Recorded
+from tests.support import mcp_http_fake
+from tests.support.far_end_answers import ANSWERS
+from tests.support.far_end_answers import MESSAGE
+from tests.support.far_end_answers import OLLAMA_DONE
+from tests.support.far_end_answers import built
+from tests.support.loopback import RawHandler
+from tests.support.loopback import refused_url
+from tests.support.loopback import serve
+from tests.support.loopback import serve_raw
+from tests.support.redis_pools import hosts
+from tests.support.redis_pools import shared_pool
+from tests.support.redis_server import RedisServer
 from vaelii_llm import _backends
 from vaelii_llm import agent
 from vaelii_llm import cli
@@ -470,8 +470,8 @@ HTTP_MEASURED = textwrap.dedent(
     """
     import asyncio, json, logging, resource, sys, time
     sys.path.insert(0, sys.argv[1])
-    from loopback import serve
-    from mcp_http_fake import app
+    from tests.support.loopback import serve
+    from tests.support.mcp_http_fake import app
     from vaelii_llm.integrations.mcp_client import McpToolset
 
     def peak_mib():
@@ -512,7 +512,7 @@ def http_measured(result_bytes: int, announced: bool = True) -> dict[str, Any]:
             sys.executable,
             "-c",
             HTTP_MEASURED,
-            str(Path(__file__).resolve().parents[1] / "support"),
+            str(Path(__file__).resolve().parents[2]),
             str(result_bytes),
             "announced" if announced else "chunked",
         ],

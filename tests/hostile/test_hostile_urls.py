@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from loopback import refused_url
 
+from tests.support.loopback import refused_url
 from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import cli

@@ -15,8 +15,8 @@ import traceback
 
 import pytest
 from aiohttp import web
-from loopback import serve
 
+from tests.support.loopback import serve
 from vaelii_llm.integrations.mcp_client import McpServerError
 from vaelii_llm.integrations.mcp_client import McpToolset
 

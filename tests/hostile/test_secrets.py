@@ -20,11 +20,11 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
-from conftest import Recorded
-from loopback import Taking
-from loopback import serve
-from loopback import serve_raw
 
+from tests.conftest import Recorded
+from tests.support.loopback import Taking
+from tests.support.loopback import serve
+from tests.support.loopback import serve_raw
 from vaelii_llm import cli
 from vaelii_llm import errors
 from vaelii_llm._protocol import Message

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from bounded_runs import MAX_REPORT_CHARS
 
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
+from tests.support.bounded_runs import MAX_REPORT_CHARS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -20,11 +21,9 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def child(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytest run with this suite's plugin and nothing of its conftest."""
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])
-    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("VAELII_TEST_HANG_GRACE_S", "1")
-    pytester.makeconftest('pytest_plugins = ["bounded_runs"]')
+    pytester.makeconftest('pytest_plugins = ["tests.support.bounded_runs"]')
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     return pytester
 

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis_helpers import recursive
 
+from tests.support.hypothesis_helpers import recursive
 from vaelii_llm import _edn as edn
 from vaelii_llm._edn import CUT_MARKER
 from vaelii_llm._edn import MAX_DEPTH

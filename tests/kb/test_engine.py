@@ -11,8 +11,8 @@ from typing import Any
 import edn_format
 import msgspec
 import pytest
-from conftest import BIG_KB_SENTEXES
 
+from tests.conftest import BIG_KB_SENTEXES
 from vaelii_llm import engine
 from vaelii_llm import kb
 from vaelii_llm.kb import _audits as audits

@@ -20,15 +20,15 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from fake_openai import MODEL
-from loopback import refused_url
-from loopback import serve_raw
-from polling import until
-from redis_pools import TTL_MS
-from redis_pools import hosts
-from redis_pools import shared_pool
-from redis_server import RedisServer
 
+from tests.support.fake_openai import MODEL
+from tests.support.loopback import refused_url
+from tests.support.loopback import serve_raw
+from tests.support.polling import until
+from tests.support.redis_pools import TTL_MS
+from tests.support.redis_pools import hosts
+from tests.support.redis_pools import shared_pool
+from tests.support.redis_server import RedisServer
 from vaelii_llm import config
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.errors import LLMClosed

@@ -31,12 +31,12 @@ from typing import get_args
 
 import msgspec
 import pytest
-from anthropic_fake import generate
 from hypothesis import example
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tests.support.anthropic_fake import generate
 from vaelii_llm._protocol import Block
 from vaelii_llm._protocol import Delta
 from vaelii_llm._protocol import Response

@@ -24,15 +24,15 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import Transcript
-from fake_ollama import MODEL as OLLAMA_MODEL
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_openai import FakeOpenAI
-from typed_conformance import conforms
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import Transcript
+from tests.support.fake_ollama import MODEL as OLLAMA_MODEL
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.typed_conformance import conforms
 from vaelii_llm import DocumentBlock
 from vaelii_llm import ImageBlock
 from vaelii_llm import Message

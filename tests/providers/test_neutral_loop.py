@@ -27,26 +27,26 @@ from typing import get_args
 
 import pytest
 from aiohttp import web
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import Transcript
-from deltas_check import assert_deltas_make_the_blocks
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import tool_call
-from fake_openai import Call
-from fake_openai import FakeOpenAI
-from fake_openai import Transcript as ChatTranscript
-from fake_openai import Turn
-from fake_openai import split
-from fake_openai import transcript
-from fake_openai_responses import FakeResponses
-from fake_openai_responses import Item
-from fake_openai_responses import Turn as ResponsesTurn
-from loopback import serve
-from messages_transcripts import message
-from messages_transcripts import transcript as messages_of
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import Transcript
+from tests.support.deltas_check import assert_deltas_make_the_blocks
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import tool_call
+from tests.support.fake_openai import Call
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import Transcript as ChatTranscript
+from tests.support.fake_openai import Turn
+from tests.support.fake_openai import split
+from tests.support.fake_openai import transcript
+from tests.support.fake_openai_responses import FakeResponses
+from tests.support.fake_openai_responses import Item
+from tests.support.fake_openai_responses import Turn as ResponsesTurn
+from tests.support.loopback import serve
+from tests.support.messages_transcripts import message
+from tests.support.messages_transcripts import transcript as messages_of
 from vaelii_llm import kb
 from vaelii_llm import providers
 from vaelii_llm import tools
@@ -308,7 +308,7 @@ async def test_one_loop_runs_unchanged_on_every_backend(
 
 
 async def test_the_suite_runs_on_the_event_loop_its_lane_names() -> None:
-    from conftest import TEST_LOOP
+    from tests.conftest import TEST_LOOP
 
     loop = asyncio.get_running_loop()
     if TEST_LOOP == "uvloop":

@@ -52,9 +52,9 @@ from typing import Any
 
 import msgspec
 import pytest
-from typed_conformance import conforms
-from typed_conformance import without_reasoning
 
+from tests.support.typed_conformance import conforms
+from tests.support.typed_conformance import without_reasoning
 from vaelii_llm._media import DocumentBlock
 from vaelii_llm._media import ImageBlock
 from vaelii_llm._protocol import Message
@@ -424,15 +424,15 @@ def _llama_responses(whole: dict[str, Any] | None, frames: list[dict[str, Any]])
 @pytest.mark.parametrize("seed", range(12))
 def test_every_fake_answer_parses_in_the_official_type(seed: int) -> None:
     """The fakes the suite's far ends speak are the vendors' wire, by the vendors' types."""
-    from anthropic_fake import generate
-    from fake_ollama import chunk
-    from fake_ollama import final
-    from fake_ollama import merged
-    from fake_ollama import tool_call
-    from fake_openai import random_turn
-    from fake_openai import transcript
-    from fake_openai_responses import Item
-    from fake_openai_responses import Turn
+    from tests.support.anthropic_fake import generate
+    from tests.support.fake_ollama import chunk
+    from tests.support.fake_ollama import final
+    from tests.support.fake_ollama import merged
+    from tests.support.fake_ollama import tool_call
+    from tests.support.fake_openai import random_turn
+    from tests.support.fake_openai import transcript
+    from tests.support.fake_openai_responses import Item
+    from tests.support.fake_openai_responses import Turn
 
     rng = random.Random(seed)
     chat = transcript(random_turn(rng), "openai")

@@ -29,7 +29,7 @@ from vaelii_llm.providers import Backend
 from vaelii_llm.providers import Option
 
 if TYPE_CHECKING:
-    from conftest import Recorded
+    from tests.conftest import Recorded
 
 KIND = "farfield"
 HOSTS = "FARFIELD_HOSTS"

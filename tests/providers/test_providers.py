@@ -526,12 +526,12 @@ def no_anthropic_env(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_one_call_serves_whichever_kind_the_environment_names(
     monkeypatch: pytest.MonkeyPatch, kind: str, answers: str
 ) -> None:
-    from anthropic_fake import FakeMessagesAPI
-    from anthropic_fake import generate
-    from fake_ollama import FakeOllama
-    from fake_openai import FakeOpenAI
-    from fake_openai_responses import FakeResponses
-    from loopback import serve
+    from tests.support.anthropic_fake import FakeMessagesAPI
+    from tests.support.anthropic_fake import generate
+    from tests.support.fake_ollama import FakeOllama
+    from tests.support.fake_openai import FakeOpenAI
+    from tests.support.fake_openai_responses import FakeResponses
+    from tests.support.loopback import serve
 
     transcript = generate(random.Random(5), kinds=["text"], stop_reason="end_turn")
     transcript.message["content"] = [{"type": "text", "text": "ANTHROPIC"}]
@@ -568,7 +568,7 @@ async def test_one_call_serves_whichever_kind_the_environment_names(
 async def test_the_same_call_falls_back_to_the_stub_when_the_kind_cannot_answer(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, kind: str
 ) -> None:
-    from loopback import refused_url
+    from tests.support.loopback import refused_url
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no ant CLI to find a credential with
     monkeypatch.setenv("VAELII_LLM_PROVIDER", kind)

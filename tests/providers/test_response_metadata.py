@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from far_end_answers import ANSWERS
-from far_end_answers import KEY
-from far_end_answers import built
-from loopback import serve
 
+from tests.support.far_end_answers import ANSWERS
+from tests.support.far_end_answers import KEY
+from tests.support.far_end_answers import built
+from tests.support.loopback import serve
 from vaelii_llm import errors
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request

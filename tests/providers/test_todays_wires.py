@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from loopback import serve
 
+from tests.support.loopback import serve
 from vaelii_llm import errors
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request
@@ -335,8 +335,7 @@ async def test_a_hosted_ollama_is_sent_its_key(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Before #59 no key was sent: ollama.com answered every request 401."""
-    from fake_ollama import FakeOllama
-
+    from tests.support.fake_ollama import FakeOllama
     from vaelii_llm import providers
     from vaelii_llm.providers import ollama
 

@@ -19,19 +19,19 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import generate
-from deltas_check import assert_deltas_make_the_blocks
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import merged
-from fake_ollama import tool_call
-from fake_openai import Call
-from fake_openai import FakeOpenAI
-from fake_openai import Turn
-from fake_openai import transcript
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import generate
+from tests.support.deltas_check import assert_deltas_make_the_blocks
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import merged
+from tests.support.fake_ollama import tool_call
+from tests.support.fake_openai import Call
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import Turn
+from tests.support.fake_openai import transcript
 from vaelii_llm import errors
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request

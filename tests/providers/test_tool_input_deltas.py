@@ -16,15 +16,15 @@ from typing import get_args
 
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import Transcript
-from anthropic_fake import generate
-from deltas_check import assert_deltas_make_the_blocks
-from deltas_check import input_json
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import Transcript
+from tests.support.anthropic_fake import generate
+from tests.support.deltas_check import assert_deltas_make_the_blocks
+from tests.support.deltas_check import input_json
 from vaelii_llm._protocol import Delta
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request

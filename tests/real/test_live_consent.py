@@ -33,8 +33,8 @@ def probe_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> p
     # fraction of the time every installed plugin takes to load.
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("PYTEST_PLUGINS", "pytest_asyncio.plugin,pytest_timeout")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the suite's plugin: tests.support.bounded_runs
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
-    pytester.makepyfile(bounded_runs=(ROOT / "tests" / "support" / "bounded_runs.py").read_text())
     pytester.makeini(
         "[pytest]\naddopts = -m 'not llm and not real' -ra\nmarkers =\n"
         "    llm: reaches a real model\n    real: reaches a local real model\n"

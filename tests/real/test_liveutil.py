@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from fake_ollama import FakeOllama
-from liveutil import live_model
+
+from tests.support.fake_ollama import FakeOllama
+from tests.support.liveutil import live_model
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ from aiohttp.test_utils import TestServer
 from llama_server import TOOL_TEMPLATE
 from llama_server import LlamaServer
 from llama_server import worked_exchanges
-from redis_server import RedisServer
 
+from tests.support.redis_server import RedisServer
 from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import Response
@@ -446,7 +446,7 @@ async def test_the_web_example_answers_from_the_real_model(
 ) -> None:
     """The web example as configured by its environment (its own provider
     factory, not one the test hands it), asked over HTTP."""
-    from web_example import web_backend  # the example, loaded once for every test
+    from tests.support.web_example import web_backend  # the example, loaded once for every test
 
     monkeypatch.setenv("VAELII_LLM_PROVIDER", "openai")
     monkeypatch.setenv("OPENAI_BASE_URL", server.base + "/v1")

@@ -17,8 +17,8 @@ import msgspec
 import pytest
 from aiohttp import web
 from llama_server import worked_exchanges
-from loopback import serve
 
+from tests.support.loopback import serve
 from vaelii_llm import ImageBlock
 from vaelii_llm import Message
 from vaelii_llm import Request

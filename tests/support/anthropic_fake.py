@@ -27,7 +27,8 @@ from dataclasses import field
 from typing import Any
 
 from aiohttp import web
-from loopback import FakeServer
+
+from tests.support.loopback import FakeServer
 
 Event = tuple[str, dict[str, Any]]
 

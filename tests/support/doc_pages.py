@@ -16,16 +16,19 @@ made from the sdist exactly as the README's commands make it.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import re
 import shlex
 import shutil
 import signal
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Literal
 
-from fake_ollama import FakeOllama
+from tests.support.fake_ollama import FakeOllama
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -275,3 +278,18 @@ class Pages:
         for body in found:
             json.loads(body)
         return len(found)
+
+
+EXAMPLES = ROOT / "examples"
+
+
+def load_example(name: str) -> ModuleType:
+    if str(EXAMPLES) not in sys.path:  # as `python examples/NAME.py` has it (_answering)
+        sys.path.insert(0, str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # msgspec resolves a Struct's annotations through it
+    spec.loader.exec_module(module)
+    return module

@@ -24,7 +24,8 @@ from dataclasses import field
 from typing import Any
 
 from aiohttp import web
-from loopback import FakeServer
+
+from tests.support.loopback import FakeServer
 
 MODEL = "phi4:14b"
 CREATED = "2025-10-26T17:15:24.097767Z"

@@ -43,7 +43,8 @@ from typing import Any
 from typing import Literal
 
 from aiohttp import web
-from loopback import FakeServer
+
+from tests.support.loopback import FakeServer
 
 MODEL = "Qwen/Qwen3-8B"
 MODELS = [MODEL, "meta-llama/Llama-3.1-8B-Instruct"]

@@ -32,7 +32,8 @@ from dataclasses import field
 from typing import Any
 
 from aiohttp import web
-from loopback import FakeServer
+
+from tests.support.loopback import FakeServer
 
 MODEL = "gpt-fake-1"
 MODELS = [MODEL]

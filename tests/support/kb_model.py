@@ -4,6 +4,8 @@ Muffet fears, then answer from the names in the engine's result.
 ``ollama_reader`` is a :class:`fake_ollama.FakeOllama` script (the real wire);
 :class:`KBModel` is an in-process :class:`~vaelii_llm._protocol.Provider` whose
 turns can be held on an event, refuse, or fail, for the web backend's tests.
+``echoer`` and ``keeps_asking`` are scripts for a model beside an MCP server's
+``echo`` and ``die`` tools (tests/support/mcp_tools_server.py).
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import tool_call
-
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import tool_call
 from vaelii_llm import errors
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import ProviderBase
@@ -131,3 +132,19 @@ class KBModel(ProviderBase):
         ):
             async for item in items:
                 yield item
+
+
+def echoer(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Calls ``echo`` (then ``die`` when asked to), then answers with what came back."""
+    results = [m for m in body["messages"] if m["role"] == "tool"]
+    question = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    plan = ["die", "echo"] if "die" in question else ["echo"]
+    if len(results) < len(plan):
+        name = plan[len(results)]
+        given = {"text": "from the server"} if name == "echo" else {}
+        return [chunk(tool_calls=[tool_call(name, given)]), final()]
+    return [chunk("The server said: " + results[-1]["content"]), final()]
+
+
+def keeps_asking(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [chunk(tool_calls=[tool_call("echo", {"text": "again"})]), final()]

@@ -51,10 +51,11 @@ from dataclasses import field
 from typing import Any
 
 import jiter
-from anthropic_fake import Event
-from anthropic_fake import Transcript
 from hypothesis import strategies as st
-from hypothesis_helpers import recursive
+
+from tests.support.anthropic_fake import Event
+from tests.support.anthropic_fake import Transcript
+from tests.support.hypothesis_helpers import recursive
 
 __all__ = [
     "Plan",

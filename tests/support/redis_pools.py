@@ -11,13 +11,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import merged
-from fake_openai import Turn
-from fake_openai import transcript
-from loopback import serve
 
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import merged
+from tests.support.fake_openai import Turn
+from tests.support.fake_openai import transcript
+from tests.support.loopback import serve
 from vaelii_llm.pool._pool import Pool
 from vaelii_llm.providers import ollama
 

@@ -24,17 +24,17 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from anthropic_fake import frame
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import merged
-from fake_openai_responses import Item
-from fake_openai_responses import Turn
-from fake_openai_responses import sse
-from loopback import serve
-from loopback import serve_raw
-from pool_check import checked_in
 
+from tests.support.anthropic_fake import frame
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import merged
+from tests.support.fake_openai_responses import Item
+from tests.support.fake_openai_responses import Turn
+from tests.support.fake_openai_responses import sse
+from tests.support.loopback import serve
+from tests.support.loopback import serve_raw
+from tests.support.pool_check import checked_in
 from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import Response

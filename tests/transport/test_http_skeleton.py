@@ -22,19 +22,19 @@ from typing import get_args
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import generate
-from deltas_check import input_json
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import tool_call
-from fake_openai import FakeOpenAI
-from fake_openai import random_turn
-from fake_openai import transcript
-from fake_openai_responses import FakeResponses
-from loopback import serve
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import generate
+from tests.support.deltas_check import input_json
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import tool_call
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import random_turn
+from tests.support.fake_openai import transcript
+from tests.support.fake_openai_responses import FakeResponses
+from tests.support.loopback import serve
 from vaelii_llm._protocol import Delta
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request

@@ -27,13 +27,13 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp import web
-from anthropic_fake import frame
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_openai_responses import Item
-from fake_openai_responses import Turn
-from loopback import serve
 
+from tests.support.anthropic_fake import frame
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_openai_responses import Item
+from tests.support.fake_openai_responses import Turn
+from tests.support.loopback import serve
 from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import Response

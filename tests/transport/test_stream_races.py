@@ -22,12 +22,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
-from fake_ollama import chunk
-from fake_ollama import final
-from loopback import serve
-from polling import until
-from pool_check import checked_in
 
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.loopback import serve
+from tests.support.polling import until
+from tests.support.pool_check import checked_in
 from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import Response

@@ -38,14 +38,14 @@ from hypothesis import example
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from loopback import Handler
-from loopback import Taking
-from loopback import cut_connection
-from loopback import refused_url
-from loopback import reset_connection
-from loopback import serve
-from loopback import serve_raw
 
+from tests.support.loopback import Handler
+from tests.support.loopback import Taking
+from tests.support.loopback import cut_connection
+from tests.support.loopback import refused_url
+from tests.support.loopback import reset_connection
+from tests.support.loopback import serve
+from tests.support.loopback import serve_raw
 from vaelii_llm import _timers as timers
 from vaelii_llm import _transport as transport
 from vaelii_llm._transport import boundary

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis_helpers import recursive
 
+from tests.support.hypothesis_helpers import recursive
 from vaelii_llm._wire import MAX_EVENT_BYTES
 from vaelii_llm._wire import NDJSONDecoder
 from vaelii_llm._wire.ndjson import refuse_line

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import Transcript
-from fake_ollama import FakeOllama
-from fake_openai import FakeOpenAI
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import Transcript
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_openai import FakeOpenAI
 from vaelii_llm import DocumentBlock
 from vaelii_llm import ImageBlock
 from vaelii_llm import Message

@@ -20,27 +20,27 @@ from typing import get_args
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import Transcript
 from hypothesis import HealthCheck
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from messages_transcripts import Plan
-from messages_transcripts import Turn
-from messages_transcripts import citation
-from messages_transcripts import compaction
-from messages_transcripts import fallback
-from messages_transcripts import lenient
-from messages_transcripts import message
-from messages_transcripts import messages
-from messages_transcripts import server_tool_use
-from messages_transcripts import text
-from messages_transcripts import thinking
-from messages_transcripts import tool_use
-from messages_transcripts import transcript
-from messages_transcripts import web_search_result
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import Transcript
+from tests.support.messages_transcripts import Plan
+from tests.support.messages_transcripts import Turn
+from tests.support.messages_transcripts import citation
+from tests.support.messages_transcripts import compaction
+from tests.support.messages_transcripts import fallback
+from tests.support.messages_transcripts import lenient
+from tests.support.messages_transcripts import message
+from tests.support.messages_transcripts import messages
+from tests.support.messages_transcripts import server_tool_use
+from tests.support.messages_transcripts import text
+from tests.support.messages_transcripts import thinking
+from tests.support.messages_transcripts import tool_use
+from tests.support.messages_transcripts import transcript
+from tests.support.messages_transcripts import web_search_result
 from vaelii_llm._protocol import Block
 from vaelii_llm._protocol import Delta
 from vaelii_llm._protocol import Message

@@ -8,62 +8,25 @@ listens on stand in for the user's machine.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import random
 import re
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from aiohttp import web
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import generate
-from loopback import refused_url
-from loopback import serve
+
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import generate
+from tests.support.cli_runs import NO_TOOLS_PROPS
+from tests.support.cli_runs import clean_env
+from tests.support.cli_runs import command
+from tests.support.cli_runs import no_tools_line
+from tests.support.cli_runs import run_command as run
+from tests.support.loopback import refused_url
+from tests.support.loopback import serve
 
 SECRET = "sk-ant-round-three-SECRET"
-
-
-def command() -> list[str]:
-    """The installed console script beside this interpreter (else the module)."""
-    script = Path(sys.executable).with_name("vaelii-llm")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("vaelii-llm")
-    return [found] if found else [sys.executable, "-m", "vaelii_llm.cli"]
-
-
-def clean_env(**env: str) -> dict[str, str]:
-    kept = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("VAELII_", "ANTHROPIC_", "OLLAMA_", "OPENAI_"))
-    }
-    return {**kept, **env}
-
-
-async def run(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
-    """``vaelii-llm ARGV`` in a subprocess, while this loop serves its fakes."""
-    return await run_process(env, *command(), *argv)
-
-
-async def run_process(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
-    """``ARGV`` in a subprocess (its status, stdout, stderr), while this loop serves its fakes."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
-# -- 1. a dead Messages API host: status, ask and vote agree ---------------------------
 
 
 async def test_a_dead_messages_api_host_reads_as_one_that_cannot_answer() -> None:
@@ -276,25 +239,9 @@ async def test_a_remote_mcp_server_that_is_not_there_is_not_reached_not_started(
 
 # -- 5. tools a far end drops are never dropped silently -------------------------------
 
-NO_TOOLS_PROPS = {
-    "chat_template_caps": {"supports_tools": False, "supports_tool_calls": False},
-    "total_slots": 1,
-}
-"""What llama.cpp's server answers at ``/props`` when its chat template renders no tools."""
-
-
-def no_tools_line(url: str) -> str:
-    return (
-        f"no-tools: the server at {url} renders no tools with its chat template (its /props "
-        "says supports_tools: false), so the model would answer without the tools it is "
-        "offered; start "
-        "llama-server with --jinja and a tool-capable chat template (--chat-template-file), "
-        "or serve a model whose own template renders tools\n"
-    )
-
 
 async def test_a_server_whose_template_renders_no_tools_is_said_once_before_the_turn() -> None:
-    from fake_openai import FakeOpenAI
+    from tests.support.fake_openai import FakeOpenAI
 
     chat = await FakeOpenAI(props=NO_TOOLS_PROPS).start()
     messages = yes_transcript()
@@ -321,7 +268,7 @@ async def test_a_server_whose_template_renders_no_tools_is_said_once_before_the_
 async def test_an_answer_whose_input_tokens_could_not_hold_the_tools_says_so_once() -> None:
     """No /props here (a server that does not say): the usage shows it, as
     llama-server's 74 input tokens for a 29 KB request did."""
-    from fake_openai import FakeOpenAI
+    from tests.support.fake_openai import FakeOpenAI
 
     chat = await FakeOpenAI().start()  # every turn reads 31 prompt tokens, tools or not
     try:
@@ -346,10 +293,10 @@ async def test_an_answer_whose_input_tokens_could_not_hold_the_tools_says_so_onc
 
 
 async def test_ask_shows_how_long_it_has_waited_on_a_terminal_and_erases_it() -> None:
-    from fake_ollama import FakeOllama
-    from fake_ollama import chunk
-    from fake_ollama import final
-    from terminal import run_on_terminal
+    from tests.support.fake_ollama import FakeOllama
+    from tests.support.fake_ollama import chunk
+    from tests.support.fake_ollama import final
+    from tests.support.terminal import run_on_terminal
 
     server = await FakeOllama(
         script=lambda body: [chunk(""), chunk("Nobody is."), final()],

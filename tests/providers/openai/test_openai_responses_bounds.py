@@ -13,12 +13,12 @@ import json
 from typing import Any
 
 import pytest
-from fake_openai_responses import MODEL
-from fake_openai_responses import FakeResponses
-from fake_openai_responses import Item
-from fake_openai_responses import Turn
-from fake_openai_responses import sse
 
+from tests.support.fake_openai_responses import MODEL
+from tests.support.fake_openai_responses import FakeResponses
+from tests.support.fake_openai_responses import Item
+from tests.support.fake_openai_responses import Turn
+from tests.support.fake_openai_responses import sse
 from vaelii_llm import errors
 from vaelii_llm._protocol import MAX_TOKEN_COUNT
 from vaelii_llm._protocol import Message

@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import generate
-from anthropic_fake import prompt_units
-from anthropic_fake import tokens
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import generate
+from tests.support.anthropic_fake import prompt_units
+from tests.support.anthropic_fake import tokens
 from vaelii_llm import ProviderBase
 from vaelii_llm import errors
 from vaelii_llm._protocol import Cache

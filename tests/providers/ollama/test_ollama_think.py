@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 import pytest
-from fake_ollama import FakeOllama
-from fake_ollama import chunk
-from fake_ollama import final
 
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
 from vaelii_llm._protocol import Cache
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from typed_conformance import conforms
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.typed_conformance import conforms
 from vaelii_llm._protocol import Cache
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request

@@ -14,21 +14,21 @@ from typing import get_args
 
 import msgspec
 import pytest
-from deltas_check import assert_deltas_make_the_blocks
-from fake_openai import json_value
-from fake_openai import split
-from fake_openai import words
-from fake_openai_responses import MODEL
-from fake_openai_responses import RATE_HEADERS
-from fake_openai_responses import REQUEST_ID
-from fake_openai_responses import FakeResponses
-from fake_openai_responses import Item
-from fake_openai_responses import Turn
-from fake_openai_responses import sse
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tests.support.deltas_check import assert_deltas_make_the_blocks
+from tests.support.fake_openai import json_value
+from tests.support.fake_openai import split
+from tests.support.fake_openai import words
+from tests.support.fake_openai_responses import MODEL
+from tests.support.fake_openai_responses import RATE_HEADERS
+from tests.support.fake_openai_responses import REQUEST_ID
+from tests.support.fake_openai_responses import FakeResponses
+from tests.support.fake_openai_responses import Item
+from tests.support.fake_openai_responses import Turn
+from tests.support.fake_openai_responses import sse
 from vaelii_llm import errors
 from vaelii_llm import providers
 from vaelii_llm._protocol import Delta

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopback import refused_url
 
+from tests.support.loopback import refused_url
 from vaelii_llm.errors import LLMBadCredential
 from vaelii_llm.errors import LLMNoCredential
 from vaelii_llm.providers.anthropic import _credentials as credentials

@@ -24,7 +24,7 @@ from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm.providers import stub
 
 if TYPE_CHECKING:
-    from conftest import Collect
+    from tests.conftest import Collect
 
 
 def ask(text: str) -> Request:

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import generate
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import generate
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response

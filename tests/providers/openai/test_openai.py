@@ -14,25 +14,25 @@ from typing import get_args
 
 import msgspec
 import pytest
-from deltas_check import assert_deltas_make_the_blocks
-from fake_openai import MODEL
-from fake_openai import MODELS
-from fake_openai import Call
-from fake_openai import FakeOpenAI
-from fake_openai import Transcript
-from fake_openai import Turn
-from fake_openai import hello
-from fake_openai import random_turn
-from fake_openai import transcript
 from hypothesis import HealthCheck
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from kb_model import GOAL
-from kb_model import NAMES
-from kb_model import QUESTION
-from kb_model import answer_from
 
+from tests.support.deltas_check import assert_deltas_make_the_blocks
+from tests.support.fake_openai import MODEL
+from tests.support.fake_openai import MODELS
+from tests.support.fake_openai import Call
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import Transcript
+from tests.support.fake_openai import Turn
+from tests.support.fake_openai import hello
+from tests.support.fake_openai import random_turn
+from tests.support.fake_openai import transcript
+from tests.support.kb_model import GOAL
+from tests.support.kb_model import NAMES
+from tests.support.kb_model import QUESTION
+from tests.support.kb_model import answer_from
 from vaelii_llm import errors
 from vaelii_llm import providers
 from vaelii_llm._protocol import Delta
@@ -1090,7 +1090,7 @@ async def test_ask_runs_unchanged_on_an_openai_compatible_server(
 async def test_why_it_cannot_answer_names_the_server_the_cause_and_the_next_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from loopback import refused_url
+    from tests.support.loopback import refused_url
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     fake = await FakeOpenAI(key="right-key").start()
@@ -1132,7 +1132,8 @@ async def test_a_models_listing_that_fails_server_side_is_not_blamed_on_the_addr
     status: int, advice: str
 ) -> None:
     from aiohttp import web
-    from loopback import serve
+
+    from tests.support.loopback import serve
 
     async def listing(request: web.Request) -> web.Response:
         return web.json_response({"error": {"message": "backend crashed"}}, status=status)

@@ -14,11 +14,11 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import generate
-from anthropic_fake import prompt_units
-from anthropic_fake import tokens
 
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import generate
+from tests.support.anthropic_fake import prompt_units
+from tests.support.anthropic_fake import tokens
 from vaelii_llm import agent
 from vaelii_llm import kb
 from vaelii_llm import tools
@@ -332,8 +332,8 @@ async def run_agent_with(api: FakeMessagesAPI, first: Request) -> agent.AgentRes
 async def test_ask_caches_its_prefix_unless_told_not_to(
     flag: str | None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cli_runs import run_cli
-    from loopback import serve
+    from tests.support.cli_runs import run_cli
+    from tests.support.loopback import serve
 
     api = FakeMessagesAPI(caching=True, script=two_turns())
     async with serve(api.app()) as url:

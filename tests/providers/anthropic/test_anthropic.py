@@ -23,19 +23,19 @@ import pytest
 from aiohttp.test_utils import TestServer
 from aioresponses import CallbackResult
 from aioresponses import aioresponses
-from anthropic_fake import FakeMessagesAPI
-from anthropic_fake import Seen
-from anthropic_fake import Transcript
-from anthropic_fake import frame
-from anthropic_fake import generate
-from conftest import MockedResponse
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from loopback import refused_url
-from polling import until
 from yarl import URL
 
+from tests.conftest import MockedResponse
+from tests.support.anthropic_fake import FakeMessagesAPI
+from tests.support.anthropic_fake import Seen
+from tests.support.anthropic_fake import Transcript
+from tests.support.anthropic_fake import frame
+from tests.support.anthropic_fake import generate
+from tests.support.loopback import refused_url
+from tests.support.polling import until
 from vaelii_llm import errors
 from vaelii_llm import providers
 from vaelii_llm._protocol import Block

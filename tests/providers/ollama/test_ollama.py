@@ -18,19 +18,19 @@ import pytest
 import yarl
 from aioresponses import CallbackResult
 from aioresponses import aioresponses
-from conftest import MockedResponse
-from fake_ollama import FakeOllama
-from fake_ollama import Transcript
-from fake_ollama import chunk
-from fake_ollama import final
-from fake_ollama import hello
-from fake_ollama import merged
-from fake_ollama import tool_call
 from hypothesis import HealthCheck
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tests.conftest import MockedResponse
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama import Transcript
+from tests.support.fake_ollama import chunk
+from tests.support.fake_ollama import final
+from tests.support.fake_ollama import hello
+from tests.support.fake_ollama import merged
+from tests.support.fake_ollama import tool_call
 from vaelii_llm import errors
 from vaelii_llm import providers
 from vaelii_llm._protocol import Message

@@ -19,13 +19,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from fake_openai import MODEL
-from fake_openai import FakeOpenAI
-from fake_openai import random_turn
-from fake_openai import transcript
-from typed_conformance import conforms
-from typed_conformance import without_reasoning
 
+from tests.support.fake_openai import MODEL
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import random_turn
+from tests.support.fake_openai import transcript
+from tests.support.typed_conformance import conforms
+from tests.support.typed_conformance import without_reasoning
 from vaelii_llm._protocol import Cache
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request
