@@ -1,4 +1,4 @@
-"""The command as a new user met it in round three (issue #48), run as the
+"""The command on the Messages API wire and with bad switches (issue #48), run as the
 installed ``vaelii-llm`` in a subprocess: the Messages API wire answers
 ``status``, ``ask`` and ``vote`` as the other backends do, a bad switch value
 is named before any I/O, and a subcommand's stray argument shows that

@@ -1,6 +1,6 @@
 """One answer of each backend's wire, whole and streamed, from a loopback far
 end that names the request with a key (tests/providers/test_response_metadata.py,
-tests/hostile/test_hostile_round_three.py)."""
+tests/hostile/test_shown_headers_and_counts.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A command run with its stderr on a terminal (a pseudo-terminal), its stdout
 on a pipe: what a user at a shell sees of a progress line the command draws
 only when stderr is a terminal. Used by tests/docs/test_examples.py and
-tests/faces/test_cli_round_three.py.
+tests/faces/test_cli_messages_api_and_switches.py.
 """
 
 from __future__ import annotations
