@@ -78,6 +78,7 @@ __all__ = [
     "EDNRefusal",
     "Written",
     "cut",
+    "opening_of",
     "read",
     "write",
 ]
@@ -498,3 +499,12 @@ def _close(iterator: object) -> None:
     close = getattr(iterator, "close", None)
     if callable(close):
         close()
+
+
+def opening_of(value: Any) -> str:
+    """``value`` for a refusal's message: its opening, or its type's name where
+    no opening fits (a list 10⁵ deep) or it cannot be written."""
+    try:
+        return write(value, 40).text.split("\n", 1)[0] or type(value).__name__
+    except Exception:
+        return type(value).__name__

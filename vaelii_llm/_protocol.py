@@ -72,6 +72,7 @@ Deltas
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator
 from collections.abc import Sequence
 from itertools import repeat
@@ -212,6 +213,12 @@ class Message(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
 
     role: Literal["user", "assistant"]
     content: str | list[Block]
+
+
+TOOL_NAME_MAX: Final = 64
+"""The longest tool name the providers' identifier grammar allows."""
+TOOL_NAME_GRAMMAR: Final = re.compile(rf"^[a-zA-Z0-9_-]{{1,{TOOL_NAME_MAX}}}$")
+"""The providers' tool-name grammar: what every wire accepts as a tool's name."""
 
 
 class ToolSchema(Struct, frozen=True, kw_only=True, omit_defaults=True, repr_omit_defaults=True):

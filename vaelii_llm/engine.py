@@ -26,33 +26,33 @@ from typing import Any
 from typing import Final
 from typing import TypeVar
 
-from vaelii_llm.kb import _ops as _kb_ops
-from vaelii_llm.kb._declare import FEED
-from vaelii_llm.kb._declare import HOST_PATH
-from vaelii_llm.kb._declare import IRREVERSIBLE
-from vaelii_llm.kb._declare import KBLESS
+from vaelii_llm._declare import FEED
+from vaelii_llm._declare import HOST_PATH
+from vaelii_llm._declare import IRREVERSIBLE
+from vaelii_llm._declare import IRREVERSIBLE_ATTR
+from vaelii_llm._declare import KBLESS
 
 # re-exported for the tools (not public: not in __all__)
-from vaelii_llm.kb._declare import MAX_LIMIT as MAX_LIMIT
-from vaelii_llm.kb._declare import READ as READ
-from vaelii_llm.kb._declare import UNBOUNDED
-from vaelii_llm.kb._declare import WRITE
-from vaelii_llm.kb._declare import Declared
-from vaelii_llm.kb._declare import Options
-from vaelii_llm.kb._declare import check_options as check_options
-from vaelii_llm.kb._declare import declared as declared
-from vaelii_llm.kb._declare import op
-from vaelii_llm.kb._types import IRREVERSIBLE_ATTR
+from vaelii_llm._declare import MAX_LIMIT as MAX_LIMIT
 
 # re-exported for the EDN reader (its nesting cap is the engine's) and the
 # command and the tools (the engine's refusal), none public
-from vaelii_llm.kb._types import MAX_NESTING as MAX_NESTING
-from vaelii_llm.kb._types import Context
-from vaelii_llm.kb._types import EngineRefusal as EngineRefusal
-from vaelii_llm.kb._types import Handle
-from vaelii_llm.kb._types import Sentence
-from vaelii_llm.kb._types import Term
-from vaelii_llm.kb._types import too_deep as too_deep
+from vaelii_llm._declare import MAX_NESTING as MAX_NESTING
+from vaelii_llm._declare import READ as READ
+from vaelii_llm._declare import UNBOUNDED
+from vaelii_llm._declare import WRITE
+from vaelii_llm._declare import Context
+from vaelii_llm._declare import Declared
+from vaelii_llm._declare import EngineRefusal as EngineRefusal
+from vaelii_llm._declare import Handle
+from vaelii_llm._declare import Options
+from vaelii_llm._declare import Sentence
+from vaelii_llm._declare import Term
+from vaelii_llm._declare import check_options as check_options
+from vaelii_llm._declare import declared as declared
+from vaelii_llm._declare import op
+from vaelii_llm._declare import too_deep as too_deep
+from vaelii_llm._version import __version__
 
 __all__ = [
     "Context",
@@ -182,6 +182,8 @@ class Engine:
 
 def embedded() -> Engine:
     """The embedded engine of `vaelii_llm.kb`."""
+    from vaelii_llm import kb
+
     return Engine(
-        name="vaelii_llm.kb", ops=_kb_ops.OPS, refusal=EngineRefusal, version=_kb_ops.VERSION
+        name="vaelii_llm.kb", ops=kb.op_table(), refusal=EngineRefusal, version=__version__
     )

@@ -142,7 +142,10 @@ class LLMApiError(LLMError):
     (``None`` when it sent none); ``headers`` holds the rate-limit and retry
     headers the backend allow-lists (names lowercased; never a credential).
     ``next_step``, when the cause is known (a 404 from a base URL ending in a
-    path the wire adds itself), ends the message.
+    path the wire adds itself), ends the message. ``error_type`` is the
+    body's ``error.type`` when it has one; ``error_status`` the status
+    the error stands for: ``status``, or for an error inside a 200 the status the
+    API answers that error with before a stream opens (``None`` if unknown).
     """
 
     type: ClassVar[ErrorType] = "llm-api-error"
@@ -164,7 +167,9 @@ class LLMApiError(LLMError):
         self.request_id = request_id
         self.headers: Mapping[str, str] = headers or {}
         # An error inside a 200 is marked as the status the API answers it with.
-        answered = status if status >= 400 else _API_ERROR_STATUS.get(_api_error_kind(body) or "")
+        self.error_type = _api_error_kind(body)
+        answered = status if status >= 400 else _API_ERROR_STATUS.get(self.error_type or "")
+        self.error_status: int | None = answered
         self.retryable = answered is not None and _retryable_status(answered)
         then = "" if next_step is None else f"; {next_step}"
         super().__init__(f"{label} answered HTTP {status}: {excerpt(body)!r}{then}")

@@ -31,13 +31,13 @@ from tests.conftest import BIG_KB_SENTEXES
 from tests.support.hypothesis_helpers import recursive
 from vaelii_llm import Message
 from vaelii_llm import Request
+from vaelii_llm import _declare as declare
 from vaelii_llm import engine as engine_mod
 from vaelii_llm import kb
 from vaelii_llm import tools
 from vaelii_llm._edn import CLOCK_MARKER
 from vaelii_llm._edn import CUT_MARKER
 from vaelii_llm.kb import KB
-from vaelii_llm.kb import _declare as declare
 from vaelii_llm.kb._types import Context
 from vaelii_llm.kb._types import Handle
 from vaelii_llm.kb._types import Sentence

@@ -13,10 +13,10 @@ import msgspec
 import pytest
 
 from tests.conftest import BIG_KB_SENTEXES
+from vaelii_llm import _declare as declare
 from vaelii_llm import engine
 from vaelii_llm import kb
 from vaelii_llm.kb import _audits as audits
-from vaelii_llm.kb import _declare as declare
 from vaelii_llm.kb import _ops as ops
 from vaelii_llm.kb import _reads as reads
 from vaelii_llm.kb import _types as types

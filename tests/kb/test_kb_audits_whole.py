@@ -11,11 +11,11 @@ import pytest
 
 from vaelii_llm import kb
 from vaelii_llm import tools
+from vaelii_llm._declare import MAX_DEPTH_CEILING
+from vaelii_llm._declare import declared
 from vaelii_llm.kb import _audits_whole as audits_whole
 from vaelii_llm.kb import _ops as ops
 from vaelii_llm.kb import _reads as reads
-from vaelii_llm.kb._declare import MAX_DEPTH_CEILING
-from vaelii_llm.kb._declare import declared
 from vaelii_llm.kb._prover import Prover
 from vaelii_llm.kb._query import Clock
 from vaelii_llm.kb._store import KB

@@ -8,8 +8,8 @@ from typing import Any
 import edn_format
 import pytest
 
+from vaelii_llm import _declare as declare
 from vaelii_llm import kb
-from vaelii_llm.kb import _declare as declare
 from vaelii_llm.kb import _reads as reads
 from vaelii_llm.kb import _types as types
 

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from vaelii_llm import kb
 from vaelii_llm import tools
+from vaelii_llm._declare import MAX_MS_CEILING
+from vaelii_llm._declare import declared
 from vaelii_llm.kb import EngineRefusal
 from vaelii_llm.kb import _args as args
 from vaelii_llm.kb import _ops as ops
@@ -28,8 +30,6 @@ from vaelii_llm.kb import _search_tree
 from vaelii_llm.kb import _tacticians
 from vaelii_llm.kb import _verdicts
 from vaelii_llm.kb import _within
-from vaelii_llm.kb._declare import MAX_MS_CEILING
-from vaelii_llm.kb._declare import declared
 from vaelii_llm.kb._query import Bindings
 from vaelii_llm.kb._query import Clock
 from vaelii_llm.kb._query import Var

@@ -77,6 +77,9 @@ from mcp.shared.exceptions import MCPError
 from vaelii_llm import _edn
 from vaelii_llm import telemetry
 from vaelii_llm._closing import ClosesOnExit
+from vaelii_llm._edn import opening_of
+from vaelii_llm._protocol import TOOL_NAME_GRAMMAR
+from vaelii_llm._protocol import TOOL_NAME_MAX
 from vaelii_llm._protocol import ToolSchema
 from vaelii_llm.errors import excerpt
 from vaelii_llm.integrations._mcp_stdio import EXIT_WAIT_S
@@ -84,11 +87,7 @@ from vaelii_llm.integrations._mcp_stdio import MAX_MESSAGE_BYTES
 from vaelii_llm.integrations._mcp_stdio import Child
 from vaelii_llm.integrations._mcp_stdio import reason
 from vaelii_llm.integrations._mcp_stdio import stdio_session
-from vaelii_llm.tools import _MAX_RESULT_CHARS
 from vaelii_llm.tools import ToolResult
-from vaelii_llm.tools._args import opening_of
-from vaelii_llm.tools._schemas import NAME_GRAMMAR
-from vaelii_llm.tools._schemas import NAME_MAX
 
 __all__ = ["McpServerError", "McpToolset"]
 
@@ -169,17 +168,17 @@ def _deeper_than(value: Any, cap: int) -> bool:
 
 
 def _fitted_name(name: str) -> str:
-    """``name`` if it fits the providers' tool-name grammar (``NAME_GRAMMAR``,
+    """``name`` if it fits the providers' tool-name grammar (``TOOL_NAME_GRAMMAR``,
     matched whole and ASCII only); else a name that does and that no name fitting
     as given spells: each character outside the grammar as ``_``, cut, then ``_``
     and :data:`_NAME_HASH_CHARS` hex digits of a hash of the whole (so ``kb_quеry``
     with a Cyrillic ``е`` never becomes ``kb_query``)."""
-    if NAME_GRAMMAR.fullmatch(name):
+    if TOOL_NAME_GRAMMAR.fullmatch(name):
         return name
     digest = hashlib.blake2b(
         name.encode("utf-8", "surrogatepass"), digest_size=_NAME_HASH_CHARS // 2
     ).hexdigest()
-    kept = re.sub(r"[^a-zA-Z0-9_-]", "_", name[: NAME_MAX - _NAME_HASH_CHARS - 1])
+    kept = re.sub(r"[^a-zA-Z0-9_-]", "_", name[: TOOL_NAME_MAX - _NAME_HASH_CHARS - 1])
     return f"{kept}_{digest}"
 
 
@@ -279,7 +278,7 @@ class McpToolset(ClosesOnExit):
         headers: Mapping[str, str] | None = None,
         call_timeout: float = DEFAULT_CALL_TIMEOUT_S,
         start_timeout: float = DEFAULT_START_TIMEOUT_S,
-        max_result_chars: int = _MAX_RESULT_CHARS,
+        max_result_chars: int = _edn.DEFAULT_MAX_CHARS,
     ) -> None:
         for what, value in (("call_timeout", call_timeout), ("start_timeout", start_timeout)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:

@@ -658,24 +658,23 @@ def _framework_error(
     came after an item, or inside a 200 (an error event)."""
     if isinstance(exc, errors.LLMApiError):
         in_stream = streamed and (received or exc.status < 400)
-        kind = errors._api_error_kind(exc.body)
         # An error inside a 200 (a body or a stream) gets the status the API
         # answers the same error with before a stream opens, as pydantic-ai does.
-        status = exc.status if exc.status >= 400 else errors._API_ERROR_STATUS.get(kind or "", 0)
+        status = exc.error_status or 0
         if status >= 400:
             return pai_errors.ModelHTTPError.for_category(
                 _category(status),
                 status_code=status,
                 model_name=model_name,
                 body=excerpt(exc.body),
-                provider_error_type=kind,
+                provider_error_type=exc.error_type,
                 in_stream=in_stream,
             )
         return pai_errors.ModelAPIError(
             model_name,
             str(exc),
             body=excerpt(exc.body),
-            provider_error_type=kind,
+            provider_error_type=exc.error_type,
             in_stream=in_stream,
         )
     if isinstance(exc, errors.LLMTimeout):

@@ -11,6 +11,10 @@ This package knows nothing of models: it imports no provider, tool or transport.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
+
 from vaelii_llm.kb._io import load_edn
 from vaelii_llm.kb._io import open
 from vaelii_llm.kb._io import sample
@@ -20,3 +24,11 @@ from vaelii_llm.kb._store import KB
 from vaelii_llm.kb._types import EngineRefusal
 
 __all__ = ["KB", "EngineRefusal", "load_edn", "open", "sample", "save", "synthetic"]
+
+
+def op_table() -> Mapping[str, Callable[..., Any]]:
+    """The embedded engine's op table (op name -> function), for
+    `vaelii_llm.engine.embedded`; loaded on first use, as every op module is."""
+    from vaelii_llm.kb._ops import OPS
+
+    return OPS

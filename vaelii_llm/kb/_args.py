@@ -1,14 +1,14 @@
 """Argument reading for the embedded engine's ops: sentences, contexts, terms and
 handles as the ops take them. (An op's options arrive checked, as its declared Struct:
-see `vaelii_llm.kb._declare`.)
+see `vaelii_llm._declare`.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from vaelii_llm.kb._declare import CLOCK
-from vaelii_llm.kb._declare import Options
+from vaelii_llm._declare import CLOCK
+from vaelii_llm._declare import Options
 from vaelii_llm.kb._query import Clock
 from vaelii_llm.kb._query import Foreign
 from vaelii_llm.kb._query import Var

@@ -12,13 +12,13 @@ from typing import Any
 
 import msgspec
 
+from vaelii_llm._declare import CLOCK
+from vaelii_llm._declare import HOST_PATH
+from vaelii_llm._declare import READ
+from vaelii_llm._declare import UNBOUNDED
+from vaelii_llm._declare import ClockOpts
+from vaelii_llm._declare import op
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import CLOCK
-from vaelii_llm.kb._declare import HOST_PATH
-from vaelii_llm.kb._declare import READ
-from vaelii_llm.kb._declare import UNBOUNDED
-from vaelii_llm.kb._declare import ClockOpts
-from vaelii_llm.kb._declare import op
 from vaelii_llm.kb._query import Clock
 from vaelii_llm.kb._query import ClockOut
 from vaelii_llm.kb._query import candidates

@@ -25,10 +25,10 @@ from typing import Any
 
 import msgspec
 
+from vaelii_llm._declare import MAX_DEPTH_CEILING
+from vaelii_llm._declare import UNBOUNDED
+from vaelii_llm._declare import op
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import MAX_DEPTH_CEILING
-from vaelii_llm.kb._declare import UNBOUNDED
-from vaelii_llm.kb._declare import op
 from vaelii_llm.kb._prover import Prover
 from vaelii_llm.kb._query import Clock
 from vaelii_llm.kb._query import Var

@@ -1,7 +1,7 @@
 """The embedded engine's op table, read off the ops' own declarations.
 
 ``OPS`` maps an op name (as the daemon names it: writes without ``!``) to its engine
-function: every function carrying `vaelii_llm.kb._declare.op` defined in one of
+function: every function carrying `vaelii_llm._declare.op` defined in one of
 `OP_MODULES`. Each function's declaration says its kind, options and clock; its
 parameters, their annotations (`Sentence`, `Context`, `Term`, `Handle`, an options
 Struct, ``int``, ``str``) and its docstring are what a model reads when the op is published
@@ -18,10 +18,10 @@ from types import ModuleType
 from typing import Any
 from typing import Final
 
+from vaelii_llm._declare import KBLESS
+from vaelii_llm._declare import declared
+from vaelii_llm._declare import op
 from vaelii_llm._version import __version__
-from vaelii_llm.kb._declare import KBLESS
-from vaelii_llm.kb._declare import declared
-from vaelii_llm.kb._declare import op
 
 __all__ = ["OPS", "OP_MODULES", "VERSION", "op_names", "version"]
 

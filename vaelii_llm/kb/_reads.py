@@ -15,20 +15,20 @@ from typing import Any
 from typing import Final
 from typing import overload
 
+from vaelii_llm._declare import CLOCK
+from vaelii_llm._declare import FEED
+from vaelii_llm._declare import LIMIT
+from vaelii_llm._declare import LIST
+from vaelii_llm._declare import MAX_DEPTH_CEILING
+from vaelii_llm._declare import PROOF
+from vaelii_llm._declare import READ
+from vaelii_llm._declare import ClockOpts
+from vaelii_llm._declare import LimitOpts
+from vaelii_llm._declare import ListOpts
+from vaelii_llm._declare import MaxDepth
+from vaelii_llm._declare import ProofOpts
+from vaelii_llm._declare import op
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import CLOCK
-from vaelii_llm.kb._declare import FEED
-from vaelii_llm.kb._declare import LIMIT
-from vaelii_llm.kb._declare import LIST
-from vaelii_llm.kb._declare import MAX_DEPTH_CEILING
-from vaelii_llm.kb._declare import PROOF
-from vaelii_llm.kb._declare import READ
-from vaelii_llm.kb._declare import ClockOpts
-from vaelii_llm.kb._declare import LimitOpts
-from vaelii_llm.kb._declare import ListOpts
-from vaelii_llm.kb._declare import MaxDepth
-from vaelii_llm.kb._declare import ProofOpts
-from vaelii_llm.kb._declare import op
 from vaelii_llm.kb._prover import Prover
 from vaelii_llm.kb._query import Clock
 from vaelii_llm.kb._query import ClockOut

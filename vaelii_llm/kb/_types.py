@@ -1,4 +1,5 @@
-"""The embedded engine's vocabulary: argument markers, answer records, refusals.
+"""The embedded engine's vocabulary: answer records, and (from `vaelii_llm._declare`,
+where every engine finds them) the argument markers and the refusal.
 
 The markers (`Sentence`, `Context`, `Term`, `Handle`) are `typing.NewType`s.
 They cost nothing at run time (``Handle(5) is 5``) and they survive
@@ -15,7 +16,7 @@ What the values are at run time, as `edn_format.loads` reads them:
 * `Handle`: the integer that names one stored sentex.
 
 An op's options are not a marker: the parameter ``opts`` is annotated with the op's
-options Struct (`vaelii_llm.kb._declare`), and a caller may pass a mapping with
+options Struct (`vaelii_llm._declare`), and a caller may pass a mapping with
 kebab-case keys, e.g. ``{"max-depth": 4, "max-ms": 500}`` (an EDN keyword key
 ``:max-depth`` reads as ``"max-depth"``), which the op checks into that Struct.
 
@@ -26,12 +27,19 @@ whatever symbol objects the store hands them.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 from typing import Final
-from typing import NewType
 
 import msgspec
+
+from vaelii_llm._declare import IRREVERSIBLE_ATTR
+from vaelii_llm._declare import MAX_NESTING
+from vaelii_llm._declare import Context
+from vaelii_llm._declare import EngineRefusal
+from vaelii_llm._declare import Handle
+from vaelii_llm._declare import Sentence
+from vaelii_llm._declare import Term
+from vaelii_llm._declare import too_deep
 
 # edn_format's lexer logs its whole rule table at INFO each time it is built (every
 # read); every reader of EDN imports this module first, so it is quiet unless a caller
@@ -57,78 +65,6 @@ __all__ = [
     "WhyNot",
     "too_deep",
 ]
-
-Sentence = NewType("Sentence", tuple[Any, ...])
-Context = NewType("Context", object)
-Term = NewType("Term", object)
-Handle = NewType("Handle", int)
-
-MAX_NESTING: Final = 64
-"""The deepest bracket nesting a sentence may have (the sentence itself is one). The
-tools' EDN reader (`vaelii_llm._edn`) holds a model's arguments to it too, so one cap
-keeps the parser and every recursive walk of a sentence off the stack limit. Every
-EDN reader (a model's argument, an engine argument, a KB file) checks the text
-against it with `too_deep` before the parser sees it."""
-
-# Strings, comments and character literals hold brackets that do not nest.
-_NON_NESTING: Final = re.compile(r'"(?:[^"\\]|\\.)*"|;[^\n]*|\\.', re.DOTALL)
-_NOT_BRACKET: Final = re.compile(r"[^()\[\]{}]+")
-_INNERMOST: Final = re.compile(r"[(\[{][)\]}]")
-_BRACKET: Final = re.compile(r"[(\[{)\]}]")
-
-
-def too_deep(text: str, cap: int = MAX_NESTING) -> int | None:
-    """Where ``text`` first nests past ``cap`` brackets (lists, vectors, maps and sets
-    alike, outside strings, comments and character literals): the offset of the
-    opening bracket one too deep, or None when it nests no deeper than ``cap``.
-
-    Linear and iterative: the text reduced to its brackets loses its innermost pairs
-    once per level, at most ``cap`` times (a KB file nests a few levels, so a few
-    passes); only a text found too deep is walked again for the offset."""
-    if text.count("(") + text.count("[") + text.count("{") <= cap:
-        return None  # cannot nest deeper than the cap
-    brackets = _NOT_BRACKET.sub("", _NON_NESTING.sub("", text))
-    for _ in range(cap):
-        brackets, removed = _INNERMOST.subn("", brackets)
-        if not removed:
-            return None
-    if not _INNERMOST.search(brackets):
-        return None  # only unpaired brackets are left: the parser says where
-    blanked = _NON_NESTING.sub(lambda m: " " * len(m.group()), text)
-    depth = 0
-    for match in _BRACKET.finditer(blanked):
-        if match.group() in "([{":
-            depth += 1
-            if depth > cap:
-                return match.start()
-        elif depth:
-            depth -= 1
-    return None
-
-
-#: The function attribute that marks an engine function irreversible (the Python
-#: spelling of a Clojure ``!`` var). `vaelii_llm.engine.irreversible` sets it and
-#: `vaelii_llm.engine.is_irreversible` reads it; it lives here so the engine package
-#: can mark its own functions without importing the model-side boundary module.
-IRREVERSIBLE_ATTR: Final = "__vaelii_irreversible__"
-
-
-class EngineRefusal(Exception):
-    """The engine refused a call: a typed, expected failure, never a bug.
-
-    ``type`` says which refusal it is (``"unknown-option"``, ``"over-ceiling"``,
-    ``"bad-option"``, ``"malformed-sentence"``, ``"malformed-context"``,
-    ``"malformed-term"``, ``"unknown-handle"``, ``"arity-mismatch"``,
-    ``"unknown-context"``, ``"clock-cut"``, ``"not-scratch"``, ``"bad-argument"``,
-    ``"bad-path"``); ``data`` holds the particulars (the option key and the accepted
-    keys, the handle, the arity expected and given ...). The message already names
-    the type, so a model reading only the message learns it.
-    """
-
-    def __init__(self, type: str, message: str, **data: Any) -> None:
-        super().__init__(f"{type}: {message}")
-        self.type = type
-        self.data: dict[str, Any] = data
 
 
 class Sentex(msgspec.Struct, frozen=True):

@@ -16,12 +16,12 @@ from typing import Final
 import msgspec
 from msgspec import Meta
 
+from vaelii_llm._declare import MAX_LIMIT
+from vaelii_llm._declare import PROOF
+from vaelii_llm._declare import READ
+from vaelii_llm._declare import ProofOpts
+from vaelii_llm._declare import op
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import MAX_LIMIT
-from vaelii_llm.kb._declare import PROOF
-from vaelii_llm.kb._declare import READ
-from vaelii_llm.kb._declare import ProofOpts
-from vaelii_llm.kb._declare import op
 from vaelii_llm.kb._prover import Prover
 from vaelii_llm.kb._query import Clock
 from vaelii_llm.kb._query import ClockOut

@@ -9,12 +9,12 @@ from typing import Any
 
 import msgspec
 
+from vaelii_llm._declare import IRREVERSIBLE
+from vaelii_llm._declare import PROOF
+from vaelii_llm._declare import WRITE
+from vaelii_llm._declare import ProofOpts
+from vaelii_llm._declare import op
 from vaelii_llm.kb import _args as arg
-from vaelii_llm.kb._declare import IRREVERSIBLE
-from vaelii_llm.kb._declare import PROOF
-from vaelii_llm.kb._declare import WRITE
-from vaelii_llm.kb._declare import ProofOpts
-from vaelii_llm.kb._declare import op
 from vaelii_llm.kb._prover import Prover
 from vaelii_llm.kb._query import Clock
 from vaelii_llm.kb._query import ClockOut

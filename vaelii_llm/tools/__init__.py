@@ -2,7 +2,7 @@
 
 Nothing here is transcribed. The tools are the ops the engine
 (:func:`vaelii_llm.engine.embedded` by default) declares reads (``@op(...,
-kind=READ)``, :mod:`vaelii_llm.kb._declare`), and each tool's parameters, shapes and
+kind=READ)``, :mod:`vaelii_llm._declare`), and each tool's parameters, shapes and
 description come from the engine function's own signature (``typing.overload``
 shapes included), docstring and declared options Struct (published as its
 :func:`msgspec.json.schema`, defaults and ceilings included). A read added to the engine
@@ -62,6 +62,9 @@ import msgspec
 from vaelii_llm import _edn as edn
 from vaelii_llm import engine as engine_mod
 from vaelii_llm import telemetry
+from vaelii_llm._edn import opening_of
+from vaelii_llm._protocol import TOOL_NAME_GRAMMAR
+from vaelii_llm._protocol import TOOL_NAME_MAX
 from vaelii_llm._protocol import ToolResultBlock
 from vaelii_llm._protocol import ToolSchema
 from vaelii_llm.engine import MAX_LIMIT
@@ -70,11 +73,8 @@ from vaelii_llm.tools._args import MAX_INPUT_CHARS
 from vaelii_llm.tools._args import ToolRefusal
 from vaelii_llm.tools._args import check_sizes
 from vaelii_llm.tools._args import input_chars
-from vaelii_llm.tools._args import opening_of
 from vaelii_llm.tools._args import prepare
 from vaelii_llm.tools._args import select_shape
-from vaelii_llm.tools._schemas import NAME_GRAMMAR
-from vaelii_llm.tools._schemas import NAME_MAX
 from vaelii_llm.tools._schemas import Shape
 from vaelii_llm.tools._schemas import Table
 from vaelii_llm.tools._schemas import Tool
@@ -212,10 +212,10 @@ def prefixed(source: ToolSource, prefix: str) -> ToolSource:
         raise ValueError(f"a prefix is a non-empty string, got {prefix!r}")
     wrapped = _Prefixed(source, prefix)
     for schema in wrapped.schemas():
-        if not NAME_GRAMMAR.match(schema.name):
+        if not TOOL_NAME_GRAMMAR.match(schema.name):
             raise ValueError(
                 f"the prefix {prefix!r} makes the tool name {schema.name!r}, which is not "
-                f"1-{NAME_MAX} letters, digits, _ or -"
+                f"1-{TOOL_NAME_MAX} letters, digits, _ or -"
             )
     return wrapped
 

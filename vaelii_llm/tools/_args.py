@@ -34,7 +34,6 @@ __all__ = [
     "ToolRefusal",
     "check_sizes",
     "input_chars",
-    "opening_of",
     "prepare",
     "select_shape",
 ]
@@ -199,15 +198,6 @@ def _opts(name: str, value: Any) -> dict[str, Any]:
             raise ToolRefusal("bad-argument", f"{name} keys must be strings, got {key!r}")
         out[text.removeprefix(":")] = item
     return out
-
-
-def opening_of(value: Any) -> str:
-    """``value`` for a refusal's message: its opening, or its type's name where
-    no opening fits (a list 10⁵ deep) or it cannot be written."""
-    try:
-        return edn.write(value, 40).text.split("\n", 1)[0] or type(value).__name__
-    except Exception:
-        return type(value).__name__
 
 
 def _no_clock() -> None:

@@ -26,15 +26,13 @@ from typing import Final
 import msgspec
 
 from vaelii_llm import engine as engine_mod
+from vaelii_llm._protocol import TOOL_NAME_GRAMMAR
+from vaelii_llm._protocol import TOOL_NAME_MAX
 from vaelii_llm._protocol import ToolSchema
 from vaelii_llm.engine import READ
 from vaelii_llm.engine import Options
 
-__all__ = ["NAME_GRAMMAR", "NAME_MAX", "Param", "Shape", "Table", "Tool", "tool_name"]
-
-NAME_MAX: Final = 64
-"""The longest tool name the providers' identifier grammar allows."""
-NAME_GRAMMAR = re.compile(rf"^[a-zA-Z0-9_-]{{1,{NAME_MAX}}}$")
+__all__ = ["Param", "Shape", "Table", "Tool", "tool_name"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +79,11 @@ def tool_name(op: str) -> str:
     """The tool name for an op: ``find-sentexes`` -> ``kb_find_sentexes``,
     ``ask?`` -> ``kb_ask_p`` (distinct from ``kb_ask``).
 
-    Munged to the providers' identifier grammar (``NAME_GRAMMAR``), cut to its length.
+    Munged to the providers' identifier grammar (``TOOL_NAME_GRAMMAR``), cut to its length.
     """
     munged = op.replace("?", "_p").replace("!", "_bang").replace("-", "_")
     munged = re.sub(r"[^a-zA-Z0-9_]", "_", munged)
-    return ("kb_" + munged)[:NAME_MAX]
+    return ("kb_" + munged)[:TOOL_NAME_MAX]
 
 
 def _kind_names() -> dict[str, str]:
@@ -350,7 +348,7 @@ class Table:
                 continue
             shapes = _shapes(fn)
             name = tool_name(op)
-            if not shapes or not NAME_GRAMMAR.match(name):
+            if not shapes or not TOOL_NAME_GRAMMAR.match(name):
                 continue
             if name in tools:
                 raise ValueError(

@@ -1,4 +1,6 @@
-"""Each engine op declared once, at its definition.
+"""Each engine op declared once, at its definition, in the vocabulary every engine
+shares: the argument markers (`Sentence`, `Context`, `Term`, `Handle`: `typing.NewType`s
+the tools read off a signature), the nesting cap, and the refusal an engine raises.
 
 ``@op("query", kind=READ, opts=ProofOpts, clocked=True)`` on an engine function says
 everything the engine and the tools know about the op: its name, its kind, its
@@ -34,19 +36,18 @@ from typing import Annotated
 from typing import Any
 from typing import Final
 from typing import Literal
+from typing import NewType
 from typing import TypeVar
 
 import msgspec
 from msgspec import Meta
-
-from vaelii_llm.kb._types import IRREVERSIBLE_ATTR
-from vaelii_llm.kb._types import EngineRefusal
 
 __all__ = [
     "CLOCK",
     "FEED",
     "HOST_PATH",
     "IRREVERSIBLE",
+    "IRREVERSIBLE_ATTR",
     "KBLESS",
     "KINDS",
     "LIMIT",
@@ -54,12 +55,16 @@ __all__ = [
     "MAX_DEPTH_CEILING",
     "MAX_LIMIT",
     "MAX_MS_CEILING",
+    "MAX_NESTING",
     "PROOF",
     "READ",
     "UNBOUNDED",
     "WRITE",
     "ClockOpts",
+    "Context",
     "Declared",
+    "EngineRefusal",
+    "Handle",
     "Kind",
     "Limit",
     "LimitOpts",
@@ -68,12 +73,88 @@ __all__ = [
     "MaxMs",
     "Options",
     "ProofOpts",
+    "Sentence",
+    "Term",
     "check_options",
     "declared",
     "op",
+    "too_deep",
 ]
 
 Kind = Literal["read", "write", "irreversible", "host-path", "unbounded", "feed", "kb-less"]
+Sentence = NewType("Sentence", tuple[Any, ...])
+Context = NewType("Context", object)
+Term = NewType("Term", object)
+Handle = NewType("Handle", int)
+
+MAX_NESTING: Final = 64
+"""The deepest bracket nesting a sentence may have (the sentence itself is one). The
+tools' EDN reader (`vaelii_llm._edn`) holds a model's arguments to it too, so one cap
+keeps the parser and every recursive walk of a sentence off the stack limit. Every
+EDN reader (a model's argument, an engine argument, a KB file) checks the text
+against it with `too_deep` before the parser sees it."""
+
+# Strings, comments and character literals hold brackets that do not nest.
+_NON_NESTING: Final = re.compile(r'"(?:[^"\\]|\\.)*"|;[^\n]*|\\.', re.DOTALL)
+_NOT_BRACKET: Final = re.compile(r"[^()\[\]{}]+")
+_INNERMOST: Final = re.compile(r"[(\[{][)\]}]")
+_BRACKET: Final = re.compile(r"[(\[{)\]}]")
+
+
+def too_deep(text: str, cap: int = MAX_NESTING) -> int | None:
+    """Where ``text`` first nests past ``cap`` brackets (lists, vectors, maps and sets
+    alike, outside strings, comments and character literals): the offset of the
+    opening bracket one too deep, or None when it nests no deeper than ``cap``.
+
+    Linear and iterative: the text reduced to its brackets loses its innermost pairs
+    once per level, at most ``cap`` times (a KB file nests a few levels, so a few
+    passes); only a text found too deep is walked again for the offset."""
+    if text.count("(") + text.count("[") + text.count("{") <= cap:
+        return None  # cannot nest deeper than the cap
+    brackets = _NOT_BRACKET.sub("", _NON_NESTING.sub("", text))
+    for _ in range(cap):
+        brackets, removed = _INNERMOST.subn("", brackets)
+        if not removed:
+            return None
+    if not _INNERMOST.search(brackets):
+        return None  # only unpaired brackets are left: the parser says where
+    blanked = _NON_NESTING.sub(lambda m: " " * len(m.group()), text)
+    depth = 0
+    for match in _BRACKET.finditer(blanked):
+        if match.group() in "([{":
+            depth += 1
+            if depth > cap:
+                return match.start()
+        elif depth:
+            depth -= 1
+    return None
+
+
+#: The function attribute that marks an engine function irreversible (the Python
+#: spelling of a Clojure ``!`` var). `vaelii_llm.engine.irreversible` sets it and
+#: `vaelii_llm.engine.is_irreversible` reads it; it lives here so the engine package
+#: can mark its own functions without importing the model-side boundary module.
+IRREVERSIBLE_ATTR: Final = "__vaelii_irreversible__"
+
+
+class EngineRefusal(Exception):
+    """The engine refused a call: a typed, expected failure, never a bug.
+
+    ``type`` says which refusal it is (``"unknown-option"``, ``"over-ceiling"``,
+    ``"bad-option"``, ``"malformed-sentence"``, ``"malformed-context"``,
+    ``"malformed-term"``, ``"unknown-handle"``, ``"arity-mismatch"``,
+    ``"unknown-context"``, ``"clock-cut"``, ``"not-scratch"``, ``"bad-argument"``,
+    ``"bad-path"``); ``data`` holds the particulars (the option key and the accepted
+    keys, the handle, the arity expected and given ...). The message already names
+    the type, so a model reading only the message learns it.
+    """
+
+    def __init__(self, type: str, message: str, **data: Any) -> None:
+        super().__init__(f"{type}: {message}")
+        self.type = type
+        self.data: dict[str, Any] = data
+
+
 READ: Final = "read"
 WRITE: Final = "write"
 IRREVERSIBLE: Final = "irreversible"
