@@ -119,6 +119,7 @@ from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import Gate
 from vaelii_llm._transport.sessions import LoopSessions
 from vaelii_llm._transport.sessions import create_session
+from vaelii_llm._transport.sessions import on_running_loop
 from vaelii_llm._transport.settings import DEFAULT_NETWORK
 from vaelii_llm._transport.settings import NO_HEADERS
 from vaelii_llm._transport.settings import USER_AGENT
@@ -410,7 +411,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             return self._sessions.reach()
         if own.closed or own.connector is None:
             raise LLMUnreachable(self._codec.endpoint.label, "the caller's session is closed")
-        if getattr(own, "_loop", None) is not asyncio.get_running_loop():
+        if not on_running_loop(own):
             raise LLMUnreachable(
                 self._codec.endpoint.label, "the caller's session belongs to another event loop"
             )
