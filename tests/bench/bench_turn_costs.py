@@ -240,7 +240,7 @@ def required_work(
         ),
         "Usage and Response building": lambda: _patched(codec, "whole", _made_once(codec.whole)),
         "kept-connection check": lambda: _patched(
-            sessions._FreshConnector, "_get", aiohttp.TCPConnector._get
+            sessions._FreshConnector, "connect", aiohttp.TCPConnector.connect
         ),
         "deadline": lambda: _patched(boundary, "timers", SimpleNamespace(timeout_at=_NoTimer)),
         "connection gate": lambda: _gate_left_out(sessions.Gate),

@@ -65,6 +65,12 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
+def traced(provider: Any) -> Any:
+    """A provider built by hand, wrapped as selection wraps what it hands out
+    while telemetry records (its span names the far end's kind, or the stub)."""
+    return telemetry.instrument(provider, "stub")
+
+
 # --------------------------------------------------------------------------
 # Names
 
@@ -127,10 +133,10 @@ async def test_nothing_is_recorded_before_enable(otel: Recorded) -> None:
     assert otel.points(telemetry.METRIC_DURATION) == []
 
 
-async def test_enable_and_disable_reach_a_stub_built_before_them(
+async def test_enable_and_disable_reach_a_stub_wrapped_before_them(
     otel: Recorded, collect: Collect
 ) -> None:
-    built = stub.provider(default="Yes.")  # built first, as a web app does at start-up
+    built = traced(stub.provider(default="Yes."))  # wrapped first, as a web app does at start-up
     otel.enable()  # then enabled, elsewhere
     await built.complete(ASK)
     await collect(built, ASK)
@@ -147,12 +153,12 @@ async def test_enable_and_disable_reach_a_stub_built_before_them(
     assert otel.names() == ["chat stub"] * 3
 
 
-async def test_enable_and_disable_reach_an_http_backend_built_before_them(
+async def test_enable_and_disable_reach_an_http_backend_wrapped_before_them(
     otel: Recorded, collect: Collect
 ) -> None:
     fake = await FakeOllama().start()
     try:
-        async with ollama.provider(host=fake.url) as model:
+        async with traced(ollama.provider(host=fake.url)) as model:
             otel.enable()
             await model.complete(ASK)
             await collect(model, ASK)
@@ -226,7 +232,7 @@ def test_off_imports_nothing_of_opentelemetry() -> None:
 
 def test_the_environment_switch_turns_it_on_when_a_provider_is_built() -> None:
     (name, on, loaded, _), _ = _probe({"VAELII_LLM_OTEL": "1"})
-    assert name == "StubProvider"  # its own class: traced through the hooks
+    assert name == "Instrumented"  # handed out wrapped: telemetry is on
     assert on is True
     assert "opentelemetry.trace" in loaded
 
@@ -252,10 +258,17 @@ def test_enable_without_the_package_names_the_extra(monkeypatch: pytest.MonkeyPa
     assert not telemetry.enabled()
 
 
-async def test_a_traced_provider_keeps_its_class_and_its_methods(otel: Recorded) -> None:
+async def test_a_traced_provider_passes_for_its_class_and_keeps_its_methods(
+    otel: Recorded,
+) -> None:
+    from vaelii_llm import providers
+
     otel.enable()
-    built = stub.provider(script=["one"])
-    assert type(built) is StubProvider  # enable rewrites no class
+    built = await providers.provider("stub", stub={"script": ["one"]})
+    assert type(built) is telemetry.Instrumented  # a wrapper, by composition
+    assert isinstance(built, StubProvider)  # which passes for the provider
+    assert built.wrapped.__class__ is StubProvider
+    assert telemetry.instrument(built, "another") is built  # wrapped once
     async with built as inside:
         assert inside is built
         await inside.complete(ASK)
@@ -282,7 +295,7 @@ SERVED = Response(
 
 async def test_a_stub_turn_is_a_chat_span_with_the_conventions_attributes(otel: Recorded) -> None:
     otel.enable()
-    await stub.provider(script=[SERVED]).complete(ASK)
+    await traced(stub.provider(script=[SERVED])).complete(ASK)
     span = otel.one("chat stub")
     assert span.kind is SpanKind.CLIENT
     assert span.status.status_code is StatusCode.UNSET
@@ -303,7 +316,7 @@ async def test_a_stub_turn_is_a_chat_span_with_the_conventions_attributes(otel: 
 
 async def test_a_turn_records_the_client_histograms(otel: Recorded) -> None:
     otel.enable()
-    await stub.provider(script=[SERVED]).complete(ASK)
+    await traced(stub.provider(script=[SERVED])).complete(ASK)
     [(unit, duration)] = otel.points(telemetry.METRIC_DURATION)
     assert unit == "s"
     assert duration.count == 1
@@ -327,7 +340,9 @@ async def test_a_turn_records_the_client_histograms(otel: Recorded) -> None:
 
 async def test_a_streamed_turns_span_covers_the_whole_stream(otel: Recorded) -> None:
     otel.enable()
-    built = stub.provider(script=[{"text": "Yes, indeed it is.", "stop_reason": "max_tokens"}])
+    built = traced(
+        stub.provider(script=[{"text": "Yes, indeed it is.", "stop_reason": "max_tokens"}])
+    )
     seen_open: list[list[str]] = []
     async with aclosing(built.stream(ASK, deltas=True)) as items:
         async for item in items:
@@ -351,7 +366,7 @@ async def test_a_streamed_turns_span_covers_the_whole_stream(otel: Recorded) -> 
 
 async def test_a_caller_that_stops_at_the_response_had_the_whole_turn(otel: Recorded) -> None:
     otel.enable()
-    async with aclosing(stub.provider(script=[SERVED]).stream(ASK)) as items:
+    async with aclosing(traced(stub.provider(script=[SERVED])).stream(ASK)) as items:
         async for item in items:
             if isinstance(item, Response):
                 break
@@ -370,7 +385,7 @@ async def test_a_stream_that_ends_without_its_response_is_an_error(
         async def stream(self, request: Request, *, deltas: bool = False) -> AsyncIterator[Any]:  # type: ignore[override]
             yield TextBlock(text="half")
 
-    await collect(Truncated(), ASK)
+    await collect(traced(Truncated()), ASK)
     span = otel.one("chat stub")
     assert span.status.status_code is StatusCode.ERROR
     assert attrs(span)["error.type"] == "_OTHER"
@@ -378,7 +393,7 @@ async def test_a_stream_that_ends_without_its_response_is_an_error(
 
 async def test_a_stop_reason_refusal_is_an_answer_not_an_error(otel: Recorded) -> None:
     otel.enable()
-    await stub.provider(script=[{"refusal": "I won't"}]).complete(ASK)
+    await traced(stub.provider(script=[{"refusal": "I won't"}])).complete(ASK)
     span = otel.one("chat stub")
     assert attrs(span)["gen_ai.response.finish_reasons"] == ("refusal",)
     assert span.status.status_code is StatusCode.UNSET
@@ -388,7 +403,7 @@ async def test_a_stop_reason_refusal_is_an_answer_not_an_error(otel: Recorded) -
 async def test_a_refused_turn_ends_in_error_with_the_refusals_type(otel: Recorded) -> None:
     otel.enable()
     with pytest.raises(LLMApiError):
-        await stub.provider(script=[{"raise": "llm-api-error"}]).complete(ASK)
+        await traced(stub.provider(script=[{"raise": "llm-api-error"}])).complete(ASK)
     span = otel.one("chat stub")
     assert span.status.status_code is StatusCode.ERROR
     assert attrs(span)["error.type"] == "llm-api-error"
@@ -404,7 +419,7 @@ async def test_each_item_after_the_first_records_its_time_per_output_chunk(
     otel: Recorded,
 ) -> None:
     otel.enable()
-    built = stub.provider(script=["Yes, indeed it is."])
+    built = traced(stub.provider(script=["Yes, indeed it is."]))
     async with aclosing(built.stream(ASK, deltas=True)) as items:
         content = [item async for item in items if not isinstance(item, Response)]
     assert len(content) >= 2
@@ -425,7 +440,7 @@ async def test_a_stall_is_the_spans_error_with_its_phase(otel: Recorded) -> None
             await asyncio.sleep(0.05)
 
     otel.enable()
-    async with serve(quiet) as url, ollama.provider(host=url) as model:
+    async with serve(quiet) as url, traced(ollama.provider(host=url)) as model:
         request = Request(messages=ASK.messages, stall_ms=300, timeout_ms=30_000)
 
         async def drained() -> None:
@@ -452,7 +467,7 @@ async def test_a_stream_closed_from_another_task_is_closed_early_not_an_error(
         return response
 
     otel.enable()
-    async with serve(opening) as url, ollama.provider(host=url) as model:
+    async with serve(opening) as url, traced(ollama.provider(host=url)) as model:
         items = model.stream(ASK, deltas=True)
         first = asyncio.Event()
 
@@ -477,14 +492,14 @@ async def test_a_bug_in_a_backend_is_named_by_its_class(otel: Recorded) -> None:
         raise KeyError("boom")
 
     with pytest.raises(KeyError):
-        await stub.provider(script=[{"x": 1}], expand=broken).complete(ASK)
+        await traced(stub.provider(script=[{"x": 1}], expand=broken)).complete(ASK)
     assert attrs(otel.one("chat stub"))["error.type"] == "KeyError"
 
 
 async def test_content_is_recorded_only_when_asked(otel: Recorded) -> None:
     req = Request(messages=[Message(role="user", content="PROMPT-MARK")], system="SYSTEM-MARK")
     otel.enable()
-    await stub.provider(script=["ANSWER-MARK"]).complete(req)
+    await traced(stub.provider(script=["ANSWER-MARK"])).complete(req)
     await tools.call(kb.sample(), "kb_query", {"goal": "(isa ?x Spider)"})
     plain = json.dumps([s.to_json() for s in otel.finished()])
     for mark in ("PROMPT-MARK", "SYSTEM-MARK", "ANSWER-MARK", "Spider"):
@@ -492,7 +507,7 @@ async def test_content_is_recorded_only_when_asked(otel: Recorded) -> None:
     otel.spans.clear()
 
     otel.enable(capture_content=True)
-    await stub.provider(script=["ANSWER-MARK"]).complete(req)
+    await traced(stub.provider(script=["ANSWER-MARK"])).complete(req)
     await tools.call(kb.sample(), "kb_query", {"goal": "(isa ?x Spider)"})
     chat = attrs(otel.one("chat stub"))
     assert json.loads(chat["gen_ai.input.messages"]) == [
@@ -518,7 +533,7 @@ async def test_the_conventions_environment_switch_captures_content(
 ) -> None:
     monkeypatch.setenv(telemetry.CAPTURE_ENV, "true")
     otel.enable()
-    await stub.provider(script=["ANSWER-MARK"]).complete(ASK)
+    await traced(stub.provider(script=["ANSWER-MARK"])).complete(ASK)
     assert "ANSWER-MARK" in attrs(otel.one("chat stub"))["gen_ai.output.messages"]
 
 
@@ -530,7 +545,7 @@ async def test_an_ollama_turn_on_loopback(otel: Recorded) -> None:
     otel.enable()
     fake = await FakeOllama().start()
     try:
-        async with ollama.provider(host=fake.url) as model:
+        async with traced(ollama.provider(host=fake.url)) as model:
             await model.complete(ASK)
             async with aclosing(model.stream(ASK)) as items:
                 async for _ in items:
@@ -555,7 +570,7 @@ async def test_an_ollama_turn_reports_the_neutral_stop_reason_and_counts(otel: R
     otel.enable()
     fake = await FakeOllama().start()
     try:
-        async with ollama.provider(host=fake.url) as model:
+        async with traced(ollama.provider(host=fake.url)) as model:
             await model.complete(ASK)
     finally:
         await fake.stop()
@@ -568,7 +583,7 @@ async def test_an_openai_compatible_turn_on_loopback(otel: Recorded) -> None:
     otel.enable()
     fake = await FakeOpenAI().start()
     try:
-        async with openai.provider(base_url=fake.base_url, model=OPENAI_MODEL) as model:
+        async with traced(openai.provider(base_url=fake.base_url, model=OPENAI_MODEL)) as model:
             await model.complete(ASK)
             async with aclosing(model.stream(ASK)) as items:
                 async for _ in items:
@@ -594,7 +609,7 @@ async def test_a_messages_api_turn_on_loopback(otel: Recorded) -> None:
     fake = FakeMessagesAPI(transcript=transcript)
     async with (
         serve(fake.app()) as url,
-        anthropic.provider(credential=SECRET, base_url=url) as model,
+        traced(anthropic.provider(credential=SECRET, base_url=url)) as model,
     ):
         await model.complete(ASK)
         async with aclosing(model.stream(ASK)) as items:
@@ -624,7 +639,7 @@ async def test_a_timeout_ends_the_span_in_error(otel: Recorded, collect: Collect
     otel.enable()
     fake = await FakeOllama(mode="stall").start()  # the stall lasts an hour
     try:
-        async with ollama.provider(host=fake.url) as model:
+        async with traced(ollama.provider(host=fake.url)) as model:
             with pytest.raises(LLMTimeout):
                 await collect(model, Request(messages=ASK.messages, timeout_ms=300))
     finally:
@@ -638,7 +653,7 @@ async def test_a_stream_its_caller_closes_early_is_not_an_error(otel: Recorded) 
     otel.enable()
     fake = await FakeOllama().start()
     try:
-        async with ollama.provider(host=fake.url) as model:
+        async with traced(ollama.provider(host=fake.url)) as model:
             async with aclosing(model.stream(ASK)) as items:
                 async for _ in items:
                     break
@@ -668,7 +683,7 @@ async def test_a_cancelled_stream_is_recorded_as_cancelled(otel: Recorded) -> No
                 first.set()
 
     try:
-        async with ollama.provider(host=fake.url) as model:
+        async with traced(ollama.provider(host=fake.url)) as model:
             task = asyncio.create_task(read(model))
             await first.wait()
             task.cancel()
@@ -693,12 +708,12 @@ async def test_no_credential_in_any_span_event_metric_or_log(
     async with serve(ok.app()) as url, serve(busy.app()) as busy_url:
         # The secret travels as the credential and as a gateway URL's password.
         with_password = url.replace("http://", f"http://gateway:{SECRET}@")
-        async with anthropic.provider(credential=SECRET, base_url=with_password) as model:
+        async with traced(anthropic.provider(credential=SECRET, base_url=with_password)) as model:
             await model.complete(ASK)
             async with aclosing(model.stream(ASK)) as items:
                 async for _ in items:
                     pass
-        async with anthropic.provider(credential=SECRET, base_url=busy_url) as model:
+        async with traced(anthropic.provider(credential=SECRET, base_url=busy_url)) as model:
             with pytest.raises(LLMApiError):
                 await model.complete(ASK)
     assert ok.seen[0].headers["x-api-key"] == SECRET  # it did travel
@@ -784,7 +799,7 @@ async def test_a_cancelled_vote_is_recorded_as_cancelled(otel: Recorded) -> None
         raise AssertionError
 
     async with serve(stall) as url:
-        voters = pool.Pool([ollama.provider(host=url)] * 3)
+        voters = pool.Pool([traced(ollama.provider(host=url))] * 3)
         task = asyncio.create_task(pool.vote(voters, "Is it?"))
         await all_arrived.wait()  # every turn is in flight
         task.cancel()
@@ -803,6 +818,12 @@ async def test_a_cancelled_vote_is_recorded_as_cancelled(otel: Recorded) -> None
 # The web backends guide's Tracing section
 
 
+async def _selected_turn() -> None:
+    from vaelii_llm import providers
+
+    await (await providers.provider("stub", stub={"script": ["Yes."]})).complete(ASK)
+
+
 def test_the_docs_tracing_block_sends_spans(
     otel: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -818,7 +839,7 @@ def test_the_docs_tracing_block_sends_spans(
     monkeypatch.setitem(sys.modules, otlp.__name__, otlp)
     namespace: dict[str, Any] = {}
     exec(compile(code, "web-backends.md", "exec"), namespace)
-    asyncio.run(stub.provider(script=["Yes."]).complete(ASK))
+    asyncio.run(_selected_turn())  # a provider handed out after enable
     namespace["tracer_provider"].force_flush()
     assert [s.name for s in captured.get_finished_spans()] == ["chat stub"]
     namespace["tracer_provider"].shutdown()
@@ -828,7 +849,7 @@ async def test_a_system_prompt_of_blocks_is_recorded_a_part_a_block(otel: Record
     system = [TextBlock(text="SYSTEM-ONE"), TextBlock(text="SYSTEM-TWO")]
     req = Request(messages=[Message(role="user", content="q")], system=system)
     otel.enable(capture_content=True)
-    await stub.provider(script=["ok"]).complete(req)
+    await traced(stub.provider(script=["ok"])).complete(req)
     assert json.loads(attrs(otel.one("chat stub"))["gen_ai.system_instructions"]) == [
         {"type": "text", "content": "SYSTEM-ONE"},
         {"type": "text", "content": "SYSTEM-TWO"},
@@ -861,7 +882,7 @@ async def test_a_turns_span_carries_the_far_ends_request_id(otel: Recorded) -> N
     }
     async with (
         serve(_answering(200, json.dumps(message))) as url,
-        anthropic.provider(credential=SECRET, base_url=url) as model,
+        traced(anthropic.provider(credential=SECRET, base_url=url)) as model,
     ):
         await model.complete(ASK)
     a = attrs(otel.one("chat claude-opus-5-5"))
@@ -873,7 +894,7 @@ async def test_a_refused_turns_span_carries_the_far_ends_request_id(otel: Record
     otel.enable()
     async with (
         serve(_answering(429, '{"error": "slow down"}')) as url,
-        anthropic.provider(credential=SECRET, base_url=url) as model,
+        traced(anthropic.provider(credential=SECRET, base_url=url)) as model,
     ):
         with pytest.raises(LLMApiError):
             await model.complete(ASK)
@@ -974,7 +995,7 @@ async def test_a_registered_backend_gets_the_built_in_chat_span(
 
     otel.enable()
     model = await providers.provider("yonder")
-    assert type(model) is yonder.Yonder  # handed out as itself, not a wrapper
+    assert isinstance(model, yonder.Yonder)  # handed out wrapped, passing for itself
     await model.complete(ASK)
     async with aclosing(model.stream(ASK, deltas=True)) as items:
         assert [type(item).__name__ async for item in items] == [
@@ -990,7 +1011,7 @@ async def test_a_registered_backend_gets_the_built_in_chat_span(
     assert attrs(whole)["gen_ai.response.model"] == "yonder-1"
     assert attrs(streamed)["gen_ai.request.stream"] is True
     assert "gen_ai.response.time_to_first_chunk" in attrs(streamed)
-    await stub.provider(script=[await model.complete(ASK)]).complete(ASK)
+    await traced(stub.provider(script=[await model.complete(ASK)])).complete(ASK)
     built_in = otel.finished()[-1]
     assert _shape(whole)[:2] == _shape(built_in)[:2]
     # The stub has no server; otherwise the span carries the same attributes.
@@ -1018,28 +1039,54 @@ async def test_the_vote_pool_hands_out_a_registered_backend_traced(
 async def test_instrumenting_twice_changes_nothing_and_telemetry_can_come_later(
     otel: Recorded, yonder: Any
 ) -> None:
-    built = yonder.provider()
-    assert telemetry.instrument(built, "yonder") is built
-    telemetry.instrument(built, "another-name")  # already instrumented: kept as it was
+    built = telemetry.instrument(yonder.provider(), "yonder")
+    assert telemetry.instrument(built, "another-name") is built  # already wrapped: kept
     await built.complete(ASK)
-    assert otel.finished() == []  # instrumented while off: nothing recorded
+    assert otel.finished() == []  # wrapped while off: nothing recorded
     otel.enable()
     await built.complete(ASK)
     (span,) = otel.finished()
     assert attrs(span)["gen_ai.provider.name"] == "yonder"
 
 
-async def test_a_provider_without_an_instance_dict(
-    otel: Recorded, yonder: Any, caplog: pytest.LogCaptureFixture
+async def test_a_provider_without_an_instance_dict_is_traced_all_the_same(
+    otel: Recorded, yonder: Any
 ) -> None:
-    with pytest.raises(TypeError, match="Slotted has none"):
-        telemetry.instrument(yonder.slotted(), "yonder")
+    """A wrapper, not a patch of the instance: a class with ``__slots__`` and
+    no ``__dict__`` is traced as any other (#61: it was handed out untraced)."""
     otel.enable()
-    with caplog.at_level(logging.WARNING, logger="vaelii_llm.telemetry"):
-        handed = telemetry.instrument_built(yonder.slotted(), "yonder")
-        telemetry.instrument_built(yonder.slotted(), "yonder")
-    assert type(handed) is yonder.Slotted  # handed out untraced, never refused
-    warned = [r.getMessage() for r in caplog.records]
-    assert warned == [
-        "provider yonder (Slotted) has no instance __dict__: its turns are not traced"
-    ]
+    handed = telemetry.instrument(yonder.slotted(), "yonder")
+    assert isinstance(handed, yonder.Slotted)
+    with pytest.raises(NotImplementedError):  # what this one does
+        await handed.complete(ASK)
+    (span,) = otel.finished()
+    assert attrs(span)["gen_ai.provider.name"] == "yonder"
+    assert attrs(span)["error.type"] == "NotImplementedError"
+
+
+async def test_selection_hands_out_a_bare_provider_while_off_and_a_wrapped_one_while_on(
+    otel: Recorded,
+) -> None:
+    """Off, selection and the vote pools hand out the provider itself (a turn
+    costs nothing of telemetry), and :func:`telemetry.enable` reaches the
+    providers handed out from then on; :func:`telemetry.disable` reaches every
+    one at once. A provider built by hand is bare until wrapped."""
+    from vaelii_llm import providers
+
+    off = await providers.provider("stub", stub={"default": "Yes."})
+    assert type(off) is StubProvider
+    async with pool.stub_pool(default="Yes.") as voters:
+        assert type(voters.providers[0]) is StubProvider
+    otel.enable()
+    on = await providers.provider("stub", stub={"default": "Yes."})
+    assert type(on) is telemetry.Instrumented
+    async with pool.stub_pool(default="Yes.") as voters:
+        assert type(voters.providers[0]) is telemetry.Instrumented
+    by_hand = stub.provider(default="Yes.")
+    assert type(by_hand) is StubProvider
+    for model in (off, on, by_hand):
+        await model.complete(ASK)
+    assert otel.names() == ["chat stub"]  # the one handed out while on
+    telemetry.disable()
+    await on.complete(ASK)
+    assert otel.names() == ["chat stub"]

@@ -102,6 +102,7 @@ ON_FIRST_USE = {
     "h11": "the MCP server over HTTP",
     "resource": "the MCP server's open-files bound",
     "vaelii_llm.kb": "the embedded knowledge-base engine",
+    "vaelii_llm.telemetry": "a provider handed out by selection or a vote pool",
     "vaelii_llm.telemetry._content": "telemetry that records content",
     "vaelii_llm.pool": "the vote pool: `vaelii-llm vote`, a pool built from configuration",
     "vaelii_llm._switch_check": "checking a selection's switches",
@@ -256,3 +257,26 @@ def test_each_module_imported_on_first_use_is_listed_once() -> None:
     assert unlisted == {}
     stale = [x for x in ON_FIRST_USE if not any(n == x or n.startswith(x + ".") for n in found)]
     assert stale == []
+
+
+def test_no_backend_imports_telemetry() -> None:
+    """Telemetry wraps a provider at the edge that hands it out (selection,
+    the vote pools, through :mod:`vaelii_llm._handout`): no module under
+    ``vaelii_llm/providers/`` imports it, at the top or inside a function
+    (#61: ``HTTPProvider.__init__`` and the stub patched themselves)."""
+    root = Path(__file__).resolve().parents[2] / "vaelii_llm" / "providers"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value] if node.value.startswith("vaelii_llm.") else []
+            if any(
+                n == "vaelii_llm.telemetry" or n.startswith("vaelii_llm.telemetry.") for n in names
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []

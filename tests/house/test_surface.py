@@ -176,6 +176,7 @@ MODULES = [
     "vaelii_llm._streams",
     "vaelii_llm._closing",
     "vaelii_llm._declare",
+    "vaelii_llm._handout",
     "vaelii_llm.telemetry._content",
     "vaelii_llm.cli._drawing",
     "vaelii_llm._media",

@@ -696,145 +696,18 @@ async def test_a_whole_turn_after_a_closed_kept_connection_takes_a_fresh_one() -
     assert len(record.ports) == len(set(record.ports)) == 40
 
 
-# --- the check's reliance on aiohttp's private parts -------------------------------------
-
-
-async def test_aiohttp_keeps_idle_connections_in_the_shape_the_check_reads() -> None:
-    """The check reads aiohttp's private idle map and wraps its private
-    ``_get``: after a turn, its connection sits there as a ``(protocol,
-    time)`` pair with a socket, and the check finds nothing to read on it. An
-    aiohttp that changes either fails here, by name, as well as above."""
-
-    from vaelii_llm._transport.sessions import _closed_kept
-    from vaelii_llm._transport.sessions import _FreshConnector
-
-    assert callable(getattr(aiohttp.TCPConnector, "_get", None))
-    assert _FreshConnector._get is not aiohttp.TCPConnector._get
-    async with counting(whole_stream) as (url, _record):
-        provider = ollama.provider(host=url, max_connections=1)
-        try:
-            assert text(await streamed(provider)) == ANSWER
-            session = provider._sessions.current()
-            assert session is not None
-            connector = session.connector
-            assert isinstance(connector, _FreshConnector)
-            conns = connector._conns
-            assert isinstance(conns, dict)
-            [(key, kept)] = list(conns.items())
-            [(proto, since)] = list(kept)
-            assert isinstance(since, float)
-            assert proto.transport.get_extra_info("socket").fileno() >= 0
-            assert _closed_kept(conns, key) == []
-        finally:
-            await provider.aclose()
-
-
-async def test_aiohttp_keeps_a_let_go_response_s_protocol_where_the_mark_reads_it() -> None:
-    """A stream whose whole body came with its head has had its connection
-    let go by aiohttp before the stream is marked (``_streamed_on``), which
-    then reads the response's private ``_protocol``: an aiohttp without it
-    fails here (the mark would be lost, and a young stream connection reused)."""
-    async with counting(whole_stream) as (url, _record), aiohttp.ClientSession() as session:
-        response = await session.post(url, json={"stream": True})
-        try:
-            await response.read()
-            assert response.connection is None
-            protocol = getattr(response, "_protocol", None)
-            assert protocol is not None
-            assert callable(protocol.force_close)
-        finally:
-            response.release()
-
-
-class _Odd:
-    transport = None
-
-
-class _NoSocket:
-    class transport:  # stands for a transport object
-        @staticmethod
-        def is_closing() -> bool:
-            return False
-
-        @staticmethod
-        def get_extra_info(_name: str) -> object:
-            return "not a socket"
-
-
-@pytest.mark.parametrize(
-    "conns",
-    [
-        None,
-        [("k", [])],
-        {"k": None},
-        {"k": [object()]},
-        {"k": [(object(), 0.0)]},
-        {"k": [(_Odd(), 0.0)]},
-        {"k": [(_NoSocket(), 0.0)]},
-        {"k": [(_Odd(), 0.0, "a third field")]},
-    ],
-    ids=[
-        "no map",
-        "a list",
-        "no entries",
-        "no pairs",
-        "no protocol",
-        "no transport",
-        "no socket",
-        "triples",
-    ],
-)
-def test_an_idle_map_of_another_shape_is_not_checked(conns: object) -> None:
-    """Where aiohttp's private idle map is missing, no mapping, or holds
-    entries of another shape, the check finds nothing and raises nothing:
-    the connector is aiohttp's own."""
-    from vaelii_llm._transport.sessions import _closed_kept
-
-    assert _closed_kept(conns, "k") == []
-
-
-class _Key:
-    is_ssl = False
-
-
-async def test_aiohttp_hands_out_the_oldest_kept_connection_first() -> None:
-    """The check looks at the kept connections from the oldest on, where
-    aiohttp's ``_get`` takes the next one: an aiohttp that took the newest
-    instead would leave a closed one unchecked, and fails here."""
-    from collections import deque
-
-    class Kept:
-        transport = None
-
-        def is_connected(self) -> bool:
-            return True
-
-        def close(self) -> None:
-            pass
-
-    connector = aiohttp.TCPConnector()
-    try:
-        older, newer = Kept(), Kept()
-        key = _Key()  # stands for aiohttp's connection key
-        now = asyncio.get_running_loop().time()
-        connector._conns[key] = deque([(older, now), (newer, now)])  # type: ignore[index]
-        taken = await connector._get(key, [])  # type: ignore[arg-type]
-        assert taken is not None
-        assert taken.protocol is older
-        taken.close()
-    finally:
-        connector._conns.clear()
-        await connector.close()
-
-
 # --- a far end that closes a stream's connection just after its last byte (#58) ----------
 
 
-def closing_after_each_stream(record: Counting, close_after_s: float) -> Any:
+def closing_after_each_stream(
+    record: Counting, close_after_s: float, *, chunked: bool = True
+) -> Any:
     """A raw far end that keeps a connection after a whole answer but closes
     it ``close_after_s`` after the last chunk of a streamed one, though its
     head says ``Keep-Alive`` (as llama.cpp's ``llama-server`` does): a request
-    sent on it in between is never read."""
+    sent on it in between is never read. ``chunked=False``: the stream is sent
+    with its length, in one write with its head (its connection is back in
+    the pool before the stream is read)."""
     whole = json.dumps(merged([*(chunk(p) for p in PIECES), final()])).encode()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -856,13 +729,20 @@ def closing_after_each_stream(record: Counting, close_after_s: float) -> Any:
                     )
                     await writer.drain()
                     continue
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
-                    b"Keep-Alive: timeout=5, max=100\r\nTransfer-Encoding: chunked\r\n\r\n"
-                )
-                for line in OLLAMA_BODY.splitlines(keepends=True):
-                    writer.write(b"%x\r\n%s\r\n" % (len(line), line))
-                writer.write(b"0\r\n\r\n")
+                if not chunked:
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                        b"Keep-Alive: timeout=5, max=100\r\nContent-Length: %d\r\n\r\n%s"
+                        % (len(OLLAMA_BODY), OLLAMA_BODY)
+                    )
+                else:
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                        b"Keep-Alive: timeout=5, max=100\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    )
+                    for line in OLLAMA_BODY.splitlines(keepends=True):
+                        writer.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    writer.write(b"0\r\n\r\n")
                 await writer.drain()
                 await asyncio.sleep(close_after_s)
                 break
@@ -874,15 +754,21 @@ def closing_after_each_stream(record: Counting, close_after_s: float) -> Any:
     return handle
 
 
-async def test_a_far_end_closing_each_stream_s_connection_never_has_a_turn_sent_into_it() -> None:
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "whole with its head"])
+async def test_a_far_end_closing_each_stream_s_connection_never_has_a_turn_sent_into_it(
+    chunked: bool,
+) -> None:
     """Forty times a stream and then a whole turn, each straight after the
     last, against a far end that closes a stream's connection a moment after
     its last chunk: every turn is answered, and every request sent was read
     (none sent into a closing connection; nothing retried). On main the turn
     after each stream was sent on the closing connection and failed
-    LLMUnreachable ("closed the connection before answering")."""
+    LLMUnreachable ("closed the connection before answering"). A stream
+    whose whole body came with its head has its connection back in the pool
+    before it is read: it is known by the connection it was opened on (#61:
+    aiohttp's private ``response._protocol`` was read for it)."""
     record = Counting()
-    async with serve_raw(closing_after_each_stream(record, 0.02)) as url:
+    async with serve_raw(closing_after_each_stream(record, 0.02, chunked=chunked)) as url:
         provider = ollama.provider(host=url, max_connections=1)
         try:
             for _ in range(40):
@@ -922,3 +808,22 @@ async def test_a_stream_nobody_reads_ends_at_its_deadline(wire: str) -> None:
             checked_in(provider)
         finally:
             await provider.aclose()
+
+
+async def test_a_far_end_keeping_each_stream_s_connection_is_learnt_once_and_reused() -> None:
+    """Against a far end that keeps a stream's connection, the first turn to
+    take one holds it once (the proof) and from then on every turn reuses
+    the one connection, streamed or whole."""
+    async with counting(whole_stream) as (url, record):
+        provider = ollama.provider(host=url, max_connections=1)
+        try:
+            for _ in range(10):
+                assert text(await streamed(provider)) == ANSWER
+                assert text(await provider.complete(ask())) == ANSWER
+            checked_in(provider)
+            connector = provider._sessions.current().connector  # type: ignore[union-attr]
+            assert connector._keeps_streams is True  # type: ignore[union-attr]
+        finally:
+            await provider.aclose()
+    assert record.connections == 1
+    assert len(record.ports) == 20

@@ -774,7 +774,7 @@ def test_public_surfaces_are_frozen() -> None:
             "env_proxy",
             "with_json_content_type",
         ],
-        "sessions": ["Gate", "LoopSessions", "create_session", "probe_session"],
+        "sessions": ["Gate", "LoopSessions", "create_session", "on_running_loop", "probe_session"],
         "boundary": ["DEFAULT_MAX_BODY_BYTES", "decode_json"],
         "withheld": ["sent_rule", "withhold"],
         "send": ["cut", "drain", "open_stream", "request_json"],

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from collections.abc import Mapping
 from contextlib import suppress
+from typing import Any
 from typing import TypeVar
 
 import aiohttp
@@ -19,6 +20,7 @@ from vaelii_llm._transport.boundary import _let_go
 from vaelii_llm._transport.boundary import _read_whole
 from vaelii_llm._transport.boundary import decode_json
 from vaelii_llm._transport.sessions import Gate
+from vaelii_llm._transport.sessions import _opening
 from vaelii_llm._transport.sessions import _streamed_on
 from vaelii_llm._transport.settings import Deadline
 from vaelii_llm._transport.settings import Endpoint
@@ -220,13 +222,18 @@ class _Stream:
             self._clock = clock = asyncio.get_running_loop().time
             self._sent = now = clock()
             boundary = _Boundary(endpoint, deadline, _SentTo(session, sent, url), now)
+            opened: list[Any] = []  # the connection it opens on (see _streamed_on)
             with boundary:
-                response = boundary.response = await session.request(
-                    method, url, data=body, headers=sent, allow_redirects=False
-                )
+                opening = _opening.set(opened)
+                try:
+                    response = boundary.response = await session.request(
+                        method, url, data=body, headers=sent, allow_redirects=False
+                    )
+                finally:
+                    _opening.reset(opening)
                 if not 200 <= response.status < 300:
                     await _read_whole(boundary, max_body_bytes)  # raises LLMApiError with the body
-            _streamed_on(session, response)
+            _streamed_on(session, opened)
         except BaseException:
             if gate is not None:
                 gate.give()

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import select
-import time
+import warnings
 import weakref
 from collections.abc import AsyncGenerator
+from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Mapping
 from contextlib import suppress
@@ -41,7 +43,7 @@ from vaelii_llm._transport.settings import _session_ssl
 from vaelii_llm._transport.settings import env_proxy
 from vaelii_llm.errors import LLMTimeout
 
-__all__ = ["Gate", "LoopSessions", "create_session", "probe_session"]
+__all__ = ["Gate", "LoopSessions", "create_session", "on_running_loop", "probe_session"]
 
 
 def create_session(
@@ -97,172 +99,141 @@ class _FreshConnector(aiohttp.TCPConnector):
     the kernel, not yet seen by the loop, when the next turn takes that
     connection: the turn was then written into a closed socket and failed
     :class:`LLMUnreachable` ("closed the connection before answering", or
-    "can not write request body"). Here the kept connections next in line
-    are checked (``poll`` with no wait) before one is handed out: an idle
-    connection has nothing to read, so one that is readable (the far end's
-    close, or bytes it had no reason to send) is closed, and aiohttp hands
-    out another kept one or opens a fresh one. This is not a retry of the
-    turn: nothing was sent on the closed connection. A connection that fails
-    after the request was sent is not retried (the far end may have read
-    it); it fails the turn as before.
+    "can not write request body"). Here every kept connection aiohttp hands
+    out (:meth:`connect`, before anything is sent on it) is checked (``poll``
+    with no wait): an idle connection has nothing to read, so one that is
+    readable (the far end's close, or bytes it had no reason to send) is
+    closed, and the next one is taken (another kept one, or a fresh one).
+    This is not a retry of the turn: nothing was sent on the closed
+    connection. A connection that fails after the request was sent is not
+    retried (the far end may have read it); it fails the turn as before. A
+    fresh connection is not checked (a TLS far end may send its session
+    tickets just after the handshake): a connection is known kept when it
+    was handed out before (:attr:`_handed`).
 
     Some far ends close a connection just after the last byte of a streamed
     answer, though they offered to keep it (llama.cpp's ``llama-server``
     does): a turn taking it at once can find nothing to read yet and be sent
-    into the close. So a connection a stream was read on
-    (:func:`_streamed_on`) is not handed out until the far end is known to
-    keep such connections: while it is younger than :data:`_PROVEN_S` the
-    turn waits until it is not (no fresh connection is opened beside it, so
-    the pool never holds more than it would), then the check decides; one
-    found closed teaches that the far end closes them, and from then on a
-    stream's connection is closed when the stream ends, never kept; one
-    found open at that age teaches that it keeps them, and they are checked
-    as any other from then on. So the wait comes once per far end, in its
-    first tenth of a second.
+    into the close. So a connection a stream was read on (:func:`_streamed_on`)
+    is not used until the far end is known to keep such connections: the
+    turn that takes it holds it :data:`_PROVEN_S` (no fresh connection is
+    opened beside it, so the pool never holds more than it would), then the
+    check decides; one found closed teaches that the far end closes them,
+    and from then on a stream's connection is closed when the stream ends,
+    never kept; one found open teaches that it keeps them, and they are
+    checked as any other from then on. So the wait comes once per far end,
+    in its first tenth of a second.
 
-    It reads aiohttp's idle connections (``_conns``: per host, pairs of a
-    protocol and when it was kept) and wraps its ``_get``: both private.
-    Should their shape change, nothing is checked and the connector is
-    aiohttp's own (:func:`_closed_kept` refuses what it does not recognise;
-    ``tests/transport/test_connections.py`` pins the shape and fails where the check
-    stops working). Where ``select.poll`` is missing (Windows) nothing is
-    checked either.
+    Only aiohttp's public parts: :meth:`connect` (the connector's own entry
+    point, which the session awaits for each request), the
+    :class:`aiohttp.Connection` it returns (``protocol``, ``close()``) and
+    the protocol's transport (asyncio's). Where ``select.poll`` is missing
+    (Windows) nothing is checked.
     """
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         # One poll set per connector (so per loop), holding one fd at a time.
         self._readable = select.poll() if hasattr(select, "poll") else None
+        self._handed: weakref.WeakSet[Any] = weakref.WeakSet()  # each handed out once
         self._streamed: weakref.WeakSet[Any] = weakref.WeakSet()  # not yet proven kept
         self._keeps_streams: bool | None = None  # what the far end does after a stream
+
+    async def connect(
+        self,
+        req: aiohttp.ClientRequest,
+        traces: list[aiohttp.tracing.Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109  (aiohttp's signature)
+    ) -> aiohttp.connector.Connection:
+        """A connection for ``req`` (aiohttp's), a kept one checked first (see
+        the class docstring); the one a stream opens on is told to the
+        stream (:data:`_opening`)."""
+        readable = self._readable
+        while True:
+            connection = await super().connect(req, traces, timeout)
+            proto = connection.protocol
+            if readable is None or proto is None:
+                break
+            handed = self._handed
+            if proto not in handed:  # a fresh connection
+                handed.add(proto)
+                break
+            way = self._verdict(proto, readable, held=False)
+            if way == _HOLD:
+                try:
+                    await asyncio.sleep(_PROVEN_S)
+                except BaseException:
+                    connection.close()
+                    raise
+                way = self._verdict(proto, readable, held=True)
+            if way == _USE:
+                break
+            connection.close()  # closed, not kept: aiohttp takes the next one
+        opening = _opening.get()
+        if opening is not None:
+            opening.append(proto)
+        return connection
 
     def streamed(self, protocol: Any) -> None:
         """A stream is read on ``protocol``'s connection (see the class docstring)."""
         keeps = self._keeps_streams
         if keeps:
             return
-        self._streamed.add(protocol)  # and, kept already (the body came whole), closed at a take
+        self._streamed.add(protocol)  # and, kept already (the body came whole), held at a take
         if keeps is False:
             protocol.force_close()  # closed, not kept, once the stream ends
 
-    def _get(self, key: Any, traces: list[Any]) -> Any:
-        # aiohttp awaits what this returns: its own coroutine, once the kept
-        # connections are checked (no coroutine of ours around it, but while
-        # a stream's connection is too young to judge)
-        readable = self._readable
-        if readable is None:
-            return _aiohttp_get(self, key, traces)
-        conns = getattr(self, "_conns", None)
-        if not self._streamed:
-            for proto in _closed_kept(conns, key, readable):
-                proto.close()  # aiohttp's own _get passes a closed one over
-            return _aiohttp_get(self, key, traces)
-        held: list[Any] = []
-        for proto in _closed_kept(conns, key, readable, self._verdict, held):
-            proto.close()
-        if not held:
-            return _aiohttp_get(self, key, traces)
-        return self._proof(key, traces, held[0][1])
-
-    def _verdict(self, proto: Any, since: float, readable: bool) -> int:
-        """What becomes of a kept connection next in line: used, closed or waited for."""
+    def _verdict(self, proto: Any, readable: Any, *, held: bool) -> int:
+        """What becomes of a kept connection just taken: used, closed, or
+        held (a stream's, its far end not yet known to keep it)."""
+        said = _has_input(proto, readable)
         streamed = self._streamed
         if proto not in streamed:
-            return _CLOSE if readable else _USE
-        if readable or self._keeps_streams is False:
+            return _CLOSE if said else _USE  # None: cannot tell, aiohttp said connected
+        if said is not False or self._keeps_streams is False:
             self._keeps_streams = False  # it closes what it offered to keep
             return _CLOSE
-        if time.monotonic() - since < _PROVEN_S:
+        if not held:
             return _HOLD
         self._keeps_streams = True
         streamed.clear()
         return _USE
 
-    async def _proof(self, key: Any, traces: list[Any], since: float) -> Any:
-        """Wait until the stream's connection next in line (kept at ``since``)
-        is old enough to say whether its far end keeps it, then take a
-        connection as :meth:`_get` does (the check now decides)."""
-        await asyncio.sleep(_PROVEN_S - (time.monotonic() - since))
-        return await self._get(key, traces)
-
-
-_aiohttp_get: Final = aiohttp.TCPConnector._get
 
 _USE: Final = 0
 _CLOSE: Final = 1
 _HOLD: Final = 2
 
 _PROVEN_S: Final = 0.1
-"""How long a connection a stream was read on stays idle before it may be
-handed out while its far end is not yet known to keep such connections: a
-far end that closes one does so just after the stream's last byte, so a
-connection still open this long after is one it keeps."""
+"""How long a connection a stream was read on is held, idle, before it is
+used while its far end is not yet known to keep such connections: a far end
+that closes one does so just after the stream's last byte, so a connection
+still open this long after is one it keeps."""
+
+_opening: Final[contextvars.ContextVar[list[Any] | None]] = contextvars.ContextVar(
+    "vaelii_llm_opening", default=None
+)
+"""Set while a stream is being opened (:func:`opening_stream`): the connection
+:meth:`_FreshConnector.connect` hands it is appended, so the stream can name
+it once its head says it is a stream (:func:`_streamed_on`)."""
 
 
-def _streamed_on(session: aiohttp.ClientSession, response: aiohttp.ClientResponse) -> None:
-    """Tell ``session``'s connector that a stream is read on ``response``'s
-    connection (see :class:`_FreshConnector`; a caller's own session is not
-    told)."""
+def _streamed_on(session: aiohttp.ClientSession, opened: list[Any]) -> None:
+    """Tell ``session``'s connector that a stream is read on the connection it
+    was opened on (``opened``, filled while :data:`_opening` held it; see
+    :class:`_FreshConnector`; a caller's own session is not told)."""
     connector = session.connector
-    if type(connector) is _FreshConnector and connector._keeps_streams is not True:
-        connection = response.connection
-        protocol = connection.protocol if connection is not None else None
-        if protocol is None:  # the whole body came with the head: already let go
-            protocol = getattr(response, "_protocol", None)
-        if protocol is not None:
-            connector.streamed(protocol)
-
-
-def _closed_kept(
-    conns: object,
-    key: object,
-    readable: Any = None,
-    verdict: Callable[[Any, float, bool], int] | None = None,
-    held: list[Any] | None = None,
-) -> list[Any]:
-    """The kept connections for ``key`` in aiohttp's idle map ``conns`` that
-    have something to read, looked for where aiohttp takes the next one: the
-    oldest first, each up to the first with nothing to read, so a turn
-    usually checks one (``tests/transport/test_connections.py`` pins that
-    order). None when ``conns`` is not of the shape known (a dict of
-    ``(protocol, time)`` pairs). With ``verdict`` (the connector's), it says
-    of each whether it is used, closed or waited for (added to ``held``)."""
-    if not isinstance(conns, dict):
-        return []
-    kept = conns.get(key)
-    if not kept:
-        return []
-    if readable is None:
-        readable = select.poll()
-    stale: list[Any] = []
-    try:
-        for entry in kept:
-            proto, since = entry
-            said = _has_input(proto, readable)
-            if said is None:
-                if verdict is None:
-                    continue  # aiohttp passes it over itself
-                said = True  # closed while idle: the far end closed it
-            way = _CLOSE if said else _USE
-            if verdict is not None:
-                way = verdict(proto, since, said)
-            if way == _USE:
-                return stale
-            if way == _CLOSE:
-                stale.append(proto)
-            elif held is not None:
-                held.append(entry)
-    except (AttributeError, TypeError, ValueError):  # not the shape known: check nothing
-        return []
-    return stale
+    if opened and type(connector) is _FreshConnector and connector._keeps_streams is not True:
+        connector.streamed(opened[-1])
 
 
 def _has_input(proto: Any, readable: Any) -> bool | None:
-    """Whether an idle kept connection has anything to read (no wait); None
-    when it has no open transport or socket to ask."""
+    """Whether a kept connection just taken has anything to read (no wait):
+    True too when its transport is closing or gone; None when it has no
+    socket to ask."""
     transport = proto.transport
     if transport is None or transport.is_closing():
-        return None
+        return True
     sock = transport.get_extra_info("socket")
     fd = -1 if sock is None else sock.fileno()
     if type(fd) is not int or fd < 0:
@@ -443,12 +414,41 @@ async def _aclose(closer: AsyncGenerator[None, None]) -> None:
 
 def _drop(session: aiohttp.ClientSession) -> None:
     """Close a session whose loop no longer runs: its connections are closed
-    without waiting on that loop, and the session marked closed."""
+    without waiting on that loop (the wait aiohttp's ``close`` starts there
+    runs if that loop runs again), and the session marked closed."""
     connector = session.connector
+    session.detach()
     if connector is not None and not connector.closed:
         with suppress(Exception):
-            connector._close()
-    session._connector = None
+            _started(connector.close())
+
+
+def _started(closing: Awaitable[None]) -> None:
+    """Take one step of ``closing`` here (aiohttp's connector ``close``
+    closes every connection in that step), without waiting for the rest."""
+    step = closing.__await__()
+    with suppress(StopIteration):
+        step.send(None)
+    step.close()
+
+
+def on_running_loop(session: aiohttp.ClientSession) -> bool:
+    """Whether a caller's ``session`` belongs to the running event loop.
+
+    aiohttp names a session's loop only through its deprecated public
+    ``loop`` property: read once per session (its warning kept quiet) and
+    remembered, so a turn costs one lookup."""
+    loop = _session_loops.get(session)
+    if loop is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loop = _session_loops[session] = session.loop
+    return loop is asyncio.get_running_loop()
+
+
+_session_loops: Final[
+    weakref.WeakKeyDictionary[aiohttp.ClientSession, asyncio.AbstractEventLoop]
+] = weakref.WeakKeyDictionary()
 
 
 _probe_sessions: Final = LoopSessions(create_session)

@@ -34,6 +34,9 @@ from multidict import CIMultiDict
 from multidict import CIMultiDictProxy
 from yarl import URL
 
+from vaelii_llm._transport.aiohttp_private import connection_key
+from vaelii_llm._transport.aiohttp_private import replace_connection_key
+from vaelii_llm._transport.aiohttp_private import session_proxy
 from vaelii_llm._transport.urls import userinfo
 
 __all__ = ["sent_rule", "withhold"]
@@ -155,12 +158,15 @@ class _Withheld:
                 exc.headers = CIMultiDictProxy(
                     CIMultiDict((name, self.text(value)) for name, value in exc.headers.items())
                 )
-        key = getattr(exc, "_conn_key", None)
-        if isinstance(key, ConnectionKey):
-            safe = key._replace(
-                proxy=None if key.proxy is None else key.proxy.with_user(None), proxy_auth=None
+        key = connection_key(exc)
+        if key is not None:
+            replace_connection_key(
+                exc,
+                key._replace(
+                    proxy=None if key.proxy is None else key.proxy.with_user(None),
+                    proxy_auth=None,
+                ),
             )
-            exc._conn_key = safe  # type: ignore[attr-defined]
         exc.args = tuple(self._arg(arg) for arg in exc.args)
         shown = getattr(exc, "__dict__", None)
         if shown:
@@ -299,11 +305,8 @@ def sent_rule(
 
 
 def _sent(session: aiohttp.ClientSession, headers: Mapping[str, str] | None, url: str) -> _Withheld:
-    return _withheld(
-        (session.headers, headers),
-        (url, getattr(session, "_default_proxy", None)),
-        (session.auth, getattr(session, "_default_proxy_auth", None)),
-    )
+    proxy, proxy_auth = session_proxy(session)
+    return _withheld((session.headers, headers), (url, proxy), (session.auth, proxy_auth))
 
 
 def withhold(

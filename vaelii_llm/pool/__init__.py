@@ -29,10 +29,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from vaelii_llm import config
-from vaelii_llm import telemetry
 from vaelii_llm._backends import REGISTRY
 from vaelii_llm._backends import STUB
 from vaelii_llm._backends import pool_kind
+from vaelii_llm._handout import handed_out
 from vaelii_llm._protocol import Provider
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.pool._pool import DEFAULT_ACQUIRE_TIMEOUT_MS
@@ -123,7 +123,7 @@ async def pool_from_config(
     try:
         for entry in entries:
             where = {} if at is None else {at: entry.url}
-            provider = telemetry.instrument_built(build(**where, **opts), backend.kind)
+            provider = handed_out(build(**where, **opts), backend.kind)
             built.append(provider)
             tokens.extend([provider] * entry.calls)
         return Pool(
@@ -160,5 +160,5 @@ def stub_pool(
         raise TypeError("size is a whole number of tokens")
     if size < 1:
         raise ValueError(f"a stub pool needs at least one token, got size={size}")
-    stub = StubProvider(script=script, default=default, expand=expand)
+    stub = handed_out(StubProvider(script=script, default=default, expand=expand), STUB)
     return Pool([stub] * size, acquire_timeout_ms=acquire_timeout_ms)

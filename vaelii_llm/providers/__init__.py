@@ -46,12 +46,12 @@ from typing import Final
 import msgspec
 
 from vaelii_llm import config
-from vaelii_llm import telemetry
 from vaelii_llm._backends import REGISTRY
 from vaelii_llm._backends import STUB
 from vaelii_llm._backends import Backend
 from vaelii_llm._backends import Option
 from vaelii_llm._backends import record
+from vaelii_llm._handout import handed_out
 from vaelii_llm._protocol import Provider
 
 __all__ = [
@@ -147,7 +147,7 @@ def _for(backend: Backend, entry: str, opts: Mapping[str, Any]) -> dict[str, Any
 def _fallback(opts: Mapping[str, Any]) -> Provider:
     from vaelii_llm.providers import stub
 
-    return stub.provider(**dict(opts.get(STUB) or {}))
+    return handed_out(stub.provider(**dict(opts.get(STUB) or {})), STUB)
 
 
 async def _probe(backend: Backend, module: ModuleType, opts: Mapping[str, Any]) -> bool:
@@ -266,7 +266,7 @@ async def _build(kind: str | None, constructor: str, opts: Mapping[str, Any]) ->
             type(exc).__name__,
         )
         return _fallback(opts)
-    return telemetry.instrument_built(built, backend.kind)
+    return handed_out(built, backend.kind)
 
 
 async def provider(kind: str | None = None, **opts: Any) -> Provider:

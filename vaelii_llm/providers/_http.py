@@ -41,10 +41,10 @@ fix made here holds for every backend at once:
 * the token count (:meth:`~HTTPProvider.count_tokens`): for a codec that
   is also a :class:`TokenCounter`, one POST to its counting endpoint by the
   same path as a non-streamed turn (the credential step, the deadline, the
-  refusals); for any other, :class:`~vaelii_llm.errors.LLMUnsupported`;
-* the provider handed out through :func:`vaelii_llm.telemetry.instrument`
-  (named from the codec's endpoint slug and URL), as every provider the
-  library builds is: the turn's code here knows nothing of spans.
+  refusals); for any other, :class:`~vaelii_llm.errors.LLMUnsupported`.
+
+The turn's code here knows nothing of spans: selection and the vote pools
+wrap a provider they hand out while telemetry records (:mod:`vaelii_llm._handout`).
 
 What a new backend supplies is a :class:`Codec`, no I/O in it:
 
@@ -103,7 +103,6 @@ from typing import runtime_checkable
 import aiohttp
 import msgspec
 
-from vaelii_llm import telemetry
 from vaelii_llm._protocol import ProviderBase
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
@@ -119,6 +118,7 @@ from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import Gate
 from vaelii_llm._transport.sessions import LoopSessions
 from vaelii_llm._transport.sessions import create_session
+from vaelii_llm._transport.sessions import on_running_loop
 from vaelii_llm._transport.settings import DEFAULT_NETWORK
 from vaelii_llm._transport.settings import NO_HEADERS
 from vaelii_llm._transport.settings import USER_AGENT
@@ -392,7 +392,6 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
         self._settle: Callable[[Response, Request], Response] | None = getattr(
             codec, "settle", None
         )
-        telemetry.instrument(self, codec.endpoint.slug, url=codec.url, model=codec.model)
 
     @property
     def closed(self) -> bool:
@@ -410,7 +409,7 @@ class HTTPProvider(ProviderBase, Generic[W, B]):
             return self._sessions.reach()
         if own.closed or own.connector is None:
             raise LLMUnreachable(self._codec.endpoint.label, "the caller's session is closed")
-        if getattr(own, "_loop", None) is not asyncio.get_running_loop():
+        if not on_running_loop(own):
             raise LLMUnreachable(
                 self._codec.endpoint.label, "the caller's session belongs to another event loop"
             )

@@ -28,7 +28,8 @@ answer shapes of its own maps them to one of the above. ``requests()`` and
 deltas, and a tool call's start and its input's JSON in pieces, before the
 whole block, as an HTTP backend does. After ``aclose`` every turn raises
 :class:`~vaelii_llm.errors.LLMClosed`. Its turns are traced as any
-backend's are when :mod:`vaelii_llm.telemetry` is on.
+backend's are when :mod:`vaelii_llm.telemetry` is on and it is handed out by
+selection or a vote pool.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from typing import get_args
 import msgspec
 
 from vaelii_llm import errors
-from vaelii_llm import telemetry
 from vaelii_llm._protocol import Block
 from vaelii_llm._protocol import Delta
 from vaelii_llm._protocol import ProviderBase
@@ -99,6 +99,9 @@ def _scripted_error(kind: str) -> errors.LLMError:
 class StubProvider(ProviderBase):
     """A provider that answers from a script. Safe to share within one event loop."""
 
+    model: str = MODEL
+    """The model its answers name."""
+
     def __init__(
         self,
         script: Iterable[Entry] = (),
@@ -111,7 +114,6 @@ class StubProvider(ProviderBase):
         self._requests: list[Request] = []
         self._tool_ids = 0
         self._closed = False
-        telemetry.instrument(self, "stub", model=MODEL)
 
     async def aclose(self) -> None:
         """Refuse every later turn. Closing twice is harmless."""

@@ -70,7 +70,6 @@ credential, and a server address is the URL's host name with any
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import inspect
 import logging
@@ -81,6 +80,7 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Coroutine
 from collections.abc import Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Final
@@ -294,101 +294,111 @@ _warned = False
 
 
 # --------------------------------------------------------------------------
-# Turns: the one wrapper every provider is handed out in
+# Turns: the one wrapper a provider is handed out in while telemetry records
 
 
-def instrument(provider: P, name: str, *, url: str | None = None, model: str | None = None) -> P:
-    """``provider`` itself, its ``complete`` and ``stream`` now recording each
-    turn's ``chat`` span and metrics while telemetry is on (:func:`enable`,
-    before or after this call); while it is off a turn reads one module
-    attribute more and runs the backend's own code.
+def instrument(
+    provider: Provider, name: str, *, url: str | None = None, model: str | None = None
+) -> Instrumented:
+    """``provider`` wrapped (:class:`Instrumented`): each turn records its
+    ``chat`` span and metrics while telemetry is on (:func:`enable`, before
+    or after this call), and runs the backend's own code alone while it is
+    off.
 
-    Every provider the library builds is handed out through here: the
-    built-in backends when they are built, any backend (a registered one
-    too) when selection or the vote pool builds it from its record, so a
-    backend has no telemetry code of its own. ``name`` is the span's
-    ``gen_ai.provider.name``; ``url`` and ``model`` (default: the provider's
-    own ``base_url`` and ``model`` attributes, where it has them) give the
-    server address and the model a request naming none runs. Instrumenting
-    a provider twice changes nothing. The methods are set on the instance
-    (its type, identity and other attributes are unchanged), which needs
-    an instance ``__dict__``: a class with ``__slots__`` and none is a
-    TypeError, naming it. Also enables telemetry on the global
-    OpenTelemetry providers when ``VAELII_LLM_OTEL`` asks (read here): a
-    missing ``opentelemetry-api`` is then a warning, logged once, never a
-    provider refused.
+    For a provider built by hand (a backend's class or its own ``provider``
+    function), which is handed out bare; selection and the vote pools wrap
+    what they hand out themselves, while telemetry is on (:func:`handed_out`).
+    ``name`` is the span's ``gen_ai.provider.name`` unless the provider names
+    its far end's (its ``endpoint.slug``); ``url`` and ``model`` (default:
+    the provider's own ``base_url`` and ``model`` attributes, where it has
+    them) give the server address and the model a request naming none runs.
+    Wrapping a wrapped provider changes nothing.
     """
-    _enable_from_environment()
-    try:
-        own = vars(provider)
-    except TypeError:
-        raise TypeError(
-            f"telemetry.instrument needs an instance __dict__; {type(provider).__name__} has none"
-        ) from None
-    if _INSTRUMENTED in own:
+    if isinstance(provider, Instrumented):
         return provider
+    slug = getattr(getattr(provider, "endpoint", None), "slug", None)
     url = url if url is not None else _text(getattr(provider, "base_url", None))
     model = model if model is not None else _text(getattr(provider, "model", None))
-    target = _target(name, url, model)
-    complete = provider.complete  # bound: the instance now refers to itself through them
-    stream = provider.stream
+    return Instrumented(provider, _target(_text(slug) or name, url, model))
 
-    def traced_complete(request: Request) -> Awaitable[Response]:
+
+def handed_out(provider: Provider, kind: str) -> Provider:
+    """What selection and the vote pools hand a caller (through
+    :mod:`vaelii_llm._handout`): ``provider`` wrapped while telemetry is on,
+    else ``provider`` itself, so a turn costs nothing while it is off (and
+    :func:`enable` reaches the providers handed out from then on). Enables
+    telemetry on the global OpenTelemetry providers first when
+    ``VAELII_LLM_OTEL`` asks (read here): a missing ``opentelemetry-api`` is
+    then a warning, logged once, never a provider refused."""
+    _enable_from_environment()
+    if active is None:
+        return provider
+    return instrument(provider, kind)
+
+
+class Instrumented:
+    """A provider whose turns record spans and metrics while telemetry is on
+    (made by :func:`instrument`). It is a provider itself (``complete``,
+    ``stream``, ``aclose``, ``async with``); every other attribute is the
+    wrapped provider's (``closed``, ``count_tokens``, a stub's
+    ``requests()``…), and :attr:`wrapped` is the provider itself. Its
+    ``__class__`` is the wrapped provider's, so ``isinstance(model,
+    StubProvider)`` reads the same on or off (``type()`` names the wrapper)."""
+
+    __slots__ = ("_target", "wrapped")
+
+    def __init__(self, wrapped: Provider, target: _Target) -> None:
+        self.wrapped = wrapped
+        self._target = target
+
+    def complete(self, request: Request) -> Coroutine[Any, Any, Response]:
+        """The wrapped provider's ``complete``, inside its span while telemetry is on."""
         # Not a coroutine of its own: off, the turn is the backend's coroutine
         # itself, with no frame of ours for each of its awaits to pass through.
         state = active
-        if state is None or _turn_of.get() is target:  # off (one attribute read), or nested
-            return complete(request)
-        return _complete_in_span(state, target, request, complete(request))
+        if state is None:
+            return self.wrapped.complete(request)
+        return _complete_in_span(state, self._target, request, self.wrapped.complete(request))
 
-    def traced_stream(
-        request: Request, *, deltas: bool = False
-    ) -> AsyncGenerator[StreamItem, None]:
-        items = stream(request, deltas=deltas)
+    def stream(self, request: Request, *, deltas: bool = False) -> AsyncGenerator[StreamItem, None]:
+        """The wrapped provider's ``stream``, inside its span while telemetry is on."""
+        items = self.wrapped.stream(request, deltas=deltas)
         state = active
-        if state is None or _turn_of.get() is target:  # off (one attribute read), or nested
+        if state is None:
             return items
         if isinstance(items, Stream):  # closable from any task: kept so
-            return items.around(functools.partial(_stream_in_span, state, target, request))
-        return _stream_in_span(state, target, request, items)
+            return items.around(functools.partial(_stream_in_span, state, self._target, request))
+        return _stream_in_span(state, self._target, request, items)
 
-    traced_complete.__doc__ = complete.__doc__
-    if _mark_coroutine_function is not None:  # inspect says what it is (Python 3.12+)
-        _mark_coroutine_function(traced_complete)
-    traced_stream.__doc__ = stream.__doc__
-    own.update({_INSTRUMENTED: name, "complete": traced_complete, "stream": traced_stream})
-    return provider
+    async def aclose(self) -> None:
+        """Close the wrapped provider."""
+        await self.wrapped.aclose()
+
+    async def __aenter__(self) -> Instrumented:
+        await self.wrapped.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.wrapped.__aexit__(exc_type, exc, tb)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    @property  # type: ignore[misc]  # isinstance reads it: the wrapper passes for the provider
+    def __class__(self) -> type:
+        return type(self.wrapped)
+
+    def __repr__(self) -> str:
+        return f"Instrumented({self.wrapped!r})"
 
 
-def instrument_built(provider: P, kind: str) -> P:
-    """:func:`instrument` for a provider selection or the vote pool built from
-    its backend's record (``kind`` its span name): one whose class keeps no
-    instance ``__dict__`` is handed out untraced, with a warning logged once
-    for its class, rather than refused."""
-    try:
-        return instrument(provider, kind)
-    except TypeError:
-        name = type(provider).__qualname__
-        if name not in _untraceable:
-            _untraceable.add(name)
-            log.warning(
-                "provider %s (%s) has no instance __dict__: its turns are not traced", kind, name
-            )
-        return provider
-
-
-_untraceable: set[str] = set()
-
-_mark_coroutine_function: Final = getattr(inspect, "markcoroutinefunction", None)
-
-_turn_of: contextvars.ContextVar[_Target | None] = contextvars.ContextVar(
-    "vaelii_llm_turn_of", default=None
-)
-"""Whose turn the running code is inside: a backend whose ``stream`` awaits
-its own ``complete`` (or the reverse) makes one turn, one span."""
-
-_INSTRUMENTED: Final = "_vaelii_llm_instrumented"
-"""The instance attribute that marks an instrumented provider (its span name)."""
+if (_mark := getattr(inspect, "markcoroutinefunction", None)) is not None:
+    _mark(Instrumented.complete)  # inspect says what it is (Python 3.12+)
 
 
 def _text(value: object) -> str | None:
@@ -444,15 +454,12 @@ async def _complete_in_span(
     turn = _Turn(state, target, request, streamed=False)
     from opentelemetry import trace
 
-    inside = _turn_of.set(target)
     try:
         with trace.use_span(turn.span, record_exception=False, set_status_on_exception=False):
             response = await work
     except BaseException as exc:
         turn.fail(exc)
         raise
-    finally:
-        _turn_of.reset(inside)
     turn.finish(response)
     return response
 
@@ -477,13 +484,11 @@ async def _stream_in_span(
     try:
         while True:
             token = context.attach(ctx)  # the backend's work runs inside the span
-            inside = _turn_of.set(target)
             try:
                 item = await anext(items)
             except StopAsyncIteration:
                 break
             finally:
-                _turn_of.reset(inside)
                 context.detach(token)
             turn.saw(item)
             yield item

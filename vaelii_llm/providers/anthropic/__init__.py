@@ -133,6 +133,7 @@ class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
         self._messages = codec
         self._credential_step = credential
         self.endpoint = codec.endpoint
+        self.base_url = codec.shown_url  # the far end, as messages and spans name it
 
     def __repr__(self) -> str:
         codec = self._messages
