@@ -80,6 +80,8 @@ from vaelii_llm.providers.anthropic._codec import endpoint
 from vaelii_llm.providers.anthropic._credentials import Credential
 from vaelii_llm.providers.anthropic._encode import DEFAULT_EFFORT
 from vaelii_llm.providers.anthropic._encode import DEFAULT_MODEL
+from vaelii_llm.providers.anthropic._status import drops_tools
+from vaelii_llm.providers.anthropic._status import status_lines
 
 __all__ = [
     "DEFAULT_EFFORT",
@@ -149,6 +151,10 @@ class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
         """The credential turns send, looking it up (once) when the provider
         was built without one. Raises ``LLMNoCredential`` when there is none."""
         return await self._credential_step.get()
+
+
+_HOOKS = (drops_tools, status_lines)
+"""What the command finds here by name (:data:`vaelii_llm._backends.Hook`)."""
 
 
 def provider(
