@@ -4,7 +4,7 @@ path) reads the one :class:`BaseURL` value, never the text again.
 
 Two readings: :func:`ollama_base` reads a host the way Ollama reads
 ``OLLAMA_HOST`` (:func:`normalize_host`: no scheme is ``http://`` on Ollama's
-port; a password refused); :func:`base_url` reads an HTTP API's base URL as
+port; a password refused); :func:`api_base` reads an HTTP API's base URL as
 written, trimmed of its trailing ``/`` (a ``user:password@`` kept: the
 transport sends it as Basic auth and withholds it from every message).
 :func:`normalize_base_url` reads a pool's OpenAI-compatible host. Pure string
@@ -30,7 +30,7 @@ __all__ = [
     "DEFAULT_OPENAI_PATH",
     "DEFAULT_PORT",
     "BaseURL",
-    "base_url",
+    "api_base",
     "normalize_base_url",
     "normalize_host",
     "ollama_base",
@@ -54,7 +54,7 @@ class BaseURL(msgspec.Struct, frozen=True):
         return self.url + path
 
 
-def base_url(text: str) -> BaseURL:
+def api_base(text: str) -> BaseURL:
     """``text`` (an HTTP API's base URL, as configured) read once, as written
     but for its trailing ``/``; what no URL parser reads has no host, and
     fails at its first request as before."""

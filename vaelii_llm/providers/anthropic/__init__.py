@@ -69,6 +69,7 @@ from vaelii_llm._transport.settings import Network
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMBadCredential
 from vaelii_llm.errors import LLMNoCredential
+from vaelii_llm.providers._base_url import api_base
 from vaelii_llm.providers._http import ClientSession
 from vaelii_llm.providers._http import Credentials
 from vaelii_llm.providers._http import HTTPProvider
@@ -179,9 +180,9 @@ def provider(
     reach = network(
         {"proxy": proxy, "ssl": ssl, "max_connections": max_connections, "session": session}
     )
-    url = _backends.anthropic_base_url(base_url)
+    where = api_base(_backends.anthropic_base_url(base_url))
     chosen = _backends.anthropic_model(model) or DEFAULT_MODEL
-    codec = MessagesCodec(url, chosen, effort or DEFAULT_EFFORT, headers or {})
+    codec = MessagesCodec(where, chosen, effort or DEFAULT_EFFORT, headers or {})
     step = Credentials(
         functools.partial(credentials.resolve, tokens=_ANT_TOKENS),
         credentials.resolve_now(credential),
@@ -207,13 +208,13 @@ async def _silent(
     silent past :data:`PROBE_TIMEOUT_MS`), or a 404 whose cause is known (a
     base URL ending in ``/v1``: its error names the fix), or None when it
     answered anything else."""
-    url = _backends.anthropic_base_url(base_url)
+    where = api_base(_backends.anthropic_base_url(base_url))
     try:
         await request_json(
-            probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),
-            endpoint(url),
+            probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), where.url),
+            endpoint(where),
             "GET",
-            url + PROBE_PATH,
+            where.at(PROBE_PATH),
             deadline=Deadline.after_ms(PROBE_TIMEOUT_MS),
             decoder=_ANY_JSON,
         )
