@@ -1,29 +1,35 @@
-"""Everything the package knows of a backend, declared once in its record: its
-kind, its module, its options, its pool hosts and where each part finds the
-rest (its probe's reason, its status lines, its tools check).
+"""Everything the package knows of a backend before importing it, declared once
+in its record: its kind, its module, its options' names and its switches.
 
-Selection (:mod:`vaelii_llm.providers`) checks a bag of options and hands each
-backend function the options it reads from these records alone, so choosing a
-kind imports that kind's module and no other; the vote pool
+Selection (:mod:`vaelii_llm.providers`) checks a bag of options against the
+records' names alone, so choosing a kind imports that kind's module and no
+other; it then hands each of the module's functions the options its own
+signature names (:func:`routed`). The vote pool
 (:func:`vaelii_llm.pool.pool_from_config`) and the command read the same
-record, so a kind :func:`vaelii_llm.providers.register` adds gets them too.
-``tests/providers/test_providers.py`` holds each built-in record against the real
-signatures of its backend's functions, so a record and its code cannot drift
-apart. A record carries its switches (:class:`~vaelii_llm._switches.Switch`
-rows, each with its reader), so :mod:`vaelii_llm.config` holds only the
-cross-backend ones; the built-in backends' rows and readers are written here,
-beside their records. Imports nothing of the package but
-:mod:`vaelii_llm._switches`; a record names the functions it points at as
-``module:name``, imported when used (:func:`import_ref`).
+record, and find the rest (a host list's reader, status lines, a tools
+check) on the module by name (:func:`vaelii_llm.providers.hook`), so a kind
+:func:`vaelii_llm.providers.register` adds gets them too.
+``tests/providers/test_providers.py`` holds each built-in record's names to
+the real signatures of its backend's functions. A record carries its switches
+(:class:`~vaelii_llm._switches.Switch` rows, each with its reader), so
+:mod:`vaelii_llm.config` holds only the cross-backend ones; the built-in
+backends' rows and readers are written here, beside their records. Imports
+nothing of the package but :mod:`vaelii_llm._switches`.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
+import inspect
 from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 from typing import Final
+from typing import Literal
+from typing import Unpack
+from typing import get_args
+from typing import get_origin
+from typing import get_type_hints
 
 import msgspec
 
@@ -49,12 +55,11 @@ __all__ = [
     "REGISTRY",
     "STUB",
     "Backend",
-    "Option",
+    "Hook",
     "anthropic_api_key",
     "anthropic_auth_token",
     "anthropic_base_url",
     "anthropic_model",
-    "import_ref",
     "ollama_api_key",
     "ollama_generation_model",
     "ollama_host",
@@ -69,45 +74,43 @@ __all__ = [
     "openai_send_reasoning",
     "pool_kind",
     "record",
+    "routed",
+    "takes",
 ]
 
 ENTRY_POINTS: Final = ("provider", "generation_provider", "available", "warm")
-"""The backend functions selection calls, each with the options it reads."""
+"""The backend functions selection calls, each with the options its signature takes."""
 
 STUB: Final = "stub"
 """The kind that always answers: the default and the fallback. Its own options
 are a namespace of the bag (``stub={...}``), not options of the bag."""
 
-
-class Option(msgspec.Struct, frozen=True):
-    """One keyword option of a backend: its name, its annotation as the
-    backend's code writes it, its default there, and which of the backend's
-    functions (:data:`ENTRY_POINTS`) take it."""
-
-    name: str
-    type: str
-    default: object
-    read_by: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        strays = [entry for entry in self.read_by if entry not in ENTRY_POINTS]
-        if strays or not self.read_by:
-            raise ValueError(
-                f"option {self.name!r} is read by {self.read_by!r}; "
-                f"name one or more of {ENTRY_POINTS}"
-            )
-        if self.name == STUB:
-            raise ValueError(f"{STUB!r} is the stub's namespace, not an option")
+Hook = Literal[
+    "unavailable_reason",
+    "read_host",
+    "default_host",
+    "status_lines",
+    "cannot_call_tools",
+    "drops_tools",
+    "missing_model",
+]
+"""The functions a backend module may offer beside :data:`ENTRY_POINTS`, found
+by these names when its kind is used (:class:`Backend` says what each does)."""
 
 
 class Backend(msgspec.Struct, frozen=True):
     """A kind, the module that implements it (imported when the kind is
-    chosen), the options its functions take, and what the pool and the
-    command need of it.
+    chosen), the names of the options its functions take, and the switches
+    the command and the pool read of it.
 
     The module offers ``provider`` and ``async available`` (and
-    ``generation_provider``, ``async warm`` and ``async unavailable_reason``
-    where it has them: see :mod:`vaelii_llm.providers`). Its switches are
+    ``generation_provider`` and ``async warm`` where it has them: see
+    :mod:`vaelii_llm.providers`); each one's signature is its contract: it
+    receives the options of the bag its keyword parameters name (or the keys
+    of the ``TypedDict`` its ``**options`` unpacks; a bare ``**kwargs``
+    receives every one of ``options``). ``options`` names them before the
+    module is imported, so a bag is checked without importing it; a test holds
+    a built-in record's names to its functions' signatures. Its switches are
     ``switch_rows`` (each a :class:`vaelii_llm.config.Switch` with its
     reader, default and legal values) and the variables its roles name: its
     one host, its pool's host list, its model and its key (a secret: shown
@@ -115,41 +118,42 @@ class Backend(msgspec.Struct, frozen=True):
     text). ``vaelii-llm config`` lists them and ``config.read`` reads them,
     for a registered kind as for a built-in one. A kind a pool can
     spread over names ``host_option`` (the option each host's URL is given as)
-    and ``hosts_switch`` (the variable holding its ``host[*n],…`` list). Each
-    ``module:name`` field points at a function, imported when used:
+    and ``hosts_switch`` (the variable holding its ``host[*n],…`` list).
+
+    The module may also offer, by these names (:data:`Hook`):
+    ``async unavailable_reason(**opts) -> str | None`` says why it cannot
+    answer (taking what its signature names, as ``available`` does);
     ``read_host(text) -> url`` reads one host of the list (ValueError refuses
-    it; unset: the host as written); ``default_host() -> url`` is the one host
-    when the list is unset (unset: none); ``status_lines(ready)``, an async
+    it; none: the host as written); ``default_host() -> url`` is the one host
+    when the list is unset (none: no host); ``status_lines(ready)``, an async
     iterator of lines, is what ``vaelii-llm status`` prints after its why-line;
     ``async cannot_call_tools() -> str | None`` says why the configured model
-    cannot take tools, before ``ask`` sends them, which it then refuses (unset:
+    cannot take tools, before ``ask`` sends them, which it then refuses (none:
     trusted); ``async drops_tools() -> str | None`` says why the configured
     server would drop them without a word, which ``ask`` says once before the
-    turn, the model answering still (unset: trusted);
+    turn, the model answering still (none: trusted);
     ``async missing_model(host) -> str | None`` says why a pool host that
-    answers its probe still cannot answer a vote's turn (unset: it can).
+    answers its probe still cannot answer a vote's turn (none: it can).
     """
 
     kind: str
     module: str
-    options: tuple[Option, ...] = ()
+    options: tuple[str, ...] = ()
     host_switch: str | None = None
     hosts_switch: str | None = None
     model_switch: str | None = None
     key_switch: str | None = None
     host_option: str | None = None
-    read_host: str | None = None
-    default_host: str | None = None
-    status_lines: str | None = None
-    cannot_call_tools: str | None = None
-    drops_tools: str | None = None
-    missing_model: str | None = None
     switch_rows: tuple[Switch, ...] = ()
 
     def __post_init__(self) -> None:
-        names = [option.name for option in self.options]
+        names = self.options
+        if not isinstance(names, tuple) or not all(isinstance(name, str) for name in names):
+            raise TypeError(f"provider {self.kind!r}: options is a tuple of option names")
         if len(names) != len(set(names)):
             raise ValueError(f"provider {self.kind!r} declares an option twice: {names}")
+        if STUB in names:
+            raise ValueError(f"{STUB!r} is the stub's namespace, not an option")
         if (self.host_option is None) != (self.hosts_switch is None):
             raise ValueError(
                 f"provider {self.kind!r}: a pool needs both host_option and hosts_switch"
@@ -158,21 +162,12 @@ class Backend(msgspec.Struct, frozen=True):
             raise ValueError(
                 f"provider {self.kind!r}: host_option {self.host_option!r} is none of its options"
             )
-        for ref in self.refs():
-            if ref.count(":") != 1 or not all(ref.split(":")):
-                raise ValueError(f"provider {self.kind!r}: {ref!r} is no module:name")
         self.switch_table()  # refuses rows that are not Switch rows, or one declared twice
 
     @property
     def names(self) -> frozenset[str]:
         """The names of the backend's options."""
-        return frozenset(option.name for option in self.options)
-
-    def read_by(self, entry: str) -> frozenset[str]:
-        """The options the function ``entry`` takes (KeyError for no entry point)."""
-        if entry not in ENTRY_POINTS:
-            raise KeyError(entry)
-        return frozenset(option.name for option in self.options if entry in option.read_by)
+        return frozenset(self.options)
 
     def switches(self) -> dict[str, str]:
         """Each switch the record names, and its role (host, hosts, model, key)."""
@@ -205,18 +200,6 @@ class Backend(msgspec.Struct, frozen=True):
                 )
         return (*rows, *added)
 
-    def refs(self) -> tuple[str, ...]:
-        """The ``module:name`` functions the record points at."""
-        found = (
-            self.read_host,
-            self.default_host,
-            self.status_lines,
-            self.cannot_call_tools,
-            self.drops_tools,
-            self.missing_model,
-        )
-        return tuple(ref for ref in found if ref is not None)
-
 
 def _plain(name: str, decides: str, secret: bool) -> Switch:
     """The row of a variable a role names and no row declares: read as plain
@@ -225,11 +208,29 @@ def _plain(name: str, decides: str, secret: bool) -> Switch:
     return Switch(name, reader, "", None, decides, secret)
 
 
-def import_ref(ref: str) -> Callable[..., Any]:
-    """The function a record's ``module:name`` points at (its module imported now)."""
-    module, _, name = ref.partition(":")
-    found: Callable[..., Any] = getattr(importlib.import_module(module), name)
-    return found
+@functools.lru_cache(maxsize=256)
+def takes(function: Callable[..., object]) -> frozenset[str] | None:
+    """The keyword options ``function``'s signature names: its keyword
+    parameters, and the keys of the ``TypedDict`` its ``**options`` unpacks;
+    None when it takes a bare ``**kwargs`` (any option). Read once per function."""
+    parameters = inspect.signature(function).parameters.values()
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    rest = next((p for p in parameters if p.kind is p.VAR_KEYWORD), None)
+    if rest is None:
+        return frozenset(named)
+    unpacked = get_type_hints(function).get(rest.name)
+    if get_origin(unpacked) is not Unpack:
+        return None
+    return frozenset(named.union(get_type_hints(get_args(unpacked)[0])))
+
+
+def routed(
+    backend: Backend, function: Callable[..., object], opts: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The options of the bag ``opts`` that ``backend``'s ``function`` takes."""
+    taken = takes(function)
+    names = backend.names if taken is None else taken.intersection(backend.options)
+    return {key: value for key, value in opts.items() if key in names}
 
 
 # -- the built-in backends' switches, each read by its row's reader ------------------------
@@ -504,82 +505,41 @@ _OPENAI_HOSTS = Switch(
 )
 
 
-_EVERY_OLLAMA_CALL = ("provider", "generation_provider", "available", "warm")
+_NETWORK: Final = ("proxy", "ssl", "max_connections", "session")
+"""The four options every HTTP backend takes the same way (see
+:class:`vaelii_llm.providers._http.NetworkOptions`)."""
+
+_OPENAI_SERVER: Final = ("base_url", "api_key", "model", "headers")
+"""What both wires of an OpenAI-compatible server take: one server, two paths."""
 
 
-def _network(reach: tuple[str, ...], pool: tuple[str, ...]) -> tuple[Option, ...]:
-    """The four options every HTTP backend takes the same way (see
-    :class:`vaelii_llm.providers._http.NetworkOptions`): ``proxy``, ``ssl`` and
-    ``session`` read by ``reach`` (its turns and probes), ``max_connections``
-    by ``pool`` (what holds a pool)."""
-    return (
-        Option("proxy", "str | None", None, reach),
-        Option("ssl", "SSLOption", None, reach),
-        Option("max_connections", "int | None", None, pool),
-        Option("session", "ClientSession | None", None, reach),
+def _openai_server(kind: str, module: str, *own: str, rows: tuple[Switch, ...] = ()) -> Backend:
+    """The record of one wire of an OpenAI-compatible server: its switches,
+    hosts and probe are the server's, its ``own`` options and ``rows`` the wire's."""
+    return Backend(
+        kind,
+        module,
+        (*_OPENAI_SERVER, *own, *_NETWORK),
+        host_switch=_OPENAI_BASE_URL.name,
+        hosts_switch=_OPENAI_HOSTS.name,
+        model_switch=_OPENAI_MODEL.name,
+        key_switch=_OPENAI_API_KEY.name,
+        host_option="base_url",
+        switch_rows=(_OPENAI_BASE_URL, _OPENAI_API_KEY, _OPENAI_MODEL, _OPENAI_HOSTS, *rows),
     )
 
-
-_OLLAMA_TURN = ("provider", "generation_provider", "warm")
-
-OLLAMA_WARM_TIMEOUT_MS: Final = 300_000
-"""The deadline of Ollama's warm-up (``warm``'s ``timeout_ms``): a cold load
-of a 30B model from disk can take minutes. Held here, in the record, so the
-option's default and the function's are one fact
-(:data:`vaelii_llm.providers.ollama._probes.WARM_TIMEOUT_MS` is this)."""
-
-
-def _openai_server_options(*own: Option) -> tuple[Option, ...]:
-    """An OpenAI-compatible server's options, a wire's ``own`` among them."""
-    return (
-        Option("base_url", "str | None", None, ("provider", "available")),
-        Option("api_key", "str | None", None, ("provider", "available")),
-        Option("model", "str | None", None, ("provider",)),
-        Option("headers", "Mapping[str, str] | None", None, ("provider", "available")),
-        *own,
-        *_network(("provider", "available"), ("provider",)),
-    )
-
-
-_OPENAI_SWITCHES: Final = (_OPENAI_BASE_URL, _OPENAI_API_KEY, _OPENAI_MODEL, _OPENAI_HOSTS)
-_OPENAI_SERVER: Final[dict[str, Any]] = {
-    "host_switch": _OPENAI_BASE_URL.name,
-    "hosts_switch": _OPENAI_HOSTS.name,
-    "model_switch": _OPENAI_MODEL.name,
-    "key_switch": _OPENAI_API_KEY.name,
-    "host_option": "base_url",
-    "read_host": "vaelii_llm.providers._hosts:normalize_base_url",
-    "default_host": "vaelii_llm._backends:openai_base_url",
-    "status_lines": "vaelii_llm.providers.openai._status:status_lines",
-    "drops_tools": "vaelii_llm.providers.openai._status:drops_tools",
-    "switch_rows": _OPENAI_SWITCHES,
-}
-"""What both wires of an OpenAI-compatible server read: one server, two paths."""
 
 BUILTIN: Final = (
     Backend(STUB, "vaelii_llm.providers.stub"),
     Backend(
         "ollama",
         "vaelii_llm.providers.ollama",
-        (
-            Option("host", "str | None", None, _EVERY_OLLAMA_CALL),
-            Option("model", "str | None", None, _OLLAMA_TURN),
-            Option("num_ctx", "int | None", None, _OLLAMA_TURN),
-            Option("keep_alive", "str | None", None, _OLLAMA_TURN),
-            Option("headers", "Mapping[str, str] | None", None, _OLLAMA_TURN),
-            Option("timeout_ms", "int", OLLAMA_WARM_TIMEOUT_MS, ("warm",)),
-            *_network(_EVERY_OLLAMA_CALL, ("provider", "generation_provider")),
-        ),
+        ("host", "model", "num_ctx", "keep_alive", "headers", "timeout_ms", *_NETWORK),
         host_switch=_OLLAMA_HOST.name,
         hosts_switch=_OLLAMA_HOSTS.name,
         model_switch=_OLLAMA_MODEL.name,
         key_switch=_OLLAMA_API_KEY.name,
         host_option="host",
-        read_host="vaelii_llm.providers._hosts:normalize_host",
-        default_host="vaelii_llm.providers._hosts:configured_ollama_host",
-        status_lines="vaelii_llm.providers.ollama._status:status_lines",
-        cannot_call_tools="vaelii_llm.providers.ollama._status:cannot_call_tools",
-        missing_model="vaelii_llm.providers.ollama._status:missing_model",
         switch_rows=(
             _OLLAMA_HOST,
             _OLLAMAS_OWN_HOST,
@@ -594,19 +554,10 @@ BUILTIN: Final = (
     Backend(
         "anthropic",
         "vaelii_llm.providers.anthropic",
-        (
-            Option("credential", "str | Credential | None", None, ("provider", "available")),
-            Option("base_url", "str | None", None, ("provider", "available")),
-            Option("model", "str | None", None, ("provider",)),
-            Option("effort", "str | None", None, ("provider",)),
-            Option("headers", "Mapping[str, str] | None", None, ("provider",)),
-            *_network(("provider", "available"), ("provider",)),
-        ),
+        ("credential", "base_url", "model", "effort", "headers", *_NETWORK),
         host_switch=_ANTHROPIC_BASE_URL.name,
         model_switch=_ANTHROPIC_MODEL.name,
         key_switch=_ANTHROPIC_API_KEY.name,
-        status_lines="vaelii_llm.providers.anthropic._status:status_lines",
-        drops_tools="vaelii_llm.providers.anthropic._status:drops_tools",
         switch_rows=(
             _ANTHROPIC_API_KEY,
             _ANTHROPIC_AUTH_TOKEN,
@@ -614,24 +565,19 @@ BUILTIN: Final = (
             _ANTHROPIC_MODEL,
         ),
     ),
-    Backend(
+    _openai_server(
         "openai",
         "vaelii_llm.providers.openai",
-        _openai_server_options(
-            Option("max_tokens_field", "str | None", None, ("provider",)),
-            Option("send_reasoning", "bool | None", None, ("provider",)),
-        ),
-        **(_OPENAI_SERVER | {"switch_rows": (*_OPENAI_SWITCHES, _OPENAI_SEND_REASONING)}),
+        "max_tokens_field",
+        "send_reasoning",
+        rows=(_OPENAI_SEND_REASONING,),
     ),
-    Backend(
-        # The OpenAI backend's server on another path: its switches, probe and status.
-        "openai-responses",
-        "vaelii_llm.providers.openai_responses",
-        _openai_server_options(Option("store", "bool | None", None, ("provider",))),
-        **_OPENAI_SERVER,
-    ),
+    # The OpenAI backend's server on another path: its switches, probe and status.
+    _openai_server("openai-responses", "vaelii_llm.providers.openai_responses", "store"),
 )
-"""The built-in kinds, in the order the configuration table lists them."""
+"""The built-in kinds, in the order the configuration table lists them: each
+one's option names, which ``tests/providers/test_providers.py`` holds to the
+signatures of its module's functions."""
 
 REGISTRY: Final[dict[str, Backend]] = {backend.kind: backend for backend in BUILTIN}
 """Kind → its record: the built-in kinds, then those

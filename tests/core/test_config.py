@@ -10,7 +10,7 @@ import pytest
 from vaelii_llm import _backends
 from vaelii_llm import config
 from vaelii_llm._transport import urls
-from vaelii_llm.providers._hosts import normalize_host
+from vaelii_llm.providers._base_url import normalize_host
 
 ALL_VARS = [s.name for s in config.SWITCHES]
 

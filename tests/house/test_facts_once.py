@@ -5,6 +5,7 @@ of the package."""
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -13,8 +14,6 @@ import pytest
 import vaelii_llm
 from vaelii_llm import _edn
 from vaelii_llm import cli
-from vaelii_llm._backends import OLLAMA_WARM_TIMEOUT_MS
-from vaelii_llm._backends import record
 from vaelii_llm.providers.ollama import _probes as ollama_probes
 
 PACKAGE = Path(vaelii_llm.__file__).parent
@@ -48,7 +47,7 @@ RESTATED = {
     "a probe deadline": re.compile(
         r"\btwo[\s-]+seconds?\b|\b2 ?(s|seconds?)\b|\b2[,_]?000 ?ms\b", re.IGNORECASE
     ),
-    # the warm-up's deadline (OLLAMA_WARM_TIMEOUT_MS)
+    # the warm-up's deadline (ollama._probes.WARM_TIMEOUT_MS)
     "the warm-up deadline": re.compile(r"\b300[,_]?000\b"),
     # the tools' result bound (_edn.DEFAULT_MAX_CHARS)
     "the result bound": re.compile(r"\b4[,_]?000\b"),
@@ -72,7 +71,8 @@ def test_no_docstring_restates_a_constant_s_figure() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "spelled"), [(OLLAMA_WARM_TIMEOUT_MS, "300_000"), (_edn.DEFAULT_MAX_CHARS, "4000")]
+    ("value", "spelled"),
+    [(ollama_probes.WARM_TIMEOUT_MS, "300_000"), (_edn.DEFAULT_MAX_CHARS, "4000")],
 )
 def test_a_figure_that_is_one_fact_is_written_once(value: int, spelled: str) -> None:
     written = [
@@ -85,8 +85,9 @@ def test_a_figure_that_is_one_fact_is_written_once(value: int, spelled: str) -> 
 
 
 def test_the_derived_places_read_the_one_fact() -> None:
-    options = {o.name: o.default for o in record("ollama").options}
-    assert options["timeout_ms"] == ollama_probes.WARM_TIMEOUT_MS == OLLAMA_WARM_TIMEOUT_MS
+    # the option's default is the signature's, which selection hands on as it is
+    default = inspect.signature(ollama_probes.warm).parameters["timeout_ms"].default
+    assert default == ollama_probes.WARM_TIMEOUT_MS
 
 
 def test_the_call_help_names_the_tools_bound(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,8 +3,6 @@ import`` of every module (at its top, in a function, under ``TYPE_CHECKING``)
 and every ``importlib.import_module`` is an edge, and the graph has none.
 
 A literal module name given to ``import_module`` is an edge; a computed one
-(and every ``module:name`` a backend record points at, imported by
-``_backends.import_ref``)
 must be declared in :data:`DYNAMIC`, with the modules it can name read from
 the data that names them, so a new dynamic import fails here until it is.
 A parent package loading before its child is Python's order, not an edge.
@@ -29,25 +27,13 @@ def _backend_modules() -> frozenset[str]:
     return frozenset(backend.module for backend in _backends.BUILTIN)
 
 
-def _record_modules(*fields: str) -> frozenset[str]:
-    refs = (getattr(backend, field) for backend in _backends.BUILTIN for field in fields)
-    return frozenset(ref.partition(":")[0] for ref in refs if ref is not None)
-
-
 DYNAMIC: dict[str, Callable[[], frozenset[str]]] = {
     # the lazy submodules of `import vaelii_llm`
     "vaelii_llm": lambda: frozenset(f"vaelii_llm.{name}" for name in vaelii_llm._LAZY),
     # a chosen kind's module, named by its backend record
     "vaelii_llm.providers": _backend_modules,
     "vaelii_llm.pool": _backend_modules,
-    # import_ref() imports a record's module:name for its caller, declared below
-    "vaelii_llm._backends": frozenset,
-    # the host list's reader and default host a record points at
-    "vaelii_llm.providers._hosts": lambda: _record_modules("read_host", "default_host"),
-    # the status lines, tools check and missing-model check a record points at
-    "vaelii_llm.cli": lambda: _record_modules(
-        "status_lines", "cannot_call_tools", "drops_tools", "missing_model"
-    ),
+    "vaelii_llm._backends": _backend_modules,
     # the modules that declare the engine's ops
     "vaelii_llm.kb._ops": lambda: frozenset(_ops.OP_MODULES),
 }
@@ -64,9 +50,8 @@ def modules() -> dict[str, Path]:
     return found
 
 
-IMPORTERS = ("import_module", "import_ref")
-"""``importlib.import_module``, and ``_backends.import_ref`` (a record's
-``module:name``, imported for its caller)."""
+IMPORTERS = ("import_module",)
+"""``importlib.import_module``."""
 
 
 def _is_import_module(call: ast.Call) -> bool:

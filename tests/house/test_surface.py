@@ -188,6 +188,7 @@ MODULES = [
     "vaelii_llm.providers",
     "vaelii_llm.providers.stub",
     "vaelii_llm.providers._bearer",
+    "vaelii_llm.providers._base_url",
     "vaelii_llm.providers._hosts",
     "vaelii_llm.providers._http",
     "vaelii_llm.providers._one_model",

@@ -40,6 +40,7 @@ from vaelii_llm.pool._pool import DEFAULT_ACQUIRE_TIMEOUT_MS
 from vaelii_llm.pool._pool import HostStatistics
 from vaelii_llm.pool._pool import PoolStatistics
 from vaelii_llm.pool._vote import read_response
+from vaelii_llm.providers._base_url import normalize_host
 from vaelii_llm.providers._hosts import Host
 from vaelii_llm.providers.stub import StubProvider
 
@@ -782,6 +783,7 @@ def fake_ollama(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, Any], C
 
     module = types.ModuleType("vaelii_llm.providers.ollama")
     module.provider = provider  # type: ignore[attr-defined]
+    module.read_host = normalize_host  # type: ignore[attr-defined]  # the real module's reader
     monkeypatch.setitem(sys.modules, "vaelii_llm.providers.ollama", module)
     return built
 

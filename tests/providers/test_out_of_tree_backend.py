@@ -5,8 +5,9 @@ with its switches (the rows its record carries and the variables its roles
 name), and ``vaelii-llm vote``.
 
 The backend is a module written to a temporary folder (not in the package),
-registered with one :class:`~vaelii_llm.providers.Backend` record; nothing of
-the package is edited or patched.
+registered with one :class:`~vaelii_llm.providers.Backend` record naming
+its options; its functions (its host list's reader, its status lines) are
+found on it by name. Nothing of the package is edited or patched.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from vaelii_llm import pool
 from vaelii_llm import providers
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.providers import Backend
-from vaelii_llm.providers import Option
 
 if TYPE_CHECKING:
     from tests.conftest import Recorded
@@ -111,13 +111,10 @@ def farfield(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Backend:
     record = Backend(
         KIND,
         "farfield_backend",
-        (Option("url", "str", "farfield-default.example", ("provider", "available")),),
+        ("url",),
         host_option="url",
         hosts_switch=HOSTS,
         key_switch="FARFIELD_KEY",
-        read_host="farfield_backend:read_host",
-        default_host="farfield_backend:default_host",
-        status_lines="farfield_backend:status_lines",
         switch_rows=(ZONE_ROW,),
     )
     providers.register(record)  # the registry is restored after the test (conftest.py)

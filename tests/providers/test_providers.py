@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import collections.abc
 import importlib
-import inspect
 import logging
 import random
 import sys
@@ -22,17 +20,13 @@ from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import TextBlock
 from vaelii_llm.providers import Backend
-from vaelii_llm.providers import Option
 from vaelii_llm.providers import stub
 
 SECRET = "sk-ant-SECRET-do-not-print-0123456789"
 
-FAKE_OPTIONS = (
-    Option("credential", "str | None", None, ("provider", "generation_provider", "available")),
-    Option("model", "str | None", None, ("provider", "generation_provider")),
-    Option("host", "str | None", None, ("warm",)),
-)
-"""What the fake backend below declares: its functions' keyword parameters."""
+FAKE_OPTIONS = ("credential", "model", "host")
+"""What the fake backend below names: its functions' keyword parameters (its
+``warm`` takes a bare ``**opts``: every one of them)."""
 
 
 class FakeBackend:
@@ -71,7 +65,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
 
         return constructor
 
-    async def warm(**opts: Any) -> str:
+    async def warm(*, host: str | None = None) -> str:
+        opts = {} if host is None else {"host": host}
         state.warmed.append(opts)
         return "resident"
 
@@ -222,7 +217,7 @@ async def test_register_adds_a_kind_imported_only_when_chosen(
         Backend(
             " Mine ",
             "no_such_module_for_vaelii_tests",
-            (Option("zone", "str", "a", ("provider",)),),
+            ("zone",),
         )
     )
     await providers.provider(zone="b")  # the stub is chosen; "mine" is not imported
@@ -230,25 +225,16 @@ async def test_register_adds_a_kind_imported_only_when_chosen(
         await providers.provider("MINE")  # a kind is read as configured: trimmed, any case
 
 
-@pytest.mark.parametrize(
-    ("name", "read_by", "refused"),
-    [
-        ("x", (), "name one or more"),
-        ("x", ("provider", "build"), "name one or more"),
-        ("stub", ("provider",), "namespace"),
-    ],
-)
-def test_a_record_that_cannot_route_is_refused_when_declared(
-    name: str, read_by: tuple[str, ...], refused: str
-) -> None:
-    with pytest.raises(ValueError, match=refused):
-        Option(name, "int", 0, read_by)
+def test_a_record_naming_the_stubs_namespace_or_no_names_is_refused() -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        Backend("mine", "anywhere", ("stub",))
+    with pytest.raises(TypeError, match="a tuple of option names"):
+        Backend("mine", "anywhere", "zone")  # type: ignore[arg-type]
 
 
 def test_a_kind_declaring_one_option_twice_is_refused() -> None:
-    twice = [Option("zone", "str", "a", ("provider",)), Option("zone", "str", "b", ("warm",))]
     with pytest.raises(ValueError, match="declares an option twice"):
-        providers.register(Backend("twice", "anywhere", tuple(twice)))
+        providers.register(Backend("twice", "anywhere", ("zone", "zone")))
     assert "twice" not in _backends.REGISTRY
 
 
@@ -342,7 +328,7 @@ async def test_a_registered_kind_adds_its_options_to_the_bag(
         Backend(
             "regional",
             "regional_backend_for_tests",
-            (Option("region", "str", "eu", ("provider",)),),
+            ("region",),
         )
     )
     p = await providers.provider("fake", region="us")  # known now; the fake never sees it
@@ -370,11 +356,10 @@ async def test_a_backend_receives_what_its_record_declares_and_nothing_else(
     module.provider = anything  # type: ignore[attr-defined]
     module.available = up  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "kwargs_backend_for_tests", module)
-    providers.register(
-        Backend("loose", "kwargs_backend_for_tests", (Option("zone", "str", "a", ("provider",)),))
-    )
+    providers.register(Backend("loose", "kwargs_backend_for_tests", ("zone",)))
     await providers.provider("loose", zone="b", credential=SECRET, host="h", stub={"script": []})
-    assert seen == [("available", {}), ("provider", {"zone": "b"})]
+    # a bare **opts takes every option its record names, and no other kind's
+    assert seen == [("available", {"zone": "b"}), ("provider", {"zone": "b"})]
     with pytest.raises(TypeError, match="'hots'"):  # **kwargs does not swallow a misspelling
         await providers.provider("loose", hots="h")
 
@@ -386,7 +371,7 @@ async def test_a_kind_that_will_not_import_still_lends_its_options_to_the_bag(
         Backend(
             "broken",
             "no_such_module_for_vaelii_tests",
-            (Option("region", "str", "eu", ("provider",)),),
+            ("region",),
         )
     )
     p = await providers.provider("fake", region="us")  # checked from the record, not the module
@@ -404,7 +389,7 @@ async def test_choosing_the_stub_imports_no_other_backend_whatever_the_bag(
         Backend(
             "never",
             "module_that_must_not_be_imported",
-            (Option("zone", "str", "a", ("available",)),),
+            ("zone",),
         )
     )
     imported: list[str] = []
@@ -428,34 +413,24 @@ async def test_choosing_the_stub_imports_no_other_backend_whatever_the_bag(
 
 
 def drift(backend: _backends.Backend, module: types.ModuleType) -> list[str]:
-    """Where ``backend``'s record and ``module``'s functions disagree."""
+    """Where ``backend``'s option names and ``module``'s functions' signatures disagree."""
     found: list[str] = []
-    for entry in _backends.ENTRY_POINTS:
+    taken: set[str] = set()
+    for entry in (*_backends.ENTRY_POINTS, "unavailable_reason"):
         fn: Callable[..., Any] | None = getattr(module, entry, None)
-        declared = {o.name: o for o in backend.options if entry in o.read_by}
         if fn is None:
             if entry in ("provider", "available"):
                 found.append(f"{entry}: missing")
-            found.extend(f"{entry}: no such function reads {name!r}" for name in declared)
             continue
         if backend.kind == _backends.STUB and entry == "provider":
             continue  # the stub's constructor options are its namespace, not the bag's
-        params = inspect.signature(fn, eval_str=True).parameters.values()
-        if any(p.kind is p.VAR_KEYWORD for p in params):
-            found.append(f"{entry}: takes **kwargs, which no record can declare")
-        taken = {p.name: p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        found.extend(f"{entry}: takes {name!r}, undeclared" for name in taken.keys() - declared)
-        found.extend(f"{entry}: lacks declared {name!r}" for name in declared.keys() - taken)
-        for name in declared.keys() & taken.keys():
-            option, param = declared[name], taken[name]
-            if param.default != option.default:
-                found.append(
-                    f"{entry}: {name} defaults to {param.default!r}, not {option.default!r}"
-                )
-            # The backend's own names, and the typing vocabulary a record's text uses.
-            names = {**vars(typing), **vars(collections.abc), **fn.__globals__}
-            if param.annotation != eval(option.type, names):
-                found.append(f"{entry}: {name} is {param.annotation}, not {option.type}")
+        names = _backends.takes(fn)
+        if names is None:
+            found.append(f"{entry}: takes **kwargs, which no record can name")
+            continue
+        found.extend(f"{entry}: takes {name!r}, unnamed" for name in sorted(names - backend.names))
+        taken |= names
+    found.extend(f"no function takes {name!r}" for name in sorted(backend.names - taken))
     return found
 
 
@@ -474,25 +449,40 @@ def test_the_drift_guard_sees_each_kind_of_drift() -> None:
 
     module.provider = provider  # type: ignore[attr-defined]
     module.warm = warm  # type: ignore[attr-defined]
-    record = _backends.Backend(
-        "drifted",
-        module.__name__,
-        (
-            Option("region", "str", "eu", ("provider",)),
-            Option("gone", "str | None", None, ("provider", "generation_provider")),
-        ),
-    )
+    record = _backends.Backend("drifted", module.__name__, ("region", "gone"))
     assert sorted(drift(record, module)) == sorted(
         [
             "available: missing",
-            "generation_provider: no such function reads 'gone'",
-            "provider: takes 'extra', undeclared",
-            "provider: lacks declared 'gone'",
-            "provider: region defaults to 1, not 'eu'",
-            "provider: region is <class 'int'>, not str",
-            "warm: takes **kwargs, which no record can declare",
+            "provider: takes 'extra', unnamed",
+            "no function takes 'gone'",
+            "warm: takes **kwargs, which no record can name",
         ]
     )
+
+
+class _Unpacked(typing.TypedDict, total=False):
+    zone: str
+    depth: int
+
+
+def test_a_signature_is_read_as_the_options_it_takes() -> None:
+    """Keyword parameters, the keys a ``**options: Unpack[...]`` names, or
+    anything for a bare ``**kwargs``; a positional-only one is no option."""
+
+    def named(lone: int, /, host: str, *, port: int = 0) -> None: ...
+
+    def unpacked(*, host: str = "", **options: typing.Unpack[_Unpacked]) -> None: ...
+
+    def loose(**opts: Any) -> None: ...
+
+    assert _backends.takes(named) == {"host", "port"}
+    assert _backends.takes(unpacked) == {"host", "zone", "depth"}
+    assert _backends.takes(loose) is None
+    record = _backends.Backend("mine", "anywhere", ("host", "zone"))
+    bag = {"host": "h", "zone": "z", "depth": 3, "port": 1}
+    assert _backends.routed(record, unpacked, bag) == {"host": "h", "zone": "z"}
+    assert _backends.routed(record, loose, bag) == {"host": "h", "zone": "z"}
+    assert _backends.routed(record, named, bag) == {"host": "h"}
 
 
 # ---------------------------------------------------------------------------
@@ -578,11 +568,26 @@ async def test_the_same_call_falls_back_to_the_stub_when_the_kind_cannot_answer(
     assert await answer(p) == "fallback"
 
 
+HOOKS = {
+    "stub": set(),
+    "ollama": {"read_host", "default_host", "status_lines", "cannot_call_tools", "missing_model"},
+    "anthropic": {"status_lines", "drops_tools"},
+    "openai": {"read_host", "default_host", "status_lines", "drops_tools"},
+    "openai-responses": {"read_host", "default_host", "status_lines", "drops_tools"},
+}
+"""The hooks each built-in module offers beside selection's functions."""
+
+
 @pytest.mark.parametrize("backend", _backends.BUILTIN, ids=lambda b: b.kind)
-def test_each_builtin_record_points_at_functions_that_exist(backend: _backends.Backend) -> None:
-    assert all(callable(_backends.import_ref(ref)) for ref in backend.refs())
+def test_each_builtin_module_offers_its_hooks(backend: _backends.Backend) -> None:
+    hooks = set(typing.get_args(_backends.Hook)) - {"unavailable_reason"}
+    offered = {name for name in hooks if providers.hook(backend, name) is not None}
+    assert offered == HOOKS[backend.kind]
+    assert all(callable(providers.hook(backend, name)) for name in offered)
     if backend.host_option is not None:  # a pool builds each host's provider with it
-        assert backend.host_option in backend.read_by("provider")
+        built_by = _backends.takes(providers.module_of(backend).provider)
+        assert built_by is not None
+        assert backend.host_option in built_by
 
 
 @pytest.mark.parametrize(
@@ -591,14 +596,12 @@ def test_each_builtin_record_points_at_functions_that_exist(backend: _backends.B
         ({"host_option": "zone"}, "both host_option and hosts_switch"),
         ({"hosts_switch": "ZONES"}, "both host_option and hosts_switch"),
         ({"host_option": "place", "hosts_switch": "ZONES"}, "none of its options"),
-        ({"read_host": "no_colon"}, "no module:name"),
-        ({"status_lines": "mod:"}, "no module:name"),
     ],
 )
 def test_a_record_that_cannot_serve_a_pool_or_a_command_is_refused_when_declared(
     fields: dict[str, str], refused: str
 ) -> None:
-    zone = (Option("zone", "str", "a", ("provider",)),)
+    zone = ("zone",)
     with pytest.raises(ValueError, match=refused):
         Backend("zoned", "anywhere", zone, **fields)  # type: ignore[arg-type]
 

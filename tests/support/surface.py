@@ -31,7 +31,7 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.kb": "EngineRefusal KB load_edn open sample save synthetic",
     "vaelii_llm.pool": "ASK_YES_NO Pool Vote hosts pool_from_config read_yes_no stub_pool vote",
     "vaelii_llm.providers": (
-        "Backend Option active_kind available generation_provider provider register "
+        "Backend active_kind available generation_provider provider register "
         "tools_dropped unavailable_reason warm"
     ),
     "vaelii_llm.providers.anthropic": (

@@ -159,14 +159,14 @@ class Endpoint(msgspec.Struct, frozen=True, gc=False):
     def at(
         cls,
         what: str,
-        base_url: str,
+        shown: str,
         slug: str,
         headers: Headers = NO_HEADERS,
         not_found: str | None = None,
     ) -> Endpoint:
-        """``what`` (``"the Messages API"``) at ``base_url``, as messages name it:
-        any ``user:password@`` in the URL cut."""
-        label = f"{what} at {hide_userinfo(base_url)}"
+        """``what`` (``"the Messages API"``) at the base URL ``shown`` as
+        messages name it (any ``user:password@`` already cut)."""
+        label = f"{what} at {shown}"
         return cls(label=label, slug=slug, headers=headers, not_found=not_found)
 
 

@@ -127,9 +127,9 @@ async def _status() -> int:
         print(f"why:        {reason}")
     elif config._read(config._PROVIDER) is None:  # the stub by default, not by choice
         print(f"why:        {_backends.nothing_configured()}")
-    lines = _backends.record(kind).status_lines
+    lines = providers.hook(_backends.record(kind), "status_lines")
     if lines is not None:
-        async for line in _backends.import_ref(lines)(reason is None):
+        async for line in lines(reason is None):
             print(line)
     return 0 if reason is None else ASK_STUB_ONLY
 
@@ -414,9 +414,8 @@ async def _ask(
         reason = await providers.unavailable_reason(chosen)
         if reason is not None:
             raise _cannot_answer(reason)
-        record = _backends.record(chosen)
-        check = record.cannot_call_tools
-        refused = None if check is None else await _backends.import_ref(check)()
+        check = providers.hook(_backends.record(chosen), "cannot_call_tools")
+        refused = None if check is None else await check()
         if refused is not None:
             raise _Stop(ASK_STUB_ONLY, "no-tools", refused)
         no_tools = await providers.tools_dropped(chosen)
@@ -682,7 +681,7 @@ async def _why_turns_failed(kind: str) -> str | None:
     backend = _backends.record(kind)
     if backend.host_option is None:
         return await providers.unavailable_reason(kind)
-    lacks = None if backend.missing_model is None else _backends.import_ref(backend.missing_model)
+    lacks = providers.hook(backend, "missing_model")
     assert backend.hosts_switch is not None
     by_list = config._getenv(backend.hosts_switch) is not None  # as pool.hosts reads it
     for host in pool.hosts(kind=kind):

@@ -16,13 +16,13 @@ A backend module offers:
 
 Options are one bag. :func:`provider`, :func:`generation_provider`,
 :func:`available`, :func:`active_kind` and :func:`warm` accept every option
-that any registered kind declares (each kind declares its options once, as
-:class:`Option` records naming the functions that take them), so one call
+that any registered kind names (each kind's record names its options once;
+its functions' signatures say which of them each one takes), so one call
 (``provider(host=h, credential=c, base_url=u)``) works whichever kind the
 environment chooses. Each function of the chosen backend receives only the
-options declared as its own. An option that no registered kind declares is a
-TypeError, naming it, before anything is probed. Checking and routing read the
-records alone: no backend but the chosen one is imported. ``stub`` is the
+options its own signature takes. An option that no registered kind names is a
+TypeError, naming it, before anything is probed. Checking reads the records
+alone: no backend but the chosen one is imported. ``stub`` is the
 stub's own namespace (``stub={"script": [...]}``): the stub, chosen or a
 fallback, is built from it alone, and a backend never sees it.
 
@@ -37,6 +37,7 @@ import asyncio
 import importlib
 import logging
 import re
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from types import ModuleType
@@ -49,14 +50,14 @@ from vaelii_llm import config
 from vaelii_llm._backends import REGISTRY
 from vaelii_llm._backends import STUB
 from vaelii_llm._backends import Backend
-from vaelii_llm._backends import Option
+from vaelii_llm._backends import Hook
 from vaelii_llm._backends import record
+from vaelii_llm._backends import routed
 from vaelii_llm._handout import handed_out
 from vaelii_llm._protocol import Provider
 
 __all__ = [
     "Backend",
-    "Option",
     "active_kind",
     "available",
     "generation_provider",
@@ -86,8 +87,8 @@ def register(backend: Backend, *, replace: bool = False) -> None:
 
     ``backend.module`` (imported when chosen) offers ``provider`` and ``async
     available`` (and ``generation_provider``, ``async warm`` and ``async
-    unavailable_reason`` where it has them); each receives only the options
-    whose :class:`Option` record names it. The kind is read as a configured
+    unavailable_reason`` where it has them); each receives the options of
+    ``backend.options`` its own signature takes. The kind is read as a configured
     one is (trimmed, lower case), and must then be a short word
     (:data:`_KIND`); ``stub`` is refused. A kind already registered, a
     built-in one included, is replaced only with ``replace=True``: a plug-in
@@ -116,6 +117,18 @@ def register(backend: Backend, *, replace: bool = False) -> None:
     REGISTRY[chosen_as] = backend
 
 
+def module_of(backend: Backend) -> ModuleType:
+    """The module that implements ``backend`` (imported now, when not yet)."""
+    return importlib.import_module(backend.module)
+
+
+def hook(backend: Backend, name: Hook) -> Callable[..., Any] | None:
+    """The function ``name`` of ``backend``'s module (imported now), or None
+    where it offers none (:data:`~vaelii_llm._backends.Hook`)."""
+    found: Callable[..., Any] | None = getattr(module_of(backend), name, None)
+    return found
+
+
 def _chosen(kind: str | None, opts: Iterable[str]) -> Backend:
     """The record of the kind to use, once the bag is checked against every
     registered kind's declared options (a misspelt option is the caller's bug,
@@ -138,12 +151,6 @@ def _chosen(kind: str | None, opts: Iterable[str]) -> Backend:
     return backend
 
 
-def _for(backend: Backend, entry: str, opts: Mapping[str, Any]) -> dict[str, Any]:
-    """The options of the bag that ``backend``'s function ``entry`` takes."""
-    names = backend.read_by(entry)
-    return {k: v for k, v in opts.items() if k in names}
-
-
 def _fallback(opts: Mapping[str, Any]) -> Provider:
     from vaelii_llm.providers import stub
 
@@ -161,7 +168,7 @@ async def _refusal(backend: Backend, module: ModuleType, opts: Mapping[str, Any]
     passed :data:`PROBE_TIMEOUT_S` (so that is not waited for twice), or ``""``."""
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
-            said = bool(await module.available(**_for(backend, "available", opts)))
+            said = bool(await module.available(**routed(backend, module.available, opts)))
     except TimeoutError:
         return _unanswered(backend)
     except Exception:
@@ -181,7 +188,7 @@ async def available(kind: str | None = None, **opts: Any) -> bool:
     a ValueError, an option no backend takes a TypeError.
     """
     backend = _chosen(kind, opts)
-    return await _probe(backend, importlib.import_module(backend.module), opts)
+    return await _probe(backend, module_of(backend), opts)
 
 
 async def unavailable_reason(kind: str | None = None, **opts: Any) -> str | None:
@@ -196,7 +203,7 @@ async def unavailable_reason(kind: str | None = None, **opts: Any) -> str | None
     backend = _chosen(kind, opts)
     if backend.kind == STUB:
         return None
-    return await _reason(backend, importlib.import_module(backend.module), opts)
+    return await _reason(backend, module_of(backend), opts)
 
 
 async def _reason(backend: Backend, module: ModuleType, opts: Mapping[str, Any]) -> str | None:
@@ -208,7 +215,7 @@ async def _reason(backend: Backend, module: ModuleType, opts: Mapping[str, Any])
         return f"{backend.kind} says it cannot answer now (its available() probe said no)"
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
-            reason: str | None = await explain(**_for(backend, "available", opts))
+            reason: str | None = await explain(**routed(backend, explain, opts))
     except TimeoutError:
         return _unanswered(backend)
     except Exception as exc:  # a probe that raised is a probe that said no
@@ -227,12 +234,10 @@ async def tools_dropped(kind: str | None = None) -> str | None:
     ``vaelii-llm ask`` does: otherwise the model answers without the
     knowledge base and nothing says why.
     """
-    check = _chosen(kind, ()).drops_tools
+    check = hook(_chosen(kind, ()), "drops_tools")
     if check is None:
         return None
-    from vaelii_llm._backends import import_ref
-
-    said: str | None = await import_ref(check)()
+    said: str | None = await check()
     return said
 
 
@@ -241,24 +246,22 @@ async def active_kind(**opts: Any) -> str:
     backend = _chosen(None, opts)
     if backend.kind == STUB:
         return STUB
-    module = importlib.import_module(backend.module)
-    return backend.kind if await _probe(backend, module, opts) else STUB
+    return backend.kind if await _probe(backend, module_of(backend), opts) else STUB
 
 
 async def _build(kind: str | None, constructor: str, opts: Mapping[str, Any]) -> Provider:
     backend = _chosen(kind, opts)
     if backend.kind == STUB:
         return _fallback(opts)
-    module = importlib.import_module(backend.module)
+    module = module_of(backend)
     refused = await _refusal(backend, module, opts)
     if refused is not None:
         why = refused or await _reason(backend, module, opts) or "its probe said no"
         log.warning("provider %s cannot answer (%s); the stub answers instead", backend.kind, why)
         return _fallback(opts)
-    if not hasattr(module, constructor):
-        constructor = "provider"
+    build = getattr(module, constructor, module.provider)
     try:
-        built: Provider = getattr(module, constructor)(**_for(backend, constructor, opts))
+        built: Provider = build(**routed(backend, build, opts))
     except Exception as exc:
         log.warning(
             "provider %s probed available but could not be built (%s); the stub answers instead",
@@ -275,7 +278,7 @@ async def provider(kind: str | None = None, **opts: Any) -> Provider:
 
     ``opts`` is one bag for every backend (the module docstring has the rule):
     the chosen backend's probe and constructor each receive the options
-    declared as theirs, the stub (chosen or a fallback) is built from
+    their signatures take, the stub (chosen or a fallback) is built from
     ``opts["stub"]`` alone, and an option that no registered kind declares
     raises TypeError before anything is probed. So code that passes each
     backend what it needs works whichever kind the environment names.
@@ -293,14 +296,14 @@ async def warm(kind: str | None = None, **opts: Any) -> object:
     """The configured backend's warm-up, or None when it has none.
 
     Takes the same bag as :func:`provider`; the warm-up receives the options
-    declared as its own. Raises the backend's typed error when the warm-up
+    its signature takes. Raises the backend's typed error when the warm-up
     fails: a caller that asks for a resident model wants to know it is not there.
     """
     backend = _chosen(kind, opts)
-    warm_up = getattr(importlib.import_module(backend.module), "warm", None)
+    warm_up = getattr(module_of(backend), "warm", None)
     if warm_up is None:
         return None
-    result: object = await warm_up(**_for(backend, "warm", opts))
+    result: object = await warm_up(**routed(backend, warm_up, opts))
     return result
 
 

@@ -84,7 +84,6 @@ with its codec, and its probes go through :mod:`vaelii_llm._transport`.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import weakref
 from collections.abc import AsyncGenerator
 from collections.abc import Awaitable
@@ -97,7 +96,6 @@ from typing import Generic
 from typing import Protocol
 from typing import TypedDict
 from typing import TypeVar
-from typing import get_type_hints
 from typing import runtime_checkable
 
 import aiohttp
@@ -148,7 +146,6 @@ __all__ = [
     "Stream",
     "TokenCounter",
     "WireDecoder",
-    "keyword_signature",
     "network",
 ]
 
@@ -172,21 +169,6 @@ class NetworkOptions(TypedDict, total=False):
 
 
 NETWORK_KEYS: Final = frozenset(NetworkOptions.__annotations__)
-
-
-def keyword_signature(options: type[Mapping[str, Any]], returns: type) -> inspect.Signature:
-    """A factory's signature with one keyword per key of the TypedDict
-    ``options``, default None: the backend's own keys, then the network
-    ones (selection reads which options a backend takes from there)."""
-    hints = get_type_hints(options)
-    order = [name for name in hints if name not in NETWORK_KEYS] + list(
-        NetworkOptions.__annotations__
-    )
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    return inspect.Signature(
-        [inspect.Parameter(name, keyword, default=None, annotation=hints[name]) for name in order],
-        return_annotation=returns,
-    )
 
 
 def network(options: Mapping[str, Any]) -> Network:

@@ -4,7 +4,6 @@ hosts, probes and turns against a fake Ollama on loopback."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -31,6 +30,7 @@ from tests.support.fake_ollama import final
 from tests.support.fake_ollama import hello
 from tests.support.fake_ollama import merged
 from tests.support.fake_ollama import tool_call
+from vaelii_llm import _backends
 from vaelii_llm import errors
 from vaelii_llm import providers
 from vaelii_llm._protocol import Message
@@ -50,7 +50,7 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._protocol import Usage
 from vaelii_llm.providers import ollama
-from vaelii_llm.providers._hosts import normalize_host
+from vaelii_llm.providers._base_url import normalize_host
 from vaelii_llm.providers.ollama._assemble import ChatAssembler
 from vaelii_llm.providers.ollama._assemble import ChatChunk
 from vaelii_llm.providers.ollama._assemble import response_of
@@ -611,22 +611,19 @@ def test_provider_is_built_without_io_from_the_environment(
 
 @pytest.mark.parametrize("factory", [ollama.provider, ollama.generation_provider])
 def test_the_factories_take_each_option_by_name(factory: Any) -> None:
-    """Selection reads which options a backend takes from these signatures."""
-    params = inspect.signature(factory).parameters
-    assert [(name, p.kind, p.default) for name, p in params.items()] == [
-        (name, inspect.Parameter.KEYWORD_ONLY, None)
-        for name in (
-            "host",
-            "model",
-            "num_ctx",
-            "keep_alive",
-            "headers",
-            "proxy",
-            "ssl",
-            "max_connections",
-            "session",
-        )
-    ]
+    """Selection reads which options a backend takes from these signatures
+    (``**options: Unpack[Options]``: the keys of the one TypedDict)."""
+    assert _backends.takes(factory) == {
+        "host",
+        "model",
+        "num_ctx",
+        "keep_alive",
+        "headers",
+        "proxy",
+        "ssl",
+        "max_connections",
+        "session",
+    }
     with pytest.raises(TypeError, match="hots"):
         factory(hots="gpu1")
     with pytest.raises(TypeError):

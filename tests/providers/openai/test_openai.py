@@ -54,6 +54,7 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._protocol import Usage
 from vaelii_llm.providers import openai
+from vaelii_llm.providers._base_url import api_base
 from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
 from vaelii_llm.providers.openai._assemble import ChunkAssembler
 from vaelii_llm.providers.openai._assemble import response_of
@@ -140,7 +141,7 @@ def test_body_sends_the_token_limit_and_only_what_is_set() -> None:
 def test_the_token_field_is_chosen_by_host_and_a_caller_overrides_it(
     base_url: str, explicit: str | None, field: str
 ) -> None:
-    assert token_field(base_url, explicit) == field
+    assert token_field(api_base(base_url), explicit) == field
     p = openai.provider(base_url=base_url, max_tokens_field=explicit)
     body = json.loads(p._codec.body(ask(max_tokens=7), stream=False))
     assert body[field] == 7

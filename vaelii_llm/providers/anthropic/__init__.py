@@ -69,6 +69,7 @@ from vaelii_llm._transport.settings import Network
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMBadCredential
 from vaelii_llm.errors import LLMNoCredential
+from vaelii_llm.providers._base_url import api_base
 from vaelii_llm.providers._http import ClientSession
 from vaelii_llm.providers._http import Credentials
 from vaelii_llm.providers._http import HTTPProvider
@@ -80,6 +81,8 @@ from vaelii_llm.providers.anthropic._codec import endpoint
 from vaelii_llm.providers.anthropic._credentials import Credential
 from vaelii_llm.providers.anthropic._encode import DEFAULT_EFFORT
 from vaelii_llm.providers.anthropic._encode import DEFAULT_MODEL
+from vaelii_llm.providers.anthropic._status import drops_tools
+from vaelii_llm.providers.anthropic._status import status_lines
 
 __all__ = [
     "DEFAULT_EFFORT",
@@ -152,6 +155,10 @@ class AnthropicProvider(HTTPProvider[dict[str, Any], list[Frame]]):
         return await self._credential_step.get()
 
 
+_HOOKS = (drops_tools, status_lines)
+"""What the command finds here by name (:data:`vaelii_llm._backends.Hook`)."""
+
+
 def provider(
     *,
     credential: str | Credential | None = None,
@@ -174,9 +181,9 @@ def provider(
     reach = network(
         {"proxy": proxy, "ssl": ssl, "max_connections": max_connections, "session": session}
     )
-    url = _backends.anthropic_base_url(base_url)
+    where = api_base(_backends.anthropic_base_url(base_url))
     chosen = _backends.anthropic_model(model) or DEFAULT_MODEL
-    codec = MessagesCodec(url, chosen, effort or DEFAULT_EFFORT, headers or {})
+    codec = MessagesCodec(where, chosen, effort or DEFAULT_EFFORT, headers or {})
     step = Credentials(
         functools.partial(credentials.resolve, tokens=_ANT_TOKENS),
         credentials.resolve_now(credential),
@@ -202,13 +209,13 @@ async def _silent(
     silent past :data:`PROBE_TIMEOUT_MS`), or a 404 whose cause is known (a
     base URL ending in ``/v1``: its error names the fix), or None when it
     answered anything else."""
-    url = _backends.anthropic_base_url(base_url)
+    where = api_base(_backends.anthropic_base_url(base_url))
     try:
         await request_json(
-            probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),
-            endpoint(url),
+            probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), where.url),
+            endpoint(where),
             "GET",
-            url + PROBE_PATH,
+            where.at(PROBE_PATH),
             deadline=Deadline.after_ms(PROBE_TIMEOUT_MS),
             decoder=_ANY_JSON,
         )

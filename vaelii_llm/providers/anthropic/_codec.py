@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Final
-from urllib.parse import urlsplit
 
 import msgspec
 
@@ -23,10 +22,10 @@ from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._transport.settings import Headers
 from vaelii_llm._transport.settings import checked_headers
 from vaelii_llm._transport.settings import with_json_content_type
-from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.errors import LLMApiError
 from vaelii_llm.errors import LLMBadResponse
+from vaelii_llm.providers._base_url import BaseURL
 from vaelii_llm.providers.anthropic._credentials import Credential
 from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER
 from vaelii_llm.providers.anthropic._decode import from_parsed
@@ -58,12 +57,12 @@ TRAILING_V1: Final = (
 the OpenAI wires are given, which answers at ``/v1/v1/messages``."""
 
 
-def endpoint(base_url: str) -> Endpoint:
-    """The far end at ``base_url`` as messages name it (a ``user:password@`` cut);
+def endpoint(base: BaseURL) -> Endpoint:
+    """The far end at ``base`` as messages name it (a ``user:password@`` cut);
     its 404 names :data:`TRAILING_V1` when the URL ends in ``/v1``."""
-    ends_in_v1 = urlsplit(base_url).path.rstrip("/").endswith("/v1")
+    ends_in_v1 = base.path.endswith("/v1")
     return Endpoint.at(
-        "the Messages API", base_url, "anthropic", HEADERS, TRAILING_V1 if ends_in_v1 else None
+        "the Messages API", base.shown, "anthropic", HEADERS, TRAILING_V1 if ends_in_v1 else None
     )
 
 
@@ -74,17 +73,17 @@ class MessagesCodec:
 
     whole_decoder: Final = WHOLE_DECODER
 
-    def __init__(self, base_url: str, model: str, effort: str, headers: Mapping[str, str]) -> None:
-        self.url = base_url + MESSAGES_PATH
-        self.count_url = base_url + COUNT_PATH
+    def __init__(self, base: BaseURL, model: str, effort: str, headers: Mapping[str, str]) -> None:
+        self.url = base.at(MESSAGES_PATH)
+        self.count_url = base.at(COUNT_PATH)
         # A gateway URL may carry user:password; it names the far end with them cut.
-        self.shown_url = hide_userinfo(base_url)
+        self.shown_url = base.shown
         self.model = model
         self.effort = effort
         self._session_headers = with_json_content_type(
             {"anthropic-version": API_VERSION, **headers}
         )
-        self.endpoint = endpoint(base_url)
+        self.endpoint = endpoint(base)
         # The turn headers for (streamed, fallbacks dropped), built once each
         # for the credential they were built with.
         self._turn_headers: dict[tuple[bool, bool], Mapping[str, str]] = {}

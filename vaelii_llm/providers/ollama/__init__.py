@@ -24,6 +24,9 @@ skeleton's (:mod:`vaelii_llm.providers._http`).
 
 from __future__ import annotations
 
+from vaelii_llm import _backends
+from vaelii_llm.providers._base_url import normalize_host as read_host
+from vaelii_llm.providers._base_url import read_listed
 from vaelii_llm.providers.ollama._chat import base_url
 from vaelii_llm.providers.ollama._probes import available
 from vaelii_llm.providers.ollama._probes import capabilities
@@ -35,6 +38,20 @@ from vaelii_llm.providers.ollama._probes import warm
 from vaelii_llm.providers.ollama._provider import OllamaProvider
 from vaelii_llm.providers.ollama._provider import generation_provider
 from vaelii_llm.providers.ollama._provider import provider
+from vaelii_llm.providers.ollama._status import cannot_call_tools
+from vaelii_llm.providers.ollama._status import missing_model
+from vaelii_llm.providers.ollama._status import status_lines
+
+
+def default_host() -> str:
+    """The configured host (``VAELII_OLLAMA_HOST``…) read as a pool reads one:
+    its one host when no list is set."""
+    configured = _backends.ollama_host()
+    return read_listed(configured, configured, read_host)
+
+
+_HOOKS = (default_host, read_host, cannot_call_tools, missing_model, status_lines)
+"""What the pool and the command find here by name (:data:`vaelii_llm._backends.Hook`)."""
 
 OllamaProvider.__module__ = __name__  # where a user finds it, as trio names its classes
 

@@ -64,9 +64,10 @@ from vaelii_llm._protocol import system_text
 from vaelii_llm._protocol import unhandled_block
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._wire.ndjson import NDJSONDecoder
+from vaelii_llm.providers._base_url import BaseURL
+from vaelii_llm.providers._base_url import ollama_base
 from vaelii_llm.providers._bearer import BearerKey
 from vaelii_llm.providers._bearer import session_headers
-from vaelii_llm.providers._hosts import normalize_host
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers._http import SessionHeadersOnly
 from vaelii_llm.providers.ollama._assemble import CHUNK_DECODER
@@ -80,6 +81,7 @@ __all__ = [
     "ChatCodec",
     "Options",
     "api_key",
+    "base",
     "base_url",
     "chat_body",
     "endpoint",
@@ -129,14 +131,19 @@ def base_url(host: str | None = None) -> str:
     """The Ollama base URL for ``host``: the argument, else ``VAELII_OLLAMA_HOST``,
     else ``OLLAMA_HOST`` unless it names a bind address (``0.0.0.0``, ``::``,
     ``*``), else the local default (:data:`~vaelii_llm._backends.DEFAULT_OLLAMA_HOST`);
-    read as Ollama reads a host (:func:`~vaelii_llm.providers._hosts.normalize_host`).
+    read as Ollama reads a host (:func:`~vaelii_llm.providers._base_url.normalize_host`).
     Raises ValueError for a host that names none."""
-    return normalize_host(_backends.ollama_host(host))
+    return base(host).url
 
 
-def endpoint(url: str) -> Endpoint:
-    """How the host at base URL ``url`` is named in messages."""
-    return Endpoint(label=f"Ollama at {url}", slug="ollama")
+def base(host: str | None = None) -> BaseURL:
+    """:func:`base_url` read once, for a provider or a probe to use throughout."""
+    return ollama_base(_backends.ollama_host(host))
+
+
+def endpoint(base: BaseURL) -> Endpoint:
+    """How the host at ``base`` is named in messages."""
+    return Endpoint(label=f"Ollama at {base.shown}", slug="ollama")
 
 
 class _FunctionSpec(msgspec.Struct, frozen=True):
@@ -362,11 +369,12 @@ class ChatCodec(SessionHeadersOnly):
         unknown = options.keys() - Options.__annotations__.keys()
         if unknown:  # as a keyword signature refuses it
             raise TypeError(f"unexpected Ollama option(s): {', '.join(sorted(unknown))}")
-        self.base_url = base_url(options.get("host"))
+        where = base(options.get("host"))
+        self.base_url = where.url
         self.model = _backends.ollama_model(options.get("model"))
-        self.shown_url = self.base_url  # a host with a password is refused
-        self.endpoint = endpoint(self.base_url)
-        self.url = self.base_url + CHAT_PATH
+        self.shown_url = where.shown
+        self.endpoint = endpoint(where)
+        self.url = where.at(CHAT_PATH)
         self._num_ctx = options.get("num_ctx")
         self._keep_alive = options.get("keep_alive")
         self._headers = session_headers(api_key(), options.get("headers"))

@@ -17,7 +17,6 @@ import msgspec
 
 from vaelii_llm import _backends
 from vaelii_llm import errors
-from vaelii_llm._backends import OLLAMA_WARM_TIMEOUT_MS
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
@@ -32,7 +31,7 @@ from vaelii_llm.providers._http import network
 from vaelii_llm.providers.ollama._chat import _ENCODER
 from vaelii_llm.providers.ollama._chat import ChatCodec
 from vaelii_llm.providers.ollama._chat import api_key
-from vaelii_llm.providers.ollama._chat import base_url
+from vaelii_llm.providers.ollama._chat import base
 from vaelii_llm.providers.ollama._chat import endpoint
 
 __all__ = [
@@ -56,9 +55,9 @@ SHOW_TIMEOUT_MS: Final = 10_000
 """``/api/show`` reads a model's metadata from disk; a loaded host answers in
 milliseconds, a busy one in a few seconds."""
 
-WARM_TIMEOUT_MS: Final = OLLAMA_WARM_TIMEOUT_MS
-"""The warm-up's deadline, the backend record's
-(:data:`vaelii_llm._backends.OLLAMA_WARM_TIMEOUT_MS`)."""
+WARM_TIMEOUT_MS: Final = 300_000
+"""The warm-up's deadline (:func:`warm`'s ``timeout_ms``): a cold load of a
+30B model from disk can take minutes."""
 
 
 class _Version(msgspec.Struct, frozen=True):
@@ -91,13 +90,13 @@ async def _ask(
     reach: Network = DEFAULT_NETWORK,
 ) -> T:
     """One probe of the host at ``host``: ``path`` under a whole-request deadline."""
-    url = base_url(host)
+    where = base(host)
     key = api_key()
     return await request_json(
-        probe_session(reach, url),
-        endpoint(url),
+        probe_session(reach, where.url),
+        endpoint(where),
         method,
-        url + path,
+        where.at(path),
         deadline=Deadline.after_ms(timeout_ms),
         decoder=decoder,
         body=body,

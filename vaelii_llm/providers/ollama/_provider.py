@@ -2,20 +2,15 @@
 
 The options a provider is built from are declared once, as
 :class:`~vaelii_llm.providers.ollama._chat.Options`; the class and both
-factories take them as keywords, and the factories show them by name to
-inspection (selection reads which options a backend takes from there).
+factories take them as keywords (``**options: Unpack[Options]``), and
+selection reads which options a factory takes from that signature.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
 from typing import Unpack
 
 from vaelii_llm import _backends
-from vaelii_llm.providers._http import ClientSession
-from vaelii_llm.providers._http import SSLOption
-from vaelii_llm.providers._http import keyword_signature
 from vaelii_llm.providers._http import network
 from vaelii_llm.providers._one_model import OneModelProvider
 from vaelii_llm.providers.ollama._assemble import ChatChunk
@@ -23,10 +18,6 @@ from vaelii_llm.providers.ollama._chat import ChatCodec
 from vaelii_llm.providers.ollama._chat import Options
 
 __all__ = ["OllamaProvider", "generation_provider", "provider"]
-
-_ANNOTATION_NAMES = (ClientSession, SSLOption)  # what the option records name
-
-F = TypeVar("F", bound=Callable[..., object])
 
 
 class OllamaProvider(OneModelProvider[ChatChunk, list[bytes]]):
@@ -43,13 +34,6 @@ class OllamaProvider(OneModelProvider[ChatChunk, list[bytes]]):
         super().__init__(ChatCodec(options), network(options))
 
 
-def _takes_options(factory: F) -> F:
-    """``factory`` shown to inspection with one keyword per option, default None."""
-    factory.__signature__ = keyword_signature(Options, OllamaProvider)  # type: ignore[attr-defined]
-    return factory
-
-
-@_takes_options
 def provider(**options: Unpack[Options]) -> OllamaProvider:
     """A provider built from ``options`` (see
     :class:`~vaelii_llm.providers.ollama._chat.Options`: ``host``, ``model``,
@@ -59,7 +43,6 @@ def provider(**options: Unpack[Options]) -> OllamaProvider:
     return OllamaProvider(**options)
 
 
-@_takes_options
 def generation_provider(**options: Unpack[Options]) -> OllamaProvider:
     """:func:`provider` on the generation model (``VAELII_OLLAMA_GENERATION_MODEL``)
     unless ``model`` names another."""

@@ -66,7 +66,6 @@ from collections.abc import Mapping
 from typing import Any
 from typing import Final
 from typing import Literal
-from urllib.parse import urlsplit
 
 import msgspec
 
@@ -96,6 +95,7 @@ from vaelii_llm._protocol import unhandled_block
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._transport.settings import Headers
 from vaelii_llm._wire.sse import SSEFrames
+from vaelii_llm.providers._base_url import BaseURL
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
 from vaelii_llm.providers.openai._assemble import ChunkAssembler
@@ -163,7 +163,7 @@ class Options(NetworkOptions, total=False):
     send_reasoning: bool | None
 
 
-def token_field(base_url: str, explicit: str | None = None) -> TokenField:
+def token_field(base: BaseURL, explicit: str | None = None) -> TokenField:
     """The name the token limit travels under: ``explicit`` when given (one of
     :data:`TOKEN_FIELDS`, else ValueError), ``max_completion_tokens`` for
     OpenAI's own API, ``max_tokens`` for every other server."""
@@ -172,30 +172,26 @@ def token_field(base_url: str, explicit: str | None = None) -> TokenField:
             if explicit == name:
                 return name
         raise ValueError(f"max_tokens_field is one of {TOKEN_FIELDS}, not {explicit!r}")
-    return "max_completion_tokens" if _is_openai(base_url) else "max_tokens"
+    return "max_completion_tokens" if _is_openai(base) else "max_tokens"
 
 
-def _is_openai(base_url: str) -> bool:
-    """Whether ``base_url`` is OpenAI's own API (:data:`_OPENAI_HOSTS`)."""
-    try:
-        host = (urlsplit(base_url).hostname or "").lower()
-    except ValueError:
-        host = ""
-    return host == _OPENAI_HOSTS[0] or host.endswith(_OPENAI_HOSTS[1])
+def _is_openai(base: BaseURL) -> bool:
+    """Whether ``base`` is OpenAI's own API (:data:`_OPENAI_HOSTS`)."""
+    return base.host == _OPENAI_HOSTS[0] or base.host.endswith(_OPENAI_HOSTS[1])
 
 
-def send_reasoning(base_url: str, explicit: bool | None = None) -> bool:
+def send_reasoning(base: BaseURL, explicit: bool | None = None) -> bool:
     """Whether an assistant message's thinking goes back: ``explicit`` when
     given, else ``VAELII_OPENAI_SEND_REASONING`` when set, else on for every
     server but OpenAI's own API, which sends no reasoning on this wire and
     takes no field for it."""
     chosen = _backends.openai_send_reasoning(explicit)
-    return chosen if chosen is not None else not _is_openai(base_url)
+    return chosen if chosen is not None else not _is_openai(base)
 
 
-def endpoint(base_url: str) -> Endpoint:
-    """How the server at ``base_url`` is named in messages (a password cut)."""
-    return Endpoint.at("the Chat Completions API", base_url, "openai", HEADERS)
+def endpoint(base: BaseURL) -> Endpoint:
+    """How the server at ``base`` is named in messages (a password cut)."""
+    return Endpoint.at("the Chat Completions API", base.shown, "openai", HEADERS)
 
 
 HEADERS: Final = Headers(
@@ -516,8 +512,8 @@ class ChatCodec(ServerCodec):
 
     def __init__(self, options: Options) -> None:
         super().__init__(options, Options.__annotations__, "OpenAI", CHAT_PATH, endpoint)
-        self.max_tokens_field = token_field(self.base_url, options.get("max_tokens_field"))
-        self.send_reasoning = send_reasoning(self.base_url, options.get("send_reasoning"))
+        self.max_tokens_field = token_field(self.base, options.get("max_tokens_field"))
+        self.send_reasoning = send_reasoning(self.base, options.get("send_reasoning"))
 
     def body(self, request: Request, *, stream: bool) -> bytes:
         return chat_body(

@@ -18,6 +18,7 @@ from vaelii_llm import errors
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline
+from vaelii_llm.providers._base_url import api_base
 from vaelii_llm.providers._bearer import session_headers
 from vaelii_llm.providers._http import ClientSession
 from vaelii_llm.providers._http import SSLOption
@@ -61,15 +62,15 @@ async def models(
     ``OPENAI_BASE_URL``) serves, in its order, under a whole-request deadline
     of ``timeout_ms``. Raises the typed error when it cannot answer (a 401 for
     a missing or wrong key is :class:`~vaelii_llm.errors.LLMApiError`)."""
-    url = _backends.openai_base_url(base_url)
+    where = api_base(_backends.openai_base_url(base_url))
     key = APIKey.of(api_key)
     named_by = "base_url" if base_url else "OPENAI_BASE_URL"
-    refuse_two_authorizations(url, named_by, key, headers)
+    refuse_two_authorizations(where.url, named_by, key, headers)
     listed = await request_json(
-        probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), url),
-        endpoint(url),
+        probe_session(network({"proxy": proxy, "ssl": ssl, "session": session}), where.url),
+        endpoint(where),
         "GET",
-        url + MODELS_PATH,
+        where.at(MODELS_PATH),
         deadline=Deadline.after_ms(timeout_ms),
         decoder=_MODELS_DECODER,
         headers=session_headers(key, headers),

@@ -2,9 +2,8 @@
 
 The options a provider is built from are declared once, as
 :class:`~vaelii_llm.providers.openai._chat.Options`; the class and the
-factory take them as keywords, and the factory shows them by name to
-inspection (selection reads which options a backend takes from its record,
-which a test holds against this signature).
+factory take them as keywords (``**options: Unpack[Options]``), and
+selection reads which options the factory takes from that signature.
 """
 
 from __future__ import annotations
@@ -12,9 +11,6 @@ from __future__ import annotations
 from typing import Unpack
 
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._http import ClientSession
-from vaelii_llm.providers._http import SSLOption
-from vaelii_llm.providers._http import keyword_signature
 from vaelii_llm.providers._http import network
 from vaelii_llm.providers._one_model import OneModelProvider
 from vaelii_llm.providers.openai._assemble import Completion
@@ -22,8 +18,6 @@ from vaelii_llm.providers.openai._chat import ChatCodec
 from vaelii_llm.providers.openai._chat import Options
 
 __all__ = ["OpenAIProvider", "provider"]
-
-_ANNOTATION_NAMES = (ClientSession, SSLOption)  # what the option records name
 
 
 class OpenAIProvider(OneModelProvider[Completion, list[Frame]]):
@@ -45,6 +39,3 @@ def provider(**options: Unpack[Options]) -> OpenAIProvider:
     here. Raises :class:`~vaelii_llm.errors.LLMBadCredential` for a key holding
     a control character, ValueError for an unknown ``max_tokens_field``."""
     return OpenAIProvider(**options)
-
-
-provider.__signature__ = keyword_signature(Options, OpenAIProvider)  # type: ignore[attr-defined]

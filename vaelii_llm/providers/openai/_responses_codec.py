@@ -23,6 +23,7 @@ from vaelii_llm._transport.boundary import DEFAULT_MAX_BODY_BYTES
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm._wire.sse import SSEFrames
+from vaelii_llm.providers._base_url import BaseURL
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._chat import HEADERS
 from vaelii_llm.providers.openai._responses_assemble import WHOLE_DECODER
@@ -60,9 +61,9 @@ class Options(NetworkOptions, total=False):
     store: bool | None
 
 
-def endpoint(base_url: str) -> Endpoint:
-    """How the server at ``base_url`` is named in messages (a password cut)."""
-    return Endpoint.at("the Responses API", base_url, "openai", HEADERS)
+def endpoint(base: BaseURL) -> Endpoint:
+    """How the server at ``base`` is named in messages (a password cut)."""
+    return Endpoint.at("the Responses API", base.shown, "openai", HEADERS)
 
 
 class _BoundedFrames(SSEFrames):
@@ -98,7 +99,7 @@ class ResponsesCodec(ServerCodec):
             options, Options.__annotations__, "Responses API", RESPONSES_PATH, endpoint
         )
         self.store = bool(options.get("store"))
-        self.count_url = self.base_url + COUNT_PATH
+        self.count_url = self.base.at(COUNT_PATH)
 
     def body(self, request: Request, *, stream: bool) -> bytes:
         return responses_body(

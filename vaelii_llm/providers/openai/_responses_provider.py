@@ -5,9 +5,6 @@ from __future__ import annotations
 from typing import Unpack
 
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._http import ClientSession
-from vaelii_llm.providers._http import SSLOption
-from vaelii_llm.providers._http import keyword_signature
 from vaelii_llm.providers._http import network
 from vaelii_llm.providers._one_model import OneModelProvider
 from vaelii_llm.providers.openai._responses_assemble import Whole
@@ -15,8 +12,6 @@ from vaelii_llm.providers.openai._responses_codec import Options
 from vaelii_llm.providers.openai._responses_codec import ResponsesCodec
 
 __all__ = ["OpenAIResponsesProvider", "provider"]
-
-_ANNOTATION_NAMES = (ClientSession, SSLOption)  # what the option records name
 
 
 class OpenAIResponsesProvider(OneModelProvider[Whole, list[Frame]]):
@@ -38,6 +33,3 @@ def provider(**options: Unpack[Options]) -> OpenAIResponsesProvider:
     Raises :class:`~vaelii_llm.errors.LLMBadCredential` for a key holding a
     control character."""
     return OpenAIResponsesProvider(**options)
-
-
-provider.__signature__ = keyword_signature(Options, OpenAIResponsesProvider)  # type: ignore[attr-defined]

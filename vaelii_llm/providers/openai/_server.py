@@ -14,8 +14,9 @@ from typing import Any
 
 from vaelii_llm import _backends
 from vaelii_llm._transport.settings import Endpoint
-from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm._transport.urls import userinfo
+from vaelii_llm.providers._base_url import BaseURL
+from vaelii_llm.providers._base_url import api_base
 from vaelii_llm.providers._bearer import session_headers
 from vaelii_llm.providers._http import SessionHeadersOnly
 from vaelii_llm.providers.openai._key import APIKey
@@ -36,16 +37,17 @@ class ServerCodec(SessionHeadersOnly):
         known: Collection[str],
         wire: str,
         path: str,
-        endpoint: Callable[[str], Endpoint],
+        endpoint: Callable[[BaseURL], Endpoint],
     ) -> None:
         unknown = options.keys() - known
         if unknown:
             raise TypeError(f"unexpected {wire} option(s): {', '.join(sorted(unknown))}")
-        self.base_url = _backends.openai_base_url(options.get("base_url"))
+        self.base = api_base(_backends.openai_base_url(options.get("base_url")))
+        self.base_url = self.base.url
         self.model = _backends.openai_model(options.get("model"))
-        self.shown_url = hide_userinfo(self.base_url)
-        self.endpoint = endpoint(self.base_url)
-        self.url = self.base_url + path
+        self.shown_url = self.base.shown
+        self.endpoint = endpoint(self.base)
+        self.url = self.base.at(path)
         key = APIKey.of(options.get("api_key"))
         named_by = "base_url" if options.get("base_url") else "OPENAI_BASE_URL"
         refuse_two_authorizations(self.base_url, named_by, key, options.get("headers"))
