@@ -10,9 +10,9 @@ block and the call; thinking after text is still the one thinking block,
 first. So no block is final before ``done: true``: a streamed turn hands its
 blocks over then, each equal to its place in the final
 :class:`~vaelii_llm._protocol.Response`, and that Response equals the one the
-same answer gives whole. The pieces are kept by the accumulator the Chat
-Completions wire shares (:mod:`vaelii_llm.providers._turn`), which bounds a
-turn to :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS` calls.
+same answer gives whole. The pieces are kept, counted and bounded by the
+one accumulator every wire feeds (:mod:`vaelii_llm.providers._turn`), in the
+layout of a turn sent as one message the Chat Completions wire shares.
 
 ``stop_reason`` is neutral (:func:`stop_reason`); ``done_reason`` stays on
 ``Response.vendor_stop_reason``:
@@ -60,7 +60,7 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import Usage
 from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.ndjson import refuse_line
-from vaelii_llm.providers._turn import Accumulator
+from vaelii_llm.providers._turn import MessageParts
 from vaelii_llm.providers._turn import count_call
 
 __all__ = ["CHUNK_DECODER", "ChatAssembler", "ChatChunk", "response_of", "stop_reason"]
@@ -213,7 +213,7 @@ class ChatAssembler:
     def __init__(self, label: str = "Ollama", *, deltas: bool = False) -> None:
         self._label = label
         self._deltas = deltas
-        self._parts = Accumulator(label, deltas=deltas)
+        self._parts = MessageParts(label, deltas=deltas)
         self._calls: list[ToolUseBlock] = []  # by their number: this wire sends calls whole
         self._run: _Run | None = None  # the kind of the last piece, until done
         self._model: str | None = None
@@ -230,7 +230,7 @@ class ChatAssembler:
         """Content taken so far: pieces of thinking and text, tool calls, and
         ``done: true``. A line with empty content and ``done: false`` (a
         keep-alive) adds nothing."""
-        return self._parts.pieces + self._done
+        return self._parts.pieces
 
     def feed(self, lines: Iterable[bytes]) -> Iterator[StreamItem]:
         """Apply each line before the next is decoded (no chunk outlives its
@@ -259,8 +259,11 @@ class ChatAssembler:
                 decode = _CONTINUATION_DECODERS[run].decode
                 thinking = run == "thinking"
                 parts = self._parts
-                append = (parts.thinking if thinking else parts.text).append
-                index = 0 if thinking else parts.text_index
+                part = parts.thinking_part if thinking else parts.text_part
+                pieces = part.pieces
+                append = pieces.append
+                index = part.index
+                before = len(pieces)  # counted at the run's end (read after a feed)
                 for line in rest:
                     try:
                         piece: str = decode(line).message.piece
@@ -275,7 +278,9 @@ class ChatAssembler:
                                 else TextDelta(index=index, text=piece)
                             )
                 else:
+                    parts.pieces += len(pieces) - before
                     return
+                parts.pieces += len(pieces) - before
             else:
                 next_line = next(rest, None)
                 if next_line is None:
@@ -328,6 +333,7 @@ class ChatAssembler:
     def _finish(self, chunk: ChatChunk) -> list[StreamItem]:
         """The turn at ``done: true``: every block, in its final order."""
         self._done = True
+        self._parts.pieces += 1
         self._run = None
         calls = self._calls
         content, out = self._parts.finish(lambda call: calls[call.number])

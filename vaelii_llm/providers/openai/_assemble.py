@@ -7,9 +7,10 @@ llama.cpp's server, DeepSeek-style servers), then at most one
 :class:`~vaelii_llm._protocol.TextBlock` (``content``), then the tool calls
 in the order their indexes first came. Both paths fill one :class:`_Turn`,
 which builds the :class:`~vaelii_llm._protocol.Response`, so a streamed
-turn's Response equals the whole one's; its thinking, text and calls are kept
-by the accumulator the Ollama wire shares (:mod:`vaelii_llm.providers._turn`),
-which bounds a turn to :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS` calls.
+turn's Response equals the whole one's; its thinking, text and calls are
+kept, counted and bounded by the one accumulator every wire feeds
+(:mod:`vaelii_llm.providers._turn`), in the layout of a turn sent as one
+message the Ollama wire shares.
 
 Stop reasons (:func:`stop_reason`); ``finish_reason`` stays on
 ``Response.vendor_stop_reason``:
@@ -68,8 +69,8 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import Usage
 from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._turn import Accumulator
-from vaelii_llm.providers._turn import Call
+from vaelii_llm.providers._turn import MessageParts
+from vaelii_llm.providers._turn import Part
 from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
 from vaelii_llm.providers._turn import thinking_block
@@ -247,7 +248,7 @@ def _reasoning(message: _Message | _Delta) -> tuple[str, str] | None:
 
 
 class _Turn:
-    """What a turn said so far: the shared pieces (:class:`~vaelii_llm.providers._turn.Accumulator`)
+    """What a turn said so far: the shared parts (:class:`~vaelii_llm.providers._turn.MessageParts`)
     and what only this wire has; :meth:`response` builds it, whichever path filled it."""
 
     __slots__ = (
@@ -261,7 +262,7 @@ class _Turn:
     )
 
     def __init__(self, label: str, *, deltas: bool = False) -> None:
-        self.parts = Accumulator(label, deltas=deltas)
+        self.parts = MessageParts(label, deltas=deltas)
         self.refusal: list[str] = []
         self.finish: str | None = None
         self.stop_string: str | None = None
@@ -269,13 +270,13 @@ class _Turn:
         self.id: str | None = None
         self.model: str | None = None
 
-    def tool_use(self) -> Callable[[Call], ToolUseBlock]:
+    def tool_use(self) -> Callable[[Part], ToolUseBlock]:
         """What builds each call's block: a call whose arguments are no JSON
         object is refused, but the last one of a turn cut by ``length``, which
         is read leniently and marked partial."""
         label = self.parts.label
         cut = self.finish == "length"
-        last = len(self.parts.calls) - 1
+        last = self.parts.calls - 1
         return lambda call: _tool_use(call, cut and call.number == last, label)
 
     def response(self, content: list[Block]) -> Response:
@@ -316,8 +317,8 @@ def _response(
     )
 
 
-def _tool_use(call: Call, may_be_cut: bool, label: str) -> ToolUseBlock:
-    arguments = "".join(call.arguments)
+def _tool_use(call: Part, may_be_cut: bool, label: str) -> ToolUseBlock:
+    arguments = "".join(call.pieces)
     call_id = call.call_id
     name = call.name or ""
     raw = {
@@ -400,9 +401,9 @@ def response_of(parsed: Completion, label: str = "the Chat Completions API") -> 
         count_call(len(calls) - 1, label)
         cut = len(calls) - 1 if finish == "length" else -1  # the one call read leniently
         for number, raw in enumerate(calls):
-            call = Call(number, raw.id, raw.function.name)
+            call = Part("call", number=number, call_id=raw.id, name=raw.function.name)
             if raw.function.arguments:
-                call.arguments.append(raw.function.arguments)
+                call.pieces.append(raw.function.arguments)
             content.append(_tool_use(call, number == cut, label))
     return _response(
         content,
@@ -468,7 +469,7 @@ class ChunkAssembler:
         self._label = label
         self._deltas = deltas
         self._turn = _Turn(label, deltas=deltas)
-        self._by_index: dict[int, Call] = {}
+        self._by_index: dict[int, Part] = {}
         self._finished = False  # the finish_reason came
         self._done = False  # data: [DONE] came
         self._content: list[Block] | None = None
@@ -484,8 +485,7 @@ class ChunkAssembler:
         """Content taken so far: pieces of reasoning, text, refusal and tool
         calls, the finish and ``[DONE]``. A chunk with no choices or an empty
         delta (a keep-alive) adds nothing."""
-        turn = self._turn
-        return turn.parts.pieces + len(turn.refusal) + self._finished + self._done
+        return self._turn.parts.pieces
 
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply each frame in order; hand back what they completed.
@@ -498,7 +498,9 @@ class ChunkAssembler:
         """
         decode_text = _TEXT_DECODER.decode
         parts = self._turn.parts
-        texts = parts.text
+        text = parts.text_part
+        texts = text.pieces
+        before = len(texts)  # the pieces taken here, counted once before another frame
         deltas = self._deltas
         for event, data in frames:
             if self._done:
@@ -512,15 +514,19 @@ class ChunkAssembler:
                     if piece:
                         texts.append(piece)
                         if deltas:
-                            yield TextDelta(index=parts.text_index, text=piece)
+                            yield TextDelta(index=text.index, text=piece)
                     continue
+            parts.pieces += len(texts) - before
             yield from self._frame(event, data)
+            before = len(texts)
+        parts.pieces += len(texts) - before
 
     def _frame(self, event: bytes, data: bytes) -> list[StreamItem]:
         if event == b"error":
             raise errors.LLMApiError(self._label, 200, data.decode("utf-8", "replace"))
         if data == DONE:
             self._done = True
+            self._turn.parts.pieces += 1
             return []
         try:
             chunk = _CHUNK_DECODER.decode(data)
@@ -574,6 +580,7 @@ class ChunkAssembler:
             parts.add_text(delta.content, out)
         if delta.refusal:
             turn.refusal.append(delta.refusal)
+            parts.pieces += 1
         for piece in delta.tool_calls or ():
             call = self._call(piece)
             function = piece.function
@@ -584,10 +591,10 @@ class ChunkAssembler:
                 arguments = function.arguments
             parts.add_arguments(call, arguments, out)
 
-    def _call(self, piece: _ToolCallDelta) -> Call:
+    def _call(self, piece: _ToolCallDelta) -> Part:
         """The call a tool-call delta continues, or the one it opens."""
         parts = self._turn.parts
-        calls = parts.calls
+        calls = parts.call_parts
         index = piece.index
         call_id = piece.id or None  # some servers send "" on a continuing delta
         if index is None:
@@ -609,6 +616,7 @@ class ChunkAssembler:
         self._finished = True
         self._open = False
         turn = self._turn
+        turn.parts.pieces += 1
         self._content, out = turn.parts.finish(turn.tool_use())
         return out
 

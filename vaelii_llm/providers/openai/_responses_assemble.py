@@ -73,7 +73,6 @@ from vaelii_llm._protocol import StreamItem
 from vaelii_llm._protocol import TextBlock
 from vaelii_llm._protocol import TextDelta
 from vaelii_llm._protocol import ThinkingBlock
-from vaelii_llm._protocol import ThinkingDelta
 from vaelii_llm._protocol import ToolInputDelta
 from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import ToolUseStart
@@ -81,6 +80,8 @@ from vaelii_llm._protocol import Usage
 from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.providers._turn import MAX_TOOL_CALLS
+from vaelii_llm.providers._turn import Part
+from vaelii_llm.providers._turn import Parts
 from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
 
@@ -346,19 +347,17 @@ def response_of(parsed: Whole, label: str = "the Responses API") -> Response:
 # -- the stream -------------------------------------------------------------------------
 
 
-class _Open:
-    """An output item begun and not done: where its block goes, whether a
-    call's start was handed over, and its pieces so far (read only when the
-    stream ends with the item never done and the final response listing none)."""
+class _Open(Part):
+    """An output item begun and not done: a part whose ``index`` is where
+    its block goes, its item as begun, and its pieces so far (read only when
+    the stream ends with the item never done and the final response listing none)."""
 
-    __slots__ = ("item", "pieces", "position", "started", "summary")
+    __slots__ = ("item", "summary")
 
     def __init__(self, position: int, item: dict[str, Any] | None) -> None:
-        self.position = position
+        super().__init__("item", position)
         self.item = item if item is not None else {}
-        self.started = False
         self.summary = 0  # the summary part the thinking deltas are in
-        self.pieces: list[str] = []
 
     @property
     def call(self) -> tuple[str, str] | None:
@@ -412,29 +411,29 @@ class EventAssembler:
     argument delta, a function call's item begun, an item done, the terminal
     event. ``response.created``, ``response.in_progress``, empty deltas and
     events this package does not read add nothing (SSE comments never reach
-    it): a far end sending only those is stalled.
+    it): a far end sending only those is stalled. The parts, their count and
+    the tool-call bound are the one accumulator's
+    (:class:`~vaelii_llm.providers._turn.Parts`).
     """
 
     __slots__ = (
         "_blocks",
-        "_calls",
         "_deltas",
         "_end",
         "_label",
         "_open",
-        "_pieces",
+        "_parts",
         "_refusal",
     )
 
     def __init__(self, label: str = "the Responses API", *, deltas: bool = False) -> None:
         self._label = label
         self._deltas = deltas
+        self._parts = Parts(label, deltas=deltas)
         self._blocks: list[Block] = []
         self._refusal: list[str] = []
-        self._open: dict[int, _Open] = {}
-        self._calls = 0
+        self._open: dict[int, _Open] = {}  # by output_index (-1: none sent)
         self._end: Whole | None = None
-        self._pieces = 0
 
     @property
     def finished(self) -> bool:
@@ -444,7 +443,7 @@ class EventAssembler:
     @property
     def pieces(self) -> int:
         """Content events taken so far (a keep-alive adds nothing)."""
-        return self._pieces
+        return self._parts.pieces
 
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply each frame in order; hand back what they completed.
@@ -456,6 +455,7 @@ class EventAssembler:
         """
         decode_text = _TEXT_DELTA_DECODER.decode
         deltas = self._deltas
+        parts = self._parts
         last: _Open | None = None  # the item the last text piece went to
         last_index = -2  # its output_index (-1 stands for none sent)
         for event, data in frames:
@@ -474,9 +474,9 @@ class EventAssembler:
                         begun = last = self._begun(last_index, None)
                     begun.pieces.append(piece)
                     if piece:
-                        self._pieces += 1
+                        parts.pieces += 1
                         if deltas:
-                            yield TextDelta(index=begun.position, text=piece)
+                            yield TextDelta(index=begun.index, text=piece)
                     continue
             yield from self._frame(event, data)
 
@@ -496,21 +496,20 @@ class EventAssembler:
         out: list[StreamItem] = []
         if kind in _DELTAS:
             if parsed.delta:
-                self._pieces += 1
-                self._delta(kind, parsed, out)
+                self._delta(kind, parsed.delta, parsed, out)
         elif kind == "response.output_item.added":
             begun = self._begun(parsed.output_index, parsed.item)
             call = begun.call
             if call is not None:  # a call begun is content; a message begun is not yet
-                self._pieces += 1
+                self._parts.pieces += 1
             if self._deltas and call is not None:
                 begun.started = True
-                out.append(ToolUseStart(index=begun.position, id=call[0], name=call[1]))
+                out.append(ToolUseStart(index=begun.index, id=call[0], name=call[1]))
         elif kind == "response.output_item.done":
-            self._pieces += 1
+            self._parts.pieces += 1
             self._done(parsed, out)
         elif kind in _TERMINAL:
-            self._pieces += 1
+            self._parts.pieces += 1
             self._finish(parsed.response, data, out)
         elif kind in _FAILURES:
             raise self._failure(parsed)
@@ -539,32 +538,24 @@ class EventAssembler:
             begun.item = item
         return begun
 
-    def _delta(self, kind: str, parsed: _Event, out: list[StreamItem]) -> None:
+    def _delta(self, kind: str, piece: str, parsed: _Event, out: list[StreamItem]) -> None:
         """A non-empty delta: a piece of prose, or of a call's arguments (a
         refusal's pieces are read whole at its item's end)."""
-        if kind == _ARGUMENTS_DELTA:
-            begun = self._begun(parsed.output_index, None)
-            begun.pieces.append(parsed.delta or "")
-            if begun.started:
-                out.append(ToolInputDelta(index=begun.position, partial_json=parsed.delta or ""))
-        elif kind != "response.refusal.delta":
-            self._prose(parsed, out)
-
-    def _prose(self, parsed: _Event, out: list[StreamItem]) -> None:
-        begun = self._begun(parsed.output_index, None)
-        piece = parsed.delta or ""
-        if parsed.type == "response.output_text.delta":
-            begun.pieces.append(piece)
-            if self._deltas:
-                out.append(TextDelta(index=begun.position, text=piece))
+        parts = self._parts
+        if kind == "response.refusal.delta":
+            parts.pieces += 1
             return
-        summary = parsed.summary_index or 0
-        if summary > begun.summary:
-            begun.summary = summary
-            piece = SUMMARY_JOIN + piece
-        begun.pieces.append(piece)
-        if self._deltas:
-            out.append(ThinkingDelta(index=begun.position, thinking=piece))
+        begun = self._begun(parsed.output_index, None)
+        if kind == _ARGUMENTS_DELTA:
+            parts.arguments(begun, piece, out)
+        elif kind == "response.output_text.delta":
+            parts.text(begun, piece, out)
+        else:
+            summary = parsed.summary_index or 0
+            if summary > begun.summary:
+                begun.summary = summary
+                piece = SUMMARY_JOIN + piece
+            parts.thinking(begun, piece, out)
 
     def _done(self, parsed: _Event, out: list[StreamItem]) -> None:
         item = parsed.item
@@ -574,8 +565,7 @@ class EventAssembler:
         if begun is None:  # an item done that was never begun: one more all the same
             count_item(len(self._blocks) + len(self._open) + 1, self._label)
         if item.get("type") == "function_call":
-            count_call(self._calls, self._label)
-            self._calls += 1
+            self._parts.count_calls()
         for block in blocks_of(item, self._refusal, self._label):
             self._hand_over(block, begun, out)
 
@@ -595,7 +585,7 @@ class EventAssembler:
                 sent = "".join(begun.pieces)
                 if len(arguments) > len(sent) and arguments.startswith(sent):
                     rest = arguments[len(sent) :]
-                    out.append(ToolInputDelta(index=begun.position, partial_json=rest))
+                    out.append(ToolInputDelta(index=begun.index, partial_json=rest))
         self._blocks.append(block)
         out.append(block)
 
@@ -616,8 +606,7 @@ class EventAssembler:
                     self._label, "answered an output item that is no object"
                 )
             if item.get("type") == "function_call":
-                count_call(self._calls, self._label)
-                self._calls += 1
+                self._parts.count_calls()
             for block in blocks_of(item, self._refusal, self._label):
                 self._hand_over(block, begun, out)
         self._end = response
