@@ -74,6 +74,7 @@ from vaelii_llm.providers._turn import Part
 from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
 from vaelii_llm.providers._turn import thinking_block
+from vaelii_llm.providers.openai._shared import count
 
 __all__ = [
     "WHOLE_DECODER",
@@ -357,15 +358,11 @@ def _usage(usage: dict[str, Any] | None) -> Usage:
     cached = details.get("cached_tokens") if type(details) is dict else None
     extra = {k: v for k, v in usage.items() if k not in _COUNTED and v is not None}
     return Usage(
-        input_tokens=_count(usage.get("prompt_tokens")),
-        output_tokens=_count(usage.get("completion_tokens")),
-        cache_read_input_tokens=_count(cached),
+        input_tokens=count(usage.get("prompt_tokens")),
+        output_tokens=count(usage.get("completion_tokens")),
+        cache_read_input_tokens=count(cached),
         extra=extra or None,
     )
-
-
-def _count(value: Any) -> int | None:
-    return value if type(value) is int else None
 
 
 def _refuse_error(parsed: _Chunk | Completion, label: str) -> None:

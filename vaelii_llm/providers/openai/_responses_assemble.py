@@ -84,6 +84,7 @@ from vaelii_llm.providers._turn import Part
 from vaelii_llm.providers._turn import Parts
 from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
+from vaelii_llm.providers.openai._shared import count
 
 __all__ = [
     "WHOLE_DECODER",
@@ -278,10 +279,6 @@ def cut_at_cap(response: Response, max_tokens: int) -> Response:
     return response
 
 
-def _count(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
 _COUNTED: Final = frozenset({"input_tokens", "output_tokens"})
 
 
@@ -292,10 +289,10 @@ def _usage(usage: dict[str, Any] | None) -> Usage:
     details = details if type(details) is dict else {}
     extra = {k: v for k, v in usage.items() if k not in _COUNTED and v is not None}
     return Usage(
-        input_tokens=_count(usage.get("input_tokens")),
-        output_tokens=_count(usage.get("output_tokens")),
-        cache_read_input_tokens=_count(details.get("cached_tokens")),
-        cache_creation_input_tokens=_count(details.get("cache_write_tokens")),
+        input_tokens=count(usage.get("input_tokens")),
+        output_tokens=count(usage.get("output_tokens")),
+        cache_read_input_tokens=count(details.get("cached_tokens")),
+        cache_creation_input_tokens=count(details.get("cache_write_tokens")),
         extra=extra or None,
     )
 
