@@ -179,7 +179,7 @@ class MessageParts(Parts):
     :meth:`add_thinking` and :meth:`add_text` append the matching delta to
     ``out``; a call's start goes out once its name is known
     (:meth:`add_arguments`), or, for a call never started, just before its
-    block at :meth:`finish`. A start's index is the block index the call
+    block at :meth:`close`. A start's index is the block index the call
     will have given what came before it: text first arriving after a started
     call makes that index stale, as thinking first arriving after text makes
     a text delta's.
@@ -240,7 +240,7 @@ class MessageParts(Parts):
         content.extend(map(tool_use, self.call_parts))
         return content
 
-    def finish(
+    def close(
         self, tool_use: Callable[[Part], ToolUseBlock]
     ) -> tuple[list[Block], list[StreamItem]]:
         """:meth:`blocks`, and what a stream hands over at the turn's end: the

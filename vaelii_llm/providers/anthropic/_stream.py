@@ -195,7 +195,7 @@ class _OpenBlock(Part):
         return raw, cut
 
 
-class StreamAssembler:
+class StreamAssembler(Parts):
     """Turns the Messages API's SSE events into whole blocks and a Response.
 
     Sans-IO, in the words every assembler speaks (:mod:`vaelii_llm.providers._http`):
@@ -228,25 +228,18 @@ class StreamAssembler:
     ``input_json_delta`` piece of it as a
     :class:`~vaelii_llm._protocol.ToolInputDelta`; ``index`` is the event's
     block index, which the API numbers by position in the content.
+
+    It is the turn's parts (:class:`~vaelii_llm.providers._turn.Parts`: the
+    count, the tool-call bound), keyed by block index. :attr:`pieces` counts
+    every event of the message but ``ping``, the types this package does not
+    know, a delta whose piece is empty and a ``message_delta`` whose
+    ``delta`` carries nothing (usage counts alone): a keep-alive adds nothing.
     """
 
-    __slots__ = (
-        "_blocks",
-        "_deltas",
-        "_held",
-        "_label",
-        "_open",
-        "_parts",
-        "_started",
-        "_stopped",
-        "_top",
-    )
+    __slots__ = ("_blocks", "_held", "_open", "_started", "_stopped", "_top")
 
     def __init__(self, label: str = "the Messages API", *, deltas: bool = False) -> None:
-        self._label = label
-        self._deltas = deltas
-        # the content counter and the tool-call bound (tool_use blocks started)
-        self._parts = Parts(label, deltas=deltas)
+        super().__init__(label, deltas=deltas)  # its calls: tool_use blocks started
         self._top: Top | None = None
         self._open: dict[int, _OpenBlock] = {}  # by block index
         self._blocks: dict[int, Block] = {}
@@ -259,14 +252,6 @@ class StreamAssembler:
         """Whether ``message_stop`` has arrived."""
         return self._stopped
 
-    @property
-    def pieces(self) -> int:
-        """Content events taken so far: every event of the message but
-        ``ping``, the types this package does not know, a delta whose piece
-        is empty and a ``message_delta`` whose ``delta`` carries nothing
-        (usage counts alone): a keep-alive adds nothing."""
-        return self._parts.pieces
-
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply the decoder's ``(event, data)`` pairs; hand back what they
         completed (blocks, and deltas when asked for), in order, as it goes:
@@ -278,8 +263,7 @@ class StreamAssembler:
         """
         decode = _DELTA_DECODER.decode
         opened = self._open
-        parts = self._parts
-        deltas = self._deltas
+        deltas = self.deltas
         live = not self._stopped and self._top is not None
         texts: list[str] | None = None  # the pieces of the open text block last seen
         last = -1  # its index (only _event opens or closes a block)
@@ -299,7 +283,7 @@ class StreamAssembler:
                 parsed = decode(data)
             except Exception as exc:
                 raise LLMBadResponse(
-                    self._label, "streamed a content_block_delta event that will not parse", data
+                    self.label, "streamed a content_block_delta event that will not parse", data
                 ) from exc
             index = parsed.index
             if index != last:
@@ -311,7 +295,7 @@ class StreamAssembler:
                 text = delta.text
                 if type(text) is str:  # else _delta refuses it
                     if text:
-                        parts.pieces += 1
+                        self.pieces += 1
                     texts.append(text)
                     if deltas:
                         yield TextDelta(index=index, text=text)
@@ -325,30 +309,30 @@ class StreamAssembler:
         if self._stopped or event == b"ping":
             return []
         if event == b"error":
-            raise LLMApiError(self._label, 200, data.decode("utf-8", "replace"))
+            raise LLMApiError(self.label, 200, data.decode("utf-8", "replace"))
         decoder = _DECODERS.get(event)
         if decoder is None:
             if event == b"message_stop":
-                self._parts.pieces += 1
+                self.pieces += 1
                 return self._finish()
             return []  # an event type this package does not know yet
         try:
             parsed = decoder.decode(data)
         except Exception as exc:
             raise LLMBadResponse(
-                self._label, f"streamed a {event.decode()} event that will not parse", data
+                self.label, f"streamed a {event.decode()} event that will not parse", data
             ) from exc
-        self._parts.pieces += _carries(parsed)
+        self.pieces += _carries(parsed)
         if isinstance(parsed, _MessageStart):
             if self._top is not None:
-                raise LLMBadResponse(self._label, "streamed a second message_start", data)
-            self._top = Top(self._label)
+                raise LLMBadResponse(self.label, "streamed a second message_start", data)
+            self._top = Top(self.label)
             self._top.take_message(parsed.message)
             return []
         top = self._top
         if top is None:
             raise LLMBadResponse(
-                self._label, f"streamed {event.decode()} before message_start", data
+                self.label, f"streamed {event.decode()} before message_start", data
             )
         if isinstance(parsed, _BlockDelta):
             delta = self._delta(parsed, data)
@@ -359,11 +343,11 @@ class StreamAssembler:
             block = self._open.pop(parsed.index, None)
             if block is None:
                 raise LLMBadResponse(
-                    self._label, f"stopped block {parsed.index}, which is not open", data
+                    self.label, f"stopped block {parsed.index}, which is not open", data
                 )
             out = self._release(final=False)
-            raw, cut = block.close(self._label)
-            done = decode_block(raw, self._label)
+            raw, cut = block.close(self.label)
+            done = decode_block(raw, self.label)
             self._blocks[parsed.index] = done
             if cut is not None or isinstance(done, ToolUseBlock):
                 self._held = (parsed.index, done, cut)
@@ -371,7 +355,7 @@ class StreamAssembler:
                 out.append(done)
             return out
         if type(parsed) is not dict:
-            raise LLMBadResponse(self._label, "streamed a message_delta that is no object", data)
+            raise LLMBadResponse(self.label, "streamed a message_delta that is no object", data)
         top.take_delta(parsed)
         return self._release(final=True)
 
@@ -379,16 +363,16 @@ class StreamAssembler:
         index = parsed.index
         if index != self._started:
             if index < self._started:
-                raise LLMBadResponse(self._label, f"started block {index} twice", data)
+                raise LLMBadResponse(self.label, f"started block {index} twice", data)
             raise LLMBadResponse(
-                self._label,
+                self.label,
                 f"started block {index} before block {self._started}: a block was lost",
                 data,
             )
         block = parsed.content_block
         tool_use = block.get("type") == "tool_use"
         if tool_use:
-            self._parts.count_calls()
+            self.count_calls()
         out = self._release(final=False)
         self._started = index + 1
         if block.get("type") == "fallback":  # a server-side fallback: the next model serves
@@ -398,7 +382,7 @@ class StreamAssembler:
                 top.model = model
         opened = self._open[index] = _OpenBlock(index, block)
         opened.started = tool_use  # its input pieces are handed over
-        if self._deltas:
+        if self.deltas:
             start = _start_delta(index, block)
             if start is not None:
                 out.append(start)
@@ -415,7 +399,7 @@ class StreamAssembler:
         cut_allowed = final and self._top is not None and self._top.max_tokens()
         if cut is not None and not cut_allowed:
             raise LLMBadResponse(
-                self._label, f"streamed a {block.type!r} block whose input is not JSON", cut
+                self.label, f"streamed a {block.type!r} block whose input is not JSON", cut
             )
         if cut_allowed and index == self._started - 1:
             content = [block]
@@ -428,26 +412,25 @@ class StreamAssembler:
         block = self._open.get(parsed.index)
         if block is None:
             raise LLMBadResponse(
-                self._label, f"streamed a delta for block {parsed.index}, which is not open", data
+                self.label, f"streamed a delta for block {parsed.index}, which is not open", data
             )
         delta = parsed.delta
         kind = delta.type
         block_type = block.kind
-        parts = self._parts
         if kind == "input_json_delta":
             if block_type == "tool_use" or block_type not in _TYPED:
                 piece = self._str(delta, delta.partial_json, "partial_json", data)
                 if piece:
-                    parts.pieces += 1
+                    self.pieces += 1
                     block.pieces.append(piece)
-                    if self._deltas and block.started:
+                    if self.deltas and block.started:
                         return ToolInputDelta(index=parsed.index, partial_json=piece)
         elif kind == "citations_delta":
             if block_type == "text" or block_type not in _TYPED:
-                parts.pieces += 1
+                self.pieces += 1
                 block.citations.append(delta.citation)
         elif block_type not in _TYPED:
-            parts.pieces += 1
+            self.pieces += 1
             block.apply(_WHOLE_DELTA_DECODER.decode(data).delta)
         elif kind == "text_delta":
             if block_type == "text":
@@ -457,7 +440,7 @@ class StreamAssembler:
                 return self._prose(block, self._str(delta, delta.thinking, "thinking", data))
         elif kind == "signature_delta" and block_type == "thinking":
             block.signature = self._str(delta, delta.signature, "signature", data)
-            parts.pieces += block.signature != ""
+            self.pieces += block.signature != ""
         # any other delta on a modelled block: added by a later API version; skipped
         return None
 
@@ -465,9 +448,9 @@ class StreamAssembler:
         """A piece of a text or thinking block (an empty one kept, not
         counted); its delta when asked for."""
         if piece:
-            self._parts.pieces += 1
+            self.pieces += 1
         block.pieces.append(piece)
-        if not self._deltas:
+        if not self.deltas:
             return None
         if block.kind == "text":
             return TextDelta(index=block.index, text=piece)
@@ -476,26 +459,26 @@ class StreamAssembler:
     def _str(self, delta: _Delta, value: Any, key: str, data: bytes) -> str:
         if not isinstance(value, str):
             raise LLMBadResponse(
-                self._label, f"streamed a {delta.type} with no {key!r} string", data
+                self.label, f"streamed a {delta.type} with no {key!r} string", data
             )
         return value
 
     def _finish(self) -> list[StreamItem]:
         top = self._top
         if top is None:
-            raise LLMBadResponse(self._label, "streamed message_stop before message_start")
+            raise LLMBadResponse(self.label, "streamed message_stop before message_start")
         self._stopped = True
         closed = self._release(final=True)
         last = self._started - 1
         for index in sorted(self._open):
-            raw, cut = self._open.pop(index).close(self._label)
+            raw, cut = self._open.pop(index).close(self.label)
             if cut is not None and not top.max_tokens():
                 raise LLMBadResponse(
-                    self._label,
+                    self.label,
                     f"streamed a {raw.get('type')!r} block whose input is not JSON",
                     cut,
                 )
-            content = [decode_block(raw, self._label)]
+            content = [decode_block(raw, self.label)]
             if index == last and top.max_tokens():
                 mark_cut(content, 0)
             self._blocks[index] = content[0]
@@ -506,7 +489,7 @@ class StreamAssembler:
         """The whole turn. Before ``message_stop`` it is an ``LLMBadResponse``:
         the stream was cut short."""
         if not self._stopped or self._top is None:
-            raise LLMBadResponse(self._label, "ended the stream without message_stop")
+            raise LLMBadResponse(self.label, "ended the stream without message_stop")
         return self._top.response([self._blocks[i] for i in sorted(self._blocks)])
 
 

@@ -248,22 +248,14 @@ def _reasoning(message: _Message | _Delta) -> tuple[str, str] | None:
     return None if text is None else (text, "reasoning")
 
 
-class _Turn:
-    """What a turn said so far: the shared parts (:class:`~vaelii_llm.providers._turn.MessageParts`)
+class _Turn(MessageParts):
+    """What a turn said so far: its parts (:class:`~vaelii_llm.providers._turn.MessageParts`)
     and what only this wire has; :meth:`response` builds it, whichever path filled it."""
 
-    __slots__ = (
-        "finish",
-        "id",
-        "model",
-        "parts",
-        "refusal",
-        "stop_string",
-        "usage",
-    )
+    __slots__ = ("finish", "id", "model", "refusal", "stop_string", "usage")
 
     def __init__(self, label: str, *, deltas: bool = False) -> None:
-        self.parts = MessageParts(label, deltas=deltas)
+        super().__init__(label, deltas=deltas)
         self.refusal: list[str] = []
         self.finish: str | None = None
         self.stop_string: str | None = None
@@ -275,9 +267,9 @@ class _Turn:
         """What builds each call's block: a call whose arguments are no JSON
         object is refused, but the last one of a turn cut by ``length``, which
         is read leniently and marked partial."""
-        label = self.parts.label
+        label = self.label
         cut = self.finish == "length"
-        last = self.parts.calls - 1
+        last = self.calls - 1
         return lambda call: _tool_use(call, cut and call.number == last, label)
 
     def response(self, content: list[Block]) -> Response:
@@ -286,7 +278,7 @@ class _Turn:
             self.finish,
             "".join(self.refusal),
             self.stop_string,
-            called=bool(self.parts.calls),
+            called=bool(self.calls),
             model=self.model,
             id=self.id,
             usage=self.usage,
@@ -417,7 +409,7 @@ def response_of(parsed: Completion, label: str = "the Chat Completions API") -> 
 # -- the stream ---------------------------------------------------------------------
 
 
-class ChunkAssembler:
+class ChunkAssembler(_Turn):
     """Sans-IO reassembly of one streamed turn from its SSE frames.
 
     :meth:`feed` takes the ``(event, data)`` pairs a chunk of the body
@@ -449,23 +441,16 @@ class ChunkAssembler:
     a tool call whose arguments are no JSON object is
     :class:`~vaelii_llm.errors.LLMBadResponse`, and so is :meth:`result` with
     no ``finish_reason``. What came before a refused frame is handed over first.
+
+    It is the turn (:class:`_Turn`, its parts): :attr:`pieces` counts pieces
+    of reasoning, text, refusal and tool calls, the finish and ``[DONE]``; a
+    chunk with no choices or an empty delta (a keep-alive) adds nothing.
     """
 
-    __slots__ = (
-        "_by_index",
-        "_content",
-        "_deltas",
-        "_done",
-        "_finished",
-        "_label",
-        "_open",
-        "_turn",
-    )
+    __slots__ = ("_by_index", "_content", "_done", "_finished", "_open")
 
     def __init__(self, label: str = "the Chat Completions API", *, deltas: bool = False) -> None:
-        self._label = label
-        self._deltas = deltas
-        self._turn = _Turn(label, deltas=deltas)
+        super().__init__(label, deltas=deltas)
         self._by_index: dict[int, Part] = {}
         self._finished = False  # the finish_reason came
         self._done = False  # data: [DONE] came
@@ -477,13 +462,6 @@ class ChunkAssembler:
         """Whether ``data: [DONE]`` has arrived."""
         return self._done
 
-    @property
-    def pieces(self) -> int:
-        """Content taken so far: pieces of reasoning, text, refusal and tool
-        calls, the finish and ``[DONE]``. A chunk with no choices or an empty
-        delta (a keep-alive) adds nothing."""
-        return self._turn.parts.pieces
-
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply each frame in order; hand back what they completed.
 
@@ -494,11 +472,10 @@ class ChunkAssembler:
         decoded whole and applied by :meth:`_apply`.
         """
         decode_text = _TEXT_DECODER.decode
-        parts = self._turn.parts
-        text = parts.text_part
+        text = self.text_part
         texts = text.pieces
         before = len(texts)  # the pieces taken here, counted once before another frame
-        deltas = self._deltas
+        deltas = self.deltas
         for event, data in frames:
             if self._done:
                 continue  # after [DONE]: nothing counts (the pump stops reading)
@@ -513,17 +490,17 @@ class ChunkAssembler:
                         if deltas:
                             yield TextDelta(index=text.index, text=piece)
                     continue
-            parts.pieces += len(texts) - before
+            self.pieces += len(texts) - before
             yield from self._frame(event, data)
             before = len(texts)
-        parts.pieces += len(texts) - before
+        self.pieces += len(texts) - before
 
     def _frame(self, event: bytes, data: bytes) -> list[StreamItem]:
         if event == b"error":
-            raise errors.LLMApiError(self._label, 200, data.decode("utf-8", "replace"))
+            raise errors.LLMApiError(self.label, 200, data.decode("utf-8", "replace"))
         if data == DONE:
             self._done = True
-            self._turn.parts.pieces += 1
+            self.pieces += 1
             return []
         try:
             chunk = _CHUNK_DECODER.decode(data)
@@ -531,13 +508,13 @@ class ChunkAssembler:
             if not data.strip():
                 return []
             raise errors.LLMBadResponse(
-                self._label, "streamed a chunk that will not parse", data
+                self.label, "streamed a chunk that will not parse", data
             ) from exc
         return self._apply(chunk, data)
 
     def _apply(self, chunk: _Chunk, data: bytes) -> list[StreamItem]:
-        _refuse_error(chunk, self._label)
-        turn = self._turn
+        _refuse_error(chunk, self.label)
+        turn = self
         if turn.id is None:
             turn.id = chunk.id
         if turn.model is None:
@@ -554,7 +531,7 @@ class ChunkAssembler:
                 if self._finished:
                     if delta.content or delta.tool_calls or delta.refusal:
                         raise errors.LLMBadResponse(
-                            self._label, "streamed content after its finish_reason", data
+                            self.label, "streamed content after its finish_reason", data
                         )
                 else:
                     self._delta(delta, out)
@@ -566,8 +543,7 @@ class ChunkAssembler:
         return out
 
     def _delta(self, delta: _Delta, out: list[StreamItem]) -> None:
-        turn = self._turn
-        parts = turn.parts
+        turn = parts = self
         thinking = _reasoning(delta)
         if thinking is not None:
             if parts.thinking_field is None:
@@ -590,7 +566,7 @@ class ChunkAssembler:
 
     def _call(self, piece: _ToolCallDelta) -> Part:
         """The call a tool-call delta continues, or the one it opens."""
-        parts = self._turn.parts
+        parts = self
         calls = parts.call_parts
         index = piece.index
         call_id = piece.id or None  # some servers send "" on a continuing delta
@@ -612,16 +588,15 @@ class ChunkAssembler:
         """The turn at its finish_reason: every block, in its final order."""
         self._finished = True
         self._open = False
-        turn = self._turn
-        turn.parts.pieces += 1
-        self._content, out = turn.parts.finish(turn.tool_use())
+        self.pieces += 1
+        self._content, out = self.close(self.tool_use())
         return out
 
     def result(self) -> Response:
         """The whole turn; LLMBadResponse when no finish_reason came."""
         if self._content is None:
-            raise errors.LLMBadResponse(self._label, "ended the stream without a finish_reason")
-        return self._turn.response(self._content)
+            raise errors.LLMBadResponse(self.label, "ended the stream without a finish_reason")
+        return self.response(self._content)
 
 
 def not_sse(opening: bytes, label: str) -> errors.LLMError:

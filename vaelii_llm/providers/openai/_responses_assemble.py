@@ -379,7 +379,7 @@ class _Open(Part):
         return item
 
 
-class EventAssembler:
+class EventAssembler(Parts):
     """Sans-IO reassembly of one streamed turn from its SSE frames.
 
     :meth:`feed` takes the ``(event, data)`` pairs a chunk of the body
@@ -408,25 +408,15 @@ class EventAssembler:
     argument delta, a function call's item begun, an item done, the terminal
     event. ``response.created``, ``response.in_progress``, empty deltas and
     events this package does not read add nothing (SSE comments never reach
-    it): a far end sending only those is stalled. The parts, their count and
-    the tool-call bound are the one accumulator's
-    (:class:`~vaelii_llm.providers._turn.Parts`).
+    it): a far end sending only those is stalled. It is the turn's parts
+    (:class:`~vaelii_llm.providers._turn.Parts`: the count, the tool-call
+    bound, the deltas), keyed by output index.
     """
 
-    __slots__ = (
-        "_blocks",
-        "_deltas",
-        "_end",
-        "_label",
-        "_open",
-        "_parts",
-        "_refusal",
-    )
+    __slots__ = ("_blocks", "_end", "_open", "_refusal")
 
     def __init__(self, label: str = "the Responses API", *, deltas: bool = False) -> None:
-        self._label = label
-        self._deltas = deltas
-        self._parts = Parts(label, deltas=deltas)
+        super().__init__(label, deltas=deltas)
         self._blocks: list[Block] = []
         self._refusal: list[str] = []
         self._open: dict[int, _Open] = {}  # by output_index (-1: none sent)
@@ -437,11 +427,6 @@ class EventAssembler:
         """Whether the terminal event has arrived."""
         return self._end is not None
 
-    @property
-    def pieces(self) -> int:
-        """Content events taken so far (a keep-alive adds nothing)."""
-        return self._parts.pieces
-
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply each frame in order; hand back what they completed.
 
@@ -451,8 +436,7 @@ class EventAssembler:
         decoder refuses, is decoded whole and applied by :meth:`_frame`.
         """
         decode_text = _TEXT_DELTA_DECODER.decode
-        deltas = self._deltas
-        parts = self._parts
+        deltas = self.deltas
         last: _Open | None = None  # the item the last text piece went to
         last_index = -2  # its output_index (-1 stands for none sent)
         for event, data in frames:
@@ -471,14 +455,14 @@ class EventAssembler:
                         begun = last = self._begun(last_index, None)
                     begun.pieces.append(piece)
                     if piece:
-                        parts.pieces += 1
+                        self.pieces += 1
                         if deltas:
                             yield TextDelta(index=begun.index, text=piece)
                     continue
             yield from self._frame(event, data)
 
     def _frame(self, event: bytes, data: bytes) -> list[StreamItem]:
-        label = self._label
+        label = self.label
         if event == b"error":
             raise errors.LLMApiError(label, 200, data.decode("utf-8", "replace"))
         try:
@@ -498,15 +482,15 @@ class EventAssembler:
             begun = self._begun(parsed.output_index, parsed.item)
             call = begun.call
             if call is not None:  # a call begun is content; a message begun is not yet
-                self._parts.pieces += 1
-            if self._deltas and call is not None:
+                self.pieces += 1
+            if self.deltas and call is not None:
                 begun.started = True
                 out.append(ToolUseStart(index=begun.index, id=call[0], name=call[1]))
         elif kind == "response.output_item.done":
-            self._parts.pieces += 1
+            self.pieces += 1
             self._done(parsed, out)
         elif kind in _TERMINAL:
-            self._parts.pieces += 1
+            self.pieces += 1
             self._finish(parsed.response, data, out)
         elif kind in _FAILURES:
             raise self._failure(parsed)
@@ -520,7 +504,7 @@ class EventAssembler:
             error = parsed.error
             if error is None:
                 error = {"code": parsed.code, "message": parsed.message, "param": parsed.param}
-        return errors.LLMApiError(self._label, 200, _ENCODER.encode({"error": error}).decode())
+        return errors.LLMApiError(self.label, 200, _ENCODER.encode({"error": error}).decode())
 
     def _begun(self, index: int | None, item: dict[str, Any] | None) -> _Open:
         """The open item at ``index``, begun now when it was not (its block
@@ -529,7 +513,7 @@ class EventAssembler:
         begun = self._open.get(key)
         if begun is None:
             position = len(self._blocks) + len(self._open)
-            count_item(position + 1, self._label)
+            count_item(position + 1, self.label)
             begun = self._open[key] = _Open(position, item)
         elif item is not None and not begun.item:
             begun.item = item
@@ -538,39 +522,38 @@ class EventAssembler:
     def _delta(self, kind: str, piece: str, parsed: _Event, out: list[StreamItem]) -> None:
         """A non-empty delta: a piece of prose, or of a call's arguments (a
         refusal's pieces are read whole at its item's end)."""
-        parts = self._parts
         if kind == "response.refusal.delta":
-            parts.pieces += 1
+            self.pieces += 1
             return
         begun = self._begun(parsed.output_index, None)
         if kind == _ARGUMENTS_DELTA:
-            parts.arguments(begun, piece, out)
+            self.arguments(begun, piece, out)
         elif kind == "response.output_text.delta":
-            parts.text(begun, piece, out)
+            self.text(begun, piece, out)
         else:
             summary = parsed.summary_index or 0
             if summary > begun.summary:
                 begun.summary = summary
                 piece = SUMMARY_JOIN + piece
-            parts.thinking(begun, piece, out)
+            self.thinking(begun, piece, out)
 
     def _done(self, parsed: _Event, out: list[StreamItem]) -> None:
         item = parsed.item
         if type(item) is not dict:
-            raise errors.LLMBadResponse(self._label, "streamed an output item that is no object")
+            raise errors.LLMBadResponse(self.label, "streamed an output item that is no object")
         begun = self._open.pop(-1 if parsed.output_index is None else parsed.output_index, None)
         if begun is None:  # an item done that was never begun: one more all the same
-            count_item(len(self._blocks) + len(self._open) + 1, self._label)
+            count_item(len(self._blocks) + len(self._open) + 1, self.label)
         if item.get("type") == "function_call":
-            self._parts.count_calls()
-        for block in blocks_of(item, self._refusal, self._label):
+            self.count_calls()
+        for block in blocks_of(item, self._refusal, self.label):
             self._hand_over(block, begun, out)
 
     def _hand_over(self, block: Block, begun: _Open | None, out: list[StreamItem]) -> None:
         """``block``, the next of the turn; with deltas a call's start first
         when it was not handed over, and what its argument pieces lacked of
         the arguments it ended with (a server may send none)."""
-        if self._deltas and isinstance(block, ToolUseBlock):
+        if self.deltas and isinstance(block, ToolUseBlock):
             found = (block.raw or {}).get("arguments")
             arguments = found if type(found) is str else ""
             if begun is None or not begun.started:
@@ -588,8 +571,8 @@ class EventAssembler:
 
     def _finish(self, response: Whole | None, data: bytes, out: list[StreamItem]) -> None:
         if response is None:
-            raise errors.LLMBadResponse(self._label, "ended its stream with no response", data)
-        _refuse_failure(response, self._label)  # a terminal event saying it failed, as whole
+            raise errors.LLMBadResponse(self.label, "ended its stream with no response", data)
+        _refuse_failure(response, self.label)  # a terminal event saying it failed, as whole
         if response.output and not self._blocks:
             # A server that listed its items only in the final response.
             listed = [(item, self._open.get(n)) for n, item in enumerate(response.output)]
@@ -597,14 +580,12 @@ class EventAssembler:
             listed = [(self._open[n].unfinished(), self._open[n]) for n in sorted(self._open)]
         self._open.clear()
         for number, (item, begun) in enumerate(listed, len(self._blocks) + 1):
-            count_item(number, self._label)
+            count_item(number, self.label)
             if type(item) is not dict:
-                raise errors.LLMBadResponse(
-                    self._label, "answered an output item that is no object"
-                )
+                raise errors.LLMBadResponse(self.label, "answered an output item that is no object")
             if item.get("type") == "function_call":
-                self._parts.count_calls()
-            for block in blocks_of(item, self._refusal, self._label):
+                self.count_calls()
+            for block in blocks_of(item, self._refusal, self.label):
                 self._hand_over(block, begun, out)
         self._end = response
 
@@ -613,7 +594,7 @@ class EventAssembler:
         end = self._end
         if end is None:
             raise errors.LLMBadResponse(
-                self._label, "ended the stream without response.completed or response.incomplete"
+                self.label, "ended the stream without response.completed or response.incomplete"
             )
         return _response(end, self._blocks, self._refusal)
 
