@@ -75,6 +75,7 @@ from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
 from vaelii_llm.providers._turn import thinking_block
 from vaelii_llm.providers.openai._shared import count
+from vaelii_llm.providers.openai._shared import no_event
 
 __all__ = [
     "WHOLE_DECODER",
@@ -601,15 +602,5 @@ class ChunkAssembler(_Turn):
 
 def not_sse(opening: bytes, label: str) -> errors.LLMError:
     """The refusal of a streamed answer that held no event: the body's
-    ``error`` as :class:`~vaelii_llm.errors.LLMApiError`, anything else as
-    :class:`~vaelii_llm.errors.LLMBadResponse`."""
-    try:
-        parsed = WHOLE_DECODER.decode(opening)
-    except Exception:
-        parsed = None
-    if parsed is not None:
-        try:
-            _refuse_error(parsed, label)
-        except errors.LLMError as refused:
-            return refused
-    return errors.LLMBadResponse(label, "answered a streamed turn with no SSE event", opening)
+    error (:func:`_refuse_error`), anything else LLMBadResponse."""
+    return no_event(opening, label, WHOLE_DECODER.decode, _refuse_error)

@@ -85,6 +85,7 @@ from vaelii_llm.providers._turn import Parts
 from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
 from vaelii_llm.providers.openai._shared import count
+from vaelii_llm.providers.openai._shared import no_event
 
 __all__ = [
     "WHOLE_DECODER",
@@ -601,12 +602,10 @@ class EventAssembler(Parts):
 
 def not_sse(opening: bytes, label: str) -> errors.LLMError:
     """The refusal of a streamed answer that held no event: the body's
-    ``error`` as :class:`~vaelii_llm.errors.LLMApiError`, anything else as
-    :class:`~vaelii_llm.errors.LLMBadResponse`."""
-    try:
-        parsed = WHOLE_DECODER.decode(opening)
-    except Exception:
-        parsed = None
-    if parsed is not None and parsed.error is not None:
-        return errors.LLMApiError(label, 200, _ENCODER.encode({"error": parsed.error}).decode())
-    return errors.LLMBadResponse(label, "answered a streamed turn with no SSE event", opening)
+    ``error`` as LLMApiError, anything else LLMBadResponse."""
+    return no_event(opening, label, WHOLE_DECODER.decode, _refuse_error)
+
+
+def _refuse_error(parsed: Whole, label: str) -> None:
+    if parsed.error is not None:
+        raise errors.LLMApiError(label, 200, _ENCODER.encode({"error": parsed.error}).decode())

@@ -1,21 +1,24 @@
 """What the two OpenAI wires share (Chat Completions, :mod:`._chat` and
 :mod:`._assemble`; the Responses API, the ``_responses_*`` modules): the
 media OpenAI documents, the response headers callers see, one rule for a
-structured-output schema, and how a usage count is read. Each wire imports
+structured-output schema, how a usage count is read, and the refusal of a
+streamed answer that held no event. Each wire imports
 these from here, never from the other wire's modules."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from typing import Final
 
+from vaelii_llm import errors
 from vaelii_llm._media import MAX_BASE64
 from vaelii_llm._media import MB
 from vaelii_llm._media import WEB_IMAGE_TYPES
 from vaelii_llm._media import MediaLimits
 from vaelii_llm._transport.settings import Headers
 
-__all__ = ["HEADERS", "MEDIA", "count", "response_format"]
+__all__ = ["HEADERS", "MEDIA", "count", "no_event", "response_format"]
 
 MEDIA: Final = MediaLimits(
     image_types=WEB_IMAGE_TYPES,
@@ -68,3 +71,25 @@ def response_format(schema: dict[str, Any]) -> dict[str, Any]:
 def count(value: Any) -> int | None:
     """A usage count: an int as sent, anything else none."""
     return value if type(value) is int else None
+
+
+def no_event(
+    opening: bytes,
+    label: str,
+    decode: Callable[[bytes], Any],
+    refuse: Callable[[Any, str], None],
+) -> errors.LLMError:
+    """The refusal of a streamed answer that held no event: the error
+    ``refuse`` raises for the body ``decode`` reads (the wire's own error
+    shape, :class:`~vaelii_llm.errors.LLMApiError`), anything else
+    :class:`~vaelii_llm.errors.LLMBadResponse`."""
+    try:
+        parsed = decode(opening)
+    except Exception:
+        parsed = None
+    if parsed is not None:
+        try:
+            refuse(parsed, label)
+        except errors.LLMError as refused:
+            return refused
+    return errors.LLMBadResponse(label, "answered a streamed turn with no SSE event", opening)
