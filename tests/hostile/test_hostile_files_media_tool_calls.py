@@ -51,7 +51,7 @@ from vaelii_llm.providers import openai
 from vaelii_llm.providers.anthropic._encode import MEDIA as ANTHROPIC_MEDIA
 from vaelii_llm.providers.anthropic._encode import build_body as anthropic_body
 from vaelii_llm.providers.ollama._chat import MEDIA as OLLAMA_MEDIA
-from vaelii_llm.providers.openai._chat import MEDIA as OPENAI_MEDIA
+from vaelii_llm.providers.openai._shared import MEDIA as OPENAI_MEDIA
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 JOIN_S = 30  # a refusal takes microseconds; a reader stuck in open() is freed after this

@@ -215,6 +215,7 @@ MODULES = [
     "vaelii_llm.providers.openai._probes",
     "vaelii_llm.providers.openai._provider",
     "vaelii_llm.providers.openai._server",
+    "vaelii_llm.providers.openai._shared",
     "vaelii_llm.providers.openai._status",
     "vaelii_llm.providers.openai_responses",
     "vaelii_llm.providers.openai._responses_assemble",

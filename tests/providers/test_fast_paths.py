@@ -550,7 +550,7 @@ def _reference_completion(parsed: Completion, label: str) -> Response:
     choice = parsed.choices[0]
     message = choice.message
     turn = _Turn(label)
-    parts = turn.parts
+    parts = turn
     turn.id, turn.model, turn.usage = parsed.id, parsed.model, parsed.usage
     turn.finish = choice.finish_reason
     if type(choice.stop_reason) is str:

@@ -75,7 +75,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
         seen["compared"] += 1
         return self is other
 
-    monkeypatch.setattr(_turn.Call, "__eq__", compare, raising=False)
+    monkeypatch.setattr(_turn.Part, "__eq__", compare, raising=False)
 
     def trace(frame: FrameType, event: str, _arg: object) -> Any:
         if frame.f_code.co_filename not in WATCHED:
@@ -119,14 +119,14 @@ def test_streamed_calls_with_deltas_cost_work_linear_in_their_number(
 
 
 def test_the_bound_names_itself() -> None:
-    parts = _turn.Accumulator("Host", deltas=False)
+    parts = _turn.MessageParts("Host", deltas=False)
     for _ in range(BOUND):
         parts.open_call(None, "f")
     with pytest.raises(errors.LLMBadResponse) as refused:
         parts.open_call(None, "f")
     assert "MAX_TOOL_CALLS" in str(refused.value)
     assert str(BOUND) in str(refused.value)
-    assert len(parts.calls) == BOUND
+    assert parts.calls == BOUND
 
 
 # -- every wire, over loopback: the bound, and one call fewer still answers ---------

@@ -1,26 +1,30 @@
-"""One turn's thinking, text and tool calls as they arrive, for the wires that
-send a turn as one message (Ollama's ``/api/chat`` NDJSON, Chat Completions'
-SSE chunks, each streamed or whole).
+"""One turn's parts as they arrive, on every wire: the one accumulator.
 
-On both wires a turn is at most one
-:class:`~vaelii_llm._protocol.ThinkingBlock` (every piece of thinking, in
-order), then at most one :class:`~vaelii_llm._protocol.TextBlock` (every piece
-of text), then the tool calls in the order they were opened, so no block is
-final before the turn's end. An :class:`Accumulator` keeps the pieces (each
-kind joined once, at the end), numbers the calls as they open, hands over the
-deltas as they come when asked for, and builds the blocks in that order; the
-assemblers keep only what their wire alone has (how a line or chunk is read,
-its stop reasons, its usage).
+Every wire's assembler feeds a :class:`Parts` and keeps only its event
+decoding. A :class:`Part` is one block to be (text, thinking, a tool call, or
+a kind only its wire names) holding its pieces in order, joined once, at its
+end, and its ``index``, the block index its deltas name; the wire keys its
+parts by its own id for them (a block index, an output index, a call's
+index). :class:`Parts` holds what every wire counts the same way:
 
-The work per piece is constant: a call knows its number from its opening and
-its block index once started, so no piece looks at another call, and a turn
-of many calls costs in proportion to its size, with deltas or without.
+* :attr:`Parts.pieces`, the content taken so far, which the stream pump
+  compares to tell content from keep-alives (each wire adds its own events:
+  a finish, a terminal event, a block's start);
+* :attr:`Parts.calls`, the tool calls opened, at most :data:`MAX_TOOL_CALLS`:
+  one more ends the turn with :class:`~vaelii_llm.errors.LLMBadResponse`
+  naming the bound, so a far end cannot make a turn of unbounded calls,
+  each a block, its ``raw``, and with deltas a start, for the agent to run;
+* the deltas: a piece handed over as it comes when asked for, a call's
+  :class:`~vaelii_llm._protocol.ToolUseStart` with the argument pieces that
+  came before it joined, then each later piece.
 
-A turn holds at most :data:`MAX_TOOL_CALLS` tool calls on every wire (the
-Messages API's assembler and decoder count theirs with :func:`count_call`):
-one more ends the turn with :class:`~vaelii_llm.errors.LLMBadResponse` naming
-the bound, so a far end cannot make a turn of unbounded calls, each a block,
-its ``raw``, and with deltas a start, for the agent to run.
+:class:`MessageParts` is the layout of the wires that send a turn as one
+message (Ollama's ``/api/chat``, Chat Completions): at most one thinking
+block, then at most one text block, then the calls in the order they were
+opened, so no block is final before the turn's end. The work per piece is
+constant: a call knows its number from its opening and its block index once
+started, so no piece looks at another call, and a turn of many calls costs
+in proportion to its size, with deltas or without.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ from vaelii_llm._protocol import ToolUseStart
 
 __all__ = [
     "MAX_TOOL_CALLS",
-    "Accumulator",
-    "Call",
+    "MessageParts",
+    "Part",
+    "Parts",
     "count_call",
     "lenient_object",
     "thinking_block",
@@ -61,7 +66,8 @@ def thinking_block(text: str, field: str | None) -> ThinkingBlock:
 
 def count_call(calls: int, label: str) -> None:
     """Refuse opening one more tool call in a turn that holds ``calls``
-    already, when that would pass :data:`MAX_TOOL_CALLS`."""
+    already, when that would pass :data:`MAX_TOOL_CALLS` (a whole answer
+    counts its own with it; a stream's :class:`Parts` does)."""
     if calls >= MAX_TOOL_CALLS:
         raise errors.LLMBadResponse(
             label, f"answered more than MAX_TOOL_CALLS ({MAX_TOOL_CALLS}) tool calls in one turn"
@@ -81,17 +87,28 @@ def lenient_object(arguments: str) -> dict[str, Any]:
     return value if type(value) is dict else {}
 
 
-class Call:
-    """One tool call of a turn: its id and name, its arguments in pieces."""
+class Part:
+    """One block to be: its pieces in order, the block index its deltas
+    name, and for a tool call its number, id and name and whether its start
+    was handed over (after which its argument pieces are handed over too)."""
 
-    __slots__ = ("arguments", "id", "name", "number", "position")
+    __slots__ = ("id", "index", "kind", "name", "number", "pieces", "started")
 
-    def __init__(self, number: int, call_id: str | None, name: str | None) -> None:
-        self.number = number  # its place among the turn's calls, from 0
+    def __init__(
+        self,
+        kind: str,
+        index: int = 0,
+        number: int = 0,
+        call_id: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.kind = kind
+        self.index = index
+        self.number = number  # a call's place among the turn's calls, from 0
         self.id = call_id
         self.name = name
-        self.arguments: list[str] = []
-        self.position: int | None = None  # its block index, once its start was handed over
+        self.pieces: list[str] = []
+        self.started = False
 
     @property
     def call_id(self) -> str:
@@ -99,105 +116,132 @@ class Call:
         return self.id or f"call_{self.number}"
 
 
-class Accumulator:
-    """The pieces of one turn so far (the module docstring).
+class Parts:
+    """The parts of one turn so far (the module docstring): the content
+    counter, the tool-call bound and the deltas, for every wire.
 
-    :attr:`thinking` and :attr:`text` are the pieces in order; an assembler's
-    fast path may append to them directly and hand over the delta itself
-    (:attr:`text_index` says where text goes). With ``deltas``, :meth:`add_thinking`
-    and :meth:`add_text` append the matching delta to ``out``; a call's
-    :class:`~vaelii_llm._protocol.ToolUseStart` goes out once its name is known
-    (:meth:`add_arguments`, with the argument pieces that came before it,
-    joined, as one :class:`~vaelii_llm._protocol.ToolInputDelta`, then each
-    later piece), or, for a call never started, just before its block at
-    :meth:`finish`. A start's index is the block index the call will have
-    given what came before it: text first arriving after a started call makes
-    that index stale, as thinking first arriving after text makes a text
-    delta's.
+    A wire's fast path may append to a part's pieces directly, count them
+    into :attr:`pieces` and hand over the delta itself.
     """
 
-    __slots__ = ("calls", "deltas", "label", "text", "thinking", "thinking_field")
+    __slots__ = ("calls", "deltas", "label", "pieces")
 
     def __init__(self, label: str, *, deltas: bool) -> None:
         self.label = label
         self.deltas = deltas
-        self.thinking: list[str] = []
+        self.pieces = 0  # content taken so far; a keep-alive adds nothing
+        self.calls = 0  # tool calls opened
+
+    def count_calls(self, more: int = 1) -> int:
+        """Open ``more`` tool calls, refused past :data:`MAX_TOOL_CALLS`
+        (none opened then); the first one's number."""
+        first = self.calls
+        count_call(first + more - 1, self.label)
+        self.calls = first + more
+        return first
+
+    def text(self, part: Part, piece: str, out: list[StreamItem]) -> None:
+        """A non-empty piece of text."""
+        part.pieces.append(piece)
+        self.pieces += 1
+        if self.deltas:
+            out.append(TextDelta(index=part.index, text=piece))
+
+    def thinking(self, part: Part, piece: str, out: list[StreamItem]) -> None:
+        """A non-empty piece of thinking."""
+        part.pieces.append(piece)
+        self.pieces += 1
+        if self.deltas:
+            out.append(ThinkingDelta(index=part.index, thinking=piece))
+
+    def arguments(self, part: Part, piece: str, out: list[StreamItem]) -> None:
+        """A non-empty piece of a call's arguments; handed over once started."""
+        part.pieces.append(piece)
+        self.pieces += 1
+        if part.started and self.deltas:
+            out.append(ToolInputDelta(index=part.index, partial_json=piece))
+
+    def start(self, part: Part, index: int, out: list[StreamItem]) -> None:
+        """Hand over ``part``'s start at block ``index``, with the argument
+        pieces that came before it, joined."""
+        part.index = index
+        part.started = True
+        out.append(ToolUseStart(index=index, id=part.call_id, name=part.name or ""))
+        if part.pieces:
+            out.append(ToolInputDelta(index=index, partial_json="".join(part.pieces)))
+
+
+class MessageParts(Parts):
+    """The parts of a turn sent as one message (the module docstring).
+
+    :attr:`thinking` and :attr:`text` are the two prose parts (the text
+    part's index is 1 once thinking has come, else 0). With ``deltas``,
+    :meth:`add_thinking` and :meth:`add_text` append the matching delta to
+    ``out``; a call's start goes out once its name is known
+    (:meth:`add_arguments`), or, for a call never started, just before its
+    block at :meth:`close`. A start's index is the block index the call
+    will have given what came before it: text first arriving after a started
+    call makes that index stale, as thinking first arriving after text makes
+    a text delta's.
+    """
+
+    __slots__ = ("call_parts", "text_part", "thinking_field", "thinking_part")
+
+    def __init__(self, label: str, *, deltas: bool) -> None:
+        super().__init__(label, deltas=deltas)
+        self.thinking_part = Part("thinking")
+        self.text_part = Part("text")
         # the wire's field the thinking came in, kept as the block's raw (None: none)
         self.thinking_field: str | None = None
-        self.text: list[str] = []
-        self.calls: list[Call] = []
-
-    @property
-    def pieces(self) -> int:
-        """The content pieces taken so far: text, thinking, calls and their
-        argument pieces (an empty piece is none: it carries nothing)."""
-        calls = self.calls
-        count = len(self.text) + len(self.thinking) + len(calls)
-        for call in calls:
-            count += len(call.arguments)
-        return count
-
-    @property
-    def text_index(self) -> int:
-        """The text block's index: 1 once thinking has come, else 0."""
-        return 1 if self.thinking else 0
+        self.call_parts: list[Part] = []
 
     def add_thinking(self, piece: str, out: list[StreamItem]) -> None:
-        self.thinking.append(piece)
-        if self.deltas:
-            out.append(ThinkingDelta(index=0, thinking=piece))
+        part = self.thinking_part
+        if not part.pieces:
+            self.text_part.index = 1
+        self.thinking(part, piece, out)
 
     def add_text(self, piece: str, out: list[StreamItem]) -> None:
-        self.text.append(piece)
-        if self.deltas:
-            out.append(TextDelta(index=self.text_index, text=piece))
+        self.text(self.text_part, piece, out)
 
-    def open_call(self, call_id: str | None, name: str | None) -> Call:
+    def open_call(self, call_id: str | None, name: str | None) -> Part:
         """A new call, numbered next; refused past :data:`MAX_TOOL_CALLS`."""
-        calls = self.calls
-        count_call(len(calls), self.label)
-        call = Call(len(calls), call_id, name)
-        calls.append(call)
+        call = Part("call", number=self.count_calls(), call_id=call_id, name=name)
+        self.pieces += 1
+        self.call_parts.append(call)
         return call
 
-    def add_arguments(self, call: Call, piece: str | None, out: list[StreamItem]) -> None:
+    def add_arguments(self, call: Part, piece: str | None, out: list[StreamItem]) -> None:
         """A piece of ``call``'s arguments (None or empty: none, as when a
         delta only names the call); with deltas, its start once it has a name."""
         if piece:
-            call.arguments.append(piece)
-        if not self.deltas:
-            return
-        position = call.position
-        if position is not None:
-            if piece:
-                out.append(ToolInputDelta(index=position, partial_json=piece))
-        elif call.name:
+            self.arguments(call, piece, out)
+        if self.deltas and not call.started and call.name:
             self._start(call, out)
 
-    def _start(self, call: Call, out: list[StreamItem]) -> None:
-        prose = (1 if self.thinking else 0) + (1 if self.text else 0)
-        position = call.position = prose + call.number
-        out.append(ToolUseStart(index=position, id=call.call_id, name=call.name or ""))
-        if call.arguments:
-            out.append(ToolInputDelta(index=position, partial_json="".join(call.arguments)))
+    def _start(self, call: Part, out: list[StreamItem]) -> None:
+        prose = (1 if self.thinking_part.pieces else 0) + (1 if self.text_part.pieces else 0)
+        self.start(call, prose + call.number, out)
 
     def _prose(self) -> list[Block]:
         """The thinking block and the text block, each when it has a piece."""
         content: list[Block] = []
-        if self.thinking:
-            content.append(thinking_block("".join(self.thinking), self.thinking_field))
-        if self.text:
-            content.append(TextBlock(text="".join(self.text)))
+        thinking = self.thinking_part.pieces
+        if thinking:
+            content.append(thinking_block("".join(thinking), self.thinking_field))
+        text = self.text_part.pieces
+        if text:
+            content.append(TextBlock(text="".join(text)))
         return content
 
-    def blocks(self, tool_use: Callable[[Call], ToolUseBlock]) -> list[Block]:
+    def blocks(self, tool_use: Callable[[Part], ToolUseBlock]) -> list[Block]:
         """The turn's blocks in their final order; ``tool_use`` builds each call's."""
         content = self._prose()
-        content.extend(map(tool_use, self.calls))
+        content.extend(map(tool_use, self.call_parts))
         return content
 
-    def finish(
-        self, tool_use: Callable[[Call], ToolUseBlock]
+    def close(
+        self, tool_use: Callable[[Part], ToolUseBlock]
     ) -> tuple[list[Block], list[StreamItem]]:
         """:meth:`blocks`, and what a stream hands over at the turn's end: the
         blocks, each call not yet started preceded by its start when deltas
@@ -207,9 +251,9 @@ class Accumulator:
             return content, list(content)
         content = self._prose()
         out: list[StreamItem] = list(content)
-        for call in self.calls:
+        for call in self.call_parts:
             block = tool_use(call)
-            if call.position is None:
+            if not call.started:
                 self._start(call, out)
             out.append(block)
             content.append(block)

@@ -63,7 +63,8 @@ from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMApiError
 from vaelii_llm.errors import LLMBadResponse
-from vaelii_llm.providers._turn import count_call
+from vaelii_llm.providers._turn import Part
+from vaelii_llm.providers._turn import Parts
 from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER
 from vaelii_llm.providers.anthropic._decode import Top
 from vaelii_llm.providers.anthropic._decode import decode_block
@@ -130,27 +131,17 @@ def _flush(raw: dict[str, Any], key: str, pieces: list[str]) -> None:
     raw[key] = (base if type(base) is str else "") + "".join(pieces)
 
 
-class _OpenBlock:
-    """A block between its start and its stop: the pieces, joined once at the stop."""
+class _OpenBlock(Part):
+    """A block between its start and its stop: a part whose pieces (its
+    text, its thinking, or its input JSON, as its type says) are joined once
+    at the stop."""
 
-    __slots__ = (
-        "citations",
-        "json",
-        "kind",
-        "pending",
-        "signature",
-        "start",
-        "text",
-        "thinking",
-        "work",
-    )
+    __slots__ = ("citations", "pending", "signature", "start", "work")
 
-    def __init__(self, start: dict[str, Any]) -> None:
+    def __init__(self, index: int, start: dict[str, Any]) -> None:
+        kind = start.get("type")
+        super().__init__(kind if type(kind) is str else "", index)
         self.start = start
-        self.kind = start.get("type")
-        self.text: list[str] = []
-        self.thinking: list[str] = []
-        self.json: list[str] = []
         self.signature: str | None = None
         self.citations: list[Any] = []
         self.work: dict[str, Any] | None = None  # the raw as generic deltas left it
@@ -184,17 +175,17 @@ class _OpenBlock:
         raw = self.work if self.work is not None else dict(self.start)
         for key, pieces in self.pending.items():
             _flush(raw, key, pieces)
-        if self.text:
-            raw["text"] = str(raw.get("text") or "") + "".join(self.text)
-        if self.thinking:
-            raw["thinking"] = str(raw.get("thinking") or "") + "".join(self.thinking)
+        kind, pieces = self.kind, self.pieces
+        prose = pieces and (kind == "text" or kind == "thinking")
+        if prose:
+            raw[kind] = str(raw.get(kind) or "") + "".join(pieces)
         if self.signature is not None:
             raw["signature"] = self.signature
         if self.citations:
             raw["citations"] = [*(raw.get("citations") or []), *self.citations]
         cut = None
-        if self.json:
-            joined = "".join(self.json)
+        if pieces and not prose:  # a tool input, or a block type not modelled
+            joined = "".join(pieces)
             if joined:
                 try:
                     raw["input"] = _ANY_JSON.decode(joined)
@@ -204,7 +195,7 @@ class _OpenBlock:
         return raw, cut
 
 
-class StreamAssembler:
+class StreamAssembler(Parts):
     """Turns the Messages API's SSE events into whole blocks and a Response.
 
     Sans-IO, in the words every assembler speaks (:mod:`vaelii_llm.providers._http`):
@@ -237,45 +228,29 @@ class StreamAssembler:
     ``input_json_delta`` piece of it as a
     :class:`~vaelii_llm._protocol.ToolInputDelta`; ``index`` is the event's
     block index, which the API numbers by position in the content.
+
+    It is the turn's parts (:class:`~vaelii_llm.providers._turn.Parts`: the
+    count, the tool-call bound), keyed by block index. :attr:`pieces` counts
+    every event of the message but ``ping``, the types this package does not
+    know, a delta whose piece is empty and a ``message_delta`` whose
+    ``delta`` carries nothing (usage counts alone): a keep-alive adds nothing.
     """
 
-    __slots__ = (
-        "_blocks",
-        "_calls",
-        "_deltas",
-        "_held",
-        "_label",
-        "_open",
-        "_pieces",
-        "_started",
-        "_stopped",
-        "_top",
-    )
+    __slots__ = ("_blocks", "_held", "_open", "_started", "_stopped", "_top")
 
     def __init__(self, label: str = "the Messages API", *, deltas: bool = False) -> None:
-        self._label = label
-        self._deltas = deltas
+        super().__init__(label, deltas=deltas)  # its calls: tool_use blocks started
         self._top: Top | None = None
-        self._open: dict[int, _OpenBlock] = {}
+        self._open: dict[int, _OpenBlock] = {}  # by block index
         self._blocks: dict[int, Block] = {}
         self._started = 0
-        self._calls = 0  # tool_use blocks started: at most MAX_TOOL_CALLS
         self._held: tuple[int, Block, str | None] | None = None
         self._stopped = False
-        self._pieces = 0
 
     @property
     def finished(self) -> bool:
         """Whether ``message_stop`` has arrived."""
         return self._stopped
-
-    @property
-    def pieces(self) -> int:
-        """Content events taken so far: every event of the message but
-        ``ping``, the types this package does not know, a delta whose piece
-        is empty and a ``message_delta`` whose ``delta`` carries nothing
-        (usage counts alone): a keep-alive adds nothing."""
-        return self._pieces
 
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply the decoder's ``(event, data)`` pairs; hand back what they
@@ -288,7 +263,7 @@ class StreamAssembler:
         """
         decode = _DELTA_DECODER.decode
         opened = self._open
-        deltas = self._deltas
+        deltas = self.deltas
         live = not self._stopped and self._top is not None
         texts: list[str] | None = None  # the pieces of the open text block last seen
         last = -1  # its index (only _event opens or closes a block)
@@ -308,19 +283,19 @@ class StreamAssembler:
                 parsed = decode(data)
             except Exception as exc:
                 raise LLMBadResponse(
-                    self._label, "streamed a content_block_delta event that will not parse", data
+                    self.label, "streamed a content_block_delta event that will not parse", data
                 ) from exc
             index = parsed.index
             if index != last:
                 block = opened.get(index)
-                texts = block.text if block is not None and block.kind == "text" else None
+                texts = block.pieces if block is not None and block.kind == "text" else None
                 last = index
             delta = parsed.delta
             if texts is not None and delta.type == "text_delta":
                 text = delta.text
                 if type(text) is str:  # else _delta refuses it
                     if text:
-                        self._pieces += 1
+                        self.pieces += 1
                     texts.append(text)
                     if deltas:
                         yield TextDelta(index=index, text=text)
@@ -334,30 +309,30 @@ class StreamAssembler:
         if self._stopped or event == b"ping":
             return []
         if event == b"error":
-            raise LLMApiError(self._label, 200, data.decode("utf-8", "replace"))
+            raise LLMApiError(self.label, 200, data.decode("utf-8", "replace"))
         decoder = _DECODERS.get(event)
         if decoder is None:
             if event == b"message_stop":
-                self._pieces += 1
+                self.pieces += 1
                 return self._finish()
             return []  # an event type this package does not know yet
         try:
             parsed = decoder.decode(data)
         except Exception as exc:
             raise LLMBadResponse(
-                self._label, f"streamed a {event.decode()} event that will not parse", data
+                self.label, f"streamed a {event.decode()} event that will not parse", data
             ) from exc
-        self._pieces += _carries(parsed)
+        self.pieces += _carries(parsed)
         if isinstance(parsed, _MessageStart):
             if self._top is not None:
-                raise LLMBadResponse(self._label, "streamed a second message_start", data)
-            self._top = Top(self._label)
+                raise LLMBadResponse(self.label, "streamed a second message_start", data)
+            self._top = Top(self.label)
             self._top.take_message(parsed.message)
             return []
         top = self._top
         if top is None:
             raise LLMBadResponse(
-                self._label, f"streamed {event.decode()} before message_start", data
+                self.label, f"streamed {event.decode()} before message_start", data
             )
         if isinstance(parsed, _BlockDelta):
             delta = self._delta(parsed, data)
@@ -368,11 +343,11 @@ class StreamAssembler:
             block = self._open.pop(parsed.index, None)
             if block is None:
                 raise LLMBadResponse(
-                    self._label, f"stopped block {parsed.index}, which is not open", data
+                    self.label, f"stopped block {parsed.index}, which is not open", data
                 )
             out = self._release(final=False)
-            raw, cut = block.close(self._label)
-            done = decode_block(raw, self._label)
+            raw, cut = block.close(self.label)
+            done = decode_block(raw, self.label)
             self._blocks[parsed.index] = done
             if cut is not None or isinstance(done, ToolUseBlock):
                 self._held = (parsed.index, done, cut)
@@ -380,7 +355,7 @@ class StreamAssembler:
                 out.append(done)
             return out
         if type(parsed) is not dict:
-            raise LLMBadResponse(self._label, "streamed a message_delta that is no object", data)
+            raise LLMBadResponse(self.label, "streamed a message_delta that is no object", data)
         top.take_delta(parsed)
         return self._release(final=True)
 
@@ -388,16 +363,16 @@ class StreamAssembler:
         index = parsed.index
         if index != self._started:
             if index < self._started:
-                raise LLMBadResponse(self._label, f"started block {index} twice", data)
+                raise LLMBadResponse(self.label, f"started block {index} twice", data)
             raise LLMBadResponse(
-                self._label,
+                self.label,
                 f"started block {index} before block {self._started}: a block was lost",
                 data,
             )
         block = parsed.content_block
-        if block.get("type") == "tool_use":
-            count_call(self._calls, self._label)
-            self._calls += 1
+        tool_use = block.get("type") == "tool_use"
+        if tool_use:
+            self.count_calls()
         out = self._release(final=False)
         self._started = index + 1
         if block.get("type") == "fallback":  # a server-side fallback: the next model serves
@@ -405,8 +380,9 @@ class StreamAssembler:
             model = to.get("model") if type(to) is dict else None
             if type(model) is str:
                 top.model = model
-        self._open[index] = _OpenBlock(block)
-        if self._deltas:
+        opened = self._open[index] = _OpenBlock(index, block)
+        opened.started = tool_use  # its input pieces are handed over
+        if self.deltas:
             start = _start_delta(index, block)
             if start is not None:
                 out.append(start)
@@ -423,7 +399,7 @@ class StreamAssembler:
         cut_allowed = final and self._top is not None and self._top.max_tokens()
         if cut is not None and not cut_allowed:
             raise LLMBadResponse(
-                self._label, f"streamed a {block.type!r} block whose input is not JSON", cut
+                self.label, f"streamed a {block.type!r} block whose input is not JSON", cut
             )
         if cut_allowed and index == self._started - 1:
             content = [block]
@@ -436,7 +412,7 @@ class StreamAssembler:
         block = self._open.get(parsed.index)
         if block is None:
             raise LLMBadResponse(
-                self._label, f"streamed a delta for block {parsed.index}, which is not open", data
+                self.label, f"streamed a delta for block {parsed.index}, which is not open", data
             )
         delta = parsed.delta
         kind = delta.type
@@ -444,60 +420,65 @@ class StreamAssembler:
         if kind == "input_json_delta":
             if block_type == "tool_use" or block_type not in _TYPED:
                 piece = self._str(delta, delta.partial_json, "partial_json", data)
-                self._pieces += piece != ""
-                block.json.append(piece)
-                if self._deltas and piece and block_type == "tool_use":
-                    return ToolInputDelta(index=parsed.index, partial_json=piece)
+                if piece:
+                    self.pieces += 1
+                    block.pieces.append(piece)
+                    if self.deltas and block.started:
+                        return ToolInputDelta(index=parsed.index, partial_json=piece)
         elif kind == "citations_delta":
             if block_type == "text" or block_type not in _TYPED:
-                self._pieces += 1
+                self.pieces += 1
                 block.citations.append(delta.citation)
         elif block_type not in _TYPED:
-            self._pieces += 1
+            self.pieces += 1
             block.apply(_WHOLE_DELTA_DECODER.decode(data).delta)
         elif kind == "text_delta":
             if block_type == "text":
-                text = self._str(delta, delta.text, "text", data)
-                self._pieces += text != ""
-                block.text.append(text)
-                if self._deltas:
-                    return TextDelta(index=parsed.index, text=text)
+                return self._prose(block, self._str(delta, delta.text, "text", data))
         elif kind == "thinking_delta":
             if block_type == "thinking":
-                thinking = self._str(delta, delta.thinking, "thinking", data)
-                self._pieces += thinking != ""
-                block.thinking.append(thinking)
-                if self._deltas:
-                    return ThinkingDelta(index=parsed.index, thinking=thinking)
+                return self._prose(block, self._str(delta, delta.thinking, "thinking", data))
         elif kind == "signature_delta" and block_type == "thinking":
             block.signature = self._str(delta, delta.signature, "signature", data)
-            self._pieces += block.signature != ""
+            self.pieces += block.signature != ""
         # any other delta on a modelled block: added by a later API version; skipped
         return None
+
+    def _prose(self, block: _OpenBlock, piece: str) -> Delta | None:
+        """A piece of a text or thinking block (an empty one kept, not
+        counted); its delta when asked for."""
+        if piece:
+            self.pieces += 1
+        block.pieces.append(piece)
+        if not self.deltas:
+            return None
+        if block.kind == "text":
+            return TextDelta(index=block.index, text=piece)
+        return ThinkingDelta(index=block.index, thinking=piece)
 
     def _str(self, delta: _Delta, value: Any, key: str, data: bytes) -> str:
         if not isinstance(value, str):
             raise LLMBadResponse(
-                self._label, f"streamed a {delta.type} with no {key!r} string", data
+                self.label, f"streamed a {delta.type} with no {key!r} string", data
             )
         return value
 
     def _finish(self) -> list[StreamItem]:
         top = self._top
         if top is None:
-            raise LLMBadResponse(self._label, "streamed message_stop before message_start")
+            raise LLMBadResponse(self.label, "streamed message_stop before message_start")
         self._stopped = True
         closed = self._release(final=True)
         last = self._started - 1
         for index in sorted(self._open):
-            raw, cut = self._open.pop(index).close(self._label)
+            raw, cut = self._open.pop(index).close(self.label)
             if cut is not None and not top.max_tokens():
                 raise LLMBadResponse(
-                    self._label,
+                    self.label,
                     f"streamed a {raw.get('type')!r} block whose input is not JSON",
                     cut,
                 )
-            content = [decode_block(raw, self._label)]
+            content = [decode_block(raw, self.label)]
             if index == last and top.max_tokens():
                 mark_cut(content, 0)
             self._blocks[index] = content[0]
@@ -508,7 +489,7 @@ class StreamAssembler:
         """The whole turn. Before ``message_stop`` it is an ``LLMBadResponse``:
         the stream was cut short."""
         if not self._stopped or self._top is None:
-            raise LLMBadResponse(self._label, "ended the stream without message_stop")
+            raise LLMBadResponse(self.label, "ended the stream without message_stop")
         return self._top.response([self._blocks[i] for i in sorted(self._blocks)])
 
 

@@ -10,9 +10,9 @@ block and the call; thinking after text is still the one thinking block,
 first. So no block is final before ``done: true``: a streamed turn hands its
 blocks over then, each equal to its place in the final
 :class:`~vaelii_llm._protocol.Response`, and that Response equals the one the
-same answer gives whole. The pieces are kept by the accumulator the Chat
-Completions wire shares (:mod:`vaelii_llm.providers._turn`), which bounds a
-turn to :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS` calls.
+same answer gives whole. The pieces are kept, counted and bounded by the
+one accumulator every wire feeds (:mod:`vaelii_llm.providers._turn`), in the
+layout of a turn sent as one message the Chat Completions wire shares.
 
 ``stop_reason`` is neutral (:func:`stop_reason`); ``done_reason`` stays on
 ``Response.vendor_stop_reason``:
@@ -60,7 +60,7 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import Usage
 from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.ndjson import refuse_line
-from vaelii_llm.providers._turn import Accumulator
+from vaelii_llm.providers._turn import MessageParts
 from vaelii_llm.providers._turn import count_call
 
 __all__ = ["CHUNK_DECODER", "ChatAssembler", "ChatChunk", "response_of", "stop_reason"]
@@ -171,7 +171,7 @@ def stop_reason(done_reason: str | None, called_tools: bool) -> StopReason | Non
     return nearest_stop_reason(called_tools)
 
 
-class ChatAssembler:
+class ChatAssembler(MessageParts):
     """Sans-IO reassembly of one chat turn from its NDJSON lines.
 
     :meth:`feed` takes the lines a chunk of the stream completed (as
@@ -197,23 +197,17 @@ class ChatAssembler:
     and so is :meth:`result` with no ``done: true``. What the lines before a
     refused one completed is yielded before the refusal; a refused line
     yields nothing of its own.
+
+    It is the turn's parts (:class:`~vaelii_llm.providers._turn.MessageParts`):
+    :attr:`pieces` counts pieces of thinking and text, tool calls, and
+    ``done: true``; a line with empty content and ``done: false`` (a
+    keep-alive) adds nothing.
     """
 
-    __slots__ = (
-        "_calls",
-        "_deltas",
-        "_done",
-        "_label",
-        "_model",
-        "_parts",
-        "_response",
-        "_run",
-    )
+    __slots__ = ("_calls", "_done", "_model", "_response", "_run")
 
     def __init__(self, label: str = "Ollama", *, deltas: bool = False) -> None:
-        self._label = label
-        self._deltas = deltas
-        self._parts = Accumulator(label, deltas=deltas)
+        super().__init__(label, deltas=deltas)
         self._calls: list[ToolUseBlock] = []  # by their number: this wire sends calls whole
         self._run: _Run | None = None  # the kind of the last piece, until done
         self._model: str | None = None
@@ -224,13 +218,6 @@ class ChatAssembler:
     def finished(self) -> bool:
         """Whether ``done: true`` has arrived."""
         return self._done
-
-    @property
-    def pieces(self) -> int:
-        """Content taken so far: pieces of thinking and text, tool calls, and
-        ``done: true``. A line with empty content and ``done: false`` (a
-        keep-alive) adds nothing."""
-        return self._parts.pieces + self._done
 
     def feed(self, lines: Iterable[bytes]) -> Iterator[StreamItem]:
         """Apply each line before the next is decoded (no chunk outlives its
@@ -250,17 +237,19 @@ class ChatAssembler:
         never is.
         """
         decode_whole = CHUNK_DECODER.decode
-        label = self._label
-        deltas = self._deltas
+        label = self.label
+        deltas = self.deltas
         rest = iter(lines)
         while True:
             run = self._run
             if run is not None and self._model is not None:
                 decode = _CONTINUATION_DECODERS[run].decode
                 thinking = run == "thinking"
-                parts = self._parts
-                append = (parts.thinking if thinking else parts.text).append
-                index = 0 if thinking else parts.text_index
+                part = self.thinking_part if thinking else self.text_part
+                pieces = part.pieces
+                append = pieces.append
+                index = part.index
+                before = len(pieces)  # counted at the run's end (read after a feed)
                 for line in rest:
                     try:
                         piece: str = decode(line).message.piece
@@ -275,7 +264,9 @@ class ChatAssembler:
                                 else TextDelta(index=index, text=piece)
                             )
                 else:
+                    self.pieces += len(pieces) - before
                     return
+                self.pieces += len(pieces) - before
             else:
                 next_line = next(rest, None)
                 if next_line is None:
@@ -292,34 +283,33 @@ class ChatAssembler:
     def result(self) -> Response:
         """The whole turn; LLMBadResponse when ``done: true`` never came."""
         if self._response is None:
-            raise errors.LLMBadResponse(self._label, "ended the stream without done: true")
+            raise errors.LLMBadResponse(self.label, "ended the stream without done: true")
         return self._response
 
     def _apply(self, chunk: ChatChunk) -> list[StreamItem]:
         """One decoded object: its pieces kept, its tool calls decoded, and at
         ``done: true`` the turn built. Returns the items it hands over."""
         if chunk.error is not None:
-            raise errors.LLMApiError(self._label, 200, chunk.error)
+            raise errors.LLMApiError(self.label, 200, chunk.error)
         if self._done:
-            raise errors.LLMBadResponse(self._label, "sent a chunk after done: true")
+            raise errors.LLMBadResponse(self.label, "sent a chunk after done: true")
         if self._model is None:
             self._model = chunk.model
         out: list[StreamItem] = []
         message = chunk.message
         if message is not None:
-            parts = self._parts
             if message.tool_calls:  # first: a refused call leaves the turn as it was
-                raw_calls, start, label = message.tool_calls, len(self._calls), self._label
+                raw_calls, start, label = message.tool_calls, len(self._calls), self.label
                 count_call(start + len(raw_calls) - 1, label)
                 calls = [_tool_use(raw, start + n, label) for n, raw in enumerate(raw_calls)]
                 for call in calls:
-                    parts.open_call(call.id, call.name)
+                    self.open_call(call.id, call.name)
                 self._calls += calls
             if message.thinking:
-                parts.add_thinking(message.thinking, out)
+                self.add_thinking(message.thinking, out)
                 self._run = "thinking"
             if message.content:
-                parts.add_text(message.content, out)
+                self.add_text(message.content, out)
                 self._run = "text"
         if chunk.done:
             out.extend(self._finish(chunk))
@@ -328,9 +318,10 @@ class ChatAssembler:
     def _finish(self, chunk: ChatChunk) -> list[StreamItem]:
         """The turn at ``done: true``: every block, in its final order."""
         self._done = True
+        self.pieces += 1
         self._run = None
         calls = self._calls
-        content, out = self._parts.finish(lambda call: calls[call.number])
+        content, out = self.close(lambda call: calls[call.number])
         self._response = _response(chunk, content, self._model, called=bool(calls))
         return out
 

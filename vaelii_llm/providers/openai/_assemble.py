@@ -7,9 +7,10 @@ llama.cpp's server, DeepSeek-style servers), then at most one
 :class:`~vaelii_llm._protocol.TextBlock` (``content``), then the tool calls
 in the order their indexes first came. Both paths fill one :class:`_Turn`,
 which builds the :class:`~vaelii_llm._protocol.Response`, so a streamed
-turn's Response equals the whole one's; its thinking, text and calls are kept
-by the accumulator the Ollama wire shares (:mod:`vaelii_llm.providers._turn`),
-which bounds a turn to :data:`~vaelii_llm.providers._turn.MAX_TOOL_CALLS` calls.
+turn's Response equals the whole one's; its thinking, text and calls are
+kept, counted and bounded by the one accumulator every wire feeds
+(:mod:`vaelii_llm.providers._turn`), in the layout of a turn sent as one
+message the Ollama wire shares.
 
 Stop reasons (:func:`stop_reason`); ``finish_reason`` stays on
 ``Response.vendor_stop_reason``:
@@ -68,11 +69,13 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import Usage
 from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.sse import Frame
-from vaelii_llm.providers._turn import Accumulator
-from vaelii_llm.providers._turn import Call
+from vaelii_llm.providers._turn import MessageParts
+from vaelii_llm.providers._turn import Part
 from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
 from vaelii_llm.providers._turn import thinking_block
+from vaelii_llm.providers.openai._shared import count
+from vaelii_llm.providers.openai._shared import no_event
 
 __all__ = [
     "WHOLE_DECODER",
@@ -246,22 +249,14 @@ def _reasoning(message: _Message | _Delta) -> tuple[str, str] | None:
     return None if text is None else (text, "reasoning")
 
 
-class _Turn:
-    """What a turn said so far: the shared pieces (:class:`~vaelii_llm.providers._turn.Accumulator`)
+class _Turn(MessageParts):
+    """What a turn said so far: its parts (:class:`~vaelii_llm.providers._turn.MessageParts`)
     and what only this wire has; :meth:`response` builds it, whichever path filled it."""
 
-    __slots__ = (
-        "finish",
-        "id",
-        "model",
-        "parts",
-        "refusal",
-        "stop_string",
-        "usage",
-    )
+    __slots__ = ("finish", "id", "model", "refusal", "stop_string", "usage")
 
     def __init__(self, label: str, *, deltas: bool = False) -> None:
-        self.parts = Accumulator(label, deltas=deltas)
+        super().__init__(label, deltas=deltas)
         self.refusal: list[str] = []
         self.finish: str | None = None
         self.stop_string: str | None = None
@@ -269,13 +264,13 @@ class _Turn:
         self.id: str | None = None
         self.model: str | None = None
 
-    def tool_use(self) -> Callable[[Call], ToolUseBlock]:
+    def tool_use(self) -> Callable[[Part], ToolUseBlock]:
         """What builds each call's block: a call whose arguments are no JSON
         object is refused, but the last one of a turn cut by ``length``, which
         is read leniently and marked partial."""
-        label = self.parts.label
+        label = self.label
         cut = self.finish == "length"
-        last = len(self.parts.calls) - 1
+        last = self.calls - 1
         return lambda call: _tool_use(call, cut and call.number == last, label)
 
     def response(self, content: list[Block]) -> Response:
@@ -284,7 +279,7 @@ class _Turn:
             self.finish,
             "".join(self.refusal),
             self.stop_string,
-            called=bool(self.parts.calls),
+            called=bool(self.calls),
             model=self.model,
             id=self.id,
             usage=self.usage,
@@ -316,8 +311,8 @@ def _response(
     )
 
 
-def _tool_use(call: Call, may_be_cut: bool, label: str) -> ToolUseBlock:
-    arguments = "".join(call.arguments)
+def _tool_use(call: Part, may_be_cut: bool, label: str) -> ToolUseBlock:
+    arguments = "".join(call.pieces)
     call_id = call.call_id
     name = call.name or ""
     raw = {
@@ -356,15 +351,11 @@ def _usage(usage: dict[str, Any] | None) -> Usage:
     cached = details.get("cached_tokens") if type(details) is dict else None
     extra = {k: v for k, v in usage.items() if k not in _COUNTED and v is not None}
     return Usage(
-        input_tokens=_count(usage.get("prompt_tokens")),
-        output_tokens=_count(usage.get("completion_tokens")),
-        cache_read_input_tokens=_count(cached),
+        input_tokens=count(usage.get("prompt_tokens")),
+        output_tokens=count(usage.get("completion_tokens")),
+        cache_read_input_tokens=count(cached),
         extra=extra or None,
     )
-
-
-def _count(value: Any) -> int | None:
-    return value if type(value) is int else None
 
 
 def _refuse_error(parsed: _Chunk | Completion, label: str) -> None:
@@ -400,9 +391,9 @@ def response_of(parsed: Completion, label: str = "the Chat Completions API") -> 
         count_call(len(calls) - 1, label)
         cut = len(calls) - 1 if finish == "length" else -1  # the one call read leniently
         for number, raw in enumerate(calls):
-            call = Call(number, raw.id, raw.function.name)
+            call = Part("call", number=number, call_id=raw.id, name=raw.function.name)
             if raw.function.arguments:
-                call.arguments.append(raw.function.arguments)
+                call.pieces.append(raw.function.arguments)
             content.append(_tool_use(call, number == cut, label))
     return _response(
         content,
@@ -419,7 +410,7 @@ def response_of(parsed: Completion, label: str = "the Chat Completions API") -> 
 # -- the stream ---------------------------------------------------------------------
 
 
-class ChunkAssembler:
+class ChunkAssembler(_Turn):
     """Sans-IO reassembly of one streamed turn from its SSE frames.
 
     :meth:`feed` takes the ``(event, data)`` pairs a chunk of the body
@@ -451,24 +442,17 @@ class ChunkAssembler:
     a tool call whose arguments are no JSON object is
     :class:`~vaelii_llm.errors.LLMBadResponse`, and so is :meth:`result` with
     no ``finish_reason``. What came before a refused frame is handed over first.
+
+    It is the turn (:class:`_Turn`, its parts): :attr:`pieces` counts pieces
+    of reasoning, text, refusal and tool calls, the finish and ``[DONE]``; a
+    chunk with no choices or an empty delta (a keep-alive) adds nothing.
     """
 
-    __slots__ = (
-        "_by_index",
-        "_content",
-        "_deltas",
-        "_done",
-        "_finished",
-        "_label",
-        "_open",
-        "_turn",
-    )
+    __slots__ = ("_by_index", "_content", "_done", "_finished", "_open")
 
     def __init__(self, label: str = "the Chat Completions API", *, deltas: bool = False) -> None:
-        self._label = label
-        self._deltas = deltas
-        self._turn = _Turn(label, deltas=deltas)
-        self._by_index: dict[int, Call] = {}
+        super().__init__(label, deltas=deltas)
+        self._by_index: dict[int, Part] = {}
         self._finished = False  # the finish_reason came
         self._done = False  # data: [DONE] came
         self._content: list[Block] | None = None
@@ -478,14 +462,6 @@ class ChunkAssembler:
     def finished(self) -> bool:
         """Whether ``data: [DONE]`` has arrived."""
         return self._done
-
-    @property
-    def pieces(self) -> int:
-        """Content taken so far: pieces of reasoning, text, refusal and tool
-        calls, the finish and ``[DONE]``. A chunk with no choices or an empty
-        delta (a keep-alive) adds nothing."""
-        turn = self._turn
-        return turn.parts.pieces + len(turn.refusal) + self._finished + self._done
 
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply each frame in order; hand back what they completed.
@@ -497,9 +473,10 @@ class ChunkAssembler:
         decoded whole and applied by :meth:`_apply`.
         """
         decode_text = _TEXT_DECODER.decode
-        parts = self._turn.parts
-        texts = parts.text
-        deltas = self._deltas
+        text = self.text_part
+        texts = text.pieces
+        before = len(texts)  # the pieces taken here, counted once before another frame
+        deltas = self.deltas
         for event, data in frames:
             if self._done:
                 continue  # after [DONE]: nothing counts (the pump stops reading)
@@ -512,15 +489,19 @@ class ChunkAssembler:
                     if piece:
                         texts.append(piece)
                         if deltas:
-                            yield TextDelta(index=parts.text_index, text=piece)
+                            yield TextDelta(index=text.index, text=piece)
                     continue
+            self.pieces += len(texts) - before
             yield from self._frame(event, data)
+            before = len(texts)
+        self.pieces += len(texts) - before
 
     def _frame(self, event: bytes, data: bytes) -> list[StreamItem]:
         if event == b"error":
-            raise errors.LLMApiError(self._label, 200, data.decode("utf-8", "replace"))
+            raise errors.LLMApiError(self.label, 200, data.decode("utf-8", "replace"))
         if data == DONE:
             self._done = True
+            self.pieces += 1
             return []
         try:
             chunk = _CHUNK_DECODER.decode(data)
@@ -528,13 +509,13 @@ class ChunkAssembler:
             if not data.strip():
                 return []
             raise errors.LLMBadResponse(
-                self._label, "streamed a chunk that will not parse", data
+                self.label, "streamed a chunk that will not parse", data
             ) from exc
         return self._apply(chunk, data)
 
     def _apply(self, chunk: _Chunk, data: bytes) -> list[StreamItem]:
-        _refuse_error(chunk, self._label)
-        turn = self._turn
+        _refuse_error(chunk, self.label)
+        turn = self
         if turn.id is None:
             turn.id = chunk.id
         if turn.model is None:
@@ -551,7 +532,7 @@ class ChunkAssembler:
                 if self._finished:
                     if delta.content or delta.tool_calls or delta.refusal:
                         raise errors.LLMBadResponse(
-                            self._label, "streamed content after its finish_reason", data
+                            self.label, "streamed content after its finish_reason", data
                         )
                 else:
                     self._delta(delta, out)
@@ -563,8 +544,7 @@ class ChunkAssembler:
         return out
 
     def _delta(self, delta: _Delta, out: list[StreamItem]) -> None:
-        turn = self._turn
-        parts = turn.parts
+        turn = parts = self
         thinking = _reasoning(delta)
         if thinking is not None:
             if parts.thinking_field is None:
@@ -574,6 +554,7 @@ class ChunkAssembler:
             parts.add_text(delta.content, out)
         if delta.refusal:
             turn.refusal.append(delta.refusal)
+            parts.pieces += 1
         for piece in delta.tool_calls or ():
             call = self._call(piece)
             function = piece.function
@@ -584,10 +565,10 @@ class ChunkAssembler:
                 arguments = function.arguments
             parts.add_arguments(call, arguments, out)
 
-    def _call(self, piece: _ToolCallDelta) -> Call:
+    def _call(self, piece: _ToolCallDelta) -> Part:
         """The call a tool-call delta continues, or the one it opens."""
-        parts = self._turn.parts
-        calls = parts.calls
+        parts = self
+        calls = parts.call_parts
         index = piece.index
         call_id = piece.id or None  # some servers send "" on a continuing delta
         if index is None:
@@ -608,28 +589,18 @@ class ChunkAssembler:
         """The turn at its finish_reason: every block, in its final order."""
         self._finished = True
         self._open = False
-        turn = self._turn
-        self._content, out = turn.parts.finish(turn.tool_use())
+        self.pieces += 1
+        self._content, out = self.close(self.tool_use())
         return out
 
     def result(self) -> Response:
         """The whole turn; LLMBadResponse when no finish_reason came."""
         if self._content is None:
-            raise errors.LLMBadResponse(self._label, "ended the stream without a finish_reason")
-        return self._turn.response(self._content)
+            raise errors.LLMBadResponse(self.label, "ended the stream without a finish_reason")
+        return self.response(self._content)
 
 
 def not_sse(opening: bytes, label: str) -> errors.LLMError:
     """The refusal of a streamed answer that held no event: the body's
-    ``error`` as :class:`~vaelii_llm.errors.LLMApiError`, anything else as
-    :class:`~vaelii_llm.errors.LLMBadResponse`."""
-    try:
-        parsed = WHOLE_DECODER.decode(opening)
-    except Exception:
-        parsed = None
-    if parsed is not None:
-        try:
-            _refuse_error(parsed, label)
-        except errors.LLMError as refused:
-            return refused
-    return errors.LLMBadResponse(label, "answered a streamed turn with no SSE event", opening)
+    error (:func:`_refuse_error`), anything else LLMBadResponse."""
+    return no_event(opening, label, WHOLE_DECODER.decode, _refuse_error)

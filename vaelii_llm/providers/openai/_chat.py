@@ -46,7 +46,8 @@ Images and documents
     tool messages, named by the call's id, and its ``tool`` message says so:
     refusing them would leave an image-returning tool unusable on every
     such server.
-    What is checked before sending is :data:`MEDIA` (OpenAI's documented
+    What is checked before sending is
+    :data:`~vaelii_llm.providers.openai._shared.MEDIA` (OpenAI's documented
     image types and request payload).
 
 Tools and format
@@ -71,10 +72,6 @@ import msgspec
 
 from vaelii_llm import _backends
 from vaelii_llm import errors
-from vaelii_llm._media import MAX_BASE64
-from vaelii_llm._media import MB
-from vaelii_llm._media import WEB_IMAGE_TYPES
-from vaelii_llm._media import MediaLimits
 from vaelii_llm._media import check_document
 from vaelii_llm._media import check_image
 from vaelii_llm._protocol import Block
@@ -93,7 +90,6 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import system_text
 from vaelii_llm._protocol import unhandled_block
 from vaelii_llm._transport.settings import Endpoint
-from vaelii_llm._transport.settings import Headers
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._base_url import BaseURL
 from vaelii_llm.providers._http import NetworkOptions
@@ -103,10 +99,12 @@ from vaelii_llm.providers.openai._assemble import Completion
 from vaelii_llm.providers.openai._assemble import not_sse
 from vaelii_llm.providers.openai._assemble import response_of
 from vaelii_llm.providers.openai._server import ServerCodec
+from vaelii_llm.providers.openai._shared import HEADERS
+from vaelii_llm.providers.openai._shared import MEDIA
+from vaelii_llm.providers.openai._shared import response_format
 
 __all__ = [
     "CHAT_PATH",
-    "MEDIA",
     "TOKEN_FIELDS",
     "ChatCodec",
     "Options",
@@ -129,16 +127,6 @@ TOKEN_FIELDS: Final[tuple[TokenField, ...]] = ("max_tokens", "max_completion_tok
 
 _OPENAI_HOSTS: Final = ("api.openai.com", ".openai.azure.com")
 """The far ends that are OpenAI's own API (a host, or a host suffix)."""
-
-MEDIA: Final = MediaLimits(
-    image_types=WEB_IMAGE_TYPES,
-    image_base64=MAX_BASE64,
-    image_limit=f"the {MAX_BASE64 // MB} MB request payload OpenAI documents",
-    document_base64=MAX_BASE64,
-    document_limit=f"the {MAX_BASE64 // MB} MB request payload OpenAI documents",
-)
-"""What the wire takes as images and documents, from OpenAI's documentation
-(the reference the compatible servers follow)."""
 
 
 class Options(NetworkOptions, total=False):
@@ -192,14 +180,6 @@ def send_reasoning(base: BaseURL, explicit: bool | None = None) -> bool:
 def endpoint(base: BaseURL) -> Endpoint:
     """How the server at ``base`` is named in messages (a password cut)."""
     return Endpoint.at("the Chat Completions API", base.shown, "openai", HEADERS)
-
-
-HEADERS: Final = Headers(
-    request_id="x-request-id",
-    names=frozenset({"retry-after", "retry-after-ms"}),
-    prefixes=("x-ratelimit-",),
-)
-"""What callers see of an OpenAI-compatible server's response headers."""
 
 
 class _Function(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -442,34 +422,6 @@ def _message(message: Message, label: str, reasoning: bool) -> list[_OutMessage]
     return _user(message.content, label)
 
 
-def _closed(schema: Any) -> bool:
-    """Whether every object schema in ``schema`` requires all its properties
-    and admits no others: what OpenAI's strict mode demands."""
-    if type(schema) is list:
-        return all(_closed(item) for item in schema)
-    if type(schema) is not dict:
-        return True
-    properties = schema.get("properties")
-    if type(properties) is dict and (
-        set(schema.get("required") or ()) != set(properties)
-        or schema.get("additionalProperties") is not False
-    ):
-        return False
-    return all(_closed(value) for value in schema.values())
-
-
-def _response_format(schema: dict[str, Any]) -> dict[str, Any]:
-    # A JSON schema never has type "json_schema", so an already wrapped one is recognisable.
-    if schema.get("type") == "json_schema" and "json_schema" in schema:
-        return schema
-    title = schema.get("title")
-    name = title if type(title) is str and title.replace("_", "").isalnum() else "response"
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": name[:64], "schema": schema, "strict": _closed(schema)},
-    }
-
-
 def chat_body(
     request: Request,
     *,
@@ -493,7 +445,7 @@ def chat_body(
         max_completion_tokens=limit if max_tokens_field == "max_completion_tokens" else None,
         stop=list(request.stop_sequences) or None,
         tools=[_wire_tool(t) for t in request.tools] or None,
-        response_format=_response_format(request.format) if request.format else None,
+        response_format=response_format(request.format) if request.format else None,
         stream=True if stream else None,
         stream_options=_INCLUDE_USAGE if stream else None,
     )

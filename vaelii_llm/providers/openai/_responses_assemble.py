@@ -73,7 +73,6 @@ from vaelii_llm._protocol import StreamItem
 from vaelii_llm._protocol import TextBlock
 from vaelii_llm._protocol import TextDelta
 from vaelii_llm._protocol import ThinkingBlock
-from vaelii_llm._protocol import ThinkingDelta
 from vaelii_llm._protocol import ToolInputDelta
 from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import ToolUseStart
@@ -81,8 +80,12 @@ from vaelii_llm._protocol import Usage
 from vaelii_llm._protocol import nearest_stop_reason
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.providers._turn import MAX_TOOL_CALLS
+from vaelii_llm.providers._turn import Part
+from vaelii_llm.providers._turn import Parts
 from vaelii_llm.providers._turn import count_call
 from vaelii_llm.providers._turn import lenient_object
+from vaelii_llm.providers.openai._shared import count
+from vaelii_llm.providers.openai._shared import no_event
 
 __all__ = [
     "WHOLE_DECODER",
@@ -277,10 +280,6 @@ def cut_at_cap(response: Response, max_tokens: int) -> Response:
     return response
 
 
-def _count(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
 _COUNTED: Final = frozenset({"input_tokens", "output_tokens"})
 
 
@@ -291,10 +290,10 @@ def _usage(usage: dict[str, Any] | None) -> Usage:
     details = details if type(details) is dict else {}
     extra = {k: v for k, v in usage.items() if k not in _COUNTED and v is not None}
     return Usage(
-        input_tokens=_count(usage.get("input_tokens")),
-        output_tokens=_count(usage.get("output_tokens")),
-        cache_read_input_tokens=_count(details.get("cached_tokens")),
-        cache_creation_input_tokens=_count(details.get("cache_write_tokens")),
+        input_tokens=count(usage.get("input_tokens")),
+        output_tokens=count(usage.get("output_tokens")),
+        cache_read_input_tokens=count(details.get("cached_tokens")),
+        cache_creation_input_tokens=count(details.get("cache_write_tokens")),
         extra=extra or None,
     )
 
@@ -346,19 +345,17 @@ def response_of(parsed: Whole, label: str = "the Responses API") -> Response:
 # -- the stream -------------------------------------------------------------------------
 
 
-class _Open:
-    """An output item begun and not done: where its block goes, whether a
-    call's start was handed over, and its pieces so far (read only when the
-    stream ends with the item never done and the final response listing none)."""
+class _Open(Part):
+    """An output item begun and not done: a part whose ``index`` is where
+    its block goes, its item as begun, and its pieces so far (read only when
+    the stream ends with the item never done and the final response listing none)."""
 
-    __slots__ = ("item", "pieces", "position", "started", "summary")
+    __slots__ = ("item", "summary")
 
     def __init__(self, position: int, item: dict[str, Any] | None) -> None:
-        self.position = position
+        super().__init__("item", position)
         self.item = item if item is not None else {}
-        self.started = False
         self.summary = 0  # the summary part the thinking deltas are in
-        self.pieces: list[str] = []
 
     @property
     def call(self) -> tuple[str, str] | None:
@@ -383,7 +380,7 @@ class _Open:
         return item
 
 
-class EventAssembler:
+class EventAssembler(Parts):
     """Sans-IO reassembly of one streamed turn from its SSE frames.
 
     :meth:`feed` takes the ``(event, data)`` pairs a chunk of the body
@@ -412,39 +409,24 @@ class EventAssembler:
     argument delta, a function call's item begun, an item done, the terminal
     event. ``response.created``, ``response.in_progress``, empty deltas and
     events this package does not read add nothing (SSE comments never reach
-    it): a far end sending only those is stalled.
+    it): a far end sending only those is stalled. It is the turn's parts
+    (:class:`~vaelii_llm.providers._turn.Parts`: the count, the tool-call
+    bound, the deltas), keyed by output index.
     """
 
-    __slots__ = (
-        "_blocks",
-        "_calls",
-        "_deltas",
-        "_end",
-        "_label",
-        "_open",
-        "_pieces",
-        "_refusal",
-    )
+    __slots__ = ("_blocks", "_end", "_open", "_refusal")
 
     def __init__(self, label: str = "the Responses API", *, deltas: bool = False) -> None:
-        self._label = label
-        self._deltas = deltas
+        super().__init__(label, deltas=deltas)
         self._blocks: list[Block] = []
         self._refusal: list[str] = []
-        self._open: dict[int, _Open] = {}
-        self._calls = 0
+        self._open: dict[int, _Open] = {}  # by output_index (-1: none sent)
         self._end: Whole | None = None
-        self._pieces = 0
 
     @property
     def finished(self) -> bool:
         """Whether the terminal event has arrived."""
         return self._end is not None
-
-    @property
-    def pieces(self) -> int:
-        """Content events taken so far (a keep-alive adds nothing)."""
-        return self._pieces
 
     def feed(self, frames: Iterable[Frame]) -> Iterator[StreamItem]:
         """Apply each frame in order; hand back what they completed.
@@ -455,7 +437,7 @@ class EventAssembler:
         decoder refuses, is decoded whole and applied by :meth:`_frame`.
         """
         decode_text = _TEXT_DELTA_DECODER.decode
-        deltas = self._deltas
+        deltas = self.deltas
         last: _Open | None = None  # the item the last text piece went to
         last_index = -2  # its output_index (-1 stands for none sent)
         for event, data in frames:
@@ -474,14 +456,14 @@ class EventAssembler:
                         begun = last = self._begun(last_index, None)
                     begun.pieces.append(piece)
                     if piece:
-                        self._pieces += 1
+                        self.pieces += 1
                         if deltas:
-                            yield TextDelta(index=begun.position, text=piece)
+                            yield TextDelta(index=begun.index, text=piece)
                     continue
             yield from self._frame(event, data)
 
     def _frame(self, event: bytes, data: bytes) -> list[StreamItem]:
-        label = self._label
+        label = self.label
         if event == b"error":
             raise errors.LLMApiError(label, 200, data.decode("utf-8", "replace"))
         try:
@@ -496,21 +478,20 @@ class EventAssembler:
         out: list[StreamItem] = []
         if kind in _DELTAS:
             if parsed.delta:
-                self._pieces += 1
-                self._delta(kind, parsed, out)
+                self._delta(kind, parsed.delta, parsed, out)
         elif kind == "response.output_item.added":
             begun = self._begun(parsed.output_index, parsed.item)
             call = begun.call
             if call is not None:  # a call begun is content; a message begun is not yet
-                self._pieces += 1
-            if self._deltas and call is not None:
+                self.pieces += 1
+            if self.deltas and call is not None:
                 begun.started = True
-                out.append(ToolUseStart(index=begun.position, id=call[0], name=call[1]))
+                out.append(ToolUseStart(index=begun.index, id=call[0], name=call[1]))
         elif kind == "response.output_item.done":
-            self._pieces += 1
+            self.pieces += 1
             self._done(parsed, out)
         elif kind in _TERMINAL:
-            self._pieces += 1
+            self.pieces += 1
             self._finish(parsed.response, data, out)
         elif kind in _FAILURES:
             raise self._failure(parsed)
@@ -524,7 +505,7 @@ class EventAssembler:
             error = parsed.error
             if error is None:
                 error = {"code": parsed.code, "message": parsed.message, "param": parsed.param}
-        return errors.LLMApiError(self._label, 200, _ENCODER.encode({"error": error}).decode())
+        return errors.LLMApiError(self.label, 200, _ENCODER.encode({"error": error}).decode())
 
     def _begun(self, index: int | None, item: dict[str, Any] | None) -> _Open:
         """The open item at ``index``, begun now when it was not (its block
@@ -533,57 +514,47 @@ class EventAssembler:
         begun = self._open.get(key)
         if begun is None:
             position = len(self._blocks) + len(self._open)
-            count_item(position + 1, self._label)
+            count_item(position + 1, self.label)
             begun = self._open[key] = _Open(position, item)
         elif item is not None and not begun.item:
             begun.item = item
         return begun
 
-    def _delta(self, kind: str, parsed: _Event, out: list[StreamItem]) -> None:
+    def _delta(self, kind: str, piece: str, parsed: _Event, out: list[StreamItem]) -> None:
         """A non-empty delta: a piece of prose, or of a call's arguments (a
         refusal's pieces are read whole at its item's end)."""
-        if kind == _ARGUMENTS_DELTA:
-            begun = self._begun(parsed.output_index, None)
-            begun.pieces.append(parsed.delta or "")
-            if begun.started:
-                out.append(ToolInputDelta(index=begun.position, partial_json=parsed.delta or ""))
-        elif kind != "response.refusal.delta":
-            self._prose(parsed, out)
-
-    def _prose(self, parsed: _Event, out: list[StreamItem]) -> None:
-        begun = self._begun(parsed.output_index, None)
-        piece = parsed.delta or ""
-        if parsed.type == "response.output_text.delta":
-            begun.pieces.append(piece)
-            if self._deltas:
-                out.append(TextDelta(index=begun.position, text=piece))
+        if kind == "response.refusal.delta":
+            self.pieces += 1
             return
-        summary = parsed.summary_index or 0
-        if summary > begun.summary:
-            begun.summary = summary
-            piece = SUMMARY_JOIN + piece
-        begun.pieces.append(piece)
-        if self._deltas:
-            out.append(ThinkingDelta(index=begun.position, thinking=piece))
+        begun = self._begun(parsed.output_index, None)
+        if kind == _ARGUMENTS_DELTA:
+            self.arguments(begun, piece, out)
+        elif kind == "response.output_text.delta":
+            self.text(begun, piece, out)
+        else:
+            summary = parsed.summary_index or 0
+            if summary > begun.summary:
+                begun.summary = summary
+                piece = SUMMARY_JOIN + piece
+            self.thinking(begun, piece, out)
 
     def _done(self, parsed: _Event, out: list[StreamItem]) -> None:
         item = parsed.item
         if type(item) is not dict:
-            raise errors.LLMBadResponse(self._label, "streamed an output item that is no object")
+            raise errors.LLMBadResponse(self.label, "streamed an output item that is no object")
         begun = self._open.pop(-1 if parsed.output_index is None else parsed.output_index, None)
         if begun is None:  # an item done that was never begun: one more all the same
-            count_item(len(self._blocks) + len(self._open) + 1, self._label)
+            count_item(len(self._blocks) + len(self._open) + 1, self.label)
         if item.get("type") == "function_call":
-            count_call(self._calls, self._label)
-            self._calls += 1
-        for block in blocks_of(item, self._refusal, self._label):
+            self.count_calls()
+        for block in blocks_of(item, self._refusal, self.label):
             self._hand_over(block, begun, out)
 
     def _hand_over(self, block: Block, begun: _Open | None, out: list[StreamItem]) -> None:
         """``block``, the next of the turn; with deltas a call's start first
         when it was not handed over, and what its argument pieces lacked of
         the arguments it ended with (a server may send none)."""
-        if self._deltas and isinstance(block, ToolUseBlock):
+        if self.deltas and isinstance(block, ToolUseBlock):
             found = (block.raw or {}).get("arguments")
             arguments = found if type(found) is str else ""
             if begun is None or not begun.started:
@@ -595,14 +566,14 @@ class EventAssembler:
                 sent = "".join(begun.pieces)
                 if len(arguments) > len(sent) and arguments.startswith(sent):
                     rest = arguments[len(sent) :]
-                    out.append(ToolInputDelta(index=begun.position, partial_json=rest))
+                    out.append(ToolInputDelta(index=begun.index, partial_json=rest))
         self._blocks.append(block)
         out.append(block)
 
     def _finish(self, response: Whole | None, data: bytes, out: list[StreamItem]) -> None:
         if response is None:
-            raise errors.LLMBadResponse(self._label, "ended its stream with no response", data)
-        _refuse_failure(response, self._label)  # a terminal event saying it failed, as whole
+            raise errors.LLMBadResponse(self.label, "ended its stream with no response", data)
+        _refuse_failure(response, self.label)  # a terminal event saying it failed, as whole
         if response.output and not self._blocks:
             # A server that listed its items only in the final response.
             listed = [(item, self._open.get(n)) for n, item in enumerate(response.output)]
@@ -610,15 +581,12 @@ class EventAssembler:
             listed = [(self._open[n].unfinished(), self._open[n]) for n in sorted(self._open)]
         self._open.clear()
         for number, (item, begun) in enumerate(listed, len(self._blocks) + 1):
-            count_item(number, self._label)
+            count_item(number, self.label)
             if type(item) is not dict:
-                raise errors.LLMBadResponse(
-                    self._label, "answered an output item that is no object"
-                )
+                raise errors.LLMBadResponse(self.label, "answered an output item that is no object")
             if item.get("type") == "function_call":
-                count_call(self._calls, self._label)
-                self._calls += 1
-            for block in blocks_of(item, self._refusal, self._label):
+                self.count_calls()
+            for block in blocks_of(item, self._refusal, self.label):
                 self._hand_over(block, begun, out)
         self._end = response
 
@@ -627,19 +595,17 @@ class EventAssembler:
         end = self._end
         if end is None:
             raise errors.LLMBadResponse(
-                self._label, "ended the stream without response.completed or response.incomplete"
+                self.label, "ended the stream without response.completed or response.incomplete"
             )
         return _response(end, self._blocks, self._refusal)
 
 
 def not_sse(opening: bytes, label: str) -> errors.LLMError:
     """The refusal of a streamed answer that held no event: the body's
-    ``error`` as :class:`~vaelii_llm.errors.LLMApiError`, anything else as
-    :class:`~vaelii_llm.errors.LLMBadResponse`."""
-    try:
-        parsed = WHOLE_DECODER.decode(opening)
-    except Exception:
-        parsed = None
-    if parsed is not None and parsed.error is not None:
-        return errors.LLMApiError(label, 200, _ENCODER.encode({"error": parsed.error}).decode())
-    return errors.LLMBadResponse(label, "answered a streamed turn with no SSE event", opening)
+    ``error`` as LLMApiError, anything else LLMBadResponse."""
+    return no_event(opening, label, WHOLE_DECODER.decode, _refuse_error)
+
+
+def _refuse_error(parsed: Whole, label: str) -> None:
+    if parsed.error is not None:
+        raise errors.LLMApiError(label, 200, _ENCODER.encode({"error": parsed.error}).decode())

@@ -25,7 +25,6 @@ from vaelii_llm._wire.sse import Frame
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.providers._base_url import BaseURL
 from vaelii_llm.providers._http import NetworkOptions
-from vaelii_llm.providers.openai._chat import HEADERS
 from vaelii_llm.providers.openai._responses_assemble import WHOLE_DECODER
 from vaelii_llm.providers.openai._responses_assemble import EventAssembler
 from vaelii_llm.providers.openai._responses_assemble import Whole
@@ -36,6 +35,7 @@ from vaelii_llm.providers.openai._responses_request import COUNT_PATH
 from vaelii_llm.providers.openai._responses_request import RESPONSES_PATH
 from vaelii_llm.providers.openai._responses_request import responses_body
 from vaelii_llm.providers.openai._server import ServerCodec
+from vaelii_llm.providers.openai._shared import HEADERS
 
 __all__ = ["Options", "ResponsesCodec", "endpoint"]
 

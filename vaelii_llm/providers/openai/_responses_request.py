@@ -30,7 +30,7 @@ Input items
     ``input_text``, ``input_image`` (its bytes as a ``data:`` URL, or a URL as
     given), ``input_file`` (a PDF's bytes as ``file_data``; a text document is
     an ``input_text`` part), checked against the Chat Completions wire's
-    :data:`~vaelii_llm.providers.openai._chat.MEDIA` (OpenAI's one documented
+    :data:`~vaelii_llm.providers.openai._shared.MEDIA` (OpenAI's one documented
     limit). A tool result is a ``function_call_output`` item naming its
     ``call_id``, its ``output`` a string, or a list of parts when it holds
     images or documents. An assistant message is its items in order: each
@@ -71,8 +71,8 @@ from vaelii_llm._protocol import ToolSchema
 from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import system_text
 from vaelii_llm._protocol import unhandled_block
-from vaelii_llm.providers.openai._chat import MEDIA
-from vaelii_llm.providers.openai._chat import _response_format
+from vaelii_llm.providers.openai._shared import MEDIA
+from vaelii_llm.providers.openai._shared import response_format
 
 __all__ = ["COUNT_PATH", "RESPONSES_PATH", "responses_body"]
 
@@ -120,7 +120,7 @@ def _text_format(schema: dict[str, Any]) -> dict[str, Any]:
     """``text`` for a ``format`` schema: Chat Completions' ``json_schema``
     wrapper (one rule for the name and for strictness), flattened as this
     wire takes it."""
-    wrapped = _response_format(schema)
+    wrapped = response_format(schema)
     inner = wrapped.get("json_schema")
     return {"format": {"type": "json_schema", **(inner if type(inner) is dict else {})}}
 
