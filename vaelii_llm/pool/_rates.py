@@ -14,7 +14,7 @@ takes wait out.
 What the far end says re-seeds the buckets: a response's remaining requests
 and tokens (``x-ratelimit-remaining-*``, ``anthropic-ratelimit-*-remaining``)
 lower a bucket to them, a limit below the configured one (``*-limit-*``)
-lowers its size, and a 429's ``retry-after`` (or ``retry-after-ms``) closes
+lowers its size (the bucket keeping the same share of it), and a 429's ``retry-after`` (or ``retry-after-ms``) closes
 the host until then. :class:`Buckets` keeps them in this process; the step
 script of :mod:`vaelii_llm.pool._redis_scripts` keeps the same buckets, by the
 same rule, in Redis. :class:`Seen` is what one turn told the pool, carried to
@@ -229,9 +229,11 @@ class Buckets:
         if seen.spent is not None and bucket.tok_cap:
             bucket.t = max(bucket.t - (seen.spent - charged), -bucket.tok_cap)
         if seen.limit_requests is not None and bucket.req_cap:
-            bucket.req_cap = min(bucket.req_cap, max(seen.limit_requests, 1))
+            lowered = min(bucket.req_cap, max(seen.limit_requests, 1))
+            bucket.r, bucket.req_cap = bucket.r * lowered / bucket.req_cap, lowered
         if seen.limit_tokens is not None and bucket.tok_cap:
-            bucket.tok_cap = min(bucket.tok_cap, max(seen.limit_tokens, 1))
+            lowered = min(bucket.tok_cap, max(seen.limit_tokens, 1))
+            bucket.t, bucket.tok_cap = bucket.t * lowered / bucket.tok_cap, lowered
         if seen.remaining_requests is not None and bucket.req_cap:
             bucket.r = min(bucket.r, seen.remaining_requests)
         if seen.remaining_tokens is not None and bucket.tok_cap:

@@ -135,8 +135,14 @@ if rated then
     lr, lt, w = tonumber(lr), tonumber(lt), tonumber(w)
     b.dirty = true
     if b.T > 0 then b.t = math.max(b.t - delta, -b.T) end
-    if lr >= 0 and b.R > 0 then b.R, b.low = math.min(b.R, math.max(lr, 1)), true end
-    if lt >= 0 and b.T > 0 then b.T, b.low = math.min(b.T, math.max(lt, 1)), true end
+    if lr >= 0 and b.R > 0 then
+      local lowered = math.min(b.R, math.max(lr, 1))
+      b.r, b.R, b.low = b.r * lowered / b.R, lowered, true
+    end
+    if lt >= 0 and b.T > 0 then
+      local lowered = math.min(b.T, math.max(lt, 1))
+      b.t, b.T, b.low = b.t * lowered / b.T, lowered, true
+    end
     if rr >= 0 and b.R > 0 then b.r = math.min(b.r, rr) end
     if rt >= 0 and b.T > 0 then b.t = math.min(b.t, rt) end
     if w >= 0 then
@@ -259,16 +265,14 @@ for _, take in ipairs(order) do
     ahead = redis.call('ZCOUNT', queue, '-inf', '(' .. take.rank)
   end
   local best, best_uses, best_held, held_by = 0, 0, 0, '0'
-  if ahead < free then
-    for i = 1, n do
-      if held[i] < slots[i] and (all_cooling or not cooling[i]) then
-        local w = why(i, take.e)
-        if w then
-          if held_by == '0' then held_by = w .. i end
-        elseif best == 0 or uses[i] < best_uses
-          or (uses[i] == best_uses and held[i] < best_held) then
-          best, best_uses, best_held = i, uses[i], held[i]
-        end
+  for i = 1, n do
+    if held[i] < slots[i] and (all_cooling or not cooling[i]) then
+      local w = why(i, take.e)
+      if w then
+        if held_by == '0' then held_by = w .. i end
+      elseif ahead < free and (best == 0
+        or uses[i] < best_uses or (uses[i] == best_uses and held[i] < best_held)) then
+        best, best_uses, best_held = i, uses[i], held[i]
       end
     end
   end

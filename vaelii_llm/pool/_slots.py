@@ -342,12 +342,15 @@ class LocalSlots:
                     if book.closed:
                         raise LLMClosed(POOL_LABEL, waited=True)
                     changed = book.changed_future()
-                    if self._first() is ask:
+                    first = self._first()
+                    if first is ask:
                         index = self._choose(ask)
                         if index is not None:
                             return book.hand_out(index, None, ask)
                         if ask.why is not None and book.buckets is not None:
                             self._wake_when_ready(ask)
+                    else:
+                        ask.why = first.why  # what holds the line holds this one
                     await changed
         except TimeoutError as exc:
             raise book.timeout(ask.why) from exc
