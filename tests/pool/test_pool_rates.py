@@ -109,7 +109,7 @@ async def test_pool_from_config_gives_each_host_its_rates(
     async with rated_hosts(2) as (a, b):
         listed = f"{a.url}*4/2rpm,{b.url}*4"
         async with await pool_from_config(
-            listed, kind="openai", model="m", acquire_timeout_ms=200
+            listed, kind="openai", model="m", acquire_timeout_ms=20_000
         ) as pool:
             await asyncio.gather(*(one_call(pool) for _ in range(8)))
             # a takes two calls a minute; b, unrated, the rest.
@@ -123,7 +123,7 @@ async def test_pool_from_config_gives_each_host_its_rates(
 async def test_a_host_takes_no_more_requests_than_its_rate(where: dict[str, Any]) -> None:
     async with (
         rated_hosts(2) as found,
-        rated_pool(found, where, rpm=3, acquire_timeout_ms=300) as p,
+        rated_pool(found, where, rpm=3, acquire_timeout_ms=600) as p,
     ):
         results = await asyncio.gather(*(one_call(p) for _ in range(10)), return_exceptions=True)
         timeouts = [r for r in results if isinstance(r, LLMPoolTimeout)]
@@ -156,7 +156,7 @@ async def test_tokens_are_charged_before_and_settled_to_the_usage_after(
     # 100 tokens a minute; each turn's estimate is 10, its real usage 90.
     async with (
         rated_hosts(1, spent=90) as found,
-        rated_pool(found, where, tpm=100, acquire_timeout_ms=200) as p,
+        rated_pool(found, where, tpm=100, acquire_timeout_ms=600) as p,
     ):
         await one_call(p, tokens=10)
         # Settled: 100 - 90 = 10 left (plus the refill), short of 20.
@@ -170,11 +170,11 @@ async def test_tokens_are_charged_before_and_settled_to_the_usage_after(
 
 async def test_the_estimate_is_held_while_the_turn_runs(where: dict[str, Any]) -> None:
     async with (
-        rated_hosts(1, delay=0.3) as found,
-        rated_pool(found, where, tpm=100, acquire_timeout_ms=100) as p,
+        rated_hosts(1, delay=1.0) as found,
+        rated_pool(found, where, tpm=100, acquire_timeout_ms=600) as p,
     ):
         first = asyncio.ensure_future(one_call(p, tokens=80))
-        await until(lambda: found[0].active == 1)
+        await until(lambda: found[0].active == 1, first)
         with pytest.raises(LLMPoolTimeout):
             await one_call(p, tokens=30)
         await first
@@ -191,8 +191,8 @@ async def test_the_far_ends_remaining_requests_reseed_every_pool(
             "x-ratelimit-remaining-requests": "0",
             "x-ratelimit-limit-requests": "30",
         }
-        first = rated_pool(found, where, rpm=30, acquire_timeout_ms=300)
-        second = rated_pool(found, where, rpm=30, acquire_timeout_ms=300)
+        first = rated_pool(found, where, rpm=30, acquire_timeout_ms=600)
+        second = rated_pool(found, where, rpm=30, acquire_timeout_ms=600)
         async with first, second:
             await one_call(first)
             await until(lambda: not first._slots._sending or first._slots._sending.done())
@@ -206,7 +206,7 @@ async def test_the_far_ends_remaining_requests_reseed_every_pool(
 async def test_a_lowered_limit_header_is_obeyed(where: dict[str, Any]) -> None:
     async with rated_hosts(1) as found:
         found[0].headers = {"x-ratelimit-limit-requests": "2"}
-        async with rated_pool(found, where, rpm=100, acquire_timeout_ms=300) as p:
+        async with rated_pool(found, where, rpm=10, acquire_timeout_ms=600) as p:
             for _ in range(2):
                 await one_call(p)
             # The bucket now holds at most 2: the third waits half a minute.
@@ -218,7 +218,7 @@ async def test_a_lowered_limit_header_is_obeyed(where: dict[str, Any]) -> None:
 async def test_a_429s_retry_after_closes_the_host_for_every_pool(where: dict[str, Any]) -> None:
     async with rated_hosts(2) as (a, b):
         a.refuse = {"retry-after": "30"}
-        async with rated_pool([a], where, rpm=1000, acquire_timeout_ms=300) as p:
+        async with rated_pool([a], where, rpm=1000, acquire_timeout_ms=600) as p:
             with pytest.raises(LLMApiError) as refused:
                 await one_call(p)
             assert refused.value.status == 429
@@ -230,7 +230,7 @@ async def test_a_429s_retry_after_closes_the_host_for_every_pool(where: dict[str
         # With a second host, the calls go there meanwhile.
         a.times.clear()
         again = {**where, "name": "again"}  # the first pool's Redis keys close a still
-        async with rated_pool([a, b], again, rpm=1000, acquire_timeout_ms=300) as p:
+        async with rated_pool([a, b], again, rpm=1000, acquire_timeout_ms=600) as p:
             with pytest.raises(LLMApiError):
                 await one_call(p)
             await asyncio.gather(*(one_call(p) for _ in range(5)))
@@ -241,7 +241,7 @@ async def test_a_429s_retry_after_closes_the_host_for_every_pool(where: dict[str
 async def test_a_streamed_turn_settles_too(where: dict[str, Any]) -> None:
     async with (
         rated_hosts(1, spent=90) as found,
-        rated_pool(found, where, tpm=100, acquire_timeout_ms=200) as p,
+        rated_pool(found, where, tpm=100, acquire_timeout_ms=600) as p,
     ):
         async with p.provider(tokens=10) as provider:
             async for _ in provider.stream(REQUEST):
