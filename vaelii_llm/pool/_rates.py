@@ -16,8 +16,9 @@ and tokens (``x-ratelimit-remaining-*``, ``anthropic-ratelimit-*-remaining``)
 lower a bucket to them, a limit below the configured one (``*-limit-*``)
 lowers its size (the bucket keeping the same share of it), and a 429's
 ``retry-after`` (or ``retry-after-ms``) closes the host until then.
-:class:`Buckets` keeps them in this process; the step script of :mod:`vaelii_llm.pool._redis_scripts` keeps the same buckets, by the
-same rule, in Redis. :class:`Seen` is what one turn told the pool, carried to
+:class:`Buckets` keeps them in this process; the step script of
+:mod:`vaelii_llm.pool._redis_scripts` keeps the same buckets, by the same
+rule, in Redis. :class:`Seen` is what one turn told the pool, carried to
 either as one :meth:`Seen.word`.
 """
 
