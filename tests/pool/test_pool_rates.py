@@ -474,3 +474,39 @@ def test_a_priority_is_a_name_or_a_number() -> None:
         p.provider(tokens=-1)
     with pytest.raises(ValueError, match="max_waiting"):
         Pool([openai.provider(base_url="http://h/v1", model="m", api_key="k")], max_waiting=-1)
+
+
+# ---------------------------------------------------------------------------
+# Cache affinity
+
+
+async def test_a_conversation_goes_back_to_the_host_that_served_it(where: dict[str, Any]) -> None:
+    async with rated_hosts(2) as (a, b):
+        first = rated_pool([a, b], where, slots=2)
+        second = rated_pool([a, b], where, slots=2)  # another worker, in Redis
+        async with first, second:
+            # A call holds a slot of a: the conversation's first turn goes to b.
+            async with first.provider():
+                await one_call(first, affinity="conversation-1")
+            assert (len(a.times), len(b.times)) == (0, 1)
+            # Both free now (a would be chosen without the key): b again.
+            await one_call(first, affinity="conversation-1")
+            await one_call(first)
+            assert (len(a.times), len(b.times)) == (1, 2)
+            if first.shared:  # every worker sharing the Redis knows it
+                await one_call(second, affinity="conversation-1")
+                assert len(b.times) == 3
+
+
+async def test_a_conversations_host_when_full_is_passed_for_another(
+    where: dict[str, Any],
+) -> None:
+    async with rated_hosts(2) as (a, b), rated_pool([a, b], where, slots=1) as p:
+        async with p.provider():  # a busy
+            await one_call(p, affinity="c")  # to b
+        async with p.provider(affinity="other"):  # a busy
+            await one_call(p, affinity="c")  # still b
+            assert len(b.times) == 2
+        async with p.provider(affinity="c"):  # b busy, the conversation's own
+            await one_call(p, affinity="c")  # goes to a, as without affinity
+        assert (len(a.times), len(b.times)) == (1, 2)
