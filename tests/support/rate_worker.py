@@ -5,6 +5,8 @@ worker would, and obeys one command per line on stdin, answering one JSON line:
 
 ``calls N``  makes N calls at once (one turn each); answers how many ran,
              how many timed out, what held them, and each take's wait in ms.
+``run S N``  N callers each make calls one after another for S seconds;
+             answers the same.
 ``quit``     closes the pool and exits.
 
 argv: the lease TTL in ms, the acquire timeout in ms.
@@ -52,7 +54,20 @@ async def main() -> None:
                     return False
                 return True
 
-            done = await asyncio.gather(*(one(held, waits) for _ in range(int(line[1]))))
+            if line[0] == "run":
+                until = time.monotonic() + float(line[1])
+
+                async def caller(held: list[str | None], waits: list[float], until: float) -> int:
+                    ran = 0
+                    while time.monotonic() < until:
+                        ran += await one(held, waits)
+                    return ran
+
+                callers = int(line[2])
+                counts = await asyncio.gather(*(caller(held, waits, until) for _ in range(callers)))
+                done = [True] * sum(counts)
+            else:
+                done = await asyncio.gather(*(one(held, waits) for _ in range(int(line[1]))))
             print(
                 json.dumps(
                     {"ok": sum(done), "timeouts": len(held), "held_by": held, "waits": waits}
