@@ -378,7 +378,7 @@ class RedisSlots:
                 raise LLMUnreachable(self.label, f"no answer inside {bound}") from exc
             raise book.timeout(ask.why) from exc
         finally:
-            if registered and not self._closed:
+            if registered and waiter and not self._closed:
                 self._left.append(waiter)
                 self._send()
 
