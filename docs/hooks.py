@@ -117,7 +117,7 @@ def reference_index() -> str:
 
 
 def cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|").replace("*", "\\*")
+    return " ".join(text.split()).replace("|", "\\|").replace("*", "\\*").replace("[", "\\[")
 
 
 def configuration_table() -> str:

@@ -425,10 +425,11 @@ _OLLAMA_API_KEY = Switch(
 _OLLAMA_HOSTS = Switch(
     "VAELII_OLLAMA_HOSTS",
     ollama_hosts,
-    "host[*n],…",
+    "host[*n][/Nrpm][/Ntpm],…",
     None,
-    "The hosts a vote pool spreads its calls over, n calls at once per host "
-    "(unset: the one host above; blank: no hosts).",
+    "The hosts a vote pool spreads its calls over, n calls at once per host, at "
+    "most N requests and N tokens a minute when named (unset: the one host above; "
+    "blank: no hosts).",
 )
 _ANTHROPIC_API_KEY = Switch(
     "ANTHROPIC_API_KEY",
@@ -498,10 +499,11 @@ _OPENAI_SEND_REASONING = Switch(
 _OPENAI_HOSTS = Switch(
     "VAELII_OPENAI_HOSTS",
     openai_hosts,
-    "base-url[*n],…",
+    "base-url[*n][/Nrpm][/Ntpm],…",
     None,
     "The OpenAI-compatible hosts a vote pool spreads its calls over, n calls at once "
-    "per host (unset: the one base URL above; blank: no hosts).",
+    "per host, at most N requests and N tokens a minute when named (unset: the one "
+    "base URL above; blank: no hosts).",
 )
 
 

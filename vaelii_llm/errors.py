@@ -334,12 +334,17 @@ class LLMTimeout(LLMError):
 
 class LLMPoolTimeout(LLMTimeout):
     """No provider came free inside the pool's acquire time: the pool is busy,
-    which is not the same decision as a far end that went quiet."""
+    which is not the same decision as a far end that went quiet. ``held_by``
+    names what held the take: a host's rate that held a free host back, or
+    the pool's ``max_waiting`` that refused it at once (``timeout_ms`` 0)."""
 
     type: ClassVar[ErrorType] = "llm-pool-timeout"
 
-    def __init__(self, label: str, timeout_ms: int) -> None:
+    def __init__(self, label: str, timeout_ms: int, *, held_by: str | None = None) -> None:
         super().__init__(label, timeout_ms, "acquire")
+        self.held_by = held_by
+        if held_by is not None:
+            self.args = (f"{self.args[0]}; held by {held_by}",)
 
 
 class LLMUnreachable(LLMError):

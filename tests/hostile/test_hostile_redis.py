@@ -97,7 +97,7 @@ class FakeRedis:
                 return self.replies[script]
             if script == "step":  # every take gets host 1: KEYS, then ARGV's count
                 keys = int(words[2])
-                count = int(words[3 + keys + 1 + (keys - 2) // 2 + 3])
+                count = int(words[3 + keys + 1 + (keys - 4) // 3 + 3])
                 return array(bulk(RUN), bulk(b",".join([b"1"] * count)))
             if script == "renew":
                 return array(bulk(RUN), b":%d\r\n" % (len(words) - 5))

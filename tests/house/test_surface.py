@@ -235,6 +235,7 @@ MODULES = [
     "vaelii_llm._wire.ndjson",
     "vaelii_llm.pool",
     "vaelii_llm.pool._pool",
+    "vaelii_llm.pool._rates",
     "vaelii_llm.pool._vote",
     "vaelii_llm.pool._redis_slots",
     "vaelii_llm.pool._redis_scripts",

@@ -682,13 +682,15 @@ async def test_the_docs_vote_block_runs_on_redis_unchanged(
             words = entry["command"].split(b" ")
             if words[:2] != [b"EVALSHA", step]:
                 continue
-            # After the keys (n lease sets, n cool-down flags, the freed list,
-            # the epoch): the TTL, n slot counts, keep, stem, first, count,
-            # prefs, releases, the run id last seen.
-            n = (int(words[2]) - 2) // 2
-            count_at = 3 + 2 * n + 1 + 1 + n + 3
+            # After the keys (n lease sets, n cool-down flags, n rate buckets,
+            # the freed list, the epoch, the waiters' two sets): the TTL, n
+            # slot counts, keep, stem, first, count, the takes, the releases
+            # (the only words with "="), then what the releases settle.
+            keys = int(words[2])
+            n = (keys - 4) // 3
+            count_at = 3 + keys + n + 4
             asked += int(words[count_at])
-            given_back += b"".join(words[count_at + 2 : -1]).count(b"=")
+            given_back += b"".join(words[count_at + 2 :]).count(b"=")
         # Every lease given back once; a turn that found its hosts full asked again.
         assert given_back == 3
         assert asked >= 3

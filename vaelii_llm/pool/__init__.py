@@ -80,6 +80,7 @@ async def pool_from_config(
     name: str = DEFAULT_POOL_NAME,
     lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
     cooldown_ms: int = DEFAULT_COOLDOWN_MS,
+    max_waiting: int | None = None,
 ) -> Pool[Any]:
     """A pool of providers over :func:`hosts`, one provider per entry.
 
@@ -95,7 +96,9 @@ async def pool_from_config(
     ``VAELII_POOL_REDIS_URL``, read now; unset: slots in this process) shares
     the slots through Redis under ``name``, with leases that expire
     ``lease_ttl_ms`` after a process stops renewing them; ``cooldown_ms`` is
-    how long an unreachable host is passed over (see :class:`Pool`). The
+    how long an unreachable host is passed over, an entry's ``/Nrpm`` and
+    ``/Ntpm`` its rates, ``max_waiting`` the calls that may wait at once
+    (see :class:`Pool`). The
     backend is imported here, on first use, never at import. Refuses an empty
     or malformed host list with :class:`~vaelii_llm.errors.LLMBadHosts` before
     building any provider; if building one raises, those already built are
@@ -120,12 +123,15 @@ async def pool_from_config(
     opts: dict[str, Any] = {} if model is None else {"model": model}
     built: list[Provider] = []
     tokens: list[Provider] = []
+    rates: dict[Provider, tuple[int | None, int | None]] = {}
     try:
         for entry in entries:
             where = {} if at is None else {at: entry.url}
             provider = handed_out(build(**where, **opts), backend.kind)
             built.append(provider)
             tokens.extend([provider] * entry.calls)
+            if entry.rpm is not None or entry.tpm is not None:
+                rates[provider] = (entry.rpm, entry.tpm)
         return Pool(
             tokens,
             acquire_timeout_ms=acquire_timeout_ms,
@@ -133,6 +139,8 @@ async def pool_from_config(
             name=name,
             lease_ttl_ms=lease_ttl_ms,
             cooldown_ms=cooldown_ms,
+            rates=rates,
+            max_waiting=max_waiting,
         )
     except BaseException:
         for provider in built:

@@ -17,20 +17,33 @@ every process holds (:mod:`vaelii_llm.pool._slots`).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncGenerator
 from collections.abc import Iterable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from typing import Final
 from typing import Generic
+from typing import Literal
 from typing import TypeVar
+from typing import cast
 
 from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import Provider
+from vaelii_llm._protocol import Request
+from vaelii_llm._protocol import Response
+from vaelii_llm._protocol import StreamItem
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.errors import LLMClosed
 from vaelii_llm.errors import LLMUnreachable
+from vaelii_llm.pool._rates import Buckets
+from vaelii_llm.pool._rates import Rate
+from vaelii_llm.pool._rates import seen
 from vaelii_llm.pool._slots import POOL_LABEL
+from vaelii_llm.pool._slots import Ask
 from vaelii_llm.pool._slots import Ledger
 from vaelii_llm.pool._slots import LocalSlots
 from vaelii_llm.pool._slots import Slots
@@ -58,6 +71,12 @@ DEFAULT_LEASE_TTL_MS: Final = 30_000
 
 DEFAULT_POOL_NAME: Final = "default"
 """The name a shared pool's Redis keys carry when none is given."""
+
+PRIORITIES: Final = {"interactive": 1, "batch": -1}
+"""The named priorities of a take: ``"interactive"`` before the default (0),
+``"batch"`` after it."""
+
+Priority = Literal["interactive", "batch"] | int
 
 P = TypeVar("P", bound=Provider)
 
@@ -129,6 +148,15 @@ class Pool(ClosesOnExit, Generic[P]):
     sends its host to a cool-down: for ``cooldown_ms`` (0: never) other hosts
     are chosen while any host is not cooling, in every process sharing it.
 
+    ``rates`` maps a provider to its requests and tokens a minute (``(600,
+    2_000_000)``; None for either: unlimited), kept as token buckets in this
+    process or, with ``redis_url``, in Redis for every process, taken in the
+    same step as the slot; the far end's rate-limit headers and a 429's
+    ``retry-after`` re-seed them (see :meth:`provider`). ``max_waiting``
+    caps the calls waiting for a token (with Redis: in every process): past
+    it a take is refused at once with
+    :class:`~vaelii_llm.errors.LLMPoolTimeout` (``timeout_ms`` 0).
+
     A pool is an async context manager: leaving it closes the pool (see
     :meth:`aclose`). It belongs to the event loop that first waits on it.
     """
@@ -144,6 +172,8 @@ class Pool(ClosesOnExit, Generic[P]):
         name: str = DEFAULT_POOL_NAME,
         lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
         cooldown_ms: int = DEFAULT_COOLDOWN_MS,
+        rates: Mapping[P, tuple[int | None, int | None]] | None = None,
+        max_waiting: int | None = None,
     ) -> None:
         listed = list(tokens)
         if not listed:
@@ -164,11 +194,15 @@ class Pool(ClosesOnExit, Generic[P]):
         for token in listed:
             counts[id(token)] += 1
         names = tuple(host_name(host, n) for n, host in enumerate(self._hosts))
+        if max_waiting is not None:
+            _milliseconds("max_waiting", max_waiting, 0, "calls")
         book = self._book = Ledger(
             names,
             tuple(counts.values()),
             acquire_timeout_ms=acquire_timeout_ms,
             cooldown_ms=cooldown_ms,
+            buckets=_buckets(self._hosts, rates),
+            max_waiting=max_waiting,
         )
         self._slots: Slots = LocalSlots(book)
         if redis_url is not None:
@@ -265,12 +299,30 @@ class Pool(ClosesOnExit, Generic[P]):
 
     # -- checking a provider out -------------------------------------------
 
-    def provider(self) -> _Checkout[P]:
+    def provider(
+        self,
+        *,
+        priority: Priority = 0,
+        affinity: str | None = None,
+        tokens: int = 0,
+    ) -> _Checkout[P]:
         """``async with pool.provider() as p:`` holds one token for the block.
 
-        Calls are served first come, first served: a token handed back goes to
-        the call that has waited longest, never to one arriving in that instant
-        (in a shared pool: among the calls of this process that had to wait).
+        Calls of one priority are served first come, first served: a token
+        handed back goes to the call that has waited longest, never to one
+        arriving in that instant (in a shared pool: among the calls of this
+        process that had to wait). ``priority`` (``"interactive"``,
+        ``"batch"``, or a number, higher first; default 0) ranks the calls
+        waiting, in every process sharing the pool; a waiting call gains one
+        step each five seconds it waits, so a low one is never starved.
+        ``affinity`` names a conversation: the call goes to the host that
+        served its last call when that host has a free slot and its rates
+        allow, else anywhere, as without it (a host's prompt cache is kept).
+        ``tokens`` is the caller's estimate of the turn's input tokens, taken
+        from a rated host's token bucket before the turn starts; when the
+        pool has rates ``p`` is a thin stand-in for the host's provider that
+        reads each turn's :class:`~vaelii_llm.Usage` and rate-limit headers,
+        settling the bucket to them when the block ends.
         Waits up to ``acquire_timeout_ms`` for a token, then raises
         :class:`~vaelii_llm.errors.LLMPoolTimeout` (an ``LLMTimeout`` whose
         ``phase`` is ``acquire``). The token goes back on every exit from the
@@ -280,22 +332,25 @@ class Pool(ClosesOnExit, Generic[P]):
         or being woken because the pool closed, raises
         :class:`~vaelii_llm.errors.LLMClosed`. A shared pool whose Redis fails
         or does not answer inside the acquire timeout raises
-        :class:`~vaelii_llm.errors.LLMUnreachable` naming the Redis.
+        :class:`~vaelii_llm.errors.LLMUnreachable` naming the Redis. Waiting
+        cannot start past ``max_waiting``: :class:`~vaelii_llm.errors.LLMPoolTimeout`
+        at once. A timeout a host's rate caused names it (``held_by``).
         """
-        return _Checkout(self, None)
+        return _Checkout(self, _ask(None, priority, affinity, tokens))
 
     def _spread(self) -> Spread:
         """A vote's record of the hosts its turns took (see :meth:`_checkout`)."""
         return Spread(len(self._hosts))
 
-    def _checkout(self, spread: Spread | None) -> _Checkout[P]:
+    def _checkout(self, spread: Spread | None, tokens: int = 0) -> _Checkout[P]:
         """:meth:`provider`, choosing among free hosts the one ``spread`` has used least."""
-        return _Checkout(self, spread)
+        return _Checkout(self, _ask(spread, 0, None, tokens))
 
-    def _release(self, index: int, lease: str | None) -> None:
+    def _release(self, index: int, lease: str | None, turn: _Metered | None, ask: Ask) -> None:
         # No await: the slot is counted back before any cancellation can land.
         self._book.count_back(index)
-        self._slots.release(index, lease)
+        found = None if turn is None else seen(turn.response, turn.error)
+        self._slots.release(index, lease, found, ask.tokens)
 
     def _cool(self, index: int) -> None:
         book = self._book
@@ -334,23 +389,104 @@ class Pool(ClosesOnExit, Generic[P]):
             raise first
 
 
-def _milliseconds(what: str, value: int, least: int) -> None:
+def _ask(spread: Spread | None, priority: Priority, affinity: str | None, tokens: int) -> Ask:
+    if isinstance(priority, str):
+        if priority not in PRIORITIES:
+            raise ValueError(f"priority is 'interactive', 'batch' or a number, not {priority!r}")
+        rank = PRIORITIES[priority]
+    elif isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError("priority is 'interactive', 'batch' or a whole number")
+    else:
+        rank = priority
+    if affinity is not None and not isinstance(affinity, str):
+        raise TypeError("affinity is a conversation's key, a string")
+    _milliseconds("tokens", tokens, 0, "tokens")
+    return Ask(spread, tokens, rank, affinity)
+
+
+def _buckets(
+    hosts: Sequence[P], rates: Mapping[P, tuple[int | None, int | None]] | None
+) -> Buckets | None:
+    """Each host's rates as buckets, or None for a pool with none."""
+    if not rates:
+        return None
+    found = {id(host): rate for host, rate in rates.items()}
+    if len(found) != len(rates) or not found.keys() <= {id(host) for host in hosts}:
+        raise ValueError("rates names providers of the pool, each once")
+    listed = []
+    for host in hosts:
+        rpm, tpm = found.get(id(host), (None, None))
+        for what, value in (("rpm", rpm), ("tpm", tpm)):
+            if value is not None:
+                _milliseconds(what, value, 1, what)
+        listed.append(Rate(rpm, tpm))
+    return Buckets(listed)
+
+
+def _milliseconds(what: str, value: int, least: int, unit: str = "milliseconds") -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} is a whole number of milliseconds")
+        raise TypeError(f"{what} is a whole number of {unit}")
     if value < least:
         shown = "cannot be negative" if least == 0 else f"is at least {least}"
         raise ValueError(f"{what} {shown}, got {value}")
 
 
+class _Metered:
+    """The provider a call of a rated pool holds: its host's, keeping the
+    last response or API error of its turns, for the pool to settle the
+    host's buckets with when the call ends."""
+
+    __slots__ = ("_provider", "error", "response")
+
+    def __init__(self, provider: Provider) -> None:
+        self._provider = provider
+        self.response: Response | None = None
+        self.error: BaseException | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._provider, name)
+
+    async def complete(self, request: Request) -> Response:
+        try:
+            self.response = await self._provider.complete(request)
+        except Exception as exc:
+            self.error = exc
+            raise
+        return self.response
+
+    async def stream(
+        self, request: Request, *, deltas: bool = False
+    ) -> AsyncGenerator[StreamItem, None]:
+        try:
+            async with contextlib.aclosing(self._provider.stream(request, deltas=deltas)) as items:
+                async for item in items:
+                    if isinstance(item, Response):
+                        self.response = item
+                    yield item
+        except Exception as exc:
+            self.error = exc
+            raise
+
+    async def aclose(self) -> None:
+        await self._provider.aclose()
+
+    async def __aenter__(self) -> _Metered:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        await self.aclose()
+
+
 class _Checkout(Generic[P]):
     """One ``async with pool.provider()``: holds a token from enter to exit."""
 
-    __slots__ = ("_entered", "_held", "_pool", "_spread")
+    __slots__ = ("_ask", "_entered", "_held", "_pool", "_turn")
 
-    def __init__(self, pool: Pool[P], spread: Spread | None) -> None:
+    def __init__(self, pool: Pool[P], ask: Ask) -> None:
         self._pool = pool
-        self._spread = spread
+        self._ask = ask
         self._held: tuple[int, str | None] | None = None
+        self._turn: _Metered | None = None
         self._entered = False
 
     async def __aenter__(self) -> P:
@@ -360,12 +496,19 @@ class _Checkout(Generic[P]):
         pool = self._pool
         if pool._book.closed:
             raise LLMClosed(POOL_LABEL)
-        held = self._held = await pool._slots.acquire(self._spread)  # one await on the hot path
-        return pool._hosts[held[0]]
+        held = self._held = await pool._slots.acquire(self._ask)  # one await on the hot path
+        provider = pool._hosts[held[0]]
+        if pool._book.buckets is None:
+            return provider
+        self._turn = _Metered(provider)
+        return cast(P, self._turn)
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         held, self._held = self._held, None
         if held is not None:
-            self._pool._release(*held)
+            turn = self._turn
+            if turn is not None and exc is not None and turn.error is None:
+                turn.error = exc
+            self._pool._release(*held, turn, self._ask)
             if isinstance(exc, LLMUnreachable):
                 self._pool._cool(held[0])

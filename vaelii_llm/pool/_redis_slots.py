@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import itertools
 import logging
 import math
 import os
@@ -80,19 +82,21 @@ except ImportError as exc:  # pragma: no cover - the extra is in the test extra
 
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.errors import LLMClosed
-from vaelii_llm.errors import LLMPoolTimeout
 from vaelii_llm.errors import LLMUnreachable
 from vaelii_llm.errors import excerpt
+from vaelii_llm.pool._rates import Seen
 from vaelii_llm.pool._redis_limits import AGREE
 from vaelii_llm.pool._redis_limits import Limits
 from vaelii_llm.pool._redis_scripts import COUNT
 from vaelii_llm.pool._redis_scripts import RENEW
 from vaelii_llm.pool._redis_scripts import STEP
 from vaelii_llm.pool._redis_scripts import read_reply
+from vaelii_llm.pool._redis_scripts import read_step
 from vaelii_llm.pool._slots import POLL_S
 from vaelii_llm.pool._slots import POOL_LABEL
+from vaelii_llm.pool._slots import Ask
 from vaelii_llm.pool._slots import Ledger
-from vaelii_llm.pool._slots import Spread
+from vaelii_llm.pool._slots import refused_waiting
 
 __all__ = ["RedisSlots"]
 
@@ -120,6 +124,14 @@ CLOCK_RESOLUTION_S: Final = time.get_clock_info("monotonic").resolution
 
 SCHEMES: Final = ("redis://", "rediss://", "unix://")
 
+CONVERSATION_KEPT_MS: Final = 60 * 60 * 1000
+"""How long a conversation's host is remembered after its last call."""
+
+
+def _conversation(key: str | None) -> str:
+    """A conversation's key as the step script names it: hex, of fixed length."""
+    return "" if key is None else hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+
 
 def check_url(url: str) -> str:
     """``url`` trimmed, or ValueError when it is no Redis URL (shown without a password)."""
@@ -132,8 +144,8 @@ def check_url(url: str) -> str:
 
 
 _Take = tuple[str, "asyncio.Future[tuple[int, str]]", float]
-"""A take waiting for its script: its preferences, its answer (host, lease),
-its deadline (loop time)."""
+"""A take waiting for its script: its preferences, its answer (host, lease;
+or -1 and what held it), its deadline (loop time)."""
 
 
 class RedisSlots:
@@ -158,8 +170,14 @@ class RedisSlots:
         prefix = f"vaelii:pool:{{{name}}}"  # a hash tag: one cluster slot for the pool
         self._lease_keys = tuple(f"{prefix}:lease:{host}" for host in hosts)
         self._cool_keys = tuple(f"{prefix}:cool:{host}" for host in hosts)
+        self._rate_keys = tuple(f"{prefix}:rate:{host}" for host in hosts)
         self._freed_key = f"{prefix}:freed"
         self._epoch_key = f"{prefix}:epoch"
+        self._conversations = f"{prefix}:conversation:"
+        rates = () if book.buckets is None else book.buckets.rates
+        self._rates = "".join(f"{rate.rpm or 0}:{rate.tpm or 0} " for rate in rates)
+        self._left: list[str] = []  # waiters that left, for the next step
+        self._waiters = itertools.count()
         self._limits = Limits(f"{prefix}:limits", hosts, slots, lease_ttl_ms)
         self._slots = tuple(slots)
         self._ttl_ms = lease_ttl_ms
@@ -172,11 +190,19 @@ class RedisSlots:
         self._held: dict[str, int] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._renewer: asyncio.Task[None] | None = None
-        self._step_keys = [*self._lease_keys, *self._cool_keys, self._freed_key, self._epoch_key]
+        self._step_keys = [
+            *self._lease_keys,
+            *self._cool_keys,
+            *self._rate_keys,
+            self._freed_key,
+            self._epoch_key,
+            f"{prefix}:waiting",
+            f"{prefix}:waiting:alive",
+        ]
         self._run = ""  # the server's run id as this process last saw it
         self._reassert = asyncio.Event()  # renew now: a take's answer showed a new run
         self._takes: list[_Take] = []
-        self._releases: list[tuple[int, str, Callable[[], None] | None]] = []
+        self._releases: list[tuple[int, str, Callable[[], None] | None, str]] = []
         self._sending: asyncio.Future[Any] | None = None
         self._in_flight: list[_Take] = []
         self._alarm: asyncio.TimerHandle | None = None
@@ -290,21 +316,28 @@ class RedisSlots:
 
     # -- the pool's slots ----------------------------------------------------------
 
-    async def acquire(self, spread: Spread | None) -> tuple[int, str | None]:
+    async def acquire(self, ask: Ask) -> tuple[int, str | None]:
         """A host for the caller, chosen in Redis (see the module docstring).
 
         First come, first served in this process: a call that finds others
         waiting waits behind them. Every wake-up (a release here or anywhere, a
         poll, a close) wakes the waiters in the order they queued, and their
-        takes reach Redis in one script, in that order. The budget run out on a
-        Redis that never answered is :class:`~vaelii_llm.errors.LLMUnreachable`;
-        once it has answered "every host is full", the pool is busy.
+        takes reach Redis in one script, ranked. A take that must wait is
+        ranked among every process's waiters in Redis (by priority, then how
+        long it has waited), and those ranked before it hold the free slots
+        first. The budget run out on a Redis that never answered is
+        :class:`~vaelii_llm.errors.LLMUnreachable`; once it has answered
+        "every host is full", the pool is busy.
         """
         book = self._book
+        spread = ask.spread
         uses = spread.uses if spread is not None else None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + book.acquire_timeout_ms / 1000
         answered = False
+        waiter = f"{self._stem()}:w{next(self._waiters)}" if book.acquire_timeout_ms else ""
+        head = f"{ask.tokens}|{ask.priority}|{_conversation(ask.affinity)}|{waiter}|"
+        registered = False
         try:
             await self._agree_limits(
                 deadline if book.acquire_timeout_ms else loop.time() + STEP_BUDGET_S
@@ -313,12 +346,13 @@ class RedisSlots:
                 # With no timeout, one try, bounded by the script's own budget.
                 until = deadline if book.acquire_timeout_ms else loop.time() + STEP_BUDGET_S
                 cooling = book.cooling() if book.cool_timers else None
-                index, lease = await self._take_one(self.preferences(uses, cooling), until)
+                index, lease = await self._take_one(head + self.preferences(uses, cooling), until)
                 answered = True
                 if index >= 0:
-                    return book.hand_out(index, lease, spread)
+                    return book.hand_out(index, lease, ask)
+                registered = self._held_by(ask, lease)
                 if book.acquire_timeout_ms == 0:
-                    raise LLMPoolTimeout(POOL_LABEL, 0)
+                    raise book.timeout(ask.why)
             book.waiting += 1
             try:
                 self._watch()
@@ -328,11 +362,13 @@ class RedisSlots:
                         await asyncio.shield(book.changed_future())
                         if book.closed:
                             raise LLMClosed(POOL_LABEL, waited=True)
-                        prefs = self.preferences(uses, book.cooling())
+                        prefs = head + self.preferences(uses, book.cooling())
                         index, lease = await self._take_one(prefs)
                         answered = True
                         if index >= 0:
-                            return book.hand_out(index, lease, spread)
+                            registered = False  # the script took it off the line
+                            return book.hand_out(index, lease, ask)
+                        registered = self._held_by(ask, lease) or registered
             finally:
                 book.waiting -= 1
         except TimeoutError as exc:
@@ -340,7 +376,21 @@ class RedisSlots:
                 waited = book.acquire_timeout_ms
                 bound = f"the pool's {waited} ms" if waited else f"{STEP_BUDGET_S:g} s"
                 raise LLMUnreachable(self.label, f"no answer inside {bound}") from exc
-            raise LLMPoolTimeout(POOL_LABEL, book.acquire_timeout_ms) from exc
+            raise book.timeout(ask.why) from exc
+        finally:
+            if registered and waiter and not self._closed:
+                self._left.append(waiter)
+                self._send()
+
+    def _held_by(self, ask: Ask, why: str) -> bool:
+        """Note what held a take (raising at once past max_waiting); whether
+        the take now waits in Redis's line."""
+        if why == "q":
+            assert self._book.max_waiting is not None
+            raise refused_waiting(self._book.max_waiting)
+        if why:
+            ask.why = why
+        return True
 
     async def _agree_limits(self, until: float) -> None:
         """This pool's limits checked against those every process sharing it
@@ -408,10 +458,12 @@ class RedisSlots:
             else:
                 book.wake()
 
-    def release(self, index: int, lease: str | None) -> None:
-        """Give ``lease`` back; the first waiter here looks again once Redis has it."""
+    def release(self, index: int, lease: str | None, seen: Seen | None, charged: int) -> None:
+        """Give ``lease`` back, with what its turn told of the host's rates; the
+        first waiter here looks again once Redis has it."""
+        settle = "" if seen is None or not self._rates else f"{index + 1}:{seen.word(charged)}"
         if lease is not None:
-            self.give_back(index, lease, self._book.wake)
+            self.give_back(index, lease, self._book.wake, settle)
         else:
             self._book.wake()
 
@@ -434,12 +486,13 @@ class RedisSlots:
         return ",".join(words)
 
     def take(self, prefs: str, deadline: float = math.inf) -> asyncio.Future[tuple[int, str]]:
-        """Ask for a lease on the best free host (``prefs`` from :meth:`preferences`):
-        the future answers (host index, lease id), or (-1, "") when every host is
-        full. What one instant asks (its releases, then its takes in the order
-        they were asked) goes to Redis in one script. A take cancelled before it
-        is sent is dropped; a lease it was answered late is given back, and a
-        caller cancelled once it was answered calls :meth:`forget`. Unanswered at
+        """Ask for a lease on the best free host (``prefs``: the take's
+        head, then :meth:`preferences`): the future answers (host index, lease
+        id), or -1 and what held it when no host would serve it. What one
+        instant asks (its releases, then its takes) goes to Redis in one
+        script. A take cancelled before it is sent is dropped; a lease it was
+        answered late is given back, and a caller cancelled once it was
+        answered calls :meth:`forget`. Unanswered at
         ``deadline`` (loop time), TimeoutError: the deadlines of a pool's takes
         come in order (one acquire timeout), so one timer serves them all."""
         if self._client is None:
@@ -506,11 +559,12 @@ class RedisSlots:
 
     async def _send_steps(self) -> None:
         # One script in flight at a time: what is asked meanwhile goes in the next.
-        while self._takes or self._releases:
+        while self._takes or self._releases or self._left:
             takes = [take for take in self._takes if not take[1].done()]
             releases, self._takes, self._releases = self._releases, [], []
+            left, self._left = self._left, []
             self._in_flight = takes  # until answered: see _carried
-            if not takes and not releases:
+            if not takes and not releases and not left:
                 continue
             stem, first = self._stem(), self._numbered
             self._numbered += len(takes)
@@ -522,11 +576,17 @@ class RedisSlots:
                 first,
                 len(takes),
                 "".join([f"{take[0]};" for take in takes]),
-                "".join([f"{index + 1}={lease} " for index, lease, _ in releases]),
+                "".join([f"{index + 1}={lease} " for index, lease, _, _ in releases]),
                 self._run,
+                self._rates,
+                "".join([f"{settle} " for _, _, _, settle in releases if settle]),
+                "".join([f"{waiter} " for waiter in left]),
+                self._book.max_waiting or 0,
+                self._conversations,
+                CONVERSATION_KEPT_MS,
             ]
             try:
-                run, found = await self._script("step", self._step(args), len(takes))
+                run, found = await self._step_reply(self._step(args), len(takes))
             except Exception as exc:
                 failed = self._unreachable(exc)
                 refusal = partial(LLMUnreachable, failed.label, failed.reason)
@@ -543,7 +603,7 @@ class RedisSlots:
                 self._refuse([*takes, *self._takes], partial(LLMClosed, POOL_LABEL, waited=True))
                 raise
             finally:
-                for _, _, then in releases:
+                for _, _, then, _ in releases:
                     if then is not None:
                         then()
             if run != self._run:
@@ -557,12 +617,24 @@ class RedisSlots:
                 self._answer(takes, f"{stem}:", first, found)
             self._in_flight = []
 
-    def _answer(self, takes: list[_Take], stem: str, first: int, found: list[int]) -> None:
+    async def _step_reply(
+        self, op: Awaitable[Any], asked: int
+    ) -> tuple[str, list[tuple[int, str]]]:
+        """:meth:`_script` for the step script, its reply read by :func:`read_step`."""
+        found = await self._call(op)
+        try:
+            return read_step(found, len(self._slots), asked)
+        except ValueError as exc:
+            raise LLMUnreachable(self.label, f"answered the step script with {exc}") from None
+
+    def _answer(
+        self, takes: list[_Take], stem: str, first: int, found: list[tuple[int, str]]
+    ) -> None:
         held = self._held
-        for j, ((_, asked, _), index) in enumerate(zip(takes, found, strict=True)):
+        for j, ((_, asked, _), (index, why)) in enumerate(zip(takes, found, strict=True)):
             if index < 0:
                 if not asked.done():
-                    asked.set_result((-1, ""))
+                    asked.set_result((-1, why))
                 continue
             lease = stem + str(first + j)
             held[lease] = index
@@ -634,12 +706,15 @@ class RedisSlots:
         if popped.done() and not popped.cancelled():
             popped.result()  # raises LLMUnreachable when Redis failed
 
-    def give_back(self, index: int, lease: str, then: Callable[[], None] | None = None) -> None:
-        """Release ``lease`` in the background (with the takes of its instant), then
-        call ``then``; a Redis that fails leaves the lease to expire."""
+    def give_back(
+        self, index: int, lease: str, then: Callable[[], None] | None = None, settle: str = ""
+    ) -> None:
+        """Release ``lease`` in the background (with the takes of its instant) and
+        ``settle`` its host's buckets, then call ``then``; a Redis that fails
+        leaves the lease to expire."""
         if self._held.pop(lease, None) is None or self._closed:
             return
-        self._releases.append((index, lease, then))
+        self._releases.append((index, lease, then, settle))
         self._send()
 
     def cool(self, index: int) -> None:

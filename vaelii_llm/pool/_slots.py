@@ -13,15 +13,37 @@ then the least busy.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final
 from typing import Protocol
 
 from vaelii_llm.errors import LLMClosed
 from vaelii_llm.errors import LLMPoolTimeout
+from vaelii_llm.pool._rates import Buckets
+from vaelii_llm.pool._rates import Seen
+from vaelii_llm.pool._rates import held_by
 
-__all__ = ["POLL_S", "POOL_LABEL", "Ledger", "LocalSlots", "Slots", "Spread"]
+__all__ = [
+    "AFFINITY_KEPT",
+    "AGING_MS",
+    "POLL_S",
+    "POOL_LABEL",
+    "Ask",
+    "Ledger",
+    "LocalSlots",
+    "Slots",
+    "Spread",
+]
+
+AGING_MS: Final = 5_000
+"""How long a waiting take waits to gain one step of priority: a ``"batch"``
+take waiting this long ranks with an ``"interactive"`` one that just came."""
+
+AFFINITY_KEPT: Final = 10_000
+"""Conversations one process remembers the host of (the last used kept)."""
 
 POLL_S: Final = 0.2
 """How often callers waiting on a shared pool look again when no word came: a
@@ -29,6 +51,13 @@ lease that expired (a killed process) or a cool-down that ended pushes none."""
 
 POOL_LABEL: Final = "the vote pool"
 """How the pool is named in the errors it raises."""
+
+
+def refused_waiting(max_waiting: int) -> LLMPoolTimeout:
+    """The refusal of a take past the pool's ``max_waiting``: at once, typed."""
+    return LLMPoolTimeout(
+        POOL_LABEL, 0, held_by=f"its max_waiting: {max_waiting} calls waiting already"
+    )
 
 
 class Spread:
@@ -41,6 +70,32 @@ class Spread:
         self.uses = [0] * hosts
 
 
+class Ask:
+    """One take's wishes: its vote's :class:`Spread`, its estimate of the
+    turn's input tokens, its priority, its conversation; and, while it waits,
+    its rank (lower first) and what held it last."""
+
+    __slots__ = ("affinity", "priority", "rank", "spread", "tokens", "why")
+
+    def __init__(
+        self,
+        spread: Spread | None = None,
+        tokens: int = 0,
+        priority: int = 0,
+        affinity: str | None = None,
+    ) -> None:
+        self.spread = spread
+        self.tokens = tokens
+        self.priority = priority
+        self.affinity = affinity
+        self.rank = (0.0, 0)
+        self.why: str | None = None
+
+    def queue(self, seq: int) -> None:
+        """Rank this take among the waiters, from now."""
+        self.rank = (time.monotonic() * 1000 - self.priority * AGING_MS, seq)
+
+
 class Ledger:
     """One pool's book in this process: each host's name, slots and held
     count, its cool-down, the calls out and waiting, and the word that
@@ -48,12 +103,15 @@ class Ledger:
 
     __slots__ = (
         "acquire_timeout_ms",
+        "affinity",
+        "buckets",
         "changed",
         "closed",
         "cool_timers",
         "cool_until",
         "cooldown_ms",
         "held",
+        "max_waiting",
         "names",
         "outstanding",
         "slots",
@@ -67,8 +125,13 @@ class Ledger:
         *,
         acquire_timeout_ms: int,
         cooldown_ms: int,
+        buckets: Buckets | None = None,
+        max_waiting: int | None = None,
     ) -> None:
         self.names = names
+        self.buckets = buckets
+        self.max_waiting = max_waiting
+        self.affinity: OrderedDict[str, int] = OrderedDict()
         self.slots = slots
         self.held = [0] * len(slots)
         self.cool_until = [0.0] * len(slots)
@@ -99,15 +162,31 @@ class Ledger:
         if changed is not None and not changed.done():
             changed.set_result(None)
 
-    def hand_out(
-        self, index: int, lease: str | None, spread: Spread | None
-    ) -> tuple[int, str | None]:
+    def hand_out(self, index: int, lease: str | None, ask: Ask) -> tuple[int, str | None]:
         """Count host ``index`` out to a call (no await between choice and count)."""
         self.held[index] += 1
         self.outstanding += 1
-        if spread is not None:
-            spread.uses[index] += 1
+        if ask.spread is not None:
+            ask.spread.uses[index] += 1
+        if ask.affinity is not None:
+            self.affinity[ask.affinity] = index
+            self.affinity.move_to_end(ask.affinity)
+            if len(self.affinity) > AFFINITY_KEPT:
+                self.affinity.popitem(last=False)
         return index, lease
+
+    def refuse_waiting(self) -> None:
+        """Raise :class:`~vaelii_llm.errors.LLMPoolTimeout` at once when a take may not wait."""
+        if self.max_waiting is not None and self.waiting >= self.max_waiting:
+            raise refused_waiting(self.max_waiting)
+
+    def timeout(self, why: str | None) -> LLMPoolTimeout:
+        """The timeout of a take ``why`` held last (``r3``: host 3's requests...)."""
+        named = None
+        if why and self.buckets is not None:
+            index = int(why[1:])
+            named = held_by(self.names[index], why[0], self.buckets.rates[index])
+        return LLMPoolTimeout(POOL_LABEL, self.acquire_timeout_ms, held_by=named)
 
     def count_back(self, index: int) -> None:
         """Count host ``index`` back in (no await: before any cancellation can land)."""
@@ -149,15 +228,18 @@ class Slots(Protocol):
         """Whether other processes hold slots of the same hosts."""
         ...
 
-    async def acquire(self, spread: Spread | None) -> tuple[int, str | None]:
+    async def acquire(self, ask: Ask) -> tuple[int, str | None]:
         """A host counted out to the caller (in the ledger), and its lease (None
         in process), waiting up to the acquire timeout. Raises
-        :class:`~vaelii_llm.errors.LLMPoolTimeout`, or
+        :class:`~vaelii_llm.errors.LLMPoolTimeout`,
+        at once when ``max_waiting`` calls wait already, or
         :class:`~vaelii_llm.errors.LLMClosed` when the pool closes."""
         ...
 
-    def release(self, index: int, lease: str | None) -> None:
-        """Give back a slot the ledger has counted back, waking a waiting call."""
+    def release(self, index: int, lease: str | None, seen: Seen | None, charged: int) -> None:
+        """Give back a slot the ledger has counted back, waking a waiting call;
+        ``seen`` is what the turn told of the host's rates, ``charged`` the
+        tokens its take was charged."""
         ...
 
     def cool(self, index: int) -> None:
@@ -180,69 +262,120 @@ class Slots(Protocol):
 class LocalSlots:
     """A pool's slots in this process: its ledger is all there is."""
 
-    __slots__ = ("_book", "_line")
+    __slots__ = ("_book", "_line", "_numbered", "_timer")
 
     shared: Final = False
 
     def __init__(self, book: Ledger) -> None:
         self._book = book
-        self._line = asyncio.Lock()
+        self._line: list[Ask] = []
+        self._numbered = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
 
-    def _choose(self, spread: Spread | None) -> int | None:
-        """The host to hand out, or None when none is free.
+    def _choose(self, ask: Ask) -> int | None:
+        """The host to hand out, or None when none is free (``ask.why`` then
+        names the rate that held a free host, if one did).
 
         The same rule as the take script of :mod:`vaelii_llm.pool._redis_slots`.
         """
         book = self._book
-        held, slots = book.held, book.slots
-        if len(slots) == 1:
+        held, slots, buckets = book.held, book.slots, book.buckets
+        if len(slots) == 1 and buckets is None:
             return 0 if held[0] < slots[0] else None
         cooling = book.cooling()
         pass_over = not all(cooling)
+        now = time.monotonic() * 1000
+        spread = ask.spread
         best: int | None = None
         best_key = (0, 0)
+        ask.why = None
         for n, free in enumerate(slots):
             if held[n] >= free or (pass_over and cooling[n]):
                 continue
+            if buckets is not None:
+                why = buckets.why(n, ask.tokens, now)
+                if why is not None:
+                    ask.why = ask.why or f"{why}{n}"
+                    continue
             key = (spread.uses[n] if spread is not None else 0, held[n])
             if best is None or key < best_key:
                 best, best_key = n, key
+        if best is not None and ask.affinity is not None:
+            last = book.affinity.get(ask.affinity)
+            if last is not None and last != best and held[last] < slots[last]:
+                usable = not (pass_over and cooling[last])
+                if buckets is not None:
+                    usable = usable and buckets.why(last, ask.tokens, now) is None
+                if usable and (spread is None or spread.uses[last] <= best_key[0]):
+                    best = last
+        if best is not None and buckets is not None:
+            buckets.charge(best, ask.tokens)
         return best
 
-    async def acquire(self, spread: Spread | None) -> tuple[int, str | None]:
+    async def acquire(self, ask: Ask) -> tuple[int, str | None]:
         book = self._book
-        if book.waiting == 0 and not self._line.locked():
-            index = self._choose(spread)
+        if not self._line:
+            index = self._choose(ask)
             if index is not None:
-                return book.hand_out(index, None, spread)
-        return await self._wait_in_line(spread)
+                return book.hand_out(index, None, ask)
+        return await self._wait_in_line(ask)
 
-    async def _wait_in_line(self, spread: Spread | None) -> tuple[int, str | None]:
-        # First come, first served: the line (an asyncio.Lock, which wakes its
-        # waiters in order and lets no newcomer past them) lets one call at a
-        # time look for a free host, so a token handed back goes to the call
-        # that has waited longest, never to one that arrived in the meantime.
-        # asyncio.timeout_at runs the waits in this task; a token is counted
-        # out with no await between the choice and the count.
+    def _first(self) -> Ask:
+        return min(self._line, key=lambda ask: ask.rank)
+
+    async def _wait_in_line(self, ask: Ask) -> tuple[int, str | None]:
+        # By rank: the waiter ranked first (the highest priority, aged, then
+        # the longest waiting) looks for a free host at each change, the
+        # others wait behind it, and no newcomer of the same priority gets
+        # past it. asyncio.timeout_at runs the waits in this task; a token is
+        # counted out with no await between the choice and the count.
         book = self._book
+        book.refuse_waiting()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + book.acquire_timeout_ms / 1000
         book.waiting += 1
+        ask.queue(next(self._numbered))
+        self._line.append(ask)
         try:
-            async with asyncio.timeout_at(deadline), self._line:
+            async with asyncio.timeout_at(deadline):
                 while True:
                     if book.closed:
                         raise LLMClosed(POOL_LABEL, waited=True)
-                    index = self._choose(spread)
-                    if index is not None:
-                        return book.hand_out(index, None, spread)
-                    await book.changed_future()
+                    changed = book.changed_future()
+                    first = self._first()
+                    if first is ask:
+                        index = self._choose(ask)
+                        if index is not None:
+                            return book.hand_out(index, None, ask)
+                        if ask.why is not None and book.buckets is not None:
+                            self._wake_when_ready(ask)
+                    else:
+                        ask.why = first.why  # what holds the line holds this one
+                    await changed
         except TimeoutError as exc:
-            raise LLMPoolTimeout(POOL_LABEL, book.acquire_timeout_ms) from exc
+            raise book.timeout(ask.why) from exc
         finally:
             book.waiting -= 1
+            self._line.remove(ask)
+            book.wake()  # the next one ranked first looks now
 
-    def release(self, index: int, lease: str | None) -> None:
+    def _wake_when_ready(self, ask: Ask) -> None:
+        # A free host held by its rate: look again when its bucket allows.
+        book, buckets = self._book, self._book.buckets
+        assert buckets is not None
+        now = time.monotonic() * 1000
+        free = [n for n, slots in enumerate(book.slots) if book.held[n] < slots]
+        wait = min((buckets.ready_in(n, ask.tokens, now) for n in free), default=None)
+        if wait is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(wait / 1000 + 0.001, book.wake)
+
+    def release(self, index: int, lease: str | None, seen: Seen | None, charged: int) -> None:
+        buckets = self._book.buckets
+        if seen is not None and buckets is not None:
+            buckets.settle(index, seen, charged, time.monotonic() * 1000)
         self._book.wake()
 
     def cool(self, index: int) -> None:
@@ -255,4 +388,5 @@ class LocalSlots:
         return list(self._book.held), [False] * len(self._book.slots)
 
     async def aclose(self) -> None:
-        pass  # nothing opened
+        if self._timer is not None:
+            self._timer.cancel()

@@ -36,6 +36,7 @@ from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
 from vaelii_llm._protocol import StopReason
 from vaelii_llm._protocol import TextBlock
+from vaelii_llm._protocol import system_text
 from vaelii_llm.errors import LLMClosed
 from vaelii_llm.errors import LLMError
 from vaelii_llm.pool._pool import Pool
@@ -120,8 +121,10 @@ class Vote:
     no votes. ``calls`` is how many turns were asked for; ``failed`` how many of
     them raised an :class:`~vaelii_llm.errors.LLMError` or got no provider in
     time, and ``errors`` holds those typed errors in the same order (one per
-    failed turn, so a caller can say why). ``calls - failed - tally["yes"] -
-    tally["no"]`` turns answered without an opinion.
+    failed turn, so a caller can say why). ``cancelled`` is how many turns an
+    ``early`` vote cancelled once its verdict was certain (None in ``votes``).
+    ``calls - failed - cancelled - tally["yes"] - tally["no"]`` turns answered
+    without an opinion.
     """
 
     verdict: Verdict
@@ -130,6 +133,7 @@ class Vote:
     calls: int
     failed: int
     errors: tuple[LLMError, ...] = ()
+    cancelled: int = 0
 
 
 def _verdict(yes: int, no: int) -> Verdict:
@@ -149,9 +153,11 @@ class _Failed:
         self.error = error
 
 
-async def _turn(pool: Pool[P], request: Request, spread: Spread) -> YesNo | _Failed | None:
+async def _turn(
+    pool: Pool[P], request: Request, spread: Spread, tokens: int
+) -> YesNo | _Failed | None:
     try:
-        async with pool._checkout(spread) as p:
+        async with pool._checkout(spread, tokens) as p:
             response = await p.complete(request)
     except LLMError as error:
         return _Failed(error)
@@ -172,6 +178,7 @@ async def vote(
     votes: int = 3,
     *,
     on_vote: Callable[[Vote], None] | None = None,
+    early: bool = False,
 ) -> Vote:
     """Ask ``votes`` times at once, bounded by the pool's tokens, and count.
 
@@ -185,6 +192,12 @@ async def vote(
     far: its ``votes`` hold the finished turns in the order they finished, its
     ``verdict`` and ``tally`` count them, ``calls`` is the whole vote's. A
     progress line is drawn from it; an exception it raises is a bug, as below.
+
+    ``early=True`` stops the vote once it is decided: when the counted votes
+    make the verdict certain (the turns still running could not flip it), those
+    turns are cancelled, their tokens and the far end's generation freed as a
+    cancelled vote's are, and ``Vote.cancelled`` counts them. The default
+    waits for every turn.
 
     Every turn starts at once and waits its own acquire timeout for a token.
     A turn whose provider raises an :class:`~vaelii_llm.errors.LLMError`, or
@@ -206,18 +219,24 @@ async def vote(
     request = question if isinstance(question, Request) else asked_yes_no(question)
     finished: list[YesNo | _Failed | None] = []
     spread = pool._spread()
+    tasks: list[asyncio.Task[YesNo | _Failed | None]] = []
+    tokens = _estimate(request)
 
     async def counted_turn() -> YesNo | _Failed | None:
-        reading = await _turn(pool, request, spread)
+        reading = await _turn(pool, request, spread, tokens)
+        finished.append(reading)
         if on_vote is not None:
-            finished.append(reading)
             on_vote(_count(finished, votes))
+        if early and _decided(finished, votes):
+            for task in tasks:
+                if not task.done() and task is not asyncio.current_task():
+                    task.cancel()
         return reading
 
     bug: BaseException | None = None
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(counted_turn()) for _ in range(votes)]
+            tasks.extend(group.create_task(counted_turn()) for _ in range(votes))
     except BaseExceptionGroup as raised:
         bug = raised.exceptions[0]
         others = len(raised.exceptions) - 1
@@ -225,10 +244,30 @@ async def vote(
             bug.add_note(f"{others} other turn(s) of this vote raised too")
     if bug is not None:
         raise bug  # outside the except block, so the group is not its context
-    return _count([task.result() for task in tasks], votes)
+    readings = [None if task.cancelled() else task.result() for task in tasks]
+    return _count(readings, votes, sum(task.cancelled() for task in tasks))
 
 
-def _count(readings: Sequence[YesNo | _Failed | None], calls: int) -> Vote:
+def _decided(readings: Sequence[YesNo | _Failed | None], calls: int) -> bool:
+    """Whether the turns not yet finished could no longer change the verdict."""
+    yes, no = readings.count("yes"), readings.count("no")
+    return abs(yes - no) > calls - len(readings)
+
+
+def _estimate(request: Request) -> int:
+    """A turn's input tokens, roughly (four characters a token), for a rated
+    pool's token bucket: the text of its system prompt and messages."""
+    chars = len(system_text(request.system) or "")
+    for message in request.messages:
+        content = message.content
+        if isinstance(content, str):
+            chars += len(content)
+        else:
+            chars += sum(len(block.text) for block in content if isinstance(block, TextBlock))
+    return chars // 4 + 1
+
+
+def _count(readings: Sequence[YesNo | _Failed | None], calls: int, cancelled: int = 0) -> Vote:
     errors = tuple(reading.error for reading in readings if isinstance(reading, _Failed))
     counted: tuple[YesNo | None, ...] = tuple(
         None if isinstance(reading, _Failed) else reading for reading in readings
@@ -242,4 +281,5 @@ def _count(readings: Sequence[YesNo | _Failed | None], calls: int) -> Vote:
         calls=calls,
         failed=len(errors),
         errors=errors,
+        cancelled=cancelled,
     )

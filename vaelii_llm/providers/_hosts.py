@@ -7,6 +7,7 @@ Pure string work, no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Final
 from typing import NamedTuple
@@ -29,11 +30,14 @@ DEFAULT_CALLS_PER_HOST: Final = 2
 
 
 class Host(NamedTuple):
-    """One ``host[*n]`` entry: its base URL (an Ollama host or an OpenAI-compatible
-    server) and how many calls it takes at once."""
+    """One ``host[*n][/Nrpm][/Ntpm]`` entry: its base URL (an Ollama host or an
+    OpenAI-compatible server), how many calls it takes at once, and the
+    requests and tokens per minute it allows (None: no such limit)."""
 
     url: str
     calls: int
+    rpm: int | None = None
+    tpm: int | None = None
 
 
 def hosts(explicit: str | None = None, *, kind: str = "ollama") -> list[Host]:
@@ -41,14 +45,16 @@ def hosts(explicit: str | None = None, *, kind: str = "ollama") -> list[Host]:
     record names (``VAELII_OLLAMA_HOSTS``; ``VAELII_OPENAI_HOSTS``, each entry
     an OpenAI-compatible base URL read by :func:`normalize_base_url`).
 
-    The list is ``host[*n],…``; ``n`` defaults to :data:`DEFAULT_CALLS_PER_HOST`
-    and each host is read by the record's reader (for Ollama
+    The list is ``host[*n][/Nrpm][/Ntpm],…``; ``n`` defaults to
+    :data:`DEFAULT_CALLS_PER_HOST`, ``/600rpm`` and ``/2000000tpm`` cap the
+    requests and tokens a minute the pool sends the host, and each host is
+    read by the record's reader (for Ollama
     :func:`normalize_host`: ``gpu1:8080*4`` is four calls at once to
     ``http://gpu1:8080``). Unset, it is the record's one default host (the
     configured Ollama host; the configured ``OPENAI_BASE_URL`` as written),
     the default ``n`` calls at once. Blank, it is no hosts, which the pool
-    refuses. An empty entry, a host that will not read, or an ``n`` that is
-    not a whole number of at least 1 raises
+    refuses. An empty entry, a host that will not read, or an ``n`` or a
+    rate that is not a whole number of at least 1 raises
     :class:`~vaelii_llm.errors.LLMBadHosts` naming the entry. A kind whose
     record names no host list is a ValueError.
     """
@@ -69,14 +75,32 @@ def hosts(explicit: str | None = None, *, kind: str = "ollama") -> list[Host]:
     return [_read_entry(entry, reader) for entry in raw.split(",")]
 
 
+_RATE: Final = re.compile(r"/\s*([0-9]+)\s*(rpm|tpm)\s*$", re.IGNORECASE)
+"""One rate suffix at the end of an entry: ``/600rpm``, ``/2000000tpm``."""
+
+
+def _read_rates(text: str, shown: str) -> tuple[str, dict[str, int]]:
+    """``text`` without its ``/Nrpm`` and ``/Ntpm`` suffixes, and the rates they name."""
+    rates: dict[str, int] = {}
+    while (found := _RATE.search(text)) is not None:
+        unit = found.group(2).lower()
+        if unit in rates:
+            raise LLMBadHosts(f"an entry names its {unit} once", shown)
+        rates[unit] = int(found.group(1))
+        if rates[unit] < 1:
+            raise LLMBadHosts(f"a host's /N{unit} must be at least 1", shown)
+        text = text[: found.start()].rstrip()
+    return text, rates
+
+
 def _read_entry(entry: str, reader: Callable[[str], str]) -> Host:
     shown = hide_userinfo(entry)  # what a refusal quotes: no password
-    text = entry.strip()
+    text, rates = _read_rates(entry.strip(), shown)
     if not text:
         raise LLMBadHosts("an entry of the host list is empty (a stray comma?)", shown)
     host, star, count = text.rpartition("*")
     if not star:
-        return Host(read_listed(text, entry, reader), DEFAULT_CALLS_PER_HOST)
+        return Host(read_listed(text, entry, reader), DEFAULT_CALLS_PER_HOST, **rates)
     if "*" in host:
         raise LLMBadHosts("an entry names at most one *n", shown)
     count = count.strip()
@@ -85,4 +109,4 @@ def _read_entry(entry: str, reader: Callable[[str], str]) -> Host:
     calls = int(count)
     if calls < 1:
         raise LLMBadHosts("a host's *n must be at least 1", shown)
-    return Host(read_listed(host, entry, reader), calls)
+    return Host(read_listed(host, entry, reader), calls, **rates)

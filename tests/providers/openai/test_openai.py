@@ -919,9 +919,9 @@ def test_openai_hosts_read_base_urls_in_the_pool_grammar(
 ) -> None:
     from vaelii_llm import pool
 
-    assert [tuple(h) for h in pool.hosts(value, kind="openai")] == expected
+    assert [(h.url, h.calls) for h in pool.hosts(value, kind="openai")] == expected
     monkeypatch.setenv("VAELII_OPENAI_HOSTS", value)
-    assert [tuple(h) for h in pool.hosts(kind="openai")] == expected
+    assert [(h.url, h.calls) for h in pool.hosts(kind="openai")] == expected
 
 
 def test_unset_openai_hosts_is_the_one_base_url_and_bad_ones_are_refused(
@@ -929,9 +929,13 @@ def test_unset_openai_hosts_is_the_one_base_url_and_bad_ones_are_refused(
 ) -> None:
     from vaelii_llm import pool
 
-    assert [tuple(h) for h in pool.hosts(kind="openai")] == [("https://api.openai.com/v1", 2)]
+    assert [(h.url, h.calls) for h in pool.hosts(kind="openai")] == [
+        ("https://api.openai.com/v1", 2)
+    ]
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1/")
-    assert [tuple(h) for h in pool.hosts(kind="openai")] == [("http://127.0.0.1:8000/v1", 2)]
+    assert [(h.url, h.calls) for h in pool.hosts(kind="openai")] == [
+        ("http://127.0.0.1:8000/v1", 2)
+    ]
     for bad in ("a,,b", "a*0", "ftp://x", "http://u:pw-SECRET@h"):
         with pytest.raises(errors.LLMBadHosts) as info:
             pool.hosts(bad, kind="openai")
