@@ -83,7 +83,7 @@ def bad_switches(kind: str) -> str | None:
         return None
     for row in backend.switch_table():
         try:
-            config._getenv(row.name)  # a secret's own check names its header instead
+            config.variable(row.name)  # a secret's own check names its header instead
         except LLMBadSwitch as exc:
             return str(exc)
     if backend.host_switch is None:
@@ -92,7 +92,7 @@ def bad_switches(kind: str) -> str | None:
     if backend.host_switch in _READ_AS_OLLAMA_READS:
         names.append("OLLAMA_HOST")
     for name in names:
-        raw = config._getenv(name)
+        raw = config.variable(name)
         if raw is None or not raw.strip():
             continue
         if name == "OLLAMA_HOST" and _backends.ollama_host() != raw.strip():

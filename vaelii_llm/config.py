@@ -52,7 +52,7 @@ def provider_kind(explicit: str | None = None) -> str:
     """
     if explicit is not None:
         return explicit.strip().lower()
-    return (text(_PROVIDER) or STUB).lower()
+    return (text(PROVIDER) or STUB).lower()
 
 
 def pool_redis_url(explicit: str | None = None) -> str | None:
@@ -87,7 +87,7 @@ def _on(switch: Switch) -> bool:
     return (text(switch) or "").lower() in TRUTHY
 
 
-_PROVIDER = Switch(
+PROVIDER = Switch(
     "VAELII_LLM_PROVIDER",
     provider_kind,
     " ".join(backend.kind for backend in BUILTIN),
@@ -132,7 +132,7 @@ _OTEL = Switch(
 def _table(backends: Iterable[Backend]) -> tuple[Switch, ...]:
     """The cross-backend rows around every row the ``backends`` carry, each
     name once (the first row naming it)."""
-    rows: dict[str, Switch] = {_PROVIDER.name: _PROVIDER}
+    rows: dict[str, Switch] = {PROVIDER.name: PROVIDER}
     for backend in backends:
         for row in backend.switch_table():
             rows.setdefault(row.name, row)
@@ -184,13 +184,14 @@ def read(name: str) -> str | int | bool | None:
     return switch.reader()
 
 
-def _getenv(name: str) -> str | None:
+def variable(name: str) -> str | None:
     """The variable ``name`` as it is now, checked as its row's reader checks it
     (a secret row's value is left to the header check)."""
     switch = _switch(name)
     return getenv(name, secret=switch is not None and switch.secret)
 
 
-def _read(switch: Switch) -> str | None:
-    """The switch's variable trimmed, or None when unset or blank."""
-    return text(switch)
+def provider_chosen() -> str | None:
+    """What ``VAELII_LLM_PROVIDER`` names, trimmed; None when it is unset or
+    blank (the stub by default, not by choice)."""
+    return text(PROVIDER)

@@ -9,8 +9,8 @@ import pytest
 
 from vaelii_llm import _backends
 from vaelii_llm import config
+from vaelii_llm._base_url import normalize_host
 from vaelii_llm._transport import urls
-from vaelii_llm.providers._base_url import normalize_host
 
 ALL_VARS = [s.name for s in config.SWITCHES]
 
@@ -234,12 +234,12 @@ def test_the_environment_lookup_sees_what_os_environ_holds_now(
 ) -> None:
     name = "VAELII_TEST_FAST_LOOKUP"
     monkeypatch.delenv(name, raising=False)
-    assert config._getenv(name) is None
+    assert config.variable(name) is None
     if value is not None:
         monkeypatch.setenv(name, value)
-    assert config._getenv(name) == os.environ.get(name) == value
+    assert config.variable(name) == os.environ.get(name) == value
     monkeypatch.delenv(name, raising=False)
-    assert config._getenv(name) is None
+    assert config.variable(name) is None
 
 
 def test_switches_are_read_through_public_interfaces_alone() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from vaelii_llm import pool as vpool
+from vaelii_llm._base_url import normalize_host
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import ProviderBase
 from vaelii_llm._protocol import Request
@@ -36,12 +37,11 @@ from vaelii_llm.pool import Pool
 from vaelii_llm.pool import hosts
 from vaelii_llm.pool import read_yes_no
 from vaelii_llm.pool import vote
+from vaelii_llm.pool._hosts import Host
 from vaelii_llm.pool._pool import DEFAULT_ACQUIRE_TIMEOUT_MS
 from vaelii_llm.pool._pool import HostStatistics
 from vaelii_llm.pool._pool import PoolStatistics
 from vaelii_llm.pool._vote import read_response
-from vaelii_llm.providers._base_url import normalize_host
-from vaelii_llm.providers._hosts import Host
 from vaelii_llm.providers.stub import StubProvider
 
 QUESTION = Request(messages=[Message(role="user", content="Is a spider an insect?")])

@@ -30,10 +30,10 @@ from vaelii_llm.errors import LLMPoolTimeout
 from vaelii_llm.errors import LLMUnreachable
 from vaelii_llm.pool import _slots
 from vaelii_llm.pool import pool_from_config
+from vaelii_llm.pool._hosts import Host
+from vaelii_llm.pool._hosts import hosts
 from vaelii_llm.pool._pool import Pool
 from vaelii_llm.providers import openai
-from vaelii_llm.providers._hosts import Host
-from vaelii_llm.providers._hosts import hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL_MS = 1000

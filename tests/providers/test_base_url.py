@@ -1,5 +1,5 @@
 """A base URL is read once, where a provider or a probe is built, into one
-:class:`~vaelii_llm.providers._base_url.BaseURL` every later step reads: the
+:class:`~vaelii_llm._base_url.BaseURL` every later step reads: the
 request URLs, the name messages show (a password cut), the host a wire's
 choices key on, the path a 404's hint keys on."""
 
@@ -9,14 +9,14 @@ from urllib import parse
 
 import pytest
 
-from vaelii_llm.providers import _base_url
+from vaelii_llm import _base_url
+from vaelii_llm._base_url import BaseURL
+from vaelii_llm._base_url import api_base
+from vaelii_llm._base_url import ollama_base
 from vaelii_llm.providers import anthropic
 from vaelii_llm.providers import ollama
 from vaelii_llm.providers import openai
 from vaelii_llm.providers import openai_responses
-from vaelii_llm.providers._base_url import BaseURL
-from vaelii_llm.providers._base_url import api_base
-from vaelii_llm.providers._base_url import ollama_base
 
 
 def test_an_api_base_is_kept_as_written_and_shown_without_its_password() -> None:

@@ -92,7 +92,7 @@ def _checked_kind(explicit: str | None = None, *, hosts: bool = False) -> str:
     from vaelii_llm import _switch_check
 
     kind = config.provider_kind(explicit)
-    named_by = "--provider" if explicit is not None else config._PROVIDER.name
+    named_by = "--provider" if explicit is not None else config.PROVIDER.name
     why = _switch_check.bad_kind(kind, named_by) or _switch_check.bad_switches(kind)
     if why is None and hosts:
         why = _bad_hosts(kind)
@@ -107,13 +107,13 @@ def _bad_hosts(kind: str) -> str | None:
     from vaelii_llm import pool
 
     switch = _backends.record(kind).hosts_switch
-    if switch is None or config._getenv(switch) is None:
+    if switch is None or config.variable(switch) is None:
         return None
     try:
         listed = pool.hosts(kind=kind)
     except errors.LLMBadHosts as exc:
         return f"{switch} will not read: {exc}"
-    return None if listed else pool._blank_hosts(switch)
+    return None if listed else pool.blank_hosts(switch)
 
 
 async def _status() -> int:
@@ -125,7 +125,7 @@ async def _status() -> int:
     print(f"configured: {kind}\nanswering:  {'stub' if reason else kind}")
     if reason:
         print(f"why:        {reason}")
-    elif config._read(config._PROVIDER) is None:  # the stub by default, not by choice
+    elif config.provider_chosen() is None:  # the stub by default, not by choice
         print(f"why:        {_backends.nothing_configured()}")
     lines = providers.hook(_backends.record(kind), "status_lines")
     if lines is not None:
@@ -406,7 +406,7 @@ async def _ask(
 
     chosen = _checked_kind(kind)
     on_stub = chosen == "stub"
-    if on_stub and kind is None and config._read(config._PROVIDER) is None:
+    if on_stub and kind is None and config.provider_chosen() is None:
         raise _stub_only(_backends.nothing_configured())  # the stub by default, not by choice
     sources = await _kb_toolset(kb_path, kb_too, servers)
     no_tools: str | None = None
@@ -630,13 +630,12 @@ def _vote_progress(so_far: pool.Vote) -> None:
 async def _vote(question: str, votes: int, timeout_ms: int | None = None) -> int:
     from vaelii_llm import _backends
     from vaelii_llm import pool
-    from vaelii_llm.pool import _vote as voting
 
     kind = _checked_kind(hosts=True)
     if kind == _backends.STUB:
         reason = (
             _backends.nothing_configured()
-            if config._read(config._PROVIDER) is None
+            if config.provider_chosen() is None
             else "the stub has no opinion to count; set VAELII_LLM_PROVIDER to a model backend"
         )
         raise _stub_only(reason)
@@ -649,7 +648,7 @@ async def _vote(question: str, votes: int, timeout_ms: int | None = None) -> int
         raise
     progress = _vote_progress if sys.stderr.isatty() else None
     async with voters:
-        asked = voting.asked_yes_no(question, **_turn_bounds(timeout_ms=timeout_ms))
+        asked = pool.asked_yes_no(question, **_turn_bounds(timeout_ms=timeout_ms))
         outcome = await pool.vote(voters, asked, votes=votes, on_vote=progress)
     tally = outcome.tally
     print(
@@ -683,7 +682,7 @@ async def _why_turns_failed(kind: str) -> str | None:
         return await providers.unavailable_reason(kind)
     lacks = providers.hook(backend, "missing_model")
     assert backend.hosts_switch is not None
-    by_list = config._getenv(backend.hosts_switch) is not None  # as pool.hosts reads it
+    by_list = config.variable(backend.hosts_switch) is not None  # as pool.hosts reads it
     for host in pool.hosts(kind=kind):
         reason = await providers.unavailable_reason(kind, **{backend.host_option: host.url})
         if reason is None and lacks is not None:

@@ -35,6 +35,9 @@ from vaelii_llm._backends import pool_kind
 from vaelii_llm._handout import handed_out
 from vaelii_llm._protocol import Provider
 from vaelii_llm.errors import LLMBadHosts
+from vaelii_llm.pool._hosts import DEFAULT_CALLS_PER_HOST
+from vaelii_llm.pool._hosts import Host
+from vaelii_llm.pool._hosts import hosts
 from vaelii_llm.pool._pool import DEFAULT_ACQUIRE_TIMEOUT_MS
 from vaelii_llm.pool._pool import DEFAULT_COOLDOWN_MS
 from vaelii_llm.pool._pool import DEFAULT_LEASE_TTL_MS
@@ -42,11 +45,9 @@ from vaelii_llm.pool._pool import DEFAULT_POOL_NAME
 from vaelii_llm.pool._pool import Pool
 from vaelii_llm.pool._vote import ASK_YES_NO
 from vaelii_llm.pool._vote import Vote
+from vaelii_llm.pool._vote import asked_yes_no as asked_yes_no
 from vaelii_llm.pool._vote import read_yes_no
 from vaelii_llm.pool._vote import vote
-from vaelii_llm.providers._hosts import DEFAULT_CALLS_PER_HOST
-from vaelii_llm.providers._hosts import Host
-from vaelii_llm.providers._hosts import hosts
 from vaelii_llm.providers.stub import Entry
 from vaelii_llm.providers.stub import StubProvider
 
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 
-def _blank_hosts(switch: str | None) -> str:
+def blank_hosts(switch: str | None) -> str:
     """Why a blank host list is refused, and the two ways out."""
     return (
         f"{switch} is blank: no hosts, so every vote would wait out its acquire timeout; "
@@ -118,7 +119,7 @@ async def pool_from_config(
     else:
         entries = hosts(explicit, kind=kind)
     if not entries:
-        raise LLMBadHosts(_blank_hosts(backend.hosts_switch))
+        raise LLMBadHosts(blank_hosts(backend.hosts_switch))
     build: Callable[..., Provider] = importlib.import_module(backend.module).provider
     opts: dict[str, Any] = {} if model is None else {"model": model}
     built: list[Provider] = []

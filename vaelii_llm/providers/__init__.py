@@ -137,7 +137,7 @@ def _chosen(kind: str | None, opts: Iterable[str]) -> Backend:
     if kind is None:  # a kind naming no backend is refused by its variable's name
         from vaelii_llm._switch_check import bad_kind
 
-        why = bad_kind(chosen, config._PROVIDER.name)
+        why = bad_kind(chosen, config.PROVIDER.name)
         if why is not None:
             raise ValueError(why)
     backend = record(chosen)

@@ -21,14 +21,14 @@ session, turn and pump are the shared skeleton's.
 from __future__ import annotations
 
 from vaelii_llm._backends import openai_base_url as default_host
-from vaelii_llm.providers._base_url import normalize_base_url as read_host
-from vaelii_llm.providers.openai._probes import available
-from vaelii_llm.providers.openai._probes import models
-from vaelii_llm.providers.openai._probes import unavailable_reason
-from vaelii_llm.providers.openai._responses_provider import OpenAIResponsesProvider
-from vaelii_llm.providers.openai._responses_provider import provider
-from vaelii_llm.providers.openai._status import drops_tools
-from vaelii_llm.providers.openai._status import status_lines
+from vaelii_llm._base_url import normalize_base_url as read_host
+from vaelii_llm.providers.openai import OpenAIResponsesProvider
+from vaelii_llm.providers.openai import available
+from vaelii_llm.providers.openai import drops_tools
+from vaelii_llm.providers.openai import models
+from vaelii_llm.providers.openai import responses_provider as provider
+from vaelii_llm.providers.openai import status_lines
+from vaelii_llm.providers.openai import unavailable_reason
 
 _HOOKS = (default_host, read_host, drops_tools, status_lines)
 """What the pool and the command find here by name (:data:`vaelii_llm._backends.Hook`)."""

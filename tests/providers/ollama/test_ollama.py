@@ -33,6 +33,7 @@ from tests.support.fake_ollama import tool_call
 from vaelii_llm import _backends
 from vaelii_llm import errors
 from vaelii_llm import providers
+from vaelii_llm._base_url import normalize_host
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import OpaqueBlock
 from vaelii_llm._protocol import Provider
@@ -50,7 +51,6 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._protocol import Usage
 from vaelii_llm.providers import ollama
-from vaelii_llm.providers._base_url import normalize_host
 from vaelii_llm.providers.ollama._assemble import ChatAssembler
 from vaelii_llm.providers.ollama._assemble import ChatChunk
 from vaelii_llm.providers.ollama._assemble import response_of

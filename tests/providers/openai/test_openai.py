@@ -35,6 +35,7 @@ from tests.support.kb_model import QUESTION
 from tests.support.kb_model import answer_from
 from vaelii_llm import errors
 from vaelii_llm import providers
+from vaelii_llm._base_url import api_base
 from vaelii_llm._protocol import Delta
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import OpaqueBlock
@@ -54,7 +55,6 @@ from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._protocol import Usage
 from vaelii_llm.providers import openai
-from vaelii_llm.providers._base_url import api_base
 from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
 from vaelii_llm.providers.openai._assemble import ChunkAssembler
 from vaelii_llm.providers.openai._assemble import response_of

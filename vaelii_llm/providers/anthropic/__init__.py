@@ -61,6 +61,7 @@ import msgspec
 
 from vaelii_llm import _backends
 from vaelii_llm import errors
+from vaelii_llm._base_url import api_base
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import DEFAULT_NETWORK
@@ -69,7 +70,6 @@ from vaelii_llm._transport.settings import Network
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm.errors import LLMBadCredential
 from vaelii_llm.errors import LLMNoCredential
-from vaelii_llm.providers._base_url import api_base
 from vaelii_llm.providers._http import ClientSession
 from vaelii_llm.providers._http import Credentials
 from vaelii_llm.providers._http import HTTPProvider

@@ -16,6 +16,7 @@ from typing import Final
 
 import msgspec
 
+from vaelii_llm._base_url import BaseURL
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
 from vaelii_llm._transport.settings import Endpoint
@@ -25,7 +26,6 @@ from vaelii_llm._transport.settings import with_json_content_type
 from vaelii_llm._wire.sse import SSEFrames
 from vaelii_llm.errors import LLMApiError
 from vaelii_llm.errors import LLMBadResponse
-from vaelii_llm.providers._base_url import BaseURL
 from vaelii_llm.providers.anthropic._credentials import Credential
 from vaelii_llm.providers.anthropic._decode import WHOLE_DECODER
 from vaelii_llm.providers.anthropic._decode import from_parsed

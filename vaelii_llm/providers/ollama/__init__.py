@@ -25,8 +25,8 @@ skeleton's (:mod:`vaelii_llm.providers._http`).
 from __future__ import annotations
 
 from vaelii_llm import _backends
-from vaelii_llm.providers._base_url import normalize_host as read_host
-from vaelii_llm.providers._base_url import read_listed
+from vaelii_llm._base_url import normalize_host as read_host
+from vaelii_llm._base_url import read_listed
 from vaelii_llm.providers.ollama._chat import base_url
 from vaelii_llm.providers.ollama._probes import available
 from vaelii_llm.providers.ollama._probes import capabilities

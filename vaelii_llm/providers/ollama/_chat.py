@@ -43,6 +43,8 @@ import msgspec
 
 from vaelii_llm import _backends
 from vaelii_llm import errors
+from vaelii_llm._base_url import BaseURL
+from vaelii_llm._base_url import ollama_base
 from vaelii_llm._media import MAX_BASE64
 from vaelii_llm._media import MB
 from vaelii_llm._media import MediaLimits
@@ -64,8 +66,6 @@ from vaelii_llm._protocol import system_text
 from vaelii_llm._protocol import unhandled_block
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._wire.ndjson import NDJSONDecoder
-from vaelii_llm.providers._base_url import BaseURL
-from vaelii_llm.providers._base_url import ollama_base
 from vaelii_llm.providers._bearer import BearerKey
 from vaelii_llm.providers._bearer import session_headers
 from vaelii_llm.providers._http import NetworkOptions
@@ -131,7 +131,7 @@ def base_url(host: str | None = None) -> str:
     """The Ollama base URL for ``host``: the argument, else ``VAELII_OLLAMA_HOST``,
     else ``OLLAMA_HOST`` unless it names a bind address (``0.0.0.0``, ``::``,
     ``*``), else the local default (:data:`~vaelii_llm._backends.DEFAULT_OLLAMA_HOST`);
-    read as Ollama reads a host (:func:`~vaelii_llm.providers._base_url.normalize_host`).
+    read as Ollama reads a host (:func:`~vaelii_llm._base_url.normalize_host`).
     Raises ValueError for a host that names none."""
     return base(host).url
 

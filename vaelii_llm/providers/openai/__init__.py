@@ -20,17 +20,22 @@ the closed state, the turn and the stream pump are the shared skeleton's
 from __future__ import annotations
 
 from vaelii_llm._backends import openai_base_url as default_host
-from vaelii_llm.providers._base_url import normalize_base_url as read_host
+from vaelii_llm._base_url import normalize_base_url as read_host
+from vaelii_llm.providers.openai import _responses_provider
 from vaelii_llm.providers.openai._probes import available
 from vaelii_llm.providers.openai._probes import models
 from vaelii_llm.providers.openai._probes import unavailable_reason
 from vaelii_llm.providers.openai._provider import OpenAIProvider
 from vaelii_llm.providers.openai._provider import provider
-from vaelii_llm.providers.openai._status import drops_tools
-from vaelii_llm.providers.openai._status import status_lines
+from vaelii_llm.providers.openai._status import drops_tools as drops_tools
+from vaelii_llm.providers.openai._status import status_lines as status_lines
 
 _HOOKS = (default_host, read_host, drops_tools, status_lines)
 """What the pool and the command find here by name (:data:`vaelii_llm._backends.Hook`)."""
+OpenAIResponsesProvider = _responses_provider.OpenAIResponsesProvider
+responses_provider = _responses_provider.provider
+"""The Responses API's backend, beside this one: :mod:`vaelii_llm.providers.openai_responses`
+offers it under its own names."""
 
 OpenAIProvider.__module__ = __name__  # where a user finds it, as trio names its classes
 

@@ -72,6 +72,7 @@ import msgspec
 
 from vaelii_llm import _backends
 from vaelii_llm import errors
+from vaelii_llm._base_url import BaseURL
 from vaelii_llm._media import check_document
 from vaelii_llm._media import check_image
 from vaelii_llm._protocol import Block
@@ -91,7 +92,6 @@ from vaelii_llm._protocol import system_text
 from vaelii_llm._protocol import unhandled_block
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._wire.sse import SSEFrames
-from vaelii_llm.providers._base_url import BaseURL
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._assemble import WHOLE_DECODER
 from vaelii_llm.providers.openai._assemble import ChunkAssembler

@@ -15,10 +15,10 @@ import msgspec
 
 from vaelii_llm import _backends
 from vaelii_llm import errors
+from vaelii_llm._base_url import api_base
 from vaelii_llm._transport.send import request_json
 from vaelii_llm._transport.sessions import probe_session
 from vaelii_llm._transport.settings import Deadline
-from vaelii_llm.providers._base_url import api_base
 from vaelii_llm.providers._bearer import session_headers
 from vaelii_llm.providers._http import ClientSession
 from vaelii_llm.providers._http import SSLOption

@@ -17,13 +17,13 @@ from typing import Final
 import msgspec
 
 from vaelii_llm import errors
+from vaelii_llm._base_url import BaseURL
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
 from vaelii_llm._transport.boundary import DEFAULT_MAX_BODY_BYTES
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._wire.sse import Frame
 from vaelii_llm._wire.sse import SSEFrames
-from vaelii_llm.providers._base_url import BaseURL
 from vaelii_llm.providers._http import NetworkOptions
 from vaelii_llm.providers.openai._responses_assemble import WHOLE_DECODER
 from vaelii_llm.providers.openai._responses_assemble import EventAssembler

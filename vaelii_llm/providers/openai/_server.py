@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from vaelii_llm import _backends
+from vaelii_llm._base_url import BaseURL
+from vaelii_llm._base_url import api_base
 from vaelii_llm._transport.settings import Endpoint
 from vaelii_llm._transport.urls import userinfo
-from vaelii_llm.providers._base_url import BaseURL
-from vaelii_llm.providers._base_url import api_base
 from vaelii_llm.providers._bearer import session_headers
 from vaelii_llm.providers._http import SessionHeadersOnly
 from vaelii_llm.providers.openai._key import APIKey

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from vaelii_llm import _backends
+from vaelii_llm._base_url import DEFAULT_OPENAI_PATH
 from vaelii_llm._transport.urls import hide_userinfo
-from vaelii_llm.providers._base_url import DEFAULT_OPENAI_PATH
 from vaelii_llm.providers._props import no_tools_reason
 from vaelii_llm.providers.openai._probes import models
 

@@ -1,6 +1,6 @@
 """The vote pool's host list (``host[*n],…``) of any kind whose record names
 one (:class:`vaelii_llm._backends.Backend`), each host read by its backend's
-reader (:mod:`vaelii_llm.providers._base_url` holds the built-in ones).
+reader (:mod:`vaelii_llm._base_url` holds the built-in ones).
 
 Pure string work, no I/O.
 """
@@ -14,10 +14,10 @@ from typing import NamedTuple
 
 from vaelii_llm import config
 from vaelii_llm._backends import record
+from vaelii_llm._base_url import read_listed
 from vaelii_llm._transport.urls import hide_userinfo
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.providers import hook
-from vaelii_llm.providers._base_url import read_listed
 
 __all__ = [
     "DEFAULT_CALLS_PER_HOST",
@@ -63,7 +63,7 @@ def hosts(explicit: str | None = None, *, kind: str = "ollama") -> list[Host]:
         raise ValueError(f"provider {kind!r} names no pool hosts")
     raw = explicit
     if raw is None:
-        value = config._getenv(backend.hosts_switch)
+        value = config.variable(backend.hosts_switch)
         raw = None if value is None else value.strip()
     if raw is None:
         default_host = hook(backend, "default_host")
