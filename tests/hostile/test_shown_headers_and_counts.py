@@ -5,6 +5,7 @@ bad response and never defeats an agent's budget.
 """
 
 import asyncio
+import contextlib
 import json
 import re
 import unicodedata
@@ -24,6 +25,7 @@ from tests.support.loopback import serve_raw
 from vaelii_llm import agent
 from vaelii_llm import errors
 from vaelii_llm import kb
+from vaelii_llm import telemetry
 from vaelii_llm import tools
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request
@@ -111,8 +113,12 @@ async def test_a_key_echoed_in_a_header_stays_out_of_the_span(status: int, otel:
             headers={"request-id": KEY},
         )
 
-    async with serve(handler) as url:
-        await answered("anthropic", url, streamed=False)
+    async with (
+        serve(handler) as url,
+        telemetry.instrument(hosted("anthropic", url), "anthropic") as model,
+    ):
+        with contextlib.suppress(errors.LLMApiError):
+            await model.complete(QUESTION)
     (span,) = otel.finished()
     assert KEY not in repr(dict(span.attributes or {})) + repr(span.events)
 

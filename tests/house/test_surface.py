@@ -177,6 +177,7 @@ MODULES = [
     "vaelii_llm._closing",
     "vaelii_llm._declare",
     "vaelii_llm._handout",
+    "vaelii_llm._transport.aiohttp_private",
     "vaelii_llm.telemetry._content",
     "vaelii_llm.cli._drawing",
     "vaelii_llm._media",
