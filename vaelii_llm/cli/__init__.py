@@ -934,4 +934,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         failure = {"error": stop.kind, "message": stop.message, "exit": stop.status}
         print(json.dumps(failure, ensure_ascii=False))
     return stop.status
-

@@ -56,7 +56,9 @@ Tools and format
     "json_schema": {"name", "schema", "strict"}}``, strict only where every
     object in it lists all its properties as required and admits no others
     (OpenAI refuses a strict schema that does not); one already in that
-    shape is sent as given.
+    shape is sent as given. ``tool_choice`` goes out with the tools:
+    ``"none"`` and ``"required"`` as words, a name as ``{"type": "function",
+    "function": {"name"}}``, ``"auto"`` as nothing.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ from vaelii_llm._media import WEB_IMAGE_TYPES
 from vaelii_llm._media import MediaLimits
 from vaelii_llm._media import check_document
 from vaelii_llm._media import check_image
+from vaelii_llm._protocol import TOOL_CHOICES
 from vaelii_llm._protocol import Block
 from vaelii_llm._protocol import DocumentBlock
 from vaelii_llm._protocol import ImageBlock
@@ -251,6 +254,7 @@ class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     max_completion_tokens: int | None = None
     stop: list[str] | None = None
     tools: list[_Tool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     stream: bool | None = None
     stream_options: _StreamOptions | None = None
@@ -474,6 +478,20 @@ def _response_format(schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _tool_choice(request: Request, *, nested: bool = True) -> str | dict[str, Any] | None:
+    """``tool_choice`` as Chat Completions takes it (the word, or a named
+    function); ``nested=False``, as the Responses API takes it (the name beside
+    ``type``); ``"auto"`` as nothing."""
+    choice = request.tool_choice
+    if choice == "auto":
+        return None
+    if choice in TOOL_CHOICES:
+        return choice
+    if nested:
+        return {"type": "function", "function": {"name": choice}}
+    return {"type": "function", "name": choice}
+
+
 def chat_body(
     request: Request,
     *,
@@ -497,6 +515,7 @@ def chat_body(
         max_completion_tokens=limit if max_tokens_field == "max_completion_tokens" else None,
         stop=list(request.stop_sequences) or None,
         tools=[_wire_tool(t) for t in request.tools] or None,
+        tool_choice=_tool_choice(request) if request.tools else None,
         response_format=_response_format(request.format) if request.format else None,
         stream=True if stream else None,
         stream_options=_INCLUDE_USAGE if stream else None,
