@@ -546,7 +546,11 @@ class McpToolset(ClosesOnExit):
                     "would be sent them with every turn"
                 )
             shown = ToolSchema(name=name, description=description, input_schema=schema)
-            hints = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
+            hints = (
+                tool.annotations.model_dump(by_alias=True, exclude_none=True)
+                if tool.annotations
+                else {}
+            )
             listed[name] = (shown, tool.name, hints)
         return [listed[name] for name in sorted(listed)]
 
