@@ -3,8 +3,6 @@
 The request and response types are here; the rest lives in submodules that load
 on first use, so ``import vaelii_llm`` imports no HTTP library and no backend:
 
-- ``answer``: an answer decoded into a type (a msgspec Struct, a TypedDict, a
-  dataclass or a pydantic model), asked again when it does not fit
 - ``agent``: the tool loop over a provider and a toolset, written once
 - ``providers``: choosing a backend (the stub, Ollama, the Messages API, the
   OpenAI-compatible wire)
@@ -14,6 +12,10 @@ on first use, so ``import vaelii_llm`` imports no HTTP library and no backend:
 - ``engine``: the boundary through which the tools reach an engine
 - ``errors``: the typed refusals
 - ``config``: every switch the package reads from the environment
+
+:func:`answer` (loaded on first use too) asks for an answer that is a value of
+a type (a msgspec Struct, a TypedDict, a dataclass or a pydantic model),
+asking again when it does not fit.
 """
 
 from __future__ import annotations
