@@ -1,17 +1,18 @@
-"""Structured output: one neutral request whose answer must match a JSON schema.
+"""Structured output: an answer that is a typed value, or says why it is not.
 
-Run ``python examples/structured_output.py``. The schema is derived from a
-msgspec ``Struct`` (declared once: the type, its validation and its schema),
-sent as the request's ``format`` (the Messages API's ``output_config.format``,
-Ollama's ``format``), and the answer's text is decoded with msgspec straight
-into that Struct; an answer that does not match is a ``msgspec.ValidationError``
-naming the field.
+Run ``python examples/structured_output.py``. ``vaelii_llm.answer`` sends the
+JSON schema of a msgspec ``Struct`` (declared once: the type, its validation
+and its schema) as the request's ``format`` (the Messages API's
+``output_config.format``, Ollama's ``format``, a ``json_schema`` response
+format on the OpenAI wires) and decodes the answer into that Struct; an
+answer that does not match is asked again once with the error shown, and
+past that is an ``LLMBadAnswer`` holding every attempt.
 
 The facts come from the KB through a tool call made here, not by the model, so
 one turn is enough. An answer cut at ``max_tokens`` is no whole JSON object:
-the stop reason is checked first, and the example says what happened instead
-of failing to decode it. The turn streams, so a terminal shows how long it has
-waited and, once the answer comes, how many tokens have arrived.
+``LLMBadAnswer`` says so (``cut``) rather than ask again, and the example says
+what happened. The answer streams as partial values, so a terminal shows how
+long it has waited and, once the answer comes, how much has arrived.
 
 With nothing configured the scripted stub answers a JSON
 text (the first line says which backend answers); set
@@ -30,14 +31,13 @@ from _answering import Progress
 from _answering import run
 from _answering import who_answers
 
+import vaelii_llm
 from vaelii_llm import Message
 from vaelii_llm import Request
-from vaelii_llm import Response
-from vaelii_llm import TextBlock
-from vaelii_llm import TextDelta
 from vaelii_llm import kb
 from vaelii_llm import providers
 from vaelii_llm import tools
+from vaelii_llm.errors import LLMBadAnswer
 
 
 class Creature(msgspec.Struct, frozen=True):
@@ -48,9 +48,7 @@ class Creature(msgspec.Struct, frozen=True):
     feared_by: list[str]
 
 
-SCHEMA = msgspec.json.schema(Creature)
-
-# What the stub answers when no real model is configured: a JSON text matching SCHEMA.
+# What the stub answers when no real model is configured: a JSON text that is a Creature.
 STUB_ANSWER = (
     '{"name": "Muffet", "types": ["Animal", "Arachnid", "Arthropod", "Invertebrate", '
     '"Organism", "Spider"], "feared_by": ["Bob", "MissMuffet", "TheFly", "TheAnt", '
@@ -72,47 +70,38 @@ async def describe(term: str) -> Creature:
                 f"Who is afraid of it: {fears.text}",
             )
         ],
-        format=SCHEMA,
         max_tokens=MAX_TOKENS,
         timeout_ms=120_000,
     )
     async with await providers.provider(stub={"script": [STUB_ANSWER]}) as model:
         print(await who_answers(model), flush=True)
-        response = None
-        async with Progress() as progress, aclosing(model.stream(request, deltas=True)) as items:
-            async for item in items:
-                if isinstance(item, TextDelta):
+        creature = None
+        answering = vaelii_llm.answer(model, request, into=Creature)
+        async with Progress() as progress, aclosing(answering.stream()) as parts:
+            async for part in parts:
+                if isinstance(part, Creature):
+                    creature = part
+                else:
                     progress.token()
-                elif isinstance(item, Response):
-                    response = item
-    assert response is not None  # a stream ends with its Response
-    if response.stop_reason == "max_tokens":
-        raise Cut(
-            f"the answer was cut at max_tokens ({MAX_TOKENS}) before its JSON object closed; "
-            "raise max_tokens, or ask a model that answers more briefly"
-        )
-    text = "".join(b.text for b in response.content if isinstance(b, TextBlock))
-    return msgspec.json.decode(text, type=Creature)
+    assert creature is not None  # a stream ends with the whole value
+    return creature
 
 
 MAX_TOKENS = 512
 
 
-class Cut(Exception):
-    """The answer stopped before it was whole: the message says why and what to do."""
-
-
 async def main() -> int:
     try:
         creature = await describe("Muffet")
-    except Cut as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    except msgspec.ValidationError as exc:
-        print(f"the answer did not match the schema: {exc}", file=sys.stderr)
-        return 1
-    except msgspec.DecodeError as exc:
-        print(f"the answer is not one JSON object: {exc}", file=sys.stderr)
+    except LLMBadAnswer as exc:
+        if exc.cut:
+            print(
+                f"the answer was cut at max_tokens ({MAX_TOKENS}) before its JSON object "
+                "closed; raise max_tokens, or ask a model that answers more briefly",
+                file=sys.stderr,
+            )
+        else:
+            print(f"the answer did not match the schema: {exc}", file=sys.stderr)
         return 1
     print(creature)
     return 0

@@ -12,6 +12,10 @@ on first use, so ``import vaelii_llm`` imports no HTTP library and no backend:
 - ``engine``: the boundary through which the tools reach an engine
 - ``errors``: the typed refusals
 - ``config``: every switch the package reads from the environment
+
+:func:`answer` (loaded on first use too) asks for an answer that is a value of
+a type (a msgspec Struct, a TypedDict, a dataclass or a pydantic model),
+asking again when it does not fit.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ if sys.version_info < (3, 11):  # noqa: UP036 - said in words before a 3.11 modu
     )
 
 import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING
+from typing import Any
 
 from vaelii_llm._protocol import Block
 from vaelii_llm._protocol import Cache
@@ -63,6 +67,7 @@ if TYPE_CHECKING:
     from vaelii_llm import pool
     from vaelii_llm import providers
     from vaelii_llm import tools
+    from vaelii_llm._answers import answer
 
 __all__ = [
     "Block",
@@ -91,6 +96,7 @@ __all__ = [
     "Usage",
     "__version__",
     "agent",
+    "answer",
     "config",
     "engine",
     "errors",
@@ -103,7 +109,9 @@ __all__ = [
 _LAZY = frozenset({"agent", "config", "engine", "errors", "kb", "pool", "providers", "tools"})
 
 
-def __getattr__(name: str) -> ModuleType:
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "answer":  # loaded on first use, as the modules are
+        return importlib.import_module(f"{__name__}._answers").answer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

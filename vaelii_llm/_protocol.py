@@ -25,7 +25,8 @@ Request fields
     readable reasoning, ``"omitted"`` is the API's default); ``temperature``
     (each wire's rule: see :class:`Request`); ``num_ctx`` and ``keep_alive`` (Ollama only);
     ``fallbacks`` (Messages API: left :data:`UNSET`, the backend sends its
-    default; ``None`` sends none, and no beta header).
+    default; ``None`` sends none, and no beta header); ``tool_choice``
+    (:data:`TOOL_CHOICES` or the name of one of ``tools``: see :class:`Request`).
 
 Response fields
     ``content`` the blocks, in order; ``stop_reason`` one :data:`StopReason` on
@@ -373,6 +374,14 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     request names one, since OpenAI's GPT-5 and o-series models refuse any
     but their default (left unset, the server's own default applies); the
     Messages API never sends it, since its current models refuse it.
+
+    ``tool_choice``: ``"auto"`` (the model decides; sent as nothing),
+    ``"none"`` (no call), ``"required"`` (some call) or a tool's name (that
+    call). Chat Completions and Responses send it as they document it; Ollama
+    takes none (``"none"`` sends no tools, the rest nothing); the Messages API
+    sends no tools for ``"none"`` and refuses ``"required"`` or a name with
+    :class:`~vaelii_llm.errors.LLMEncode` before sending, since its models
+    refuse a forced tool. A name must be one of ``tools``.
     """
 
     messages: list[Message]
@@ -392,6 +401,7 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
     think: bool | Literal["low", "medium", "high"] | None = None
     cache: Cache | None = None
     stall_ms: int | None = None
+    tool_choice: str = "auto"
 
     def __post_init__(self) -> None:
         """Refuse a field of the wrong type (``TypeError``) or out of its range
@@ -418,6 +428,9 @@ class Request(Struct, frozen=True, kw_only=True, repr_omit_defaults=True):
             value = values[at]
             if type(value) is str and value not in words:
                 _refuse(at, value)
+        choice = self.tool_choice
+        if choice not in TOOL_CHOICES and not any(t.name == choice for t in self.tools):
+            _refuse(_CHOICE_AT, choice)
 
 
 MAX_WAIT_MS: Final = 7 * 24 * 3600 * 1000
@@ -426,6 +439,9 @@ past any turn's need, and far inside what a loop's clock can hold."""
 
 THINK_LEVELS: Final = ("low", "medium", "high")
 """The levels ``think`` takes besides on and off (for a model that takes levels)."""
+
+TOOL_CHOICES: Final = frozenset({"auto", "none", "required"})
+"""The ``tool_choice`` words; any other value names one of the request's tools."""
 
 
 class _Rule(NamedTuple):
@@ -477,6 +493,7 @@ _RULES: Final = tuple(
         "stall_ms": _Rule(
             f"a whole number of ms, 1 to {MAX_WAIT_MS}, or None", (int, _NONE), None, 1, MAX_WAIT_MS
         ),
+        "tool_choice": _Rule("'auto', 'none', 'required' or the name of one of its tools", (str,)),
     }.items()
 )
 """One rule per :class:`Request` field, in the fields' order."""
@@ -488,6 +505,7 @@ _BOUNDED_FIELDS: Final = tuple(
 _LIST_FIELDS: Final = tuple(
     (at, rule.item) for at, (_, rule) in enumerate(_RULES) if rule.item is not None
 )
+_CHOICE_AT: Final = Request.__struct_fields__.index("tool_choice")
 _WORD_FIELDS: Final = tuple((at, rule.words) for at, (_, rule) in enumerate(_RULES) if rule.words)
 _FITTING: Final[set[tuple[type, ...]]] = set()
 """The tuples of field types already found to fit :data:`_RULES` (a value of

@@ -58,8 +58,10 @@ turns it off; a first :class:`~vaelii_llm._protocol.Request` carrying its own
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncGenerator
+from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Sequence
 from contextlib import aclosing
@@ -87,7 +89,8 @@ from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._protocol import Usage
 from vaelii_llm.tools import ToolResult
 from vaelii_llm.tools import ToolSource
-from vaelii_llm.tools import _unknown_tool
+from vaelii_llm.tools import _Prefixed
+from vaelii_llm.tools import unknown_tool
 
 __all__ = [
     "AgentResult",
@@ -130,9 +133,17 @@ Stopped = Literal[
     "max_output_tokens",
     "max_tool_calls",
     "max_tool_calls_per_turn",
+    "declined",
 ]
 """Why the loop stopped: the model answered, refused, was cut by ``max_tokens``,
-or was still asking for tools when a limit was reached (the limit's name)."""
+was still asking for tools when a limit was reached (the limit's name), or the
+caller's ``approve`` answered ``"stop"`` (``declined``)."""
+
+Approval = bool | Literal["stop"]
+"""What ``approve`` answers for a call: run it, refuse it, or stop the run."""
+
+ToolChoice = str
+"""``"auto"``, ``"none"``, ``"required"`` or one tool's name (see :class:`Request`)."""
 
 _GOES_ON: frozenset[StopReason | None] = frozenset({"tool_use", "pause_turn"})
 _SPACE = re.compile(r"\s+")
@@ -149,13 +160,17 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ToolCallStarted(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool call is about to run (``turn`` counts model turns from 1)."""
+    """A tool call is about to run (``turn`` counts model turns from 1);
+    ``hints`` is what its source says of the tool (an MCP server's
+    ``readOnlyHint``, ``destructiveHint``…; empty when it says nothing). The
+    same value is what a caller's ``approve`` is shown before the call runs."""
 
     type: ClassVar[str] = "tool_call"
     turn: int
     id: str
     name: str
     input: dict[str, Any]
+    hints: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class ToolCallFinished(msgspec.Struct, frozen=True, kw_only=True):
@@ -191,13 +206,18 @@ class ToolInputArrived(msgspec.Struct, frozen=True, kw_only=True):
 class ToolsIgnored(msgspec.Struct, frozen=True, kw_only=True):
     """The far end read the turn's prompt without the tools it was offered
     (its input tokens could not hold them), so the answer does not come from
-    them; ``message`` says so and names the fix. Yielded once per run."""
+    them; ``message`` says so and names the fix. Yielded once per run.
+
+    With ``what="tool_choice"`` it is the first turn's ``tool_choice`` the far
+    end ignored (Ollama takes none): it asked for a call and the model made
+    none (``tools_floor`` is then 0). Yielded once per run too."""
 
     type: ClassVar[str] = "tools_ignored"
     turn: int
     input_tokens: int
     tools_floor: int
     message: str
+    what: Literal["tools", "tool_choice"] = "tools"
 
 
 Event = ToolCallStarted | ToolCallFinished | TextArrived | ToolInputArrived | ToolsIgnored
@@ -230,6 +250,36 @@ def tools_ignored(request: Request, usage: Usage, turn: int) -> ToolsIgnored | N
             f"the far end ignored the {len(request.tools)} tool(s) it was offered: it read "
             f"{usage.input_tokens} input tokens, where the tools alone take at least {floor}, "
             f"so the answer does not come from them; {TOOLS_FIX}"
+        ),
+    )
+
+
+def _notices(
+    first: Request, usage: Usage, turn: int, called: bool, said: set[str]
+) -> list[ToolsIgnored]:
+    """The :class:`ToolsIgnored` notices this turn brings that ``said`` (what
+    the run has said already) does not hold yet."""
+    found = [] if "tools" in said else [tools_ignored(first, usage, turn)]
+    if turn == 1 and not called:
+        found.append(choice_ignored(first, usage))
+    new = [notice for notice in found if notice is not None]
+    said.update(notice.what for notice in new)
+    return new
+
+
+def choice_ignored(request: Request, usage: Usage) -> ToolsIgnored | None:
+    """A :class:`ToolsIgnored` for a first turn that forced a tool call
+    (``tool_choice`` ``"required"`` or a name) and got none, else None."""
+    if request.tool_choice in ("auto", "none"):
+        return None
+    return ToolsIgnored(
+        turn=1,
+        input_tokens=usage.input_tokens or 0,
+        tools_floor=0,
+        what="tool_choice",
+        message=(
+            f"the far end ignored tool_choice={request.tool_choice!r}: the model called no "
+            "tool (Ollama takes no tool_choice); ask in words, or use a backend that takes it"
         ),
     )
 
@@ -291,7 +341,7 @@ class _Together:
     async def call(self, name: str, input: Any = None) -> ToolResult:
         held = self.route.get(name) if isinstance(name, str) else None
         if held is None:
-            return _unknown_tool(name, self.route)
+            return unknown_tool(name, self.route)
         return await held.call(name, input)
 
 
@@ -382,32 +432,135 @@ async def _turn(
                 yield item
 
 
+def _owner(source: ToolSource, name: str) -> tuple[ToolSource, str]:
+    """The set that answers the tool ``name`` and the name it knows it by,
+    through :func:`together` and :func:`~vaelii_llm.tools.prefixed`."""
+    while True:
+        if isinstance(source, _Together) and name in source.route:
+            source = source.route[name]
+        elif isinstance(source, _Prefixed) and name.startswith(source.prefix):
+            name = name[len(source.prefix) :]
+            source = source.inner
+        else:
+            return source, name
+
+
+def _hints(source: ToolSource, name: str) -> dict[str, Any]:
+    """What ``source`` says of the tool ``name`` (none when it says nothing)."""
+    said = getattr(source, "hints", None)
+    found = said(name) if callable(said) else None
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def _not_run(use: ToolUseBlock, why: str) -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=use.id, content=f"not run: {why}", is_error=True)
+
+
+async def _one_call(
+    source: ToolSource,
+    use: ToolUseBlock,
+    alone: asyncio.Lock | None,
+    deadline: float,
+    budget_ms: int,
+) -> ToolResult:
+    """One call under the turn's ``deadline``, after the calls before it to
+    the same serial set (``alone``) have finished."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            if alone is None:
+                return await source.call(use.name, use.input)
+            async with alone:
+                return await source.call(use.name, use.input)
+    except TimeoutError:
+        return ToolResult(
+            ok=False,
+            error=f"timeout: {use.name} did not finish within the turn's {budget_ms} ms",
+        )
+
+
+async def _settle(tasks: Sequence[asyncio.Task[ToolResult]]) -> None:
+    """Cancel the calls still running and wait until every one has ended."""
+    running = [task for task in tasks if not task.done()]
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.wait(running)
+    for task in tasks:  # a failure after one before it already propagated: retrieved here
+        if not task.cancelled():
+            task.exception()
+
+
 async def _run_tools(
     toolset: ToolSource,
     uses: Sequence[ToolUseBlock],
     turn: int,
     calls: list[ToolCall],
-    allowed: int,
-    limit: Stopped,
-) -> AsyncGenerator[Event | ToolResultBlock, None]:
-    """Run the first ``allowed`` of ``uses``; the rest get an error result naming ``limit``."""
+    bound: tuple[int, Stopped],
+    approve: Callable[[ToolCallStarted], Awaitable[Approval]] | None,
+    budget_ms: int,
+    results: list[Block],
+) -> AsyncGenerator[Event | Stopped, None]:
+    """Run the first ``allowed`` of ``uses`` at once (the rest get an error
+    result naming ``limit``), each under ``budget_ms`` from the turn's first
+    call; events in the order of the calls, and their results appended to
+    ``results`` in that order. ``"declined"`` is yielded when ``approve``
+    stopped the run (no call ran)."""
+    allowed, limit = bound
+    answers: list[ToolResultBlock | None] = [None] * len(uses)
+    started: dict[int, ToolCallStarted] = {}
+    owners: dict[int, ToolSource] = {}
     for index, use in enumerate(uses):
         if index >= allowed:
-            yield ToolResultBlock(
-                tool_use_id=use.id, content=f"not run: over the {limit} limit", is_error=True
+            answers[index] = _not_run(use, f"over the {limit} limit")
+        elif use.partial:  # cut inside its input: never run
+            answers[index] = _not_run(use, "the call was cut short")
+        else:
+            owner, own_name = _owner(toolset, use.name)
+            owners[index] = owner
+            started[index] = ToolCallStarted(
+                turn=turn, id=use.id, name=use.name, input=use.input, hints=_hints(owner, own_name)
             )
-            continue
-        if use.partial:  # cut inside its input: never run
-            yield ToolResultBlock(
-                tool_use_id=use.id, content="not run: the call was cut short", is_error=True
+    if approve is not None:  # every call is shown before any runs, in their order
+        for index, event in list(started.items()):
+            if getattr(owners[index], "read_only", False) is True:
+                continue  # a read needs no approval
+            said = await approve(event)
+            if said == "stop":
+                for rest in started:
+                    answers[rest] = _not_run(uses[rest], "the caller stopped the run")
+                results.extend(answer for answer in answers if answer is not None)
+                yield "declined"
+                return
+            if said is not True:
+                answers[index] = _not_run(uses[index], "the caller refused it")
+                del started[index]
+    deadline = asyncio.get_running_loop().time() + budget_ms / 1000
+    alone: dict[int, asyncio.Lock] = {}  # one lock per set whose calls run one at a time
+    tasks: dict[int, asyncio.Task[ToolResult]] = {}
+    try:
+        for index, event in started.items():
+            owner = owners[index]
+            lock = alone.setdefault(id(owner), asyncio.Lock()) if _serial(owner) else None
+            tasks[index] = asyncio.ensure_future(
+                _one_call(toolset, uses[index], lock, deadline, budget_ms)
             )
-            continue
-        yield ToolCallStarted(turn=turn, id=use.id, name=use.name, input=use.input)
-        result = await toolset.call(use.name, use.input)
-        call = ToolCall(id=use.id, name=use.name, input=use.input, ok=result.ok, result=result.text)
-        calls.append(call)
-        yield ToolCallFinished(turn=turn, call=call, summary=summarize(call))
-        yield ToolResultBlock(tool_use_id=use.id, content=result.text, is_error=not result.ok)
+            yield event
+        for index, task in tasks.items():
+            use = uses[index]
+            result = await task
+            call = ToolCall(
+                id=use.id, name=use.name, input=use.input, ok=result.ok, result=result.text
+            )
+            calls.append(call)
+            yield ToolCallFinished(turn=turn, call=call, summary=summarize(call))
+            answers[index] = result.block(use.id)
+    finally:
+        await _settle(list(tasks.values()))
+    results.extend(answer for answer in answers if answer is not None)
+
+
+def _serial(source: ToolSource) -> bool:
+    return getattr(source, "serial", False) is True
 
 
 def _arguments(
@@ -438,6 +591,8 @@ async def events(
     max_output_tokens: int | None = None,
     max_tool_calls: int | None = None,
     max_tool_calls_per_turn: int | None = None,
+    tool_choice: ToolChoice | None = None,
+    approve: Callable[[ToolCallStarted], Awaitable[Approval]] | None = None,
 ) -> AsyncGenerator[Event | AgentResult, None]:
     """Run the loop, yielding each event as it happens and the
     :class:`AgentResult` last. ``question`` is the user's text (asked with
@@ -449,8 +604,14 @@ async def events(
     ``cache`` adds :data:`CACHE` to a first request naming no ``cache`` (None:
     ``VAELII_PROMPT_CACHE`` decides, on unless switched off). The ``max_*``
     budgets (None: no limit) stop the loop as the module says.
+    ``tool_choice`` (None: the first request's) goes on the first turn only
+    (``"required"`` or a tool's name forces a call then; later turns are
+    ``"auto"``, so the model can answer). ``approve`` is awaited with each call
+    (its :class:`ToolCallStarted`) before any call of the turn runs, a KB read's
+    aside: ``True`` runs it, ``False`` refuses it (the model reads an error
+    result), ``"stop"`` runs none and ends the loop (``stopped="declined"``).
     Iterate under ``contextlib.aclosing``: stopping early closes the turn's
-    HTTP response at once."""
+    HTTP response at once, and cancels the tool calls running."""
     _check(
         max_turns=max_turns,
         max_input_tokens=max_input_tokens,
@@ -462,16 +623,20 @@ async def events(
     first = request(question, toolset) if isinstance(question, str) else question
     if first.cache is None and config.prompt_cache(cache):
         first = msgspec.structs.replace(first, cache=CACHE)
+    if tool_choice is not None:
+        first = msgspec.structs.replace(first, tool_choice=tool_choice)
+    later = msgspec.structs.replace(first, tool_choice="auto")
     messages = list(first.messages)
     calls: list[ToolCall] = []
     usage = Usage()
     turn = 0
-    ignored_said = False
+    said_once: set[str] = set()  # the notices yielded, each at most once
     while True:
         turn += 1
         response: Response | None = None
+        asked = first if turn == 1 else later
         async with aclosing(
-            _turn(model, msgspec.structs.replace(first, messages=list(messages)), turn, deltas)
+            _turn(model, msgspec.structs.replace(asked, messages=list(messages)), turn, deltas)
         ) as said:
             async for item in said:
                 if isinstance(item, Response):
@@ -480,14 +645,11 @@ async def events(
                     yield item
         if response is None:  # a Provider whose stream ended without its Response
             raise RuntimeError("the provider's stream ended without a Response")
-        if not ignored_said:
-            ignored = tools_ignored(first, response.usage, turn)
-            if ignored is not None:
-                ignored_said = True
-                yield ignored
+        uses = [block for block in response.content if isinstance(block, ToolUseBlock)]
+        for notice in _notices(first, response.usage, turn, bool(uses), said_once):
+            yield notice
         usage = _add(usage, response.usage)
         messages.append(Message(role="assistant", content=list(response.content)))
-        uses = [block for block in response.content if isinstance(block, ToolUseBlock)]
         stopped = _stopped(response.stop_reason, turn, max_turns)
         if response.stop_reason == "tool_use" and not uses:
             stopped = "answered"  # asked for tools and named none: nothing to send back
@@ -501,15 +663,20 @@ async def events(
             allowed, limit = _allowed(
                 len(uses), len(calls), max_tool_calls, max_tool_calls_per_turn
             )
-            async with aclosing(_run_tools(toolset, uses, turn, calls, allowed, limit)) as ran:
+            ended: list[Stopped] = [limit] if allowed < len(uses) else []
+            async with aclosing(
+                _run_tools(
+                    toolset, uses, turn, calls, (allowed, limit), approve, first.timeout_ms, results
+                )
+            ) as ran:
                 async for step in ran:
-                    if isinstance(step, ToolResultBlock):
-                        results.append(step)
+                    if isinstance(step, str):
+                        ended.insert(0, step)
                     else:
                         yield step
             messages.append(Message(role="user", content=results))
-            if allowed < len(uses):
-                yield _result(response, limit, calls, turn, usage, messages)
+            if ended:
+                yield _result(response, ended[0], calls, turn, usage, messages)
                 return
         # pause_turn: the assistant content alone goes back, and the far end goes on
 
@@ -590,6 +757,8 @@ async def run(
     max_output_tokens: int | None = None,
     max_tool_calls: int | None = None,
     max_tool_calls_per_turn: int | None = None,
+    tool_choice: ToolChoice | None = None,
+    approve: Callable[[ToolCallStarted], Awaitable[Approval]] | None = None,
 ) -> AgentResult:
     """Run the loop of :func:`events` to its end and return the result;
     ``on_event`` sees each event as it happens."""
@@ -605,6 +774,8 @@ async def run(
         max_output_tokens=max_output_tokens,
         max_tool_calls=max_tool_calls,
         max_tool_calls_per_turn=max_tool_calls_per_turn,
+        tool_choice=tool_choice,
+        approve=approve,
     )
     async with aclosing(loop) as it:
         async for item in it:

@@ -4,6 +4,7 @@ One class per row of the spec's refusal table, all under :class:`LLMError`::
 
     LLMError
     ├── LLMApiError         the far end answered an error status, or an error in a 200
+    ├── LLMBadAnswer        a typed answer that did not fit its type, was cut or refused
     ├── LLMBadCredential    a credential holds a character a header cannot carry
     ├── LLMBadHosts         a pool's host list is empty or malformed
     ├── LLMBadSwitch        a switch (an environment variable) holds a control character
@@ -47,6 +48,7 @@ __all__ = [
     "EXCERPT_CHARS",
     "ErrorType",
     "LLMApiError",
+    "LLMBadAnswer",
     "LLMBadCredential",
     "LLMBadHosts",
     "LLMBadResponse",
@@ -65,6 +67,7 @@ __all__ = [
 ErrorType = Literal[
     "llm-error",
     "llm-api-error",
+    "llm-bad-answer",
     "llm-bad-credential",
     "llm-bad-hosts",
     "llm-bad-response",
@@ -230,6 +233,28 @@ class LLMBadResponse(LLMError):
         self.excerpt = excerpt(self.text)
         shown = f": {self.excerpt!r}" if self.text else ""
         super().__init__(f"{label} {reason}{shown}")
+
+
+class LLMBadAnswer(LLMError):
+    """A typed answer (:func:`vaelii_llm.answer`) that is no value of its type:
+    every attempt did not fit, or one was cut by ``max_tokens`` (``cut``) or
+    refused, or the budget ran out before another. ``attempts`` holds each
+    attempt's whole text and why it failed, in order; ``into`` names the type."""
+
+    type: ClassVar[ErrorType] = "llm-bad-answer"
+
+    def __init__(
+        self, into: str, attempts: list[tuple[str, str]], reason: str, *, cut: bool = False
+    ) -> None:
+        self.into = into
+        self.attempts = list(attempts)
+        self.reason = reason
+        self.cut = cut
+        said = attempts[-1][1] if attempts else reason
+        last = "" if said == reason else f"; the last: {excerpt(said)}"
+        super().__init__(
+            f"the answer is no {into} after {len(attempts)} attempt(s): {reason}{last}"
+        )
 
 
 class LLMClosed(LLMError):

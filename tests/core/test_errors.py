@@ -12,6 +12,7 @@ from vaelii_llm import errors
 
 SPEC_TYPES = {
     "llm-api-error": errors.LLMApiError,
+    "llm-bad-answer": errors.LLMBadAnswer,
     "llm-bad-credential": errors.LLMBadCredential,
     "llm-bad-hosts": errors.LLMBadHosts,
     "llm-bad-response": errors.LLMBadResponse,
@@ -158,6 +159,7 @@ INVALID = '{"type":"error","error":{"type":"invalid_request_error","message":"no
 
 RETRYABLE: list[tuple[errors.LLMError, bool]] = [
     (errors.LLMApiError("far", 408, ""), True),
+    (errors.LLMBadAnswer("Animal", [("x", "not JSON")], "no answer matched its schema"), False),
     (errors.LLMApiError("far", 409, ""), True),
     (errors.LLMApiError("far", 429, ""), True),
     (errors.LLMApiError("far", 500, ""), True),

@@ -173,6 +173,9 @@ BAD_FIELDS: list[tuple[dict[str, object], type[Exception], str]] = [
     ({"think": "max"}, ValueError, "Request.think takes True, False, 'low', 'medium', 'high'"),
     ({"think": 1}, TypeError, "Request.think .*; got int"),
     ({"cache": {"auto": True}}, TypeError, "Request.cache takes a Cache or None; got dict"),
+    ({"tool_choice": None}, TypeError, "Request.tool_choice takes 'auto', 'none', 'required'"),
+    ({"tool_choice": "kb_query"}, ValueError, "the name of one of its tools; got 'kb_query'"),
+    ({"tool_choice": "any"}, ValueError, "Request.tool_choice .*; got 'any'"),
 ]
 
 
@@ -212,5 +215,8 @@ def test_every_request_field_has_one_rule_and_good_values_pass() -> None:
         think="low",
         cache=proto.Cache(auto=True),
         stall_ms=1,
+        tool_choice="t",
     )
     Request(messages=[], temperature=0.0, think=False, fallbacks="a", system="s")
+    for word in ("auto", "none", "required"):
+        assert Request(messages=[], tool_choice=word).tool_choice == word

@@ -170,6 +170,7 @@ def test_unset_provider_and_ollama_rows_read_as_their_defaults(
 
 
 MODULES = [
+    "vaelii_llm._answers",
     "vaelii_llm._backends",
     "vaelii_llm._version",
     "vaelii_llm._protocol",

@@ -65,6 +65,7 @@ from vaelii_llm._protocol import ThinkingBlock
 from vaelii_llm._protocol import ToolResultBlock
 from vaelii_llm._protocol import ToolSchema
 from vaelii_llm._protocol import ToolUseBlock
+from vaelii_llm.errors import LLMEncode
 from vaelii_llm.providers.anthropic._decode import from_parsed
 from vaelii_llm.providers.anthropic._encode import build_body
 from vaelii_llm.providers.ollama._chat import chat_body as ollama_body
@@ -459,3 +460,56 @@ def test_every_fake_answer_parses_in_the_official_type(seed: int) -> None:
     local = [chunk("Hi", thinking="hm"), chunk(tool_calls=[tool_call("f", {"a": 1})]), final()]
     for piece in [*local, merged(local)]:
         ollama_types.ChatResponse.model_validate(piece)
+
+
+# -- tool_choice, as each wire documents it (#62) ------------------------------------------
+
+CHOICES = {
+    "none": ("none", "none"),
+    "required": ("required", "required"),
+    "kb_query": (
+        {"type": "function", "function": {"name": "kb_query"}},
+        {"type": "function", "name": "kb_query"},
+    ),
+}
+
+
+@pytest.mark.parametrize("choice", sorted(CHOICES))
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_choice_goes_out_as_the_official_openai_types_take_it(
+    choice: str, stream: bool
+) -> None:
+    chat, responses = CHOICES[choice]
+    body = json.loads(
+        chat_body(
+            neutral(tool_choice=choice), model="m", max_tokens_field="max_tokens", stream=stream
+        )
+    )
+    without_reasoning(body)  # the one extension (see the module docstring)
+    assert conforms(body, _hint(chat_params, "CompletionCreateParams", stream)) == []
+    assert body["tool_choice"] == chat
+    request = _after_a_turn(tool_choice=choice)
+    body = json.loads(responses_body(request, model="m", store=False, stream=stream))
+    assert conforms(body, _hint(responses_params, "ResponseCreateParams", stream)) == []
+    assert body["tool_choice"] == responses
+    auto = json.loads(responses_body(_after_a_turn(), model="m", store=False, stream=stream))
+    assert "tool_choice" not in auto  # "auto" is sent as nothing
+
+
+def test_the_messages_api_sends_no_tools_for_none_and_refuses_a_forced_tool() -> None:
+    body = json.loads(msgspec.json.encode(build_body(neutral(tool_choice="none"))))
+    assert conforms(body, _hint(beta_messages_params, "MessageCreateParams", False)) == []
+    assert "tools" not in body
+    assert "tool_choice" not in body
+    for forced in ("required", "kb_query"):
+        with pytest.raises(LLMEncode, match="the Messages API cannot send this 'tool_choice'"):
+            build_body(neutral(tool_choice=forced))
+
+
+@pytest.mark.parametrize("choice", ["none", "required", "kb_query"])
+def test_ollama_takes_no_tool_choice_and_none_sends_no_tools(choice: str) -> None:
+    request = Request(messages=[Message(role="user", content="q")], tools=TOOLS, tool_choice=choice)
+    body = json.loads(ollama_body(request, model="m", num_ctx=4096, keep_alive="30m", stream=False))
+    ollama_types.ChatRequest.model_validate(body)
+    assert _named_only(body, ollama_types.ChatRequest, "body") == []
+    assert ("tools" in body) is (choice != "none")

@@ -31,6 +31,7 @@ from llama_server import TOOL_TEMPLATE
 from llama_server import LlamaServer
 from llama_server import worked_exchanges
 
+import vaelii_llm
 from tests.support.redis_server import RedisServer
 from vaelii_llm import Message
 from vaelii_llm import Request
@@ -38,6 +39,7 @@ from vaelii_llm import Response
 from vaelii_llm import agent
 from vaelii_llm import kb
 from vaelii_llm import tools
+from vaelii_llm.errors import LLMBadAnswer
 from vaelii_llm.errors import LLMError
 from vaelii_llm.errors import LLMTimeout
 from vaelii_llm.pool import Pool
@@ -305,6 +307,51 @@ async def test_structured_output_parses_against_its_schema(server: LlamaServer) 
     assert parsed.name
     assert parsed.legs >= 0
     assert json.loads(_text(answer)).keys() == {"name", "legs"}
+
+
+class Animal(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    legs: int
+
+
+@pytest.mark.parametrize("wire", WIRES)
+async def test_a_typed_answer_is_a_struct_on_every_wire(server: LlamaServer, wire: str) -> None:
+    """(#62) The answer decodes into the Struct on each wire, whole and
+    streamed (partial values first, the Struct last). The schema goes out as
+    each wire's format field; this llama-server holds the model to it on Chat
+    Completions only (it reads no ``text.format`` nor ``output_config``), so
+    the prompt asks for the JSON in words too, which a 135M model copies."""
+    request = ask('Repeat this JSON exactly: {"name": "spider", "legs": 8}', max_tokens=60)
+    async with WIRES[wire](server.base) as model:
+        whole = await vaelii_llm.answer(model, request, into=Animal, retries=0)
+        async with aclosing(vaelii_llm.answer(model, request, into=Animal).stream()) as parts:
+            seen = [part async for part in parts]
+    assert whole == Animal(name="spider", legs=8)
+    assert seen[-1] == whole
+    assert all(isinstance(part, dict) for part in seen[:-1])
+    assert len(seen) > 2
+    assert seen[-2] == {"name": "spider", "legs": 8}
+
+
+@pytest.mark.parametrize("wire", WIRES)
+async def test_a_typed_answer_that_never_fits_is_asked_again_then_refused(
+    server: LlamaServer, wire: str
+) -> None:
+    """The real model's answer lacks a field: it is asked again with the
+    error shown, and past ``retries`` the typed error holds both attempts. On
+    Chat Completions the server's grammar holds the model to the schema
+    instead, so the answer fits."""
+    request = ask('Repeat this JSON exactly: {"name": "spider"}', max_tokens=60)
+    async with WIRES[wire](server.base) as model:
+        if wire == "openai":
+            held = await vaelii_llm.answer(model, request, into=Animal, retries=0)
+            assert isinstance(held, Animal)
+            return
+        with pytest.raises(LLMBadAnswer) as caught:
+            await vaelii_llm.answer(model, request, into=Animal, retries=1)
+    assert len(caught.value.attempts) == 2
+    assert all("legs" in error for _, error in caught.value.attempts)
+    assert caught.value.cut is False
 
 
 async def test_fifty_turns_one_after_another_reuse_one_connection(server: LlamaServer) -> None:

@@ -10,6 +10,7 @@ tool call (from the server run with the tool template) on the first two."""
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from aiohttp import web
 from llama_server import worked_exchanges
 
+import vaelii_llm
 from tests.support.loopback import serve
 from vaelii_llm import ImageBlock
 from vaelii_llm import Message
@@ -202,6 +204,29 @@ async def test_structured_output_recorded_parses_against_its_schema(name: str) -
     assert isinstance(parsed["name"], str)
     assert isinstance(parsed["legs"], int)
     assert set(parsed) == {"name", "legs"}
+
+
+class Animal(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    legs: int
+
+
+@pytest.mark.parametrize("name", ["openai-format", "openai-format-stream"])
+async def test_a_typed_answer_recorded_is_its_struct(name: str) -> None:
+    """(#62) The recorded answer to a schema, as ``vaelii_llm.answer`` reads it:
+    the Struct whole, or streamed, partial values then the Struct."""
+    case = CASES[name]
+    expected = msgspec.json.decode(_expected(name)[0], type=Animal)
+    request = msgspec.structs.replace(_request(case), format=None)
+    async with serve(_replaying(case)) as base, _provider(name, base) as model:
+        if not name.endswith("-stream"):
+            assert await vaelii_llm.answer(model, request, into=Animal) == expected
+            return
+        async with aclosing(vaelii_llm.answer(model, request, into=Animal).stream()) as parts:
+            seen = [part async for part in parts]
+    assert seen[-1] == expected
+    assert seen[-2] == msgspec.to_builtins(expected)
+    assert all(isinstance(part, dict) for part in seen[:-1])
 
 
 @pytest.mark.parametrize("name", ["openai-image", "openai-image-stream"])

@@ -9,7 +9,7 @@ EXPORTS: dict[str, str] = {
         "RedactedThinkingBlock Request Response StopReason StreamItem TextBlock TextDelta "
         "ThinkingBlock ThinkingDelta ToolInputDelta ToolResultBlock ToolSchema ToolUseBlock "
         "ToolUseStart Usage "
-        "__version__ agent config engine errors kb pool providers tools"
+        "__version__ agent answer config engine errors kb pool providers tools"
     ),
     "vaelii_llm.agent": (
         "AgentResult Event Stopped TextArrived ToolCall ToolCallFinished ToolCallStarted "
@@ -20,9 +20,9 @@ EXPORTS: dict[str, str] = {
     "vaelii_llm.config": "SWITCHES Switch provider_kind read",
     "vaelii_llm.engine": ("Context Engine Handle Options Sentence Term embedded irreversible op"),
     "vaelii_llm.errors": (
-        "EXCERPT_CHARS ErrorType LLMApiError LLMBadCredential LLMBadHosts LLMBadResponse "
-        "LLMBadSwitch LLMClosed LLMEncode LLMError LLMNoCredential LLMPoolTimeout LLMTimeout "
-        "LLMUnreachable LLMUnsupported TimeoutPhase"
+        "EXCERPT_CHARS ErrorType LLMApiError LLMBadAnswer LLMBadCredential LLMBadHosts "
+        "LLMBadResponse LLMBadSwitch LLMClosed LLMEncode LLMError LLMNoCredential LLMPoolTimeout "
+        "LLMTimeout LLMUnreachable LLMUnsupported TimeoutPhase"
     ),
     "vaelii_llm.integrations": "",
     "vaelii_llm.integrations.mcp": "DEFAULT_PORT serve_http serve_stdio server",

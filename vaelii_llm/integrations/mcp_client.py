@@ -268,6 +268,8 @@ class McpToolset(ClosesOnExit):
     constructors :meth:`stdio` and :meth:`http` are the usual way in. ``name``
     names it in messages and spans (by default the command's program or the
     URL's host). Enter it with ``async with`` before the loop runs.
+    ``serial=True`` says the server must take its calls one at a time: the agent
+    loop then never runs two of its calls at once (other sets' calls still do).
     """
 
     def __init__(
@@ -279,6 +281,7 @@ class McpToolset(ClosesOnExit):
         call_timeout: float = DEFAULT_CALL_TIMEOUT_S,
         start_timeout: float = DEFAULT_START_TIMEOUT_S,
         max_result_chars: int = _edn.DEFAULT_MAX_CHARS,
+        serial: bool = False,
     ) -> None:
         for what, value in (("call_timeout", call_timeout), ("start_timeout", start_timeout)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -292,6 +295,7 @@ class McpToolset(ClosesOnExit):
         self.call_timeout = float(call_timeout)
         self.start_timeout = float(start_timeout)
         self.max_result_chars = max_result_chars
+        self.serial = serial is True
         self.gone: str | None = None
         """Why the server is gone (it died or hung up), once it is; else None."""
         self._client: Client | None = None
@@ -300,6 +304,7 @@ class McpToolset(ClosesOnExit):
         self._broke: str | None = None  # why the session's own tasks ended it
         self._listed: list[ToolSchema] = []
         self._names: dict[str, str] = {}  # a name as listed -> the server's own
+        self._hints: dict[str, dict[str, Any]] = {}  # a name as listed -> its annotations
         self._log_rule: Any = None  # this toolset's entry in _RULES
         self._child: Child | None = None
 
@@ -341,7 +346,9 @@ class McpToolset(ClosesOnExit):
             raise RuntimeError(f"the MCP toolset {self.name!r} is already open")
         self._child = Child() if isinstance(self.server, StdioServerParameters) else None
         self._withhold_from_logs(True)
-        opened: asyncio.Future[tuple[Client, list[tuple[ToolSchema, str]]] | BaseException]
+        opened: asyncio.Future[
+            tuple[Client, list[tuple[ToolSchema, str, dict[str, Any]]]] | BaseException
+        ]
         opened = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
         runner = self._runner = asyncio.ensure_future(self._run(opened, self._stop))
@@ -363,8 +370,9 @@ class McpToolset(ClosesOnExit):
         if self._child is not None:
             self._child.listed()
         self._client, self.gone = client, None
-        self._listed = [schema for schema, _ in listed]
-        self._names = {schema.name: own for schema, own in listed}
+        self._listed = [schema for schema, _, _ in listed]
+        self._names = {schema.name: own for schema, own, _ in listed}
+        self._hints = {schema.name: hints for schema, _, hints in listed}
         info = client.server_info
         if not self._named and info is not None and info.name:
             self.name = info.name  # what the server calls itself
@@ -372,7 +380,9 @@ class McpToolset(ClosesOnExit):
 
     async def _run(
         self,
-        opened: asyncio.Future[tuple[Client, list[tuple[ToolSchema, str]]] | BaseException],
+        opened: asyncio.Future[
+            tuple[Client, list[tuple[ToolSchema, str, dict[str, Any]]]] | BaseException
+        ],
         stop: asyncio.Event,
     ) -> None:
         """The session, from start to close, in a task of its own: the ``mcp``
@@ -492,9 +502,10 @@ class McpToolset(ClosesOnExit):
             return streamable_http_client(server, http_client=http)
         return server  # an in-process mcp server: Client connects to it directly
 
-    async def _list(self, client: Client) -> list[tuple[ToolSchema, str]]:
+    async def _list(self, client: Client) -> list[tuple[ToolSchema, str, dict[str, Any]]]:
         """Each tool as the model sees it (its name fitted to the providers'
-        grammar, :func:`_fitted_name`), with the name the server knows it by;
+        grammar, :func:`_fitted_name`), with the name the server knows it by
+        and its annotations (``readOnlyHint``, ``destructiveHint``…);
         sorted by name, all of them spelling at most :data:`_MAX_LISTING_CHARS`."""
         tools: list[types.Tool] = []
         cursor: str | None = None
@@ -506,7 +517,7 @@ class McpToolset(ClosesOnExit):
                 break
         else:
             raise McpServerError(f"the MCP server {self.name!r} lists tools without end")
-        listed: dict[str, tuple[ToolSchema, str]] = {}
+        listed: dict[str, tuple[ToolSchema, str, dict[str, Any]]] = {}
         spelled = 0
         for tool in tools:
             name = _fitted_name(tool.name)
@@ -534,7 +545,12 @@ class McpToolset(ClosesOnExit):
                     "would be sent them with every turn"
                 )
             shown = ToolSchema(name=name, description=description, input_schema=schema)
-            listed[name] = (shown, tool.name)
+            hints = (
+                tool.annotations.model_dump(by_alias=True, exclude_none=True)
+                if tool.annotations
+                else {}
+            )
+            listed[name] = (shown, tool.name, hints)
         return [listed[name] for name in sorted(listed)]
 
     # -- the ToolSource ----------------------------------------------------------------
@@ -542,6 +558,12 @@ class McpToolset(ClosesOnExit):
     def schemas(self) -> list[ToolSchema]:
         """The server's tools, sorted by name, each schema's keys sorted."""
         return list(self._listed)
+
+    def hints(self, name: str) -> dict[str, Any]:
+        """What the server says of the tool ``name`` (its MCP annotations:
+        ``readOnlyHint``, ``destructiveHint``…), for the agent loop's ``approve``
+        to show; the server's word, never trusted to skip an approval."""
+        return dict(self._hints.get(name, {}))
 
     async def call(self, name: str, input: Any = None) -> ToolResult:
         """Call one of the server's tools; never raises (cancellation propagates)."""

@@ -80,6 +80,7 @@ def _scripted_error(kind: str) -> errors.LLMError:
     label = LABEL
     builders: dict[str, Callable[[], errors.LLMError]] = {
         "llm-api-error": lambda: errors.LLMApiError(label, 500, "scripted failure"),
+        "llm-bad-answer": lambda: errors.LLMBadAnswer("a scripted type", [], "scripted failure"),
         "llm-bad-credential": lambda: errors.LLMBadCredential("x-api-key"),
         "llm-bad-hosts": lambda: errors.LLMBadHosts("scripted failure"),
         "llm-bad-response": lambda: errors.LLMBadResponse(label, "answered a scripted bad body"),

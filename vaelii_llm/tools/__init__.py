@@ -31,7 +31,8 @@ A call's options are checked once, into the op's declared Struct, by the engine'
 own ``check_options`` (the one place a ceiling is held), and the op receives the
 Struct; a call naming none runs under the declared defaults. The engine
 read and the printing of its answer run in a worker thread, at most ``workers``
-at once per toolset, so a slow read never blocks the loop. The answer is printed
+at once per toolset and :data:`_READ_THREADS` in the whole process (one executor
+every toolset shares), so a slow read never blocks the loop. The answer is printed
 by :func:`vaelii_llm._edn.write`, which realizes a lazy answer only as far as
 ``max_result_chars`` reaches. The module functions (:func:`call`,
 :func:`schemas`, …) are thin wrappers over a default toolset of the embedded
@@ -44,19 +45,20 @@ read in :mod:`vaelii_llm.tools._args`; this module runs the call.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import threading
 import time
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from typing import Final
 from typing import Protocol
 from typing import runtime_checkable
 
 import anyio
-import anyio.to_thread
 import msgspec
 
 from vaelii_llm import _edn as edn
@@ -130,6 +132,24 @@ more threads add no throughput and lengthen the event loop's own wait for the GI
 (tests/bench/bench_tools.py measures the lag with 2 and 4); two keep one long read
 from holding up every other."""
 
+_READ_THREADS: Final = 8
+"""Engine reads the whole process runs at once: every toolset, every agent run and
+every event loop share one executor of this many threads, so a hundred runs each
+reading six tools start no more threads than this (more reads wait their turn)."""
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _reads() -> ThreadPoolExecutor:
+    """The process's one bounded executor of engine reads, made on first use."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="vaelii-read")
+        return _executor
+
+
 _GIL_SLICE_S: Final = 0.001
 """How long a worker printing an answer holds the GIL before it steps aside."""
 
@@ -167,7 +187,13 @@ class ToolSource(Protocol):
     spans), the tools' schemas in a byte-stable order, and a ``call`` that answers
     a :class:`ToolResult` and never raises (cancellation aside). The KB's
     :class:`Toolset` is one; ``vaelii_llm.integrations.mcp_client.McpToolset`` (any
-    MCP server's tools) is another."""
+    MCP server's tools) is another.
+
+    The agent loop also reads, where a source has them: ``serial`` (true: its
+    calls must run one at a time, never at once), ``read_only`` (true: every tool
+    only reads, so a caller's ``approve`` is not asked) and ``hints(name)`` (what
+    the source says of a tool, such as MCP's ``readOnlyHint``, shown to
+    ``approve``)."""
 
     @property
     def name(self) -> str: ...
@@ -191,11 +217,11 @@ class _Prefixed:
     async def call(self, name: str, input: Any = None) -> ToolResult:
         if not isinstance(name, str) or not name.startswith(self.prefix):
             names = (s.name for s in self.schemas())
-            return _unknown_tool(name, names, getattr(self.inner, "max_result_chars", None))
+            return unknown_tool(name, names, getattr(self.inner, "max_result_chars", None))
         return await self.inner.call(name[len(self.prefix) :], input)
 
 
-def _unknown_tool(name: object, names: Iterable[str], bound: object = None) -> ToolResult:
+def unknown_tool(name: object, names: Iterable[str], bound: object = None) -> ToolResult:
     """The refusal of a name no tool of a composed source has: the name shown
     bounded whatever it is (a list 10⁵ deep too), then every tool's; cut to
     ``bound`` where the source has one."""
@@ -291,8 +317,13 @@ class Toolset:
     ``engine`` defaults to :func:`vaelii_llm.engine.embedded`; ``workers`` engine
     reads run at once (each in a worker thread), more calls wait their turn;
     ``max_result_chars`` bounds each printed answer; ``name`` names the set in
-    the agent loop's messages (a :class:`ToolSource`).
+    the agent loop's messages (a :class:`ToolSource`). Every tool it offers is a
+    read (``read_only``), so the agent loop asks no approval for one, and its
+    calls may run at once (``serial`` is false).
     """
+
+    read_only: Final = True
+    serial: Final = False
 
     def __init__(
         self,
@@ -418,17 +449,11 @@ class Toolset:
             check_sizes(tool, shape, given)
             stop = threading.Event()
             try:
-                text = await anyio.to_thread.run_sync(
-                    _run,
-                    kb,
-                    tool,
-                    shape,
-                    given,
-                    max_chars,
-                    stop,
-                    abandon_on_cancel=True,
-                    limiter=self._slots(),
-                )
+                async with self._slots():
+                    run = functools.partial(_run, kb, tool, shape, given, max_chars, stop)
+                    text = await asyncio.get_running_loop().run_in_executor(
+                        _reads(), contextvars.copy_context().run, run
+                    )
             except BaseException:
                 stop.set()  # a cancelled or failed caller: the worker stops printing
                 raise

@@ -98,6 +98,7 @@ async def test_every_shorthand_answers_in_the_neutral_vocabulary() -> None:
     "kind",
     [
         "llm-api-error",
+        "llm-bad-answer",
         "llm-bad-credential",
         "llm-bad-hosts",
         "llm-bad-response",

@@ -11,7 +11,9 @@ What goes out (:func:`build_body`)
     ``fallbacks: "default"`` with the :data:`FALLBACK_BETA` header unless the
     request sets ``fallbacks=None``. The fields in :data:`NEVER_SENT` are
     never sent: this model family refuses ``temperature``, ``top_p`` and
-    ``top_k``, and a forced tool. A system prompt given as text blocks goes
+    ``top_k``, and a forced tool: ``tool_choice`` ``"required"`` or a tool's
+    name is refused with :class:`~vaelii_llm.errors.LLMEncode` before sending,
+    and ``"none"`` sends no tools. A system prompt given as text blocks goes
     as a list of ``text`` blocks; the request's ``cache`` is written as
     ``cache_control`` (:mod:`._cache`); Ollama's ``think`` is not sent.
 
@@ -189,6 +191,14 @@ def _output_format(schema: dict[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "schema": schema}
 
 
+_SENT_CHOICES: Final = frozenset({"auto", "none"})
+"""The ``tool_choice`` values this wire sends: ``"none"`` as no tools."""
+_FORCED: Final = (
+    "its models refuse a forced tool (tool_choice 'required' or a tool's name); "
+    "ask for 'auto' or 'none'"
+)
+
+
 def build_body(
     request: Request,
     *,
@@ -208,7 +218,9 @@ def build_body(
         body["system"] = (
             system if isinstance(system, str) else [encode_block(b, label) for b in system]
         )
-    if request.tools:
+    if request.tool_choice not in _SENT_CHOICES:
+        raise LLMEncode("tool_choice", label, reason=_FORCED)
+    if request.tools and request.tool_choice != "none":
         body["tools"] = [msgspec.to_builtins(t) for t in request.tools]
     if request.stop_sequences:
         body["stop_sequences"] = list(request.stop_sequences)

@@ -20,7 +20,9 @@
 * Tools are re-shaped to ``{type: "function", function: {name, description,
   parameters}}`` with ``strict`` dropped; a tool result goes back as a
   ``tool`` role message naming its tool; a tool call Ollama made is sent back
-  as it came (its ``raw``).
+  as it came (its ``raw``). Ollama takes no ``tool_choice``: ``"none"`` sends
+  no tools, ``"required"`` or a name sends nothing (the agent loop says when
+  a turn that asked for a call made none).
 * A user message's images go in its ``images`` list (base64, no data-URL
   prefix); Ollama takes no URL (this codec fetches nothing), no document,
   and a tool result as text only: each is refused with
@@ -348,7 +350,11 @@ def chat_body(
         stream=stream,
         keep_alive=request.keep_alive or keep_alive,
         options=options,
-        tools=[_wire_tool(t) for t in request.tools] or None,
+        tools=(
+            [_wire_tool(t) for t in request.tools] or None
+            if request.tool_choice != "none"
+            else None
+        ),
         format=request.format,
         think=request.think,
     )

@@ -57,7 +57,9 @@ Tools and format
     "json_schema": {"name", "schema", "strict"}}``, strict only where every
     object in it lists all its properties as required and admits no others
     (OpenAI refuses a strict schema that does not); one already in that
-    shape is sent as given.
+    shape is sent as given. ``tool_choice`` goes out with the tools:
+    ``"none"`` and ``"required"`` as words, a name as ``{"type": "function",
+    "function": {"name"}}``, ``"auto"`` as nothing.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ from vaelii_llm.providers.openai._server import ServerCodec
 from vaelii_llm.providers.openai._shared import HEADERS
 from vaelii_llm.providers.openai._shared import MEDIA
 from vaelii_llm.providers.openai._shared import response_format
+from vaelii_llm.providers.openai._shared import tool_choice
 
 __all__ = [
     "CHAT_PATH",
@@ -227,6 +230,7 @@ class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     max_completion_tokens: int | None = None
     stop: list[str] | None = None
     tools: list[_Tool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     stream: bool | None = None
     stream_options: _StreamOptions | None = None
@@ -445,6 +449,7 @@ def chat_body(
         max_completion_tokens=limit if max_tokens_field == "max_completion_tokens" else None,
         stop=list(request.stop_sequences) or None,
         tools=[_wire_tool(t) for t in request.tools] or None,
+        tool_choice=tool_choice(request) if request.tools else None,
         response_format=response_format(request.format) if request.format else None,
         stream=True if stream else None,
         stream_options=_INCLUDE_USAGE if stream else None,

@@ -7,6 +7,8 @@ What goes out (:func:`responses_body`)
     only when the request names one (OpenAI's reasoning models refuse it);
     ``tools`` as ``function`` tools, each naming ``strict`` (False unless the
     schema asks for it: an absent one reads as True on OpenAI's API);
+    ``tool_choice`` with them (``"none"``/``"required"`` as words, a name as
+    ``{"type": "function", "name"}``, ``"auto"`` as nothing);
     ``text.format`` a ``json_schema`` for
     ``format`` (strict where the schema is closed, as on Chat Completions);
     ``reasoning.effort`` from ``effort`` and ``reasoning.summary: "auto"`` for
@@ -73,6 +75,7 @@ from vaelii_llm._protocol import system_text
 from vaelii_llm._protocol import unhandled_block
 from vaelii_llm.providers.openai._shared import MEDIA
 from vaelii_llm.providers.openai._shared import response_format
+from vaelii_llm.providers.openai._shared import tool_choice
 
 __all__ = ["COUNT_PATH", "RESPONSES_PATH", "responses_body"]
 
@@ -96,6 +99,7 @@ class _Body(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     max_output_tokens: int | None = None
     temperature: float | None = None
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     text: dict[str, Any] | None = None
     reasoning: dict[str, str] | None = None
     store: bool | None = None
@@ -325,6 +329,7 @@ def responses_body(
         max_output_tokens=None if count else request.max_tokens,
         temperature=None if count else request.temperature,
         tools=[_tool(t) for t in request.tools] or None,
+        tool_choice=tool_choice(request, nested=False) if request.tools else None,
         text=_text_format(request.format) if request.format else None,
         reasoning=_reasoning(request),
         store=None if count else store,

@@ -16,9 +16,11 @@ from vaelii_llm._media import MAX_BASE64
 from vaelii_llm._media import MB
 from vaelii_llm._media import WEB_IMAGE_TYPES
 from vaelii_llm._media import MediaLimits
+from vaelii_llm._protocol import TOOL_CHOICES
+from vaelii_llm._protocol import Request
 from vaelii_llm._transport.settings import Headers
 
-__all__ = ["HEADERS", "MEDIA", "count", "no_event", "response_format"]
+__all__ = ["HEADERS", "MEDIA", "count", "no_event", "response_format", "tool_choice"]
 
 MEDIA: Final = MediaLimits(
     image_types=WEB_IMAGE_TYPES,
@@ -66,6 +68,20 @@ def response_format(schema: dict[str, Any]) -> dict[str, Any]:
         "type": "json_schema",
         "json_schema": {"name": name[:64], "schema": schema, "strict": _closed(schema)},
     }
+
+
+def tool_choice(request: Request, *, nested: bool = True) -> str | dict[str, Any] | None:
+    """``tool_choice`` as Chat Completions takes it (the word, or a named
+    function); ``nested=False``, as the Responses API takes it (the name beside
+    ``type``); ``"auto"`` as nothing."""
+    choice = request.tool_choice
+    if choice == "auto":
+        return None
+    if choice in TOOL_CHOICES:
+        return choice
+    if nested:
+        return {"type": "function", "function": {"name": choice}}
+    return {"type": "function", "name": choice}
 
 
 def count(value: Any) -> int | None:
