@@ -1,4 +1,4 @@
-"""The tool loop, round two (#62): a turn's calls at once, ``tool_choice`` on
+"""The tool loop (#62): a turn's calls at once, ``tool_choice`` on
 the first turn, and a caller's ``approve`` before a call runs."""
 
 from __future__ import annotations
