@@ -87,9 +87,9 @@ from vaelii_llm._protocol import ToolSchema
 from vaelii_llm._protocol import ToolUseBlock
 from vaelii_llm._protocol import ToolUseStart
 from vaelii_llm._protocol import Usage
+from vaelii_llm.tools import Prefixed
 from vaelii_llm.tools import ToolResult
 from vaelii_llm.tools import ToolSource
-from vaelii_llm.tools import _Prefixed
 from vaelii_llm.tools import unknown_tool
 
 __all__ = [
@@ -438,7 +438,7 @@ def _owner(source: ToolSource, name: str) -> tuple[ToolSource, str]:
     while True:
         if isinstance(source, _Together) and name in source.route:
             source = source.route[name]
-        elif isinstance(source, _Prefixed) and name.startswith(source.prefix):
+        elif isinstance(source, Prefixed) and name.startswith(source.prefix):
             name = name[len(source.prefix) :]
             source = source.inner
         else:

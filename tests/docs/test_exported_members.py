@@ -6,7 +6,8 @@ public ``__all__``, or a public module added or removed, fails here, so the
 surface changes only on purpose (httpx's ``tests/test_exported_members.py``
 and anyio's ``tests/test_all_attributes.py`` do the same).
 
-Run as a script, it prints the count of public names per module and in all.
+Run as a module (``python -m tests.docs.test_exported_members``), it prints the
+count of public names per module and in all.
 """
 
 from __future__ import annotations

@@ -391,6 +391,21 @@ async def test_timeout_and_release_in_the_same_instant_keep_the_token() -> None:
     assert stats(p) == (1, 1, 0, 0)
 
 
+async def test_a_waiter_whose_deadline_passes_leaves_the_later_ones_waiting() -> None:
+    """Two callers wait for one host; the first one's deadline passes first.
+    The second waits out its own deadline and ends in its own LLMPoolTimeout,
+    never in a CancelledError nobody asked for (the first's timeout must not
+    cancel what every waiter waits on)."""
+    p = Pool([CountingProvider()], acquire_timeout_ms=300)
+    async with p.provider():
+        first = asyncio.create_task(_hold(p, 0))
+        await asyncio.sleep(0.1)
+        second = asyncio.create_task(_hold(p, 0))
+        outcomes = await asyncio.gather(first, second, return_exceptions=True)
+    assert [type(o) for o in outcomes] == [LLMPoolTimeout, LLMPoolTimeout]
+    assert stats(p) == (1, 1, 0, 0)
+
+
 async def test_acquire_timeout_with_a_tiny_value() -> None:
     p = Pool([CountingProvider()], acquire_timeout_ms=20)
     async with p.provider():

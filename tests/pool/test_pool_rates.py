@@ -128,7 +128,7 @@ async def test_a_host_takes_no_more_requests_than_its_rate(where: dict[str, Any]
         results = await asyncio.gather(*(one_call(p) for _ in range(10)), return_exceptions=True)
         timeouts = [r for r in results if isinstance(r, LLMPoolTimeout)]
         assert [len(h.times) for h in found] == [3, 3]
-        assert len(timeouts) == 4
+        assert len(timeouts) == 4, " | ".join(repr(r) for r in results)
         # The timeout names the rate that held the free hosts.
         assert all(t.held_by is not None and "3rpm" in t.held_by for t in timeouts)
         assert "held by the rate 3rpm of http://127.0.0.1" in str(timeouts[0])

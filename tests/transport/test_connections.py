@@ -679,7 +679,9 @@ async def test_a_kept_connection_the_far_end_closed_is_never_sent_on(wire: str) 
             checked_in(provider)
         finally:
             await provider.aclose()
-    assert len(record.ports) == len(set(record.ports)) == 40
+    # one answer per connection the far end accepted (it closes each after one);
+    # not distinct ports: the far end closed first, so the OS may hand a port out again
+    assert len(record.ports) == 40
 
 
 async def test_a_whole_turn_after_a_closed_kept_connection_takes_a_fresh_one() -> None:
@@ -693,7 +695,9 @@ async def test_a_whole_turn_after_a_closed_kept_connection_takes_a_fresh_one() -
             checked_in(provider)
         finally:
             await provider.aclose()
-    assert len(record.ports) == len(set(record.ports)) == 40
+    # one answer per connection the far end accepted (it closes each after one);
+    # not distinct ports: the far end closed first, so the OS may hand a port out again
+    assert len(record.ports) == 40
 
 
 # --- a far end that closes a stream's connection just after its last byte (#58) ----------

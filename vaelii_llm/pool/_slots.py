@@ -351,7 +351,9 @@ class LocalSlots:
                             self._wake_when_ready(ask)
                     else:
                         ask.why = first.why  # what holds the line holds this one
-                    await changed
+                    # shielded: a waiter's own timeout or cancellation must not
+                    # cancel the one future every waiter awaits
+                    await asyncio.shield(changed)
         except TimeoutError as exc:
             raise book.timeout(ask.why) from exc
         finally:

@@ -114,7 +114,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
     from opentelemetry.trace import TracerProvider
 
-__all__ = ["Instrumented", "disable", "enable", "enabled", "instrument"]
+__all__ = ["disable", "enable", "enabled", "instrument"]
 
 log = logging.getLogger("vaelii_llm.telemetry")
 

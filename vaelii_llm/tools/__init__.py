@@ -203,7 +203,7 @@ class ToolSource(Protocol):
     async def call(self, name: str, input: Any = None) -> ToolResult: ...
 
 
-class _Prefixed:
+class Prefixed:
     """A :class:`ToolSource` whose tool names carry ``prefix`` (see :func:`prefixed`)."""
 
     def __init__(self, inner: ToolSource, prefix: str) -> None:
@@ -236,7 +236,7 @@ def prefixed(source: ToolSource, prefix: str) -> ToolSource:
     64); a prefix that breaks one is refused with ``ValueError``."""
     if not isinstance(prefix, str) or not prefix:
         raise ValueError(f"a prefix is a non-empty string, got {prefix!r}")
-    wrapped = _Prefixed(source, prefix)
+    wrapped = Prefixed(source, prefix)
     for schema in wrapped.schemas():
         if not TOOL_NAME_GRAMMAR.match(schema.name):
             raise ValueError(
