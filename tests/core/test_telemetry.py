@@ -945,7 +945,6 @@ def yonder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A backend module outside the package, registered for the test only."""
     from vaelii_llm import providers
     from vaelii_llm.providers import Backend
-    from vaelii_llm.providers import Option
 
     (tmp_path / "yonder_backend.py").write_text(OWN_BACKEND)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -953,7 +952,7 @@ def yonder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         Backend(
             "yonder",
             "yonder_backend",
-            (Option("base_url", "str", None, ("provider", "available")),),
+            ("base_url",),
             host_option="base_url",
             hosts_switch="YONDER_HOSTS",
         )
