@@ -37,6 +37,7 @@ from vaelii_llm import Message
 from vaelii_llm import Request
 from vaelii_llm import Response
 from vaelii_llm import TextBlock
+from vaelii_llm import telemetry
 from vaelii_llm._transport import settings
 from vaelii_llm._transport.settings import USER_AGENT
 from vaelii_llm._transport.settings import Network
@@ -375,7 +376,7 @@ async def test_proxy_credentials_never_appear_in_an_error_log_or_span(
                 monkeypatch.setenv("HTTP_PROXY", url)
             else:
                 options["proxy"] = url
-            provider = ollama.provider(host=fake.url, **options)
+            provider = telemetry.instrument(ollama.provider(host=fake.url, **options), "ollama")
             try:
                 with pytest.raises(LLMError) as failed:
                     await provider.complete(ASK)

@@ -62,7 +62,7 @@ EXPORTS: dict[str, str] = {
         "OpenAIResponsesProvider available models provider unavailable_reason"
     ),
     "vaelii_llm.providers.stub": "StubProvider available provider",
-    "vaelii_llm.telemetry": "disable enable enabled",
+    "vaelii_llm.telemetry": "Instrumented disable enable enabled instrument",
     "vaelii_llm.tools": (
         "HOST_PATH_OPS MAX_LIMIT ToolResult ToolSource Toolset UNBOUNDED_OPS WRITE_OPS call "
         "op_of prefixed read_ops schema schemas tool_name"

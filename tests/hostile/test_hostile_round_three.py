@@ -49,6 +49,7 @@ from vaelii_llm import config
 from vaelii_llm import errors
 from vaelii_llm import kb
 from vaelii_llm import providers
+from vaelii_llm import telemetry
 from vaelii_llm import tools
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request
@@ -69,9 +70,10 @@ HOSTED = {
 
 
 def hosted(kind: str, url: str) -> Any:
+    # wrapped as selection hands it out while telemetry records (a no-op cost while off)
     if kind == "anthropic":
-        return anthropic.provider(credential=KEY, base_url=url)
-    return openai.provider(base_url=url, api_key=KEY, model="m")
+        return telemetry.instrument(anthropic.provider(credential=KEY, base_url=url), kind)
+    return telemetry.instrument(openai.provider(base_url=url, api_key=KEY, model="m"), kind)
 
 
 async def answered(kind: str, url: str, streamed: bool) -> Response | errors.LLMApiError:

@@ -27,6 +27,7 @@ from loopback import serve_raw
 
 from vaelii_llm import cli
 from vaelii_llm import errors
+from vaelii_llm import telemetry
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import Request
 from vaelii_llm._transport.send import request_json
@@ -213,7 +214,9 @@ async def test_the_span_of_a_failed_turn_holds_no_credential(otel: Recorded) -> 
     otel.enable(capture_content=True)
     async with (
         serve(echoing(401, echo_all, "text/plain")) as url,
-        anthropic.provider(credential=KEY, base_url=url) as model,
+        telemetry.instrument(
+            anthropic.provider(credential=KEY, base_url=url), "anthropic"
+        ) as model,
     ):
         await caught(model.complete(req()))
     (span,) = otel.finished()

@@ -226,6 +226,7 @@ MODULES = [
     "vaelii_llm._transport.settings",
     "vaelii_llm._transport.urls",
     "vaelii_llm._transport.withheld",
+    "vaelii_llm._transport.aiohttp_private",
     "vaelii_llm._timers",
     "vaelii_llm._wire",
     "vaelii_llm._wire.sse",

@@ -35,6 +35,7 @@ from kb_model import answer_from
 
 from vaelii_llm import errors
 from vaelii_llm import providers
+from vaelii_llm import telemetry
 from vaelii_llm._protocol import Delta
 from vaelii_llm._protocol import Message
 from vaelii_llm._protocol import OpaqueBlock
@@ -1003,7 +1004,8 @@ async def test_a_traced_turn_names_the_provider_openai_and_never_the_key(
     fake: FakeOpenAI, otel: Any
 ) -> None:
     fake.key = SECRET
-    async with openai.provider(base_url=fake.base_url, api_key=SECRET, model=MODEL) as p:
+    built = openai.provider(base_url=fake.base_url, api_key=SECRET, model=MODEL)
+    async with telemetry.instrument(built, "openai") as p:
         otel.enable(capture_content=True)
         await p.complete(ask())
         await collect(p, ask())

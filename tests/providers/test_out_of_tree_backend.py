@@ -24,6 +24,7 @@ from vaelii_llm import cli
 from vaelii_llm import config
 from vaelii_llm import pool
 from vaelii_llm import providers
+from vaelii_llm import telemetry
 from vaelii_llm.errors import LLMBadHosts
 from vaelii_llm.providers import Backend
 from vaelii_llm.providers import Option
@@ -275,7 +276,7 @@ async def test_its_turns_make_the_built_in_chat_span_and_the_command_lists_its_s
         answered = await model.complete(ask)
         async with aclosing(model.stream(ask)) as items:
             assert [item async for item in items][-1] == answered
-    async with stub.provider(script=[answered, answered]) as built_in:
+    async with telemetry.instrument(stub.provider(script=[answered, answered]), "stub") as built_in:
         await built_in.complete(ask)
         async with aclosing(built_in.stream(ask)) as items:
             assert [item async for item in items][-1] == answered

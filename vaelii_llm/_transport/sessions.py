@@ -213,9 +213,11 @@ still open this long after is one it keeps."""
 _opening: Final[contextvars.ContextVar[list[Any] | None]] = contextvars.ContextVar(
     "vaelii_llm_opening", default=None
 )
-"""Set while a stream is being opened (:func:`opening_stream`): the connection
-:meth:`_FreshConnector.connect` hands it is appended, so the stream can name
-it once its head says it is a stream (:func:`_streamed_on`)."""
+"""Set (to an empty list) while a stream is being opened, in the task that
+opens it: :meth:`_FreshConnector.connect` appends the connection it hands
+out, so the stream can name it once its head says it is one
+(:func:`_streamed_on`), even when its whole body came with the head and
+aiohttp has let the connection go already."""
 
 
 def _streamed_on(session: aiohttp.ClientSession, opened: list[Any]) -> None:

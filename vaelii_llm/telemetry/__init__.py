@@ -1,16 +1,18 @@
 """OpenTelemetry GenAI spans and metrics for turns, tool calls and votes.
 
 Off by default, and free when off: nothing of OpenTelemetry is imported,
-and a turn reads one module attribute, :data:`active`, before it runs the
-backend's own code. Every provider the library hands out goes through one
-wrapper, :func:`instrument`: the built-in backends as they are built, any
-backend (a registered one too) as selection or the vote pool builds it from
-its record; so a backend holds no telemetry code of its own.
-:func:`enable` turns recording on for every provider, built before or after
-(or ``VAELII_LLM_OTEL=1``, read when a provider is built, which enables it on
-the global OpenTelemetry providers); it needs the ``opentelemetry-api``
-package (``vaelii-llm[otel]``). :func:`disable` turns it off for every
-provider; spans already open still end.
+and a provider is handed out as itself, with nothing between a turn and the
+backend's own code. While it is on, selection
+(:func:`vaelii_llm.providers.provider`) and the vote pools hand out each
+provider in one wrapper, :class:`Instrumented` (by composition: a backend
+holds no telemetry code of its own, a registered one included); a provider
+built by hand (a backend's ``provider`` function or class) is wrapped by
+:func:`instrument`. :func:`enable` turns recording on for the providers
+handed out from then on and every wrapped one (or ``VAELII_LLM_OTEL=1``,
+read at each hand-out, which enables it on the global OpenTelemetry
+providers); it needs the ``opentelemetry-api`` package
+(``vaelii-llm[otel]``). :func:`disable` turns it off for every provider;
+spans already open still end.
 
 What is recorded, after the GenAI semantic conventions:
 
@@ -80,18 +82,19 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Coroutine
 from collections.abc import Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Final
 from typing import ParamSpec
 from typing import Protocol
+from typing import Self
 from typing import TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
 
 from vaelii_llm import config
+from vaelii_llm._closing import ClosesOnExit
 from vaelii_llm._protocol import Provider
 from vaelii_llm._protocol import Request
 from vaelii_llm._protocol import Response
@@ -111,7 +114,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
     from opentelemetry.trace import TracerProvider
 
-__all__ = ["disable", "enable", "enabled"]
+__all__ = ["Instrumented", "disable", "enable", "enabled", "instrument"]
 
 log = logging.getLogger("vaelii_llm.telemetry")
 
@@ -336,7 +339,7 @@ def handed_out(provider: Provider, kind: str) -> Provider:
     return instrument(provider, kind)
 
 
-class Instrumented:
+class Instrumented(ClosesOnExit):
     """A provider whose turns record spans and metrics while telemetry is on
     (made by :func:`instrument`). It is a provider itself (``complete``,
     ``stream``, ``aclose``, ``async with``); every other attribute is the
@@ -371,20 +374,12 @@ class Instrumented:
         return _stream_in_span(state, self._target, request, items)
 
     async def aclose(self) -> None:
-        """Close the wrapped provider."""
+        """Close the wrapped provider (leaving ``async with`` does too)."""
         await self.wrapped.aclose()
 
-    async def __aenter__(self) -> Instrumented:
+    async def __aenter__(self) -> Self:
         await self.wrapped.__aenter__()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.wrapped.__aexit__(exc_type, exc, tb)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
