@@ -43,13 +43,13 @@ class Host(NamedTuple):
 def hosts(explicit: str | None = None, *, kind: str = "ollama") -> list[Host]:
     """The vote pool's hosts for ``kind``: ``explicit``, else the variable its
     record names (``VAELII_OLLAMA_HOSTS``; ``VAELII_OPENAI_HOSTS``, each entry
-    an OpenAI-compatible base URL read by :func:`normalize_base_url`).
+    an OpenAI-compatible base URL, ``/v1`` when it names no path).
 
     The list is ``host[*n][/Nrpm][/Ntpm],…``; ``n`` defaults to
     :data:`DEFAULT_CALLS_PER_HOST`, ``/600rpm`` and ``/2000000tpm`` cap the
     requests and tokens a minute the pool sends the host, and each host is
-    read by the record's reader (for Ollama
-    :func:`normalize_host`: ``gpu1:8080*4`` is four calls at once to
+    read by the record's reader (for Ollama, a host with no scheme is
+    ``http://`` and one with no port Ollama's: ``gpu1:8080*4`` is four calls at once to
     ``http://gpu1:8080``). Unset, it is the record's one default host (the
     configured Ollama host; the configured ``OPENAI_BASE_URL`` as written),
     the default ``n`` calls at once. Blank, it is no hosts, which the pool

@@ -11,7 +11,7 @@ probe (:func:`available`: ``GET {base}/models``) and its status lines.
 It is stateless: each turn sends ``store: false`` (unless built with
 ``store=True``) and the caller's messages as the whole history, never a
 ``previous_response_id``; a reasoning model's encrypted reasoning is carried
-back in those messages. :meth:`~OpenAIResponsesProvider.count_tokens` asks
+back in those messages. ``count_tokens`` asks
 ``/responses/input_tokens``. How a request maps to the wire is told in
 :mod:`~vaelii_llm.providers.openai._responses_request`, the answer and the
 stream in :mod:`~vaelii_llm.providers.openai._responses_assemble`; the
